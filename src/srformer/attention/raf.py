@@ -1,0 +1,96 @@
+"""Recurrent Accumulate-and-Fire (RAF) neuron, paper Sec. 3.3 and Appendix A.2."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class RecurrentAccumulateAndFire(nn.Module):
+    """Leaky accumulate-and-fire neuron with a learnable leak and threshold and a soft reset.
+
+    One firing (Appendix A.2, SRFORMER_NOTES "Recurrent attention")::
+
+        x   = W P                    # bias-free Linear(d, d) on the last axis
+        mem = leak * mem + x
+        y   = mem / threshold - 1
+        mem = mem - threshold * (y > 0)   # soft reset, after the output is taken
+        out = relu(y)
+
+    The neuron fires once each time the decoder moves to a new segment, so back-propagation
+    through time runs over segments, not tokens. ``leak`` and ``threshold`` are one learnable
+    scalar each per layer.
+
+    Args:
+        head_dim: ``d``, the size of both axes of the ``(d, d)`` key-value products.
+        leak_init: initial leak (Appendix A.2 pseudo code: 1.0).
+        threshold_init: initial threshold (Appendix A.2: 0.1), must be > 0.
+    """
+
+    def __init__(self, head_dim: int, leak_init: float = 1.0, threshold_init: float = 0.1) -> None:
+        super().__init__()
+        self.linear = nn.Linear(head_dim, head_dim, bias=False)
+        self.leak = nn.Parameter(torch.tensor(float(leak_init)))
+        self.threshold = nn.Parameter(torch.tensor(float(threshold_init)))
+
+    def project(self, partial_products: torch.Tensor) -> torch.Tensor:
+        """``x = W P`` for any number of leading axes.
+
+        Args:
+            partial_products: (..., d, d) products ``P_i`` (float32 recommended).
+
+        Returns:
+            (..., d, d), same dtype as the input.
+        """
+        weight = self.linear.weight.to(partial_products.dtype)
+        return torch.nn.functional.linear(partial_products, weight)
+
+    def fire(self, membrane: torch.Tensor, projected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One RAF update.
+
+        Args:
+            membrane: (..., d, d) membrane potential before the update.
+            projected: (..., d, d) input ``x = W P`` (see :meth:`project`).
+
+        Returns:
+            ``(membrane, output)``: the membrane after the soft reset and ``relu(y)``, both (..., d, d).
+        """
+        leak = self.leak.to(projected.dtype)
+        threshold = self.threshold.to(projected.dtype)
+        membrane = leak * membrane + projected
+        y = membrane / threshold - 1.0
+        membrane = membrane - threshold * (y > 0).to(projected.dtype)
+        return membrane, torch.relu(y)
+
+    def scan(
+        self,
+        projected: torch.Tensor,
+        fires: torch.Tensor,
+        membrane: torch.Tensor,
+        output: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Run the recurrence over the segment axis, firing only where ``fires`` is set.
+
+        This is the parallel (teacher-forced) path: the loop runs over at most ``m`` segments,
+        each step element-wise on (batch, heads, d, d) tensors.
+
+        Args:
+            projected: (batch, heads, m, d, d) inputs ``W P_j`` for every segment ``j``.
+            fires: (batch, m) bool, True where example ``b`` visits segment ``j`` (and has not
+                fired for it yet); elsewhere the state is carried unchanged.
+            membrane: (batch, heads, d, d) membrane before segment 0.
+            output: (batch, heads, d, d) RAF output before segment 0.
+
+        Returns:
+            ``(outputs, membrane, output)``: ``outputs`` is (batch, heads, m, d, d), the RAF output
+            in force after segment ``j`` (the one a query attending segment ``j`` reads); then the
+            final membrane and output.
+        """
+        outputs = []
+        for j in range(projected.shape[2]):
+            new_membrane, new_output = self.fire(membrane, projected[:, :, j])
+            fire_j = fires[:, j, None, None, None]
+            membrane = torch.where(fire_j, new_membrane, membrane)
+            output = torch.where(fire_j, new_output, output)
+            outputs.append(output)
+        return torch.stack(outputs, dim=2), membrane, output

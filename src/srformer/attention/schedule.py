@@ -1,0 +1,55 @@
+"""The segment schedule: which encoder segment a decoder step attends to.
+
+Paper Sec. 3.1 and Algorithm 1: ``i(t) = min(floor(t * m / T), m - 1)`` with ``m = ceil(k / s)``
+segments of ``s`` encoder tokens. Following SRFORMER_NOTES ("Segment schedule"), ``T`` is a fixed
+target length (the same in training and generation) and ``m`` is computed per example from its
+real, unpadded encoder length.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def num_segments(lengths: torch.Tensor, segment_size: int) -> torch.Tensor:
+    """Number of segments ``m = ceil(k / s)`` of each example.
+
+    Args:
+        lengths: (batch,) long, real encoder lengths in tokens (padding excluded).
+        segment_size: ``s`` in tokens.
+
+    Returns:
+        (batch,) long tensor.
+    """
+    return torch.div(lengths + segment_size - 1, segment_size, rounding_mode="floor")
+
+
+def segment_index(positions: torch.Tensor, segments: torch.Tensor, target_length: int) -> torch.Tensor:
+    """Segment attended by each decoder position, ``i(t) = min(floor(t * m / T), m - 1)``.
+
+    Args:
+        positions: (q,) long decoder input positions ``t`` (0-based and absolute: position 0
+            holds the decoder start token, whose output is the first summary token).
+        segments: (batch,) long number of segments ``m`` of each example (>= 1).
+        target_length: ``T``, the fixed target length in tokens.
+
+    Returns:
+        (batch, q) long segment indices in ``[0, m_b - 1]``.
+    """
+    raw = torch.div(positions[None, :] * segments[:, None], target_length, rounding_mode="floor")
+    return torch.minimum(raw, segments[:, None] - 1)
+
+
+def compaction_order(key_valid: torch.Tensor) -> torch.Tensor:
+    """Gather index that moves each example's real encoder positions to the front, in order.
+
+    Segments are defined over an example's real tokens only, so left padding, right padding
+    or any other padding pattern gives the same segments.
+
+    Args:
+        key_valid: (batch, k) bool, True at real (unpadded) encoder positions.
+
+    Returns:
+        (batch, k) long index for ``torch.gather`` along the key axis.
+    """
+    return torch.argsort((~key_valid).to(torch.int8), dim=1, stable=True)

@@ -1,0 +1,125 @@
+"""Per-sequence cross-attention state for incremental generation, and the cache layer holding it.
+
+The state lives inside the Hugging Face ``EncoderDecoderCache`` (its cross-attention part), in a
+:class:`SRformerCacheLayer` that replaces the layer's ``DynamicLayer``. Every cache operation that
+``generate()`` performs — beam reordering, batch repetition and selection, offloading, reset —
+therefore applies to every state tensor, not only to the keys and values (SRFORMER_NOTES,
+"Generation path").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Callable
+
+import torch
+from transformers.cache_utils import DynamicLayer
+
+
+@dataclass
+class CrossAttentionState:
+    """Everything one cross-attention layer needs between decoder steps (one example per row).
+
+    Shapes use B = batch (times beams), H = heads, d = head_dim, s = segment_size,
+    M = the largest number of segments in the batch.
+
+    Attributes:
+        keys: (B, H, M*s, d) keys with each example's real positions moved to the front and
+            zeros after them (padding never enters a segment, ``K^T V`` or ``norm(K)``).
+        values: (B, H, M*s, d) values, same layout.
+        lengths: (B,) long, real encoder lengths in tokens.
+        num_segments: (B,) long, ``m = ceil(length / s)``.
+        last_segment: (B,) long, the segment of the previous decoder step (-1 before the first).
+        raf_inputs: (B, H, M, d, d) float32 ``W P_j`` for every segment (Eq. 16 and A.2), or None
+            when the variant has no recurrent attention.
+        key_norm: (B, H, d) float32 ``norm(K) + eps`` over real positions (Eq. 13), or None.
+        membrane: (B, H, d, d) float32 RAF membrane potential, or None.
+        raf_output: (B, H, d, d) float32 RAF output of the current segment, or None.
+    """
+
+    keys: torch.Tensor
+    values: torch.Tensor
+    lengths: torch.Tensor
+    num_segments: torch.Tensor
+    last_segment: torch.Tensor
+    raf_inputs: torch.Tensor | None = None
+    key_norm: torch.Tensor | None = None
+    membrane: torch.Tensor | None = None
+    raf_output: torch.Tensor | None = None
+
+    def map_batch(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> "CrossAttentionState":
+        """A new state with ``fn`` applied to every tensor (all have the batch on axis 0)."""
+        changes = {}
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if value is not None:
+                changes[field.name] = fn(value)
+        return replace(self, **changes)
+
+    def nbytes(self) -> int:
+        """Bytes held by all state tensors."""
+        total = 0
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if value is not None:
+                total += value.numel() * value.element_size()
+        return total
+
+
+class SRformerCacheLayer(DynamicLayer):
+    """A cross-attention cache layer that carries a :class:`CrossAttentionState`.
+
+    ``keys``/``values`` mirror ``state.keys``/``state.values`` so that generic cache code
+    (``get_seq_length``, device queries) keeps working; every batch operation is applied to
+    the whole state.
+    """
+
+    def __init__(self, state: CrossAttentionState) -> None:
+        super().__init__()
+        self.set_state(state)
+
+    def set_state(self, state: CrossAttentionState) -> None:
+        """Replace the held state (keys and values follow)."""
+        self.state = state
+        self.keys = state.keys
+        self.values = state.values
+        self.dtype, self.device = state.keys.dtype, state.keys.device
+        self.is_initialized = True
+
+    def update(self, key_states, value_states, *args, **kwargs):  # noqa: D102 - cross attention is never appended to
+        raise RuntimeError(
+            "An SRformer cross-attention cache layer cannot be updated with new keys/values; "
+            "it is filled once per sequence by the SRformer attention module."
+        )
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        """Reorder every state tensor for beam search."""
+        self.set_state(self.state.map_batch(lambda x: x.index_select(0, beam_idx.to(x.device))))
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        """Repeat every state tensor ``repeats`` times along the batch axis."""
+        self.set_state(self.state.map_batch(lambda x: x.repeat_interleave(repeats, dim=0)))
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep only ``indices`` of the batch axis in every state tensor."""
+        self.set_state(self.state.map_batch(lambda x: x[indices, ...]))
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """Cross-attention state does not grow with decoder tokens: nothing to crop."""
+
+    def offload(self) -> None:
+        """Move the state to the CPU."""
+        device = self.device
+        self.set_state(self.state.map_batch(lambda x: x.to("cpu", non_blocking=True)))
+        self.device = device
+
+    def prefetch(self) -> None:
+        """Move the state back to the layer's device."""
+        if self.keys.device != self.device:
+            device = self.device
+            self.set_state(self.state.map_batch(lambda x: x.to(device, non_blocking=True)))
+
+    def reset(self) -> None:
+        """Drop the state (the next forward pass rebuilds it from the encoder output)."""
+        self.state = None
+        super().reset()

@@ -1,0 +1,93 @@
+"""SRformer settings: which cross-attention variant to use and its hyper-parameters.
+
+The settings are stored inside the Hugging Face model config (``config.srformer``) so that
+``model.save_pretrained(dir)`` followed by :func:`srformer.from_pretrained` rebuilds the same
+converted model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+#: Cross-attention variants implemented in this package.
+#: ``full``: the model's unchanged cross attention.
+#: ``segmented``: softmax attention over the current segment only (paper Eq. 6, ``O_S``).
+#: ``srformer``: segmented attention plus recurrent attention (paper Eq. 11 and 13).
+VARIANTS: tuple[str, ...] = ("full", "segmented", "srformer")
+
+
+@dataclass(frozen=True)
+class SRformerConfig:
+    """Hyper-parameters of segmented recurrent cross attention.
+
+    Args:
+        variant: one of :data:`VARIANTS`.
+        segment_size: ``s``, the number of encoder positions (tokens) in one segment. The number
+            of segments of an example is ``m = ceil(k / s)`` where ``k`` is that example's real
+            (unpadded) encoder length. A document shorter than ``s`` tokens is one segment, in
+            which case ``segmented`` attention equals full attention.
+        target_length: ``T``, the fixed decoder length (tokens) used by the segment schedule
+            ``i(t) = min(floor(t * m / T), m - 1)`` (paper Sec. 3.1, Algorithm 1). The same value
+            is used in training and in generation (see SRFORMER_NOTES, "Segment schedule").
+        raf_leak_init: initial value of the RAF leak (Appendix A.2 pseudo code: 1.0).
+        raf_threshold_init: initial value of the RAF threshold (Appendix A.2: 0.1).
+        norm_eps: epsilon added to ``norm(K)`` before dividing (Eq. 13).
+        kv_clamp: if set, clamp ``K^T V`` and every ``K_j^T V_j`` to ``[-kv_clamp, kv_clamp]``
+            (the BART authors used 2.0). ``None`` (default) disables the clamp: masking is exact.
+        recurrence: if False, the ``srformer`` variant drops ``O_R`` (used by the reduction test
+            and as an ablation switch).
+        strict_schedule: if True, an input with more segments than ``target_length`` raises
+            ``ValueError`` instead of warning (such segments are never attended by ``O_S``).
+
+    Raises:
+        ValueError: for an unknown ``variant`` or a non-positive ``segment_size``,
+            ``target_length``, ``raf_threshold_init`` or ``norm_eps``.
+    """
+
+    variant: str = "srformer"
+    segment_size: int = 64
+    target_length: int = 128
+    raf_leak_init: float = 1.0
+    raf_threshold_init: float = 0.1
+    norm_eps: float = 1e-6
+    kv_clamp: float | None = None
+    recurrence: bool = True
+    strict_schedule: bool = False
+
+    def __post_init__(self) -> None:
+        if self.variant not in VARIANTS:
+            raise ValueError(
+                f"Unknown SRformer variant {self.variant!r}: `variant` must be one of {', '.join(VARIANTS)}."
+            )
+        if isinstance(self.segment_size, bool) or not isinstance(self.segment_size, int) or self.segment_size < 1:
+            raise ValueError(
+                f"`segment_size` must be a positive integer number of encoder tokens, got {self.segment_size!r}."
+            )
+        if isinstance(self.target_length, bool) or not isinstance(self.target_length, int) or self.target_length < 1:
+            raise ValueError(
+                f"`target_length` must be a positive integer number of decoder tokens, got {self.target_length!r}; "
+                "use the length of your longest summaries (e.g. 128)."
+            )
+        if not self.raf_threshold_init > 0:
+            raise ValueError(f"`raf_threshold_init` must be > 0, got {self.raf_threshold_init!r}.")
+        if not self.norm_eps > 0:
+            raise ValueError(f"`norm_eps` must be > 0, got {self.norm_eps!r}.")
+        if self.kv_clamp is not None and not self.kv_clamp > 0:
+            raise ValueError(f"`kv_clamp` must be None or > 0, got {self.kv_clamp!r}.")
+
+    def to_dict(self) -> dict:
+        """Plain-JSON form, stored as ``model.config.srformer``."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "SRformerConfig":
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            ValueError: if ``data`` holds keys that are not SRformer settings.
+        """
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"Unknown SRformer settings {unknown}; known settings are {sorted(known)}.")
+        return cls(**data)

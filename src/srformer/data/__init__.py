@@ -1,0 +1,21 @@
+"""Data loading and preparation: summary pairs, tokenizer training, seq2seq features.
+
+* :mod:`srformer.data.pairs`: :class:`SummaryPair`, :func:`load_pairs` (JSONL/JSON/CSV files and
+  hub datasets) and :func:`load_aclsum` (ACLSum from the ``aclsum`` package).
+* :mod:`srformer.data.tokenizer`: :func:`train_unigram_tokenizer` (T5-style Unigram tokenizer).
+* :mod:`srformer.data.features`: :func:`encode_pairs` and its :class:`TruncationReport`.
+"""
+
+from srformer.data.features import TruncationReport, encode_pairs
+from srformer.data.pairs import SUPPORTED_EXTENSIONS, SummaryPair, load_aclsum, load_pairs
+from srformer.data.tokenizer import train_unigram_tokenizer
+
+__all__ = [
+    "SUPPORTED_EXTENSIONS",
+    "SummaryPair",
+    "TruncationReport",
+    "encode_pairs",
+    "load_aclsum",
+    "load_pairs",
+    "train_unigram_tokenizer",
+]

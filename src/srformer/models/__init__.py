@@ -1,0 +1,19 @@
+"""Hugging Face model integration: conversion, loading, and the converted attention modules."""
+
+from srformer.models.convert import (
+    SUPPORTED_MODELS,
+    convert,
+    cross_attention_modules,
+    from_pretrained,
+    is_converted,
+    srformer_config_of,
+)
+
+__all__ = [
+    "SUPPORTED_MODELS",
+    "convert",
+    "cross_attention_modules",
+    "from_pretrained",
+    "is_converted",
+    "srformer_config_of",
+]

@@ -1,0 +1,128 @@
+"""Glue between a Hugging Face cross-attention module and :class:`SegmentedRecurrentAttention`.
+
+Shared by the T5-style and BART-style module replacements: reading the encoder padding mask,
+finding the decoder step, and keeping the per-sequence state inside the ``EncoderDecoderCache``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from transformers.cache_utils import DynamicLayer, EncoderDecoderCache
+
+from srformer.attention.segmented_recurrent import SegmentedRecurrentAttention
+from srformer.attention.state import SRformerCacheLayer
+
+
+def key_padding_from_mask(mask: torch.Tensor | None, key_length: int) -> torch.Tensor | None:
+    """Real-position mask of the encoder keys from the mask Hugging Face hands to cross attention.
+
+    Args:
+        mask: None (nothing padded), or a (B, 1, q, k) / (B, k) tensor: bool with True = attend
+            (sdpa), or additive float with 0 = attend and a large negative value = masked (eager).
+        key_length: ``k``, the number of encoder positions.
+
+    Returns:
+        (B, k) bool, True at real positions, or None.
+
+    Raises:
+        ValueError: for a mask of another kind (e.g. a flex-attention ``BlockMask``).
+    """
+    if mask is None:
+        return None
+    if not isinstance(mask, torch.Tensor) or mask.dim() not in (2, 4):
+        raise ValueError(
+            f"SRformer cross attention cannot read an encoder mask of type {type(mask).__name__}; "
+            "load the model with attn_implementation='sdpa' or 'eager'."
+        )
+    rows = mask if mask.dim() == 2 else mask[:, 0, 0, :]
+    if rows.dtype == torch.bool:
+        valid = rows
+    else:
+        valid = rows > torch.finfo(rows.dtype).min / 2
+    if valid.shape[-1] != key_length:
+        raise ValueError(f"Encoder mask covers {valid.shape[-1]} positions but the encoder output has {key_length}.")
+    return valid
+
+
+def run_cross_attention(
+    attention: SegmentedRecurrentAttention,
+    queries: torch.Tensor,
+    project_keys_values: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+    mask: torch.Tensor | None,
+    past_key_values,
+    layer_idx: int | None,
+    *,
+    scale: float,
+    dropout: float,
+) -> torch.Tensor:
+    """Run one layer's SRformer cross attention, with or without a generation cache.
+
+    With an ``EncoderDecoderCache``, the state is built at the sequence's first forward pass
+    and stored in the cache's cross-attention part as an :class:`SRformerCacheLayer`; later
+    single-token passes take the incremental path. The decoder position is
+    ``self_attention_cache.get_seq_length(layer_idx) - q`` because the layer's self attention
+    has already appended the current tokens (SRFORMER_NOTES, "Generation path").
+
+    Args:
+        attention: the layer's SRformer module.
+        queries: (B, H, q, d) projected decoder queries.
+        project_keys_values: returns the projected encoder (keys, values), each (B, H, k, d);
+            called only when no state exists yet.
+        mask: the encoder mask as passed by the model (see :func:`key_padding_from_mask`).
+        past_key_values: None or an ``EncoderDecoderCache``.
+        layer_idx: the decoder layer index (required with a cache).
+        scale: the model's attention scale.
+        dropout: attention dropout probability (0 outside training).
+
+    Returns:
+        (B, H, q, d) attention output before the output projection.
+
+    Raises:
+        ValueError: for a cache that is not an ``EncoderDecoderCache``, or a missing ``layer_idx``.
+    """
+    q_len = queries.shape[2]
+    cache = None
+    if past_key_values is not None:
+        if not isinstance(past_key_values, EncoderDecoderCache):
+            raise ValueError(
+                f"SRformer cross attention needs an EncoderDecoderCache, got {type(past_key_values).__name__}."
+            )
+        if layer_idx is None:
+            raise ValueError("SRformer cross attention with a cache needs the module's `layer_idx`.")
+        cache = past_key_values
+
+    state = None
+    if cache is not None and cache.is_updated.get(layer_idx):
+        layer = cache.cross_attention_cache.layers[layer_idx]
+        if not isinstance(layer, SRformerCacheLayer) or layer.state is None:
+            raise RuntimeError(
+                "The cross-attention cache of this layer was filled by another attention module; "
+                "start generation with a fresh cache after converting the model."
+            )
+        state = layer.state
+    if state is None:
+        keys, values = project_keys_values()
+        state = attention.init_state(keys, values, key_padding_from_mask(mask, keys.shape[2]))
+
+    start = 0 if cache is None else cache.self_attention_cache.get_seq_length(layer_idx) - q_len
+    if cache is not None and q_len == 1:
+        output, state = attention.step(queries, state, position=start, scale=scale)
+    else:
+        output, state = attention(queries, state, start_position=start, scale=scale, dropout=dropout)
+
+    if cache is not None:
+        _store_state(cache, layer_idx, state)
+    return output
+
+
+def _store_state(cache: EncoderDecoderCache, layer_idx: int, state) -> None:
+    layers = cache.cross_attention_cache.layers
+    while len(layers) <= layer_idx:
+        layers.append(DynamicLayer())
+    if isinstance(layers[layer_idx], SRformerCacheLayer):
+        layers[layer_idx].set_state(state)
+    else:
+        layers[layer_idx] = SRformerCacheLayer(state)
+    cache.is_updated[layer_idx] = True

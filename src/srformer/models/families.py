@@ -1,0 +1,99 @@
+"""SRformer replacements for the cross-attention modules of T5-style and BART-style models.
+
+A converted module keeps its class's projections (and their pretrained weights) and gains a
+``srformer`` child (:class:`SegmentedRecurrentAttention`). Its class becomes a subclass of the
+original class, so ``isinstance`` checks inside transformers (output recorders, weight init)
+still hold.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from srformer.attention.segmented_recurrent import SegmentedRecurrentAttention
+from srformer.models.cross_attention import run_cross_attention
+
+
+class SRformerT5AttentionMixin:
+    """Forward pass of a converted ``T5Attention``-style module (attributes q, k, v, o, n_heads,
+    key_value_proj_dim; T5 scale 1). Called as
+    ``(hidden_states, mask, key_value_states, position_bias, past_key_values, **kwargs)`` and
+    returns ``(output, position_bias, None)``: T5 cross attention has no relative position bias,
+    so ``position_bias`` is passed through unused, and attention weights are not materialised.
+
+    Shapes: hidden_states (B, q, d_model), key_value_states (B, k, d_model), output (B, q, d_model).
+    """
+
+    srformer: SegmentedRecurrentAttention
+
+    def forward(self, hidden_states, mask=None, key_value_states=None, position_bias=None, past_key_values=None, **kwargs):
+        if key_value_states is None:
+            raise RuntimeError("An SRformer module replaces decoder cross attention only; it got no encoder states.")
+        batch, q_len = hidden_states.shape[:2]
+        head_dim = self.key_value_proj_dim
+        queries = self.q(hidden_states).view(batch, q_len, -1, head_dim).transpose(1, 2)
+
+        def project_keys_values():
+            keys = self.k(key_value_states).view(batch, -1, self.n_heads, head_dim).transpose(1, 2)
+            values = self.v(key_value_states).view(batch, -1, self.n_heads, head_dim).transpose(1, 2)
+            return keys, values
+
+        output = run_cross_attention(
+            self.srformer,
+            queries,
+            project_keys_values,
+            mask,
+            past_key_values,
+            self.layer_idx,
+            scale=getattr(self, "scaling", 1.0),
+            dropout=self.dropout if self.training else 0.0,
+        )
+        output = self.o(output.transpose(1, 2).reshape(batch, q_len, -1))
+        return output, position_bias, None
+
+
+class SRformerBartAttentionMixin:
+    """Forward pass of a converted ``BartAttention``-style module (attributes q_proj, k_proj, v_proj,
+    out_proj, num_heads, head_dim, scaling = head_dim^-0.5). Called as
+    ``(hidden_states, key_value_states, past_key_values, attention_mask, **kwargs)`` and returns
+    ``(output, None)``.
+
+    Shapes: hidden_states (B, q, d_model), key_value_states (B, k, d_model), output (B, q, d_model).
+    """
+
+    srformer: SegmentedRecurrentAttention
+
+    def forward(self, hidden_states, key_value_states=None, past_key_values=None, attention_mask=None, **kwargs):
+        if key_value_states is None:
+            raise RuntimeError("An SRformer module replaces decoder cross attention only; it got no encoder states.")
+        batch, q_len = hidden_states.shape[:2]
+        queries = self.q_proj(hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)
+
+        def project_keys_values():
+            keys = self.k_proj(key_value_states).view(batch, -1, self.num_heads, self.head_dim).transpose(1, 2)
+            values = self.v_proj(key_value_states).view(batch, -1, self.num_heads, self.head_dim).transpose(1, 2)
+            return keys, values
+
+        output = run_cross_attention(
+            self.srformer,
+            queries,
+            project_keys_values,
+            attention_mask,
+            past_key_values,
+            self.layer_idx,
+            scale=self.scaling,
+            dropout=self.dropout if self.training else 0.0,
+        )
+        output = self.out_proj(output.transpose(1, 2).reshape(batch, q_len, -1))
+        return output, None
+
+
+def head_dim_of(module: nn.Module) -> int:
+    """``d`` of a T5-style (``key_value_proj_dim``) or BART-style (``head_dim``) attention module."""
+    return getattr(module, "key_value_proj_dim", None) or module.head_dim
+
+
+def projection_weight(module: nn.Module) -> torch.Tensor:
+    """The query projection weight (for device and dtype)."""
+    return module.q.weight if hasattr(module, "q") else module.q_proj.weight
