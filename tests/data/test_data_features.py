@@ -9,7 +9,8 @@ import transformers
 
 from srformer.data import SummaryPair, TruncationReport, encode_pairs, train_unigram_tokenizer
 
-WORDS = "the cat sat on a mat while dogs ran in parks and birds sang songs over green hills".split()
+SENTENCE = "the cat sat on a mat while dogs ran in parks and birds sang songs over green hills"
+WORDS = SENTENCE.split(" ")
 
 
 @pytest.fixture(scope="module")

@@ -291,6 +291,7 @@ def test_hub_missing_field_names_row(monkeypatch):
     )
     with pytest.raises(
         ValueError,
-        match=r"hub dataset 'xsum', split 'test', row 1: no document field 'document'.*\['text', 'summary'\]",
+        match=r"hub dataset 'xsum', split 'test', row 1: no document field 'document'.*"
+        r"\['text', 'summary'\]",
     ):
         load_pairs("xsum", split="test")

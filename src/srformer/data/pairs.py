@@ -194,7 +194,8 @@ def load_aclsum(split: str) -> list[SummaryPair]:
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(
                 f"{where}: not an ACLSum record (expected 'sentences' with keys "
-                f"{list(_ACLSUM_SECTIONS)} and 'summary' with keys {list(_ACLSUM_ASPECTS)}): {exc!r}"
+                f"{list(_ACLSUM_SECTIONS)} and 'summary' with keys {list(_ACLSUM_ASPECTS)}): "
+                f"{exc!r}"
             ) from exc
         record_id = record.get("id")
         pairs.append(
@@ -358,7 +359,8 @@ def _load_hub(
         dataset = datasets.load_dataset(name, config, split=split)
     except Exception as exc:  # network, unknown name, unknown split, missing cache, ...
         raise RuntimeError(
-            f"could not load {described}, split {split!r}: {type(exc).__name__}: {exc}. "
+            f"could not load {described}, split {split!r}: {type(exc).__name__}: "
+            f"{str(exc).rstrip('. ')}. "
             "If this machine is offline (or the name is wrong), save the data as a local "
             "JSONL or CSV file with 'document' and 'summary' fields and pass its path instead"
         ) from exc

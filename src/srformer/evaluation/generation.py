@@ -99,8 +99,9 @@ def generate_summaries(
     restores its previous mode, so the function can be called from a training loop.
 
     Documents, each prefixed with ``source_prefix``, are sorted by tokenized length (longest
-    first, so an out-of-memory error shows up in the first batch and padding is minimal), tokenized with truncation to ``max_source_length`` tokens and padding to the
-    longest in the batch, moved to the model's device, and passed to
+    first, so an out-of-memory error shows up in the first batch and padding is minimal),
+    tokenized with truncation to ``max_source_length`` tokens and padding to the longest in the
+    batch, moved to the model's device, and passed to
     ``model.generate(input_ids=..., attention_mask=..., max_new_tokens=..., num_beams=...,
     do_sample=..., **generate_kwargs)`` under :func:`torch.inference_mode`. Outputs are decoded
     with ``skip_special_tokens=True``, stripped, and returned in the original document order.

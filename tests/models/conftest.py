@@ -1,0 +1,77 @@
+"""Tiny randomly initialised T5 and BART models and padded batches for the integration tests."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from transformers import BartConfig, BartForConditionalGeneration, GenerationConfig, T5Config, T5ForConditionalGeneration
+
+import srformer
+
+VOCAB = 96
+
+
+def tiny_t5(attn_implementation: str = "sdpa") -> T5ForConditionalGeneration:
+    torch.manual_seed(0)
+    config = T5Config(
+        vocab_size=VOCAB, d_model=32, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4, d_kv=8,
+        decoder_start_token_id=0, pad_token_id=0, eos_token_id=1, dropout_rate=0.0,
+    )
+    config._attn_implementation = attn_implementation
+    return T5ForConditionalGeneration(config).eval()
+
+
+def tiny_bart(attn_implementation: str = "sdpa") -> BartForConditionalGeneration:
+    torch.manual_seed(0)
+    config = BartConfig(
+        vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128,
+        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, pad_token_id=1, bos_token_id=0,
+        eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=None, forced_bos_token_id=None,
+    )
+    config._attn_implementation = attn_implementation
+    return BartForConditionalGeneration(config).eval()
+
+
+BUILDERS = {"t5": tiny_t5, "bart": tiny_bart}
+
+
+def plain_generation_config(model, **kwargs) -> GenerationConfig:
+    """Generation settings with no logits processor, so beam scores are plain log-probabilities."""
+    return GenerationConfig(
+        decoder_start_token_id=model.config.decoder_start_token_id,
+        pad_token_id=model.config.pad_token_id,
+        eos_token_id=model.config.eos_token_id,
+        **kwargs,
+    )
+
+
+def padded_batch(model, lengths=(24, 17, 9), seed: int = 1):
+    """Right-padded encoder inputs with the given real lengths (tokens)."""
+    generator = torch.Generator().manual_seed(seed)
+    width = max(lengths)
+    ids = torch.randint(3, VOCAB, (len(lengths), width), generator=generator)
+    mask = torch.zeros_like(ids)
+    for row, n in enumerate(lengths):
+        mask[row, :n] = 1
+        ids[row, n:] = model.config.pad_token_id
+    return ids, mask
+
+
+def decoder_inputs(model, batch: int, length: int, seed: int = 2) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, VOCAB, (batch, length), generator=generator)
+    ids[:, 0] = model.config.decoder_start_token_id
+    return ids
+
+
+def converted(model, **settings):
+    model = copy.deepcopy(model)
+    return srformer.convert(model, srformer.SRformerConfig(**settings))
+
+
+@pytest.fixture(params=["t5", "bart"])
+def family(request):
+    return request.param
