@@ -1,4 +1,8 @@
-"""Shared fixtures for srformer.training tests: a tiny random T5, a tiny word-level tokenizer, features."""
+"""Shared fixtures for srformer.training tests: a tiny random T5, a tiny word-level tokenizer, features.
+
+Tests get the helpers through fixtures (never ``import conftest``), so the folder also works next to
+other test folders' conftest files and under ``--import-mode=importlib``.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from transformers import PreTrainedTokenizerFast, T5Config, T5ForConditionalGene
 VOCAB_SIZE = 64
 
 
-def make_model(seed: int = 0) -> T5ForConditionalGeneration:
+def build_model(seed: int = 0, dropout: float = 0.0) -> T5ForConditionalGeneration:
     """A tiny random T5 (about 30k parameters), deterministic given ``seed``."""
     torch.manual_seed(seed)
     config = T5Config(
@@ -28,12 +32,12 @@ def make_model(seed: int = 0) -> T5ForConditionalGeneration:
         decoder_start_token_id=0,
         pad_token_id=0,
         eos_token_id=1,
-        dropout_rate=0.0,
+        dropout_rate=dropout,
     )
     return T5ForConditionalGeneration(config)
 
 
-def make_features(count: int, seed: int = 0) -> list[dict[str, list[int]]]:
+def build_features(count: int, seed: int = 0) -> list[dict[str, list[int]]]:
     """``count`` random unpadded examples of varied lengths (inputs 3-12 tokens, labels 2-8 incl. EOS)."""
     rng = random.Random(seed)
     features = []
@@ -54,5 +58,18 @@ def tokenizer() -> PreTrainedTokenizerFast:
 
 
 @pytest.fixture
+def make_model():
+    """Factory fixture: ``make_model(seed=0, dropout=0.0)`` -> tiny random T5 (see :func:`build_model`)."""
+    return build_model
+
+
+@pytest.fixture
+def make_features():
+    """Factory fixture: ``make_features(count, seed=0)`` -> random features (see :func:`build_features`)."""
+    return build_features
+
+
+@pytest.fixture
 def features() -> list[dict[str, list[int]]]:
-    return make_features(10)
+    """Ten random examples: with batch_size=4 that is 3 batches per epoch (4, 4, 2)."""
+    return build_features(10)

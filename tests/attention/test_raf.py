@@ -1,0 +1,47 @@
+"""The RAF neuron of Appendix A.2."""
+
+import torch
+
+from srformer.attention.raf import RecurrentAccumulateAndFire
+
+
+def test_fire_matches_the_appendix_pseudo_code():
+    raf = RecurrentAccumulateAndFire(2, leak_init=0.5, threshold_init=0.2)
+    mem = torch.tensor([[0.1, -0.3], [0.0, 0.4]])
+    x = torch.tensor([[0.3, 0.1], [-0.1, 0.05]])
+    new_mem, out = raf.fire(mem, x)
+    expected_mem = 0.5 * mem + x
+    y = expected_mem / 0.2 - 1
+    expected_out = torch.relu(y)
+    expected_mem = expected_mem - 0.2 * (y > 0).float()
+    assert torch.allclose(out, expected_out) and torch.allclose(new_mem, expected_mem)
+
+
+def test_project_is_a_bias_free_linear_on_the_last_axis():
+    raf = RecurrentAccumulateAndFire(3)
+    p = torch.randn(2, 3, 3)
+    assert raf.linear.bias is None
+    assert torch.allclose(raf.project(p), p @ raf.linear.weight.T)
+
+
+def test_scan_only_fires_where_asked_and_carries_state_elsewhere():
+    torch.manual_seed(0)
+    raf = RecurrentAccumulateAndFire(2)
+    x = torch.randn(1, 1, 3, 2, 2)
+    fires = torch.tensor([[True, False, True]])
+    zeros = torch.zeros(1, 1, 2, 2)
+    outputs, mem, out = raf.scan(x, fires, zeros, zeros)
+    m0, o0 = raf.fire(zeros, x[:, :, 0])
+    m2, o2 = raf.fire(m0, x[:, :, 2])
+    assert torch.allclose(outputs[:, :, 0], o0) and torch.allclose(outputs[:, :, 1], o0)
+    assert torch.allclose(outputs[:, :, 2], o2) and torch.allclose(mem, m2) and torch.allclose(out, o2)
+
+
+def test_gradients_reach_leak_threshold_and_linear():
+    torch.manual_seed(0)
+    raf = RecurrentAccumulateAndFire(4)
+    x = raf.project(torch.randn(2, 1, 3, 4, 4))
+    outputs, _, _ = raf.scan(x, torch.ones(2, 3, dtype=torch.bool), torch.zeros(2, 1, 4, 4), torch.zeros(2, 1, 4, 4))
+    outputs.sum().backward()
+    for p in (raf.leak, raf.threshold, raf.linear.weight):
+        assert p.grad is not None and p.grad.abs().sum() > 0

@@ -1,0 +1,131 @@
+"""Tensor-level tests of SegmentedRecurrentAttention: parallel == incremental, padding, state reordering."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from srformer.attention.segmented_recurrent import SegmentedRecurrentAttention
+from srformer.attention.state import SRformerCacheLayer
+from srformer.config import SRformerConfig
+
+
+def _module(variant="srformer", segment_size=3, target_length=8, head_dim=4, **kw):
+    torch.manual_seed(0)
+    return SegmentedRecurrentAttention(SRformerConfig(variant=variant, segment_size=segment_size,
+                                                      target_length=target_length, **kw), head_dim)
+
+
+def _inputs(batch, heads, k, q, d, lengths, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    keys = torch.randn(batch, heads, k, d, generator=g)
+    values = torch.randn(batch, heads, k, d, generator=g)
+    queries = torch.randn(batch, heads, q, d, generator=g)
+    valid = torch.arange(k)[None, :] < torch.tensor(lengths)[:, None]
+    return queries, keys, values, valid
+
+
+def _incremental(module, queries, state, scale):
+    outs = []
+    for t in range(queries.shape[2]):
+        out, state = module.step(queries[:, :, t : t + 1], state, position=t, scale=scale)
+        outs.append(out)
+    return torch.cat(outs, dim=2), state
+
+
+@pytest.mark.filterwarnings("ignore:An encoder input has")
+@settings(max_examples=40, deadline=None)
+@given(
+    batch=st.integers(1, 3), heads=st.integers(1, 3), d=st.sampled_from([2, 4, 8]), k=st.integers(1, 20),
+    q=st.integers(1, 12), s=st.integers(1, 8), target=st.integers(1, 16), variant=st.sampled_from(["segmented", "srformer"]),
+    data=st.data(),
+)
+def test_parallel_equals_incremental_for_random_shapes_and_padding(batch, heads, d, k, q, s, target, variant, data):
+    lengths = [data.draw(st.integers(1, k)) for _ in range(batch)]
+    module = _module(variant, s, target, d)
+    queries, keys, values, valid = _inputs(batch, heads, k, q, d, lengths)
+    state = module.init_state(keys, values, valid)
+    parallel, final_parallel = module(queries, state, scale=0.5)
+    incremental, final_incremental = _incremental(module, queries, state, 0.5)
+    assert torch.isfinite(parallel).all()
+    assert (parallel - incremental).abs().max().item() <= 1e-5
+    assert torch.equal(final_parallel.last_segment, final_incremental.last_segment)
+    if variant == "srformer":
+        assert torch.allclose(final_parallel.membrane, final_incremental.membrane, atol=1e-5)
+    # Padding invariance: each example alone, without padding, gives the same rows.
+    for b, n in enumerate(lengths):
+        alone_state = module.init_state(keys[b : b + 1, :, :n], values[b : b + 1, :, :n], None)
+        alone, _ = module(queries[b : b + 1], alone_state, scale=0.5)
+        assert (alone - parallel[b : b + 1]).abs().max().item() <= 1e-5
+
+
+def test_segmented_output_only_reads_its_segment():
+    module = _module("segmented", segment_size=4, target_length=4)
+    queries, keys, values, valid = _inputs(1, 1, 16, 4, 4, [16])
+    state = module.init_state(keys, values, valid)
+    out, _ = module(queries, state)
+    for t in range(4):  # m = 4 = T, so query t attends to segment t
+        seg = slice(4 * t, 4 * t + 4)
+        expected = torch.softmax(queries[0, 0, t] @ keys[0, 0, seg].T, -1) @ values[0, 0, seg]
+        assert torch.allclose(out[0, 0, t], expected, atol=1e-6)
+
+
+def test_recurrent_term_excludes_padding_from_kv_and_norm():
+    module = _module("srformer", segment_size=2, target_length=4)
+    queries, keys, values, valid = _inputs(1, 1, 8, 4, 4, [6])
+    garbage = keys.clone()
+    garbage[:, :, 6:] = 1e3
+    a, _ = module(queries, module.init_state(keys, values, valid))
+    state = module.init_state(keys, values, valid)
+    assert torch.allclose(state.key_norm, keys[:, :, :6].pow(2).sum(2).sqrt() + 1e-6)
+    c, _ = module(queries, module.init_state(garbage, values, valid))
+    assert (a - c).abs().max().item() <= 1e-6
+
+
+def test_empty_document_is_rejected():
+    module = _module()
+    _, keys, values, valid = _inputs(2, 1, 5, 1, 4, [5, 0])
+    with pytest.raises(ValueError, match="empty documents"):
+        module.init_state(keys, values, valid)
+
+
+def test_too_many_segments_warns_or_raises_when_strict():
+    _, keys, values, valid = _inputs(1, 1, 12, 1, 4, [12])
+    with pytest.warns(UserWarning, match="target_length"):
+        _module(segment_size=1, target_length=4).init_state(keys, values, valid)
+    with pytest.raises(ValueError, match="segment_size"):
+        _module(segment_size=1, target_length=4, strict_schedule=True).init_state(keys, values, valid)
+
+
+def test_cache_layer_reorders_every_state_tensor_across_examples():
+    """Beams of one example share the RAF state (it depends on the encoder and t only), so an
+    end-to-end beam test cannot see a state left behind; reorder across examples directly."""
+    module = _module("srformer", segment_size=2, target_length=6)
+    queries, keys, values, valid = _inputs(3, 2, 7, 3, 4, [7, 4, 2])
+    state = module.init_state(keys, values, valid)
+    _, state = _incremental(module, queries, state, 1.0)
+    layer = SRformerCacheLayer(state)
+    perm = torch.tensor([2, 0, 1])
+    layer.reorder_cache(perm)
+    for name in ("keys", "values", "lengths", "num_segments", "last_segment", "raf_inputs", "key_norm",
+                 "membrane", "raf_output"):
+        assert torch.equal(getattr(layer.state, name), getattr(state, name)[perm]), name
+    assert layer.keys is layer.state.keys
+    layer.batch_repeat_interleave(2)
+    assert layer.state.membrane.shape[0] == 6 and torch.equal(layer.state.lengths, state.lengths[perm].repeat_interleave(2))
+    layer.batch_select_indices(torch.tensor([0, 5]))
+    assert torch.equal(layer.state.raf_output, state.raf_output[perm][[0, 2]])
+
+
+def test_step_after_reordering_uses_the_reordered_state():
+    module = _module("srformer", segment_size=2, target_length=6)
+    queries, keys, values, valid = _inputs(2, 1, 8, 5, 4, [8, 3])
+    state = module.init_state(keys, values, valid)
+    _, state = _incremental(module, queries[:, :, :3], state, 1.0)
+    layer = SRformerCacheLayer(state)
+    layer.reorder_cache(torch.tensor([1, 0]))
+    swapped, _ = module.step(queries[[1, 0], :, 3:4], layer.state, position=3)
+    straight, _ = module.step(queries[:, :, 3:4], state, position=3)
+    assert torch.allclose(swapped, straight[[1, 0]], atol=1e-6)
