@@ -104,15 +104,17 @@ def convert(model: PreTrainedModel, config: SRformerConfig, *, _loading: bool = 
     Raises:
         TypeError: if ``config`` is not an :class:`SRformerConfig`.
         ValueError: if the model has no supported decoder cross attention, is already converted,
-            or its config says it was saved as an SRformer model (load it with
-            :func:`from_pretrained` instead, which keeps its RAF weights).
+            or its config says it was saved as a ``segmented``/``srformer`` model (load it with
+            :func:`from_pretrained` instead, which keeps its RAF weights). A checkpoint saved with
+            the ``full`` variant is a plain model and may be converted (the paper's protocol:
+            convert a trained full-attention model, then fine-tune).
     """
     if not isinstance(config, SRformerConfig):
         raise TypeError(f"`config` must be an srformer.SRformerConfig, got {type(config).__name__}.")
     if is_converted(model):
         raise ValueError("This model is already converted to SRformer cross attention; convert the original model.")
     stored = getattr(getattr(model, "config", None), "srformer", None)
-    if stored is not None and not _loading:
+    if stored is not None and stored.get("variant") != "full" and not _loading:
         raise ValueError(
             f"This model's config says it was saved as an SRformer model (variant {stored.get('variant')!r}); "
             "load it with srformer.from_pretrained(path) so that its settings and RAF weights are restored."

@@ -1,0 +1,101 @@
+"""Getting a model and tokenizer: a hub id or local checkpoint, or a small named config built from scratch.
+
+Named configs (randomly initialised, for machines without hub access or for quick experiments)
+get a SentencePiece-style Unigram tokenizer trained on the training texts; it is saved with
+every checkpoint, so evaluation and generation use the same vocabulary.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable
+
+from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, BartConfig, BartForConditionalGeneration
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, T5Config, T5ForConditionalGeneration
+
+from srformer.data.tokenizer import train_unigram_tokenizer
+from srformer.models.convert import from_pretrained, srformer_config_of
+
+#: Small architectures that can be trained from scratch on a CPU. Sizes: d_model, layers, heads, head_dim.
+NAMED_CONFIGS: dict[str, dict] = {
+    "t5-tiny": dict(family="t5", d_model=128, d_ff=512, num_layers=2, num_decoder_layers=2, num_heads=4, d_kv=32),
+    "t5-mini": dict(family="t5", d_model=256, d_ff=1024, num_layers=4, num_decoder_layers=4, num_heads=4, d_kv=64),
+    "t5-small-random": dict(
+        family="t5", d_model=512, d_ff=2048, num_layers=6, num_decoder_layers=6, num_heads=8, d_kv=64
+    ),
+    "bart-tiny": dict(
+        family="bart", d_model=128, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=512, decoder_ffn_dim=512,
+    ),
+}
+
+
+def build_named_model(name: str, tokenizer: PreTrainedTokenizerBase, *, max_positions: int = 4096) -> PreTrainedModel:
+    """A randomly initialised model of a :data:`NAMED_CONFIGS` architecture for ``tokenizer``.
+
+    Args:
+        name: a key of :data:`NAMED_CONFIGS`.
+        tokenizer: its vocabulary size and special tokens (pad, eos) set the model's.
+        max_positions: BART only: learned positions, in tokens.
+
+    Raises:
+        ValueError: for an unknown name.
+    """
+    if name not in NAMED_CONFIGS:
+        raise ValueError(f"Unknown model config {name!r}; named configs are {', '.join(NAMED_CONFIGS)}.")
+    settings = dict(NAMED_CONFIGS[name])
+    family = settings.pop("family")
+    vocab_size = len(tokenizer)
+    if family == "t5":
+        config = T5Config(
+            vocab_size=vocab_size, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+            decoder_start_token_id=tokenizer.pad_token_id, dropout_rate=0.1, **settings,
+        )
+        return T5ForConditionalGeneration(config)
+    config = BartConfig(
+        vocab_size=vocab_size, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.eos_token_id,
+        forced_eos_token_id=None, forced_bos_token_id=None, max_position_embeddings=max_positions, **settings,
+    )
+    return BartForConditionalGeneration(config)
+
+
+def load_tokenizer(
+    name_or_path: str, *, train_texts: Iterable[str] | None = None, vocab_size: int = 8000
+) -> PreTrainedTokenizerBase:
+    """The tokenizer for ``name_or_path``: trained on ``train_texts`` for a named config, else loaded.
+
+    Raises:
+        ValueError: a named config without ``train_texts``.
+    """
+    if name_or_path in NAMED_CONFIGS:
+        if train_texts is None:
+            raise ValueError(f"{name_or_path!r} is built from scratch: its tokenizer needs training texts.")
+        return train_unigram_tokenizer(train_texts, vocab_size=vocab_size)
+    return AutoTokenizer.from_pretrained(name_or_path)
+
+
+def load_model(name_or_path: str, tokenizer: PreTrainedTokenizerBase | None = None, **kwargs) -> PreTrainedModel:
+    """A model by name: a named config (random weights), an SRformer checkpoint, or a plain checkpoint.
+
+    Args:
+        name_or_path: a key of :data:`NAMED_CONFIGS`, a local directory or a hub id.
+        tokenizer: required for named configs.
+        **kwargs: passed to ``from_pretrained``.
+
+    Raises:
+        ValueError: a named config without a tokenizer.
+    """
+    if name_or_path in NAMED_CONFIGS:
+        if tokenizer is None:
+            raise ValueError(f"{name_or_path!r} needs a tokenizer to size its vocabulary.")
+        return build_named_model(name_or_path, tokenizer)
+    if srformer_config_of(AutoConfig.from_pretrained(name_or_path)) is not None:
+        return from_pretrained(name_or_path, **kwargs)
+    return AutoModelForSeq2SeqLM.from_pretrained(name_or_path, **kwargs)
+
+
+def is_model_directory(path: str | os.PathLike) -> bool:
+    """True if ``path`` is a local directory holding a saved model config."""
+    return (Path(path) / "config.json").is_file()
