@@ -20,6 +20,7 @@ of decoder positions at once (teacher forcing, and generation without a cache), 
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 import torch
 from torch import nn
@@ -182,13 +183,7 @@ class SegmentedRecurrentAttention(nn.Module):
             dropout_p=dropout,
             scale=scale,
         )
-        new_state = CrossAttentionState(
-            keys=state.keys,
-            values=state.values,
-            lengths=state.lengths,
-            num_segments=state.num_segments,
-            last_segment=segments_of_query[:, -1],
-        )
+        new_state = replace(state, last_segment=segments_of_query[:, -1])
         if self.has_recurrence:
             max_segments = state.raf_inputs.shape[2]
             visited = F.one_hot(segments_of_query, max_segments).any(dim=1)  # (B, M)
@@ -198,10 +193,7 @@ class SegmentedRecurrentAttention(nn.Module):
             per_query = torch.gather(outputs, 2, gather)  # (B, H, q, d, d)
             recurrent = torch.einsum("bhqd,bhqde->bhqe", queries.float() * scale, per_query)
             output = output + (recurrent / state.key_norm[:, :, None, :]).to(output.dtype)
-            new_state.raf_inputs = state.raf_inputs
-            new_state.key_norm = state.key_norm
-            new_state.membrane = membrane
-            new_state.raf_output = raf_output
+            new_state = replace(new_state, membrane=membrane, raf_output=raf_output)
         return output, new_state
 
     # ------------------------------------------------------------------ incremental path
@@ -235,20 +227,14 @@ class SegmentedRecurrentAttention(nn.Module):
         segment = segment_index(positions, state.num_segments, self.config.target_length)[:, 0]  # (B,)
         rows = torch.arange(batch, device=device)
         max_segments = state.keys.shape[2] // s
-        keys = state.keys.view(batch, heads, max_segments, s, d)[rows, :, segment]  # (B, H, s, d)
-        values = state.values.view(batch, heads, max_segments, s, d)[rows, :, segment]
+        keys = state.keys.reshape(batch, heads, max_segments, s, d)[rows, :, segment]  # (B, H, s, d)
+        values = state.values.reshape(batch, heads, max_segments, s, d)[rows, :, segment]
         key_positions = segment[:, None] * s + torch.arange(s, device=device)[None, :]
         allowed = key_positions < state.lengths[:, None]  # (B, s)
         output = F.scaled_dot_product_attention(
             queries, keys.to(queries.dtype), values.to(queries.dtype), attn_mask=allowed[:, None, None, :], scale=scale
         )
-        new_state = CrossAttentionState(
-            keys=state.keys,
-            values=state.values,
-            lengths=state.lengths,
-            num_segments=state.num_segments,
-            last_segment=segment,
-        )
+        new_state = replace(state, last_segment=segment)
         if self.has_recurrence:
             changed = (segment != state.last_segment)[:, None, None, None]
             membrane, raf_output = self.raf.fire(state.membrane, state.raf_inputs[rows, :, segment])
@@ -256,8 +242,5 @@ class SegmentedRecurrentAttention(nn.Module):
             raf_output = torch.where(changed, raf_output, state.raf_output)
             recurrent = torch.einsum("bhqd,bhde->bhqe", queries.float() * scale, raf_output)
             output = output + (recurrent / state.key_norm[:, :, None, :]).to(output.dtype)
-            new_state.raf_inputs = state.raf_inputs
-            new_state.key_norm = state.key_norm
-            new_state.membrane = membrane
-            new_state.raf_output = raf_output
+            new_state = replace(new_state, membrane=membrane, raf_output=raf_output)
         return output, new_state

@@ -1,0 +1,48 @@
+"""``srformer evaluate``: ROUGE of a checkpoint on a dataset, as JSON and a printed table."""
+
+from __future__ import annotations
+
+from srformer.cli.arguments import add_data_arguments, add_generation_arguments
+from srformer.cli.data_source import load_data
+from srformer.evaluation.evaluate import evaluate_summarizer, load_summarizer
+from srformer.evaluation.report import format_table, write_metrics_json
+from srformer.evaluation.rouge import ROUGE_KEYS
+from srformer.training.pipeline import read_run
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("evaluate", help="generate summaries and score them with ROUGE")
+    parser.add_argument("--checkpoint", required=True, help="a `srformer train` output directory (or any seq2seq checkpoint)")
+    add_data_arguments(parser)
+    parser.add_argument("--output", required=True, help="metrics JSON path")
+    parser.add_argument("--max-examples", type=int, default=None)
+    parser.add_argument("--predictions", default=None, help="optional JSONL path for the generated summaries")
+    add_generation_arguments(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args) -> int:
+    pairs = load_data(args, default_split="test")
+    if args.max_examples is not None:
+        pairs = pairs[: args.max_examples]
+    run_info = read_run(args.checkpoint) or {}
+    model, tokenizer = load_summarizer(args.checkpoint)
+    metrics, predictions = evaluate_summarizer(
+        model, tokenizer, pairs,
+        max_source_length=args.max_source_length or run_info.get("max_source_length", 512),
+        max_new_tokens=args.max_new_tokens, num_beams=args.num_beams, batch_size=args.batch_size,
+        source_prefix=run_info.get("source_prefix", ""), progress=not args.no_progress,
+    )
+    write_metrics_json(args.output, metrics)
+    if args.predictions:
+        import json
+        from pathlib import Path
+
+        Path(args.predictions).write_text(
+            "".join(json.dumps({"id": p.id, "prediction": s, "reference": p.summary}) + "\n" for p, s in zip(pairs, predictions))
+        )
+    row = {"variant": metrics["variant"], "segment_size": metrics["segment_size"] or "-",
+           **{k: metrics[k] for k in ROUGE_KEYS}, "examples": metrics["num_examples"], "seconds": metrics["seconds"]}
+    print(format_table([row], list(row)))
+    print(f"metrics written to {args.output}")
+    return 0

@@ -1,0 +1,56 @@
+"""``srformer summarize``: summarize a text file, a JSONL file of documents, or standard input."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from srformer.cli.arguments import add_generation_arguments
+from srformer.evaluation.evaluate import load_summarizer
+from srformer.evaluation.generation import generate_summaries
+from srformer.training.pipeline import read_run
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("summarize", help="summarize documents with a trained checkpoint")
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("input", nargs="?", default="-", help="a text file (one document), a .jsonl file with "
+                        "a `document` field per line, or - for standard input (default)")
+    parser.add_argument("--document-field", default="document")
+    parser.add_argument("--do-sample", action="store_true", help="sample instead of greedy/beam search")
+    add_generation_arguments(parser)
+    parser.set_defaults(run=run)
+
+
+def _documents(source: str, field: str) -> list[str]:
+    if source == "-":
+        return [sys.stdin.read()]
+    path = Path(source)
+    if not path.is_file():
+        raise FileNotFoundError(f"Input file {source} does not exist.")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".jsonl":
+        documents = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if line.strip():
+                record = json.loads(line)
+                if field not in record:
+                    raise ValueError(f"{source} line {number} has no `{field}` field; pass --document-field.")
+                documents.append(record[field])
+        return documents
+    return [text]
+
+
+def run(args) -> int:
+    documents = _documents(args.input, args.document_field)
+    run_info = read_run(args.checkpoint) or {}
+    model, tokenizer = load_summarizer(args.checkpoint)
+    result = generate_summaries(
+        model, tokenizer, documents, max_source_length=args.max_source_length or run_info.get("max_source_length", 512),
+        max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, num_beams=args.num_beams,
+        do_sample=args.do_sample, source_prefix=run_info.get("source_prefix", ""), progress=not args.no_progress,
+    )
+    for summary in result.summaries:
+        print(summary)
+    return 0

@@ -1,0 +1,55 @@
+"""``srformer train``: convert a model to a cross-attention variant and fine-tune it."""
+
+from __future__ import annotations
+
+from srformer.cli.arguments import add_data_arguments, add_variant_arguments
+from srformer.cli.data_source import load_data
+from srformer.config import SRformerConfig
+from srformer.training.pipeline import RunSpec, train_summarizer
+from srformer.training.settings import TrainingSettings
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("train", help="fine-tune a summarizer with a cross-attention variant")
+    parser.add_argument("--model", required=True, help="t5-tiny | t5-mini | bart-tiny | PATH | HUB_ID")
+    add_data_arguments(parser)
+    add_variant_arguments(parser)
+    parser.add_argument("--output", required=True, help="run directory (model, tokenizer, checkpoints)")
+    parser.add_argument("--max-steps", type=int, default=1000, help="optimizer steps")
+    parser.add_argument("--time-budget", type=float, default=None, help="stop cleanly after this many seconds")
+    parser.add_argument("--learning-rate", type=float, default=5e-4)
+    parser.add_argument("--warmup-steps", type=int, default=0)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--gradient-accumulation-steps", type=int, default=1)
+    parser.add_argument("--max-source-length", type=int, default=512, help="encoder tokens (longer is truncated)")
+    parser.add_argument("--max-target-length", type=int, default=128, help="summary tokens")
+    parser.add_argument("--source-prefix", default="", help='e.g. "summarize: " for pretrained T5')
+    parser.add_argument("--vocab-size", type=int, default=8000, help="tokenizer size for named configs")
+    parser.add_argument("--save-every", type=int, default=200, help="steps between checkpoints")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--resume", action="store_true", help="continue the checkpoint in --output")
+    parser.add_argument("--no-progress", action="store_true")
+    parser.set_defaults(run=run)
+
+
+def run(args) -> int:
+    pairs = load_data(args, default_split="train")
+    spec = RunSpec(
+        model=args.model,
+        srformer=SRformerConfig(variant=args.variant, segment_size=args.segment_size, target_length=args.target_length),
+        max_source_length=args.max_source_length, max_target_length=args.max_target_length,
+        source_prefix=args.source_prefix, vocab_size=args.vocab_size, data=str(args.data),
+    )
+    settings = TrainingSettings(
+        max_steps=args.max_steps, time_budget_seconds=args.time_budget, learning_rate=args.learning_rate,
+        warmup_steps=args.warmup_steps, batch_size=args.batch_size,
+        gradient_accumulation_steps=args.gradient_accumulation_steps, save_every=args.save_every,
+        seed=args.seed, progress=not args.no_progress,
+    )
+    result = train_summarizer(spec, pairs, args.output, settings, resume=args.resume)
+    print(
+        f"trained {args.variant} for {result.steps} steps in {result.seconds:.1f} s "
+        f"(final loss {result.final_loss if result.final_loss is None else round(result.final_loss, 4)}, "
+        f"stopped by {result.stopped_by}); saved to {args.output}"
+    )
+    return 0

@@ -1,0 +1,1 @@
+"""Experiments built on the library: the ACLSum main job and its plots."""

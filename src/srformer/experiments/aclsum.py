@@ -1,0 +1,153 @@
+"""The main job: full vs segmented vs SRformer cross attention on ACLSum, end to end on a CPU.
+
+Protocol (mirrors the paper, which converts a pretrained full-attention model and fine-tunes it):
+
+1. Train a base model with full cross attention on the ACLSum training split (a named config
+   built from scratch with a Unigram tokenizer trained on the same split, since no pretrained
+   weights can be downloaded; pass a hub id or local checkpoint as ``model`` to start from one).
+2. Convert a copy of the base model to each variant and fine-tune each for the same number of
+   steps with the same data order and seed (``full`` is fine-tuned too, so every variant gets the
+   same budget).
+3. Generate summaries for the ACLSum test split and score them with ROUGE; time the decoding.
+
+Every stage is resumable: a finished stage is skipped, an interrupted one resumes from its
+last checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from srformer.config import SRformerConfig
+from srformer.data.pairs import load_aclsum
+from srformer.evaluation.evaluate import evaluate_summarizer, load_summarizer
+from srformer.evaluation.report import format_table, write_metrics_json
+from srformer.experiments.plots import plot_variant_comparison
+from srformer.training.checkpoint import find_checkpoint
+from srformer.training.pipeline import RunSpec, train_summarizer
+from srformer.training.settings import TrainingSettings
+
+TABLE_COLUMNS = (
+    "variant", "segment_size", "rouge1", "rouge1_ci", "rouge2", "rougeL", "rougeLsum",
+    "finetune_seconds", "decode_seconds", "tokens_per_second",
+)
+
+
+@dataclass
+class ComparisonSettings:
+    """Budget and shapes of the ACLSum comparison (defaults: about 20 minutes on 2 CPU cores).
+
+    Lengths are in tokens, times in seconds, steps are optimizer steps of ``batch_size`` examples.
+    """
+
+    model: str = "t5-tiny"
+    variants: tuple[str, ...] = ("full", "segmented", "srformer")
+    segment_size: int = 32
+    target_length: int = 128
+    max_source_length: int = 512
+    max_target_length: int = 128
+    base_steps: int = 500
+    finetune_steps: int = 200
+    batch_size: int = 8
+    base_learning_rate: float = 1e-3
+    finetune_learning_rate: float = 5e-4
+    vocab_size: int = 4000
+    num_beams: int = 1
+    max_new_tokens: int = 128
+    eval_batch_size: int = 16
+    max_test_examples: int | None = None
+    seed: int = 0
+    progress: bool = True
+
+
+def _train_stage(spec: RunSpec, pairs, output: Path, settings: TrainingSettings) -> dict:
+    summary_file = output / "training_summary.json"
+    if summary_file.is_file() and find_checkpoint(output) is not None:
+        summary = json.loads(summary_file.read_text())
+        if summary.get("steps", 0) >= settings.max_steps:
+            return summary
+    train_summarizer(spec, pairs, output, settings, resume=find_checkpoint(output) is not None)
+    return json.loads(summary_file.read_text())
+
+
+def run_aclsum_comparison(output_dir: str | Path, settings: ComparisonSettings | None = None) -> list[dict]:
+    """Run the whole comparison and write ``results.json``, ``results.md`` and ``results.png``.
+
+    Returns:
+        One row per variant with ROUGE (F1 x 100), intervals, fine-tuning and decoding seconds.
+
+    Raises:
+        ValueError: for an unknown variant or segment settings that cannot fit the source length.
+    """
+    settings = settings or ComparisonSettings()
+    output = Path(output_dir)
+    output.mkdir(parents=True, exist_ok=True)
+    train_pairs = load_aclsum("train")
+    test_pairs = load_aclsum("test")[: settings.max_test_examples]
+
+    def training(steps: int, learning_rate: float) -> TrainingSettings:
+        return TrainingSettings(
+            max_steps=steps, learning_rate=learning_rate, batch_size=settings.batch_size,
+            warmup_steps=min(50, steps // 10), save_every=max(50, steps // 4), seed=settings.seed,
+            progress=settings.progress,
+        )
+
+    def spec(model: str, variant: str) -> RunSpec:
+        return RunSpec(
+            model=model,
+            srformer=SRformerConfig(variant=variant, segment_size=settings.segment_size, target_length=settings.target_length),
+            max_source_length=settings.max_source_length, max_target_length=settings.max_target_length,
+            vocab_size=settings.vocab_size, data="aclsum:train",
+        )
+
+    base_dir = output / "base"
+    print(f"[1/{1 + len(settings.variants)}] base model with full attention -> {base_dir}")
+    _train_stage(spec(settings.model, "full"), train_pairs, base_dir, training(settings.base_steps, settings.base_learning_rate))
+
+    rows = []
+    for number, variant in enumerate(settings.variants, start=2):
+        run_dir = output / variant
+        print(f"[{number}/{1 + len(settings.variants)}] {variant}: convert the base model, fine-tune -> {run_dir}")
+        summary = _train_stage(
+            spec(str(base_dir), variant), train_pairs, run_dir,
+            training(settings.finetune_steps, settings.finetune_learning_rate),
+        )
+        metrics_file = run_dir / "test_metrics.json"
+        if metrics_file.is_file():
+            metrics = json.loads(metrics_file.read_text())
+        else:
+            model, tokenizer = load_summarizer(run_dir)
+            metrics, predictions = evaluate_summarizer(
+                model, tokenizer, test_pairs, max_source_length=settings.max_source_length,
+                max_new_tokens=settings.max_new_tokens, num_beams=settings.num_beams,
+                batch_size=settings.eval_batch_size, progress=settings.progress,
+            )
+            (run_dir / "test_predictions.jsonl").write_text(
+                "".join(json.dumps({"id": p.id, "prediction": s, "reference": p.summary}) + "\n"
+                        for p, s in zip(test_pairs, predictions))
+            )
+            write_metrics_json(metrics_file, metrics)
+        rows.append(
+            {
+                "variant": variant,
+                "segment_size": metrics["segment_size"] or "-",
+                **{key: metrics[key] for key in ("rouge1", "rouge2", "rougeL", "rougeLsum")},
+                "rouge1_ci": "{:.2f}-{:.2f}".format(*metrics["rouge_ci"]["rouge1"]),
+                "finetune_seconds": summary.get("seconds"),
+                "decode_seconds": metrics["seconds"],
+                "tokens_per_second": metrics["tokens_per_second"],
+                "num_examples": metrics["num_examples"],
+            }
+        )
+
+    write_metrics_json(output / "results.json", {"settings": asdict(settings), "rows": rows})
+    table = format_table(rows, TABLE_COLUMNS)
+    (output / "results.md").write_text(
+        f"# ACLSum test ({rows[0]['num_examples']} documents), {settings.model}, source {settings.max_source_length} "
+        f"tokens, segment size {settings.segment_size}, target length {settings.target_length}\n\n{table}\n"
+    )
+    plot_variant_comparison(rows, output / "results.png", title=f"ACLSum test, {settings.model}")
+    print(table)
+    return rows

@@ -1,0 +1,172 @@
+"""Fine-tune a summarizer end to end: tokenizer, model, conversion, features, training loop.
+
+Used by ``srformer train`` and by the experiments. The run's description is written to
+``output_dir/srformer_run.json`` before training starts, so ``--resume`` can refuse a checkpoint
+of another variant or model, and evaluation can reuse the run's source length and prefix.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from srformer.config import SRformerConfig
+from srformer.data.features import encode_pairs
+from srformer.data.pairs import SummaryPair
+from srformer.models.convert import convert, is_converted, srformer_config_of
+from srformer.models.factory import load_model, load_tokenizer
+from srformer.training.checkpoint import find_checkpoint
+from srformer.training.loop import TrainingResult, train
+from srformer.training.settings import TrainingSettings
+
+RUN_FILE = "srformer_run.json"
+
+
+@dataclass
+class RunSpec:
+    """What to fine-tune, and on which input shapes.
+
+    Attributes:
+        model: a named config (e.g. ``t5-tiny``), a local checkpoint directory or a hub id.
+        srformer: the cross-attention variant and its settings.
+        max_source_length: encoder input length in tokens (longer documents are truncated, counted).
+        max_target_length: summary length in tokens for training.
+        source_prefix: text put before every document (e.g. ``"summarize: "`` for pretrained T5).
+        vocab_size: tokenizer size for named configs (a tokenizer is trained on the training texts).
+        data: a description of the training data, recorded in the run file.
+    """
+
+    model: str
+    srformer: SRformerConfig
+    max_source_length: int = 512
+    max_target_length: int = 128
+    source_prefix: str = ""
+    vocab_size: int = 8000
+    data: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["srformer"] = self.srformer.to_dict()
+        return out
+
+
+def check_shapes(spec: RunSpec) -> None:
+    """Reject segment settings that cannot work for the run's input lengths.
+
+    Raises:
+        ValueError: if ``segment_size`` exceeds ``max_source_length`` (every document would be one
+            segment: segmented attention would silently be full attention), or if the longest input
+            has more segments than ``target_length`` (segments that are never attended).
+    """
+    cfg = spec.srformer
+    if cfg.variant == "full":
+        return
+    if cfg.segment_size > spec.max_source_length:
+        raise ValueError(
+            f"--segment-size {cfg.segment_size} is larger than --max-source-length {spec.max_source_length}: every "
+            "document would be a single segment. Use a segment size below the source length."
+        )
+    segments = math.ceil(spec.max_source_length / cfg.segment_size)
+    if segments > cfg.target_length:
+        raise ValueError(
+            f"--target-length {cfg.target_length} is smaller than the number of segments ({segments} = "
+            f"ceil({spec.max_source_length} / {cfg.segment_size})): later segments would never be attended. "
+            f"Use --segment-size >= {math.ceil(spec.max_source_length / cfg.target_length)} or a larger --target-length."
+        )
+
+
+def read_run(output_dir: str | os.PathLike) -> dict | None:
+    """The run description saved in ``output_dir`` (None if there is none)."""
+    path = Path(output_dir) / RUN_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def prepare_model(
+    spec: RunSpec, train_pairs: Sequence[SummaryPair], *, tokenizer_dir: str | os.PathLike | None = None, seed: int = 0
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Tokenizer and converted model for ``spec``.
+
+    Args:
+        spec: the run.
+        train_pairs: training texts (used to train a tokenizer for named configs).
+        tokenizer_dir: load the tokenizer from here instead (used when resuming).
+        seed: seed for the random initialisation of named configs and RAF weights.
+
+    Raises:
+        ValueError: if ``spec.model`` is already an SRformer model of other settings.
+    """
+    if tokenizer_dir is not None:
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    else:
+        texts = [p.document for p in train_pairs] + [p.summary for p in train_pairs]
+        tokenizer = load_tokenizer(spec.model, train_texts=texts, vocab_size=spec.vocab_size)
+    torch.manual_seed(seed)
+    model = load_model(spec.model, tokenizer)
+    if is_converted(model):
+        existing = srformer_config_of(model)
+        if existing != spec.srformer:
+            raise ValueError(
+                f"{spec.model} is already an SRformer model of variant {existing.variant!r} ({existing.to_dict()}); "
+                f"it cannot be trained as {spec.srformer.to_dict()}. Start from the full-attention model instead."
+            )
+    else:
+        convert(model, spec.srformer)
+    return model, tokenizer
+
+
+def train_summarizer(
+    spec: RunSpec,
+    train_pairs: Sequence[SummaryPair],
+    output_dir: str | os.PathLike,
+    settings: TrainingSettings,
+    *,
+    resume: bool = False,
+) -> TrainingResult:
+    """Fine-tune ``spec.model`` converted to ``spec.srformer`` on ``train_pairs``; save to ``output_dir``.
+
+    The output directory ends up holding the model (``save_pretrained``), its tokenizer, the
+    run file, ``training_summary.json`` and the last resumable checkpoint.
+
+    Raises:
+        ValueError: bad shapes (see :func:`check_shapes`); ``resume`` with a run of another
+            variant, model or lengths; an existing checkpoint without ``resume`` (from :func:`train`).
+    """
+    check_shapes(spec)
+    output = Path(output_dir)
+    previous = read_run(output)
+    tokenizer_dir = None
+    if resume and previous is not None:
+        requested = json.loads(json.dumps(spec.to_dict()))
+        differing = sorted(k for k in ("model", "srformer", "max_source_length", "max_target_length",
+                                       "source_prefix") if previous.get(k) != requested.get(k))
+        if differing:
+            raise ValueError(
+                f"Cannot resume {output}: it holds a run with different {', '.join(differing)} "
+                f"(saved: {[previous.get(k) for k in differing]}, requested: {[requested.get(k) for k in differing]}). "
+                "Use another --output for a new run."
+            )
+        if (output / "tokenizer.json").is_file() or (output / "tokenizer_config.json").is_file():
+            tokenizer_dir = output
+    model, tokenizer = prepare_model(spec, train_pairs, tokenizer_dir=tokenizer_dir, seed=settings.seed)
+    features, _ = encode_pairs(
+        tokenizer, train_pairs, max_source_length=spec.max_source_length,
+        max_target_length=spec.max_target_length, source_prefix=spec.source_prefix,
+    )
+    output.mkdir(parents=True, exist_ok=True)
+    if not resume or previous is None:
+        if find_checkpoint(output) is not None and not resume:
+            raise ValueError(
+                f"{output} already holds a training checkpoint; pass --resume (resume=True) to continue it "
+                "or choose another --output."
+            )
+        tokenizer.save_pretrained(output)
+        (output / RUN_FILE).write_text(json.dumps(spec.to_dict(), indent=2))
+    return train(model, tokenizer, features, output, settings, resume=resume)

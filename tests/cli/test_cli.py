@@ -1,0 +1,97 @@
+"""The command line end to end on a few real ACLSum documents: train -> evaluate -> summarize, resume."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from srformer.cli.main import main
+from srformer.data.pairs import load_aclsum
+
+
+@pytest.fixture(scope="module")
+def data_files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("data")
+    for split, n in (("train", 12), ("test", 4)):
+        rows = [{"id": p.id, "text": p.document, "abstract": p.summary} for p in load_aclsum(split)[:n]]
+        (folder / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder
+
+
+TRAIN_ARGS = ["--model", "t5-tiny", "--document-field", "text", "--summary-field", "abstract", "--segment-size", "16",
+              "--target-length", "32", "--max-source-length", "64", "--max-target-length", "32", "--vocab-size", "400",
+              "--batch-size", "4", "--save-every", "2", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def trained(data_files, tmp_path_factory):
+    output = tmp_path_factory.mktemp("run") / "srformer"
+    status = main(["train", "--data", str(data_files / "train.jsonl"), "--variant", "srformer", "--output", str(output),
+                   "--max-steps", "3", *TRAIN_ARGS])
+    assert status == 0
+    return output
+
+
+def test_train_writes_a_loadable_checkpoint(trained):
+    assert (trained / "config.json").is_file() and (trained / "tokenizer.json").is_file()
+    assert json.loads((trained / "training_summary.json").read_text())["steps"] == 3
+    assert json.loads((trained / "config.json").read_text())["srformer"]["variant"] == "srformer"
+
+
+def test_evaluate_writes_rouge_json(trained, data_files, tmp_path, capsys):
+    metrics_path = tmp_path / "metrics.json"
+    status = main(["evaluate", "--checkpoint", str(trained), "--data", str(data_files / "test.jsonl"),
+                   "--document-field", "text", "--summary-field", "abstract", "--output", str(metrics_path),
+                   "--max-examples", "3", "--max-new-tokens", "8", "--num-beams", "2", "--no-progress"])
+    assert status == 0
+    metrics = json.loads(metrics_path.read_text())
+    for key in ("rouge1", "rouge2", "rougeL", "rougeLsum"):
+        assert 0.0 <= metrics[key] <= 100.0
+    assert metrics["num_examples"] == 3 and metrics["variant"] == "srformer" and metrics["segment_size"] == 16
+    assert metrics["seconds"] > 0 and metrics["max_source_length"] == 64
+    assert "| variant |" in capsys.readouterr().out
+
+
+def test_summarize_reads_standard_input(trained, monkeypatch, capsys):
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(load_aclsum("val")[0].document))
+    assert main(["summarize", "--checkpoint", str(trained), "--max-new-tokens", "6", "--no-progress"]) == 0
+    assert len(capsys.readouterr().out.strip().splitlines()) >= 1
+
+
+def test_resume_continues_and_refuses_another_variant(trained, data_files, capsys):
+    base = ["train", "--data", str(data_files / "train.jsonl"), "--output", str(trained), *TRAIN_ARGS]
+    assert main([*base, "--variant", "segmented", "--max-steps", "5", "--resume"]) == 2
+    assert "different srformer" in capsys.readouterr().err
+    assert main([*base, "--variant", "srformer", "--max-steps", "3"]) == 2
+    assert "--resume" in capsys.readouterr().err
+    assert main([*base, "--variant", "srformer", "--max-steps", "5", "--resume"]) == 0
+    assert json.loads((trained / "training_summary.json").read_text())["steps"] == 5
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--segment-size", "128"], "larger than --max-source-length"),
+        (["--segment-size", "1", "--target-length", "8"], "smaller than the number of segments"),
+        (["--segment-size", "0"], "segment_size"),
+        (["--target-length", "0"], "target_length"),
+    ],
+)
+def test_bad_shapes_are_rejected_before_training(data_files, tmp_path, capsys, extra, message):
+    args = ["train", "--data", str(data_files / "train.jsonl"), "--variant", "srformer", "--output", str(tmp_path / "x"),
+            *TRAIN_ARGS, *extra]
+    assert main(args) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_missing_field_and_empty_document_are_clear_errors(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"document": "   ", "summary": "s"}) + "\n")
+    assert main(["train", "--data", str(bad), "--variant", "full", "--output", str(tmp_path / "o"), "--model", "t5-tiny"]) == 2
+    assert "empty" in capsys.readouterr().err
+    assert main(["train", "--data", str(bad), "--variant", "full", "--output", str(tmp_path / "o"), "--model", "t5-tiny",
+                 "--summary-field", "abstract"]) == 2
+    assert "abstract" in capsys.readouterr().err
