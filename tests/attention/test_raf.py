@@ -45,3 +45,11 @@ def test_gradients_reach_leak_threshold_and_linear():
     outputs.sum().backward()
     for p in (raf.leak, raf.threshold, raf.linear.weight):
         assert p.grad is not None and p.grad.abs().sum() > 0
+
+
+def test_linear_init_scale_multiplies_the_default_initialisation():
+    torch.manual_seed(0)
+    full = RecurrentAccumulateAndFire(8).linear.weight
+    torch.manual_seed(0)
+    small = RecurrentAccumulateAndFire(8, linear_init_scale=1e-3).linear.weight
+    assert torch.allclose(small, full * 1e-3)

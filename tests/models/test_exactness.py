@@ -60,6 +60,16 @@ def test_small_segments_change_the_output(family):
     assert (teacher_forced_logits(model, ids, mask, dec) - teacher_forced_logits(base, ids, mask, dec)).abs().max() > 1e-3
 
 
+def test_recurrent_term_is_large_in_these_tests(family):
+    """The exactness tests below would not notice an error in O_R if O_R were negligible."""
+    base = BUILDERS[family]()
+    ids, mask = padded_batch(base)
+    dec = decoder_inputs(base, ids.shape[0], 10)
+    segmented = teacher_forced_logits(converted(base, variant="segmented", segment_size=4, target_length=16), ids, mask, dec)
+    recurrent = teacher_forced_logits(converted(base, variant="srformer", segment_size=4, target_length=16), ids, mask, dec)
+    assert (segmented - recurrent).abs().max().item() > 0.1
+
+
 @pytest.mark.parametrize("variant", ["segmented", "srformer"])
 @pytest.mark.parametrize("segment_size,target_length", [(4, 16), (3, 5), (8, 40)])
 def test_parallel_path_equals_incremental_path_with_padded_sources(family, variant, segment_size, target_length):

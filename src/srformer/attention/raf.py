@@ -25,11 +25,17 @@ class RecurrentAccumulateAndFire(nn.Module):
         head_dim: ``d``, the size of both axes of the ``(d, d)`` key-value products.
         leak_init: initial leak (Appendix A.2 pseudo code: 1.0).
         threshold_init: initial threshold (Appendix A.2: 0.1), must be > 0.
+        linear_init_scale: factor on PyTorch's default initialisation of ``W`` (1.0 = Appendix A.2;
+            see :class:`srformer.SRformerConfig` for why the package default is 1e-3).
     """
 
-    def __init__(self, head_dim: int, leak_init: float = 1.0, threshold_init: float = 0.1) -> None:
+    def __init__(
+        self, head_dim: int, leak_init: float = 1.0, threshold_init: float = 0.1, linear_init_scale: float = 1.0
+    ) -> None:
         super().__init__()
         self.linear = nn.Linear(head_dim, head_dim, bias=False)
+        with torch.no_grad():
+            self.linear.weight.mul_(linear_init_scale)
         self.leak = nn.Parameter(torch.tensor(float(leak_init)))
         self.threshold = nn.Parameter(torch.tensor(float(threshold_init)))
 

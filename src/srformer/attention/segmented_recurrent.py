@@ -51,7 +51,9 @@ class SegmentedRecurrentAttention(nn.Module):
         self.head_dim = head_dim
         self.raf = None
         if self.has_recurrence:
-            self.raf = RecurrentAccumulateAndFire(head_dim, config.raf_leak_init, config.raf_threshold_init)
+            self.raf = RecurrentAccumulateAndFire(
+                head_dim, config.raf_leak_init, config.raf_threshold_init, config.raf_linear_init_scale
+            )
 
     @property
     def has_recurrence(self) -> bool:
