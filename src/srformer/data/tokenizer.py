@@ -10,14 +10,21 @@ written one sentence a line for ``rougeLsum``. A newline is normalized to ``"\\n
 encoding, so the word after it starts a new word; decoded text therefore shows ``"\\n "`` where the
 input had ``"\\n"`` (harmless for ROUGE, which splits lines and ignores spaces). Runs of spaces
 are collapsed to one space, as SentencePiece does.
+
+The pieces and their scores are learned by SentencePiece's own Unigram trainer (single-threaded,
+deterministic: the same texts always give the same ids), then loaded into a ``tokenizers`` Unigram
+model for fast encoding. The ``tokenizers`` trainer was not used because its result varies from
+run to run (piece scores differ by up to 2e-3 and ids are assigned in a different order), which
+made whole training runs irreproducible.
 """
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterable
 
+import sentencepiece
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-from tokenizers.trainers import UnigramTrainer
 from transformers import PreTrainedTokenizerFast
 
 #: Special tokens in id order: ``<pad>`` = 0, ``</s>`` = 1, ``<unk>`` = 2 (T5's layout).
@@ -74,7 +81,7 @@ def train_unigram_tokenizer(
             "train the tokenizer on"
         )
 
-    backend = Tokenizer(models.Unigram())
+    backend = Tokenizer(models.Unigram(_learn_pieces(corpus, vocab_size), unk_id=SPECIAL_TOKENS.index("<unk>")))
     backend.normalizer = normalizers.Sequence(
         [
             normalizers.NFKC(),
@@ -86,14 +93,6 @@ def train_unigram_tokenizer(
         replacement=_METASPACE, prepend_scheme="always"
     )
     backend.decoder = decoders.Metaspace(replacement=_METASPACE, prepend_scheme="always")
-    trainer = UnigramTrainer(
-        vocab_size=vocab_size,
-        special_tokens=list(SPECIAL_TOKENS),
-        unk_token="<unk>",
-        initial_alphabet=["\n"],
-        show_progress=False,
-    )
-    backend.train_from_iterator(corpus, trainer=trainer)
     for expected_id, token in enumerate(SPECIAL_TOKENS):
         actual = backend.token_to_id(token)
         if actual != expected_id:  # pragma: no cover - guards against a tokenizers change
@@ -110,3 +109,33 @@ def train_unigram_tokenizer(
         eos_token="</s>",
         unk_token="<unk>",
     )
+
+
+def _learn_pieces(corpus: list[str], vocab_size: int) -> list[tuple[str, float]]:
+    """``(piece, log-probability)`` in id order, learned by SentencePiece's Unigram trainer.
+
+    Ids 0-2 are the special tokens and id 3 is the newline piece. A corpus too small for
+    ``vocab_size`` yields fewer pieces (``hard_vocab_limit=False``).
+    """
+    model = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(corpus),
+        model_writer=model,
+        model_type="unigram",
+        vocab_size=vocab_size,
+        hard_vocab_limit=False,
+        pad_id=0,
+        eos_id=1,
+        unk_id=2,
+        bos_id=-1,
+        pad_piece="<pad>",
+        eos_piece="</s>",
+        unk_piece="<unk>",
+        user_defined_symbols=["\n"],
+        character_coverage=1.0,
+        max_sentence_length=1 << 24,
+        num_threads=1,
+        minloglevel=2,
+    )
+    processor = sentencepiece.SentencePieceProcessor(model_proto=model.getvalue())
+    return [(processor.id_to_piece(i), processor.get_score(i)) for i in range(processor.get_piece_size())]
