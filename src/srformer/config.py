@@ -7,7 +7,7 @@ converted model.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 #: Cross-attention variants implemented in this package.
 #: ``full``: the model's unchanged cross attention.
@@ -45,6 +45,12 @@ class SRformerConfig:
             and as an ablation switch).
         strict_schedule: if True, an input with more segments than ``target_length`` raises
             ``ValueError`` instead of warning (such segments are never attended by ``O_S``).
+        lean_cache: generation memory mode (beyond the paper). False: each layer caches its
+            projected keys/values and the RAF input of every segment. True: each layer keeps only
+            ``K^T V``, ``norm(K)`` and the RAF state (about heads x d^2 numbers) and projects the
+            current segment's keys/values from the encoder output at every step: less memory,
+            more compute per step. Same outputs either way. ``strict_schedule`` and ``lean_cache``
+            are runtime options: checkpoints that differ only in them are the same model.
 
     Raises:
         ValueError: for an unknown ``variant`` or a non-positive ``segment_size``,
@@ -61,6 +67,7 @@ class SRformerConfig:
     kv_clamp: float | None = None
     recurrence: bool = True
     strict_schedule: bool = False
+    lean_cache: bool = False
 
     def __post_init__(self) -> None:
         if self.variant not in VARIANTS:
@@ -84,6 +91,12 @@ class SRformerConfig:
             raise ValueError(f"`norm_eps` must be > 0, got {self.norm_eps!r}.")
         if self.kv_clamp is not None and not self.kv_clamp > 0:
             raise ValueError(f"`kv_clamp` must be None or > 0, got {self.kv_clamp!r}.")
+
+    def same_model(self, other: "SRformerConfig") -> bool:
+        """True if ``other`` describes the same model, ignoring the runtime options
+        ``strict_schedule`` and ``lean_cache``."""
+        runtime = {"strict_schedule": False, "lean_cache": False}
+        return replace(self, **runtime) == replace(other, **runtime)
 
     def to_dict(self) -> dict:
         """Plain-JSON form, stored as ``model.config.srformer``."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import replace
+from typing import Callable
 
 import torch
 from torch import nn
@@ -81,6 +82,7 @@ class SegmentedRecurrentAttention(nn.Module):
         device = keys.device
         if key_valid is None:
             lengths = torch.full((batch,), k, dtype=torch.long, device=device)
+            order = torch.arange(k, device=device).expand(batch, k)
         else:
             key_valid = key_valid.to(device=device, dtype=torch.bool)
             lengths = key_valid.sum(dim=1)
@@ -91,15 +93,17 @@ class SegmentedRecurrentAttention(nn.Module):
                     f"Encoder input of batch example(s) {bad} has no real token (attention mask all zero): "
                     "empty documents cannot be summarized; remove them from the input."
                 )
-            order = compaction_order(key_valid)[:, None, :, None].expand(batch, heads, k, d)
-            keys = torch.gather(keys, 2, order)
-            values = torch.gather(values, 2, order)
+            order = compaction_order(key_valid)
+            gather = order[:, None, :, None].expand(batch, heads, k, d)
+            keys = torch.gather(keys, 2, gather)
+            values = torch.gather(values, 2, gather)
         segments = num_segments(lengths, s)
         max_segments = -(-k // s)
         padded = max_segments * s
         if padded != k:
             keys = F.pad(keys, (0, 0, 0, padded - k))
             values = F.pad(values, (0, 0, 0, padded - k))
+            order = F.pad(order, (0, padded - k))
         position_valid = torch.arange(padded, device=device)[None, :] < lengths[:, None]  # (B, M*s)
         mask = position_valid[:, None, :, None].to(keys.dtype)
         keys = keys * mask
@@ -109,6 +113,7 @@ class SegmentedRecurrentAttention(nn.Module):
         state = CrossAttentionState(
             keys=keys,
             values=values,
+            positions=order.to(torch.int32),
             lengths=lengths,
             num_segments=segments,
             last_segment=torch.full((batch,), -1, dtype=torch.long, device=device),
@@ -124,6 +129,7 @@ class SegmentedRecurrentAttention(nn.Module):
                 total = total.clamp(-c, c)
             partial = total - segment_products  # P_j, Eq. 16
             state.raf_inputs = self.raf.project(partial)
+            state.kv_total = total[:, :, 0]
             state.key_norm = keys.float().pow(2).sum(dim=2).sqrt() + self.config.norm_eps
             state.membrane = torch.zeros(batch, heads, d, d, dtype=torch.float32, device=device)
             state.raf_output = torch.zeros_like(state.membrane)
@@ -141,6 +147,18 @@ class SegmentedRecurrentAttention(nn.Module):
             if self.config.strict_schedule:
                 raise ValueError(message)
             warnings.warn(message, stacklevel=3)
+
+    def lean(self, state: CrossAttentionState) -> CrossAttentionState:
+        """The lean layout of ``state``: drop keys, values and per-segment RAF inputs (see
+        :class:`CrossAttentionState`); later steps project their segment from the encoder output."""
+        return replace(state, keys=None, values=None, raf_inputs=None)
+
+    def resume(self, fresh: CrossAttentionState, carried: CrossAttentionState) -> CrossAttentionState:
+        """A standard-layout state rebuilt from the encoder output (``fresh``, from :meth:`init_state`)
+        with the recurrent progress of ``carried`` (used when a lean state meets a multi-token chunk)."""
+        return replace(
+            fresh, last_segment=carried.last_segment, membrane=carried.membrane, raf_output=carried.raf_output
+        )
 
     # ------------------------------------------------------------------ parallel path
     def forward(
@@ -206,21 +224,29 @@ class SegmentedRecurrentAttention(nn.Module):
         *,
         position: int,
         scale: float = 1.0,
+        project_rows: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None,
     ) -> tuple[torch.Tensor, CrossAttentionState]:
         """Cross attention for one decoder position, reading one segment and a (d, d) state per head.
 
         Algorithm 1: attend to segment ``i(t)`` with softmax; when ``i(t)`` differs from the previous
-        step's segment, fire RAF once with ``W P_{i(t)}``; add ``Q_t . RAF_out / norm(K)``. The work is
-        O(s*d + d^2) per head; no tensor of encoder length is touched and there is no host sync.
+        step's segment, fire RAF once with ``W P_{i(t)}``; add ``Q_t . RAF_out / norm(K)``. The
+        standard layout does O(s*d + d^2) work per head: no tensor of encoder length is touched and
+        there is no host sync. The lean layout also projects the segment's ``s`` encoder rows
+        (O(s * d_model * d) per head) and forms ``P = K^T V - K_i^T V_i`` and ``W P`` (O(s*d^2 + d^3)).
 
         Args:
             queries: (B, H, 1, d) projected decoder query at ``position``.
             state: the state after ``position - 1`` (or a fresh state when ``position`` is 0).
             position: absolute decoder position ``t``.
             scale: the model's attention scale.
+            project_rows: lean layout only: maps (B, s) encoder positions to the projected
+                (keys, values), each (B, H, s, d).
 
         Returns:
             ``(output, state)``: output (B, H, 1, d) and the updated state.
+
+        Raises:
+            ValueError: a lean state without ``project_rows``.
         """
         batch, heads, _, d = queries.shape
         s = self.config.segment_size
@@ -228,18 +254,33 @@ class SegmentedRecurrentAttention(nn.Module):
         positions = torch.tensor([position], device=device)
         segment = segment_index(positions, state.num_segments, self.config.target_length)[:, 0]  # (B,)
         rows = torch.arange(batch, device=device)
-        max_segments = state.keys.shape[2] // s
-        keys = state.keys.reshape(batch, heads, max_segments, s, d)[rows, :, segment]  # (B, H, s, d)
-        values = state.values.reshape(batch, heads, max_segments, s, d)[rows, :, segment]
-        key_positions = segment[:, None] * s + torch.arange(s, device=device)[None, :]
+        key_positions = segment[:, None] * s + torch.arange(s, device=device)[None, :]  # (B, s) compacted
         allowed = key_positions < state.lengths[:, None]  # (B, s)
+        if state.is_lean:
+            if project_rows is None:
+                raise ValueError("A lean SRformer state needs `project_rows` to project its segment.")
+            encoder_positions = torch.gather(state.positions, 1, key_positions.to(torch.int64)).to(torch.int64)
+            keys, values = project_rows(encoder_positions)
+            row_mask = allowed[:, None, :, None].to(keys.dtype)
+            keys, values = keys * row_mask, values * row_mask
+        else:
+            max_segments = state.keys.shape[2] // s
+            keys = state.keys.reshape(batch, heads, max_segments, s, d)[rows, :, segment]  # (B, H, s, d)
+            values = state.values.reshape(batch, heads, max_segments, s, d)[rows, :, segment]
         output = F.scaled_dot_product_attention(
             queries, keys.to(queries.dtype), values.to(queries.dtype), attn_mask=allowed[:, None, None, :], scale=scale
         )
         new_state = replace(state, last_segment=segment)
         if self.has_recurrence:
+            if state.is_lean:
+                products = torch.einsum("bhsd,bhse->bhde", keys.float(), values.float())
+                if self.config.kv_clamp is not None:
+                    products = products.clamp(-self.config.kv_clamp, self.config.kv_clamp)
+                raf_input = self.raf.project(state.kv_total - products)
+            else:
+                raf_input = state.raf_inputs[rows, :, segment]
             changed = (segment != state.last_segment)[:, None, None, None]
-            membrane, raf_output = self.raf.fire(state.membrane, state.raf_inputs[rows, :, segment])
+            membrane, raf_output = self.raf.fire(state.membrane, raf_input)
             membrane = torch.where(changed, membrane, state.membrane)
             raf_output = torch.where(changed, raf_output, state.raf_output)
             recurrent = torch.einsum("bhqd,bhde->bhqe", queries.float() * scale, raf_output)

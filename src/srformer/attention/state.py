@@ -23,29 +23,47 @@ class CrossAttentionState:
     Shapes use B = batch (times beams), H = heads, d = head_dim, s = segment_size,
     M = the largest number of segments in the batch.
 
+    Two layouts exist. The standard one keeps the projected keys/values and the RAF input of every
+    segment (paper Table 1 memory: ``k*d + m*d^2`` per head). The lean one (``lean_cache=True``)
+    keeps neither: each step projects its segment's rows of the encoder output, which
+    ``generate()`` hands to every layer anyway, so the per-layer state is ``O(heads * d^2)``
+    numbers plus a compaction index.
+
     Attributes:
-        keys: (B, H, M*s, d) keys with each example's real positions moved to the front and
-            zeros after them (padding never enters a segment, ``K^T V`` or ``norm(K)``).
-        values: (B, H, M*s, d) values, same layout.
         lengths: (B,) long, real encoder lengths in tokens.
         num_segments: (B,) long, ``m = ceil(length / s)``.
         last_segment: (B,) long, the segment of the previous decoder step (-1 before the first).
-        raf_inputs: (B, H, M, d, d) float32 ``W P_j`` for every segment (Eq. 16 and A.2), or None
-            when the variant has no recurrent attention.
+        keys: standard layout: (B, H, M*s, d) keys with each example's real positions moved to the
+            front and zeros after them (padding never enters a segment, ``K^T V`` or ``norm(K)``);
+            None in the lean layout.
+        values: (B, H, M*s, d) values, same layout as ``keys``; None in the lean layout.
+        positions: lean layout: (B, M*s) int32, the encoder position of each compacted position
+            (its segment's rows are gathered from the encoder output); None otherwise.
+        raf_inputs: standard layout: (B, H, M, d, d) float32 ``W P_j`` for every segment (Eq. 16
+            and A.2); None in the lean layout or without recurrent attention.
+        kv_total: (B, H, d, d) float32 ``K^T V`` over real positions (Eq. 15), or None without
+            recurrent attention.
         key_norm: (B, H, d) float32 ``norm(K) + eps`` over real positions (Eq. 13), or None.
         membrane: (B, H, d, d) float32 RAF membrane potential, or None.
         raf_output: (B, H, d, d) float32 RAF output of the current segment, or None.
     """
 
-    keys: torch.Tensor
-    values: torch.Tensor
     lengths: torch.Tensor
     num_segments: torch.Tensor
     last_segment: torch.Tensor
+    keys: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+    positions: torch.Tensor | None = None
     raf_inputs: torch.Tensor | None = None
+    kv_total: torch.Tensor | None = None
     key_norm: torch.Tensor | None = None
     membrane: torch.Tensor | None = None
     raf_output: torch.Tensor | None = None
+
+    @property
+    def is_lean(self) -> bool:
+        """True for the lean layout (no keys/values kept)."""
+        return self.keys is None
 
     def map_batch(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> "CrossAttentionState":
         """A new state with ``fn`` applied to every tensor (all have the batch on axis 0)."""
@@ -69,9 +87,9 @@ class CrossAttentionState:
 class SRformerCacheLayer(DynamicLayer):
     """A cross-attention cache layer that carries a :class:`CrossAttentionState`.
 
-    ``keys``/``values`` mirror ``state.keys``/``state.values`` so that generic cache code
-    (``get_seq_length``, device queries) keeps working; every batch operation is applied to
-    the whole state.
+    ``keys``/``values`` mirror ``state.keys``/``state.values`` in the standard layout (in the lean
+    layout both point at ``state.positions``) so that generic cache code (``get_seq_length``,
+    device queries) keeps working; every batch operation is applied to the whole state.
     """
 
     def __init__(self, state: CrossAttentionState) -> None:
@@ -81,9 +99,9 @@ class SRformerCacheLayer(DynamicLayer):
     def set_state(self, state: CrossAttentionState) -> None:
         """Replace the held state (keys and values follow)."""
         self.state = state
-        self.keys = state.keys
-        self.values = state.values
-        self.dtype, self.device = state.keys.dtype, state.keys.device
+        self.keys = state.positions if state.is_lean else state.keys
+        self.values = state.positions if state.is_lean else state.values
+        self.dtype, self.device = self.keys.dtype, self.keys.device
         self.is_initialized = True
 
     def update(self, key_states, value_states, *args, **kwargs):  # noqa: D102 - cross attention is never appended to

@@ -6,6 +6,7 @@ from srformer.models.convert import (
     cross_attention_modules,
     from_pretrained,
     is_converted,
+    set_runtime_options,
     srformer_config_of,
 )
 
@@ -15,5 +16,6 @@ __all__ = [
     "cross_attention_modules",
     "from_pretrained",
     "is_converted",
+    "set_runtime_options",
     "srformer_config_of",
 ]

@@ -9,6 +9,7 @@ weights, and :func:`from_pretrained` rebuilds the same converted model.
 from __future__ import annotations
 
 import importlib
+from dataclasses import replace
 from functools import cache
 
 from torch import nn
@@ -139,6 +140,26 @@ def convert(model: PreTrainedModel, config: SRformerConfig, *, _loading: bool = 
     return model
 
 
+def set_runtime_options(model: PreTrainedModel, **options) -> PreTrainedModel:
+    """Change the runtime options (``lean_cache``, ``strict_schedule``) of a converted model in place.
+
+    Raises:
+        ValueError: for an option that is not a runtime option, or a model that is not converted.
+    """
+    allowed = {"lean_cache", "strict_schedule"}
+    if set(options) - allowed:
+        raise ValueError(f"Only {sorted(allowed)} can change after conversion, got {sorted(set(options) - allowed)}.")
+    current = srformer_config_of(model)
+    if current is None:
+        raise ValueError("This model is not converted; call srformer.convert(model, SRformerConfig(...)) first.")
+    updated = replace(current, **options)
+    for _, _, module in cross_attention_modules(model):
+        if hasattr(module, "srformer"):
+            module.srformer.config = updated
+    model.config.srformer = updated.to_dict()
+    return model
+
+
 def srformer_config_of(model_or_config) -> SRformerConfig | None:
     """The :class:`SRformerConfig` stored in a model or its config, or None for a plain model."""
     config = getattr(model_or_config, "config", model_or_config)
@@ -172,7 +193,7 @@ def from_pretrained(path: str, srformer_config: SRformerConfig | None = None, **
                 "srformer_config=SRformerConfig(...) to convert it, or use srformer.convert(model, config)."
             )
         return convert(AutoModelForSeq2SeqLM.from_pretrained(path, **kwargs), srformer_config)
-    if srformer_config is not None and srformer_config != stored:
+    if srformer_config is not None and not srformer_config.same_model(stored):
         raise ValueError(
             f"{path} holds an SRformer checkpoint of variant {stored.variant!r} with settings {stored.to_dict()}, "
             f"but variant {srformer_config.variant!r} with settings {srformer_config.to_dict()} was requested. "
@@ -181,9 +202,11 @@ def from_pretrained(path: str, srformer_config: SRformerConfig | None = None, **
     architecture = (hf_config.architectures or [None])[0]
     base = type(AutoModelForSeq2SeqLM.from_config(hf_config)) if architecture is None else _model_class(architecture)
 
+    effective = srformer_config or stored  # runtime options (lean_cache, strict_schedule) may differ
+
     def converting_init(self, config, *args, **init_kwargs):
         base.__init__(self, config, *args, **init_kwargs)
-        convert(self, stored, _loading=True)
+        convert(self, effective, _loading=True)
 
     loader = type(base.__name__, (base,), {"__init__": converting_init, "__module__": base.__module__})
     model, info = loader.from_pretrained(path, output_loading_info=True, **kwargs)

@@ -49,7 +49,8 @@ def key_padding_from_mask(mask: torch.Tensor | None, key_length: int) -> torch.T
 def run_cross_attention(
     attention: SegmentedRecurrentAttention,
     queries: torch.Tensor,
-    project_keys_values: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+    key_value_states: torch.Tensor,
+    project: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
     mask: torch.Tensor | None,
     past_key_values,
     layer_idx: int | None,
@@ -60,16 +61,16 @@ def run_cross_attention(
     """Run one layer's SRformer cross attention, with or without a generation cache.
 
     With an ``EncoderDecoderCache``, the state is built at the sequence's first forward pass
-    and stored in the cache's cross-attention part as an :class:`SRformerCacheLayer`; later
-    single-token passes take the incremental path. The decoder position is
-    ``self_attention_cache.get_seq_length(layer_idx) - q`` because the layer's self attention
-    has already appended the current tokens (SRFORMER_NOTES, "Generation path").
+    and stored in the cache's cross-attention part as an :class:`SRformerCacheLayer` (in the lean
+    layout when ``lean_cache`` is set); later single-token passes take the incremental path. The
+    decoder position is ``self_attention_cache.get_seq_length(layer_idx) - q`` because the layer's
+    self attention has already appended the current tokens (SRFORMER_NOTES, "Generation path").
 
     Args:
         attention: the layer's SRformer module.
         queries: (B, H, q, d) projected decoder queries.
-        project_keys_values: returns the projected encoder (keys, values), each (B, H, k, d);
-            called only when no state exists yet.
+        key_value_states: (B, k, d_model) encoder output.
+        project: maps encoder states (B, n, d_model) to projected (keys, values), each (B, H, n, d).
         mask: the encoder mask as passed by the model (see :func:`key_padding_from_mask`).
         past_key_values: None or an ``EncoderDecoderCache``.
         layer_idx: the decoder layer index (required with a cache).
@@ -102,17 +103,25 @@ def run_cross_attention(
                 "start generation with a fresh cache after converting the model."
             )
         state = layer.state
-    if state is None:
-        keys, values = project_keys_values()
-        state = attention.init_state(keys, values, key_padding_from_mask(mask, keys.shape[2]))
+    if state is None or (state.is_lean and q_len > 1):
+        keys, values = project(key_value_states)
+        fresh = attention.init_state(keys, values, key_padding_from_mask(mask, keys.shape[2]))
+        state = fresh if state is None else attention.resume(fresh, state)
 
     start = 0 if cache is None else cache.self_attention_cache.get_seq_length(layer_idx) - q_len
     if cache is not None and q_len == 1:
-        output, state = attention.step(queries, state, position=start, scale=scale)
+
+        def project_rows(positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            index = positions[:, :, None].expand(-1, -1, key_value_states.shape[-1])
+            return project(torch.gather(key_value_states, 1, index))
+
+        output, state = attention.step(queries, state, position=start, scale=scale, project_rows=project_rows)
     else:
         output, state = attention(queries, state, start_position=start, scale=scale, dropout=dropout)
 
     if cache is not None:
+        if attention.config.lean_cache and not state.is_lean:
+            state = attention.lean(state)
         _store_state(cache, layer_idx, state)
     return output
 

@@ -34,15 +34,16 @@ class SRformerT5AttentionMixin:
         head_dim = self.key_value_proj_dim
         queries = self.q(hidden_states).view(batch, q_len, -1, head_dim).transpose(1, 2)
 
-        def project_keys_values():
-            keys = self.k(key_value_states).view(batch, -1, self.n_heads, head_dim).transpose(1, 2)
-            values = self.v(key_value_states).view(batch, -1, self.n_heads, head_dim).transpose(1, 2)
+        def project(states):
+            keys = self.k(states).view(states.shape[0], -1, self.n_heads, head_dim).transpose(1, 2)
+            values = self.v(states).view(states.shape[0], -1, self.n_heads, head_dim).transpose(1, 2)
             return keys, values
 
         output = run_cross_attention(
             self.srformer,
             queries,
-            project_keys_values,
+            key_value_states,
+            project,
             mask,
             past_key_values,
             self.layer_idx,
@@ -70,15 +71,16 @@ class SRformerBartAttentionMixin:
         batch, q_len = hidden_states.shape[:2]
         queries = self.q_proj(hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)
 
-        def project_keys_values():
-            keys = self.k_proj(key_value_states).view(batch, -1, self.num_heads, self.head_dim).transpose(1, 2)
-            values = self.v_proj(key_value_states).view(batch, -1, self.num_heads, self.head_dim).transpose(1, 2)
+        def project(states):
+            keys = self.k_proj(states).view(states.shape[0], -1, self.num_heads, self.head_dim).transpose(1, 2)
+            values = self.v_proj(states).view(states.shape[0], -1, self.num_heads, self.head_dim).transpose(1, 2)
             return keys, values
 
         output = run_cross_attention(
             self.srformer,
             queries,
-            project_keys_values,
+            key_value_states,
+            project,
             attention_mask,
             past_key_values,
             self.layer_idx,

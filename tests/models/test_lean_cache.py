@@ -1,0 +1,55 @@
+"""The lean cache layout: identical outputs to the standard layout, far smaller state."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import srformer
+from srformer.attention.state import SRformerCacheLayer
+from srformer.models import set_runtime_options
+from tests.models.conftest import BUILDERS, converted, decoder_inputs, padded_batch, plain_generation_config
+from tests.models.test_exactness import step_by_step_logits, teacher_forced_logits
+
+
+@pytest.mark.parametrize("variant", ["segmented", "srformer"])
+def test_lean_incremental_logits_equal_teacher_forcing(family, variant):
+    model = converted(BUILDERS[family](), variant=variant, segment_size=4, target_length=12, lean_cache=True)
+    ids, mask = padded_batch(model)
+    dec = decoder_inputs(model, ids.shape[0], 14)
+    assert (step_by_step_logits(model, ids, mask, dec) - teacher_forced_logits(model, ids, mask, dec)).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_lean_generation_equals_standard_generation(family, num_beams):
+    model = converted(BUILDERS[family](), variant="srformer", segment_size=4, target_length=12)
+    ids, mask = padded_batch(model)
+    config = plain_generation_config(model, max_new_tokens=14, num_beams=num_beams, num_return_sequences=num_beams)
+    with torch.no_grad():
+        standard = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+        set_runtime_options(model, lean_cache=True)
+        lean = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+    assert torch.equal(standard, lean)
+
+
+def test_lean_state_holds_no_encoder_length_float_tensor(family):
+    model = converted(BUILDERS[family](), variant="srformer", segment_size=4, target_length=12, lean_cache=True)
+    ids, mask = padded_batch(model)
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_inputs(model, 3, 1), use_cache=True)
+    layers = [layer for layer in out.past_key_values.cross_attention_cache.layers if isinstance(layer, SRformerCacheLayer)]
+    assert len(layers) == 2
+    for layer in layers:
+        state = layer.state
+        assert state.is_lean and state.keys is None and state.values is None and state.raf_inputs is None
+        assert state.positions.dtype == torch.int32
+
+
+def test_runtime_options_do_not_change_the_model_identity(tmp_path):
+    model = converted(BUILDERS["t5"](), variant="srformer", segment_size=4, target_length=12)
+    model.save_pretrained(tmp_path)
+    requested = srformer.SRformerConfig(**{**srformer.models.srformer_config_of(model).to_dict(), "lean_cache": True})
+    loaded = srformer.from_pretrained(str(tmp_path), requested)
+    assert srformer.models.srformer_config_of(loaded).lean_cache
+    with pytest.raises(ValueError, match="Only"):
+        set_runtime_options(loaded, segment_size=8)
