@@ -93,8 +93,10 @@ class RecurrentAccumulateAndFire(nn.Module):
             final membrane and output.
         """
         outputs = []
-        for j in range(projected.shape[2]):
-            new_membrane, new_output = self.fire(membrane, projected[:, :, j])
+        # unbind once: indexing projected[:, :, j] per segment would make backward allocate a
+        # full-size zero gradient for every segment.
+        for j, projected_j in enumerate(projected.unbind(dim=2)):
+            new_membrane, new_output = self.fire(membrane, projected_j)
             fire_j = fires[:, j, None, None, None]
             membrane = torch.where(fire_j, new_membrane, membrane)
             output = torch.where(fire_j, new_output, output)

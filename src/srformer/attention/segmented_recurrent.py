@@ -209,9 +209,11 @@ class SegmentedRecurrentAttention(nn.Module):
             visited = F.one_hot(segments_of_query, max_segments).any(dim=1)  # (B, M)
             fires = visited & (torch.arange(max_segments, device=queries.device)[None, :] > state.last_segment[:, None])
             outputs, membrane, raf_output = self.raf.scan(state.raf_inputs, fires, state.membrane, state.raf_output)
-            gather = segments_of_query[:, None, :, None, None].expand(batch, heads, q, d, d)
-            per_query = torch.gather(outputs, 2, gather)  # (B, H, q, d, d)
-            recurrent = torch.einsum("bhqd,bhqde->bhqe", queries.float() * scale, per_query)
+            # Q_t . out_j for every segment j in one batched matmul (q*M*d numbers per head, less than
+            # materialising a (d, d) block per query), then keep each query's own segment.
+            all_segments = torch.einsum("bhqd,bhmde->bhqme", queries.float() * scale, outputs)
+            pick = segments_of_query[:, None, :, None, None].expand(batch, heads, q, 1, d)
+            recurrent = torch.take_along_dim(all_segments, pick, dim=3)[:, :, :, 0]
             output = output + (recurrent / state.key_norm[:, :, None, :]).to(output.dtype)
             new_state = replace(new_state, membrane=membrane, raf_output=raf_output)
         return output, new_state
