@@ -27,3 +27,15 @@ def test_compaction_moves_real_positions_to_the_front_in_order():
     order = compaction_order(valid)
     assert order[0, :3].tolist() == [1, 2, 4]
     assert order[1].tolist() == [0, 1, 2, 3, 4]
+
+
+def test_visited_segments_match_the_schedule_including_skipped_ones():
+    from srformer.attention.segmented_recurrent import SegmentedRecurrentAttention
+    from srformer.config import SRformerConfig
+
+    module = SegmentedRecurrentAttention(SRformerConfig(variant="segmented", segment_size=1, target_length=4), 2)
+    segments = torch.tensor([7, 3, 1])
+    visited = module._visited(segments, 8)
+    for row, m in enumerate(segments.tolist()):
+        expected = {min(t * m // 4, m - 1) for t in range(50)}
+        assert {j for j in range(8) if visited[row, j]} == expected

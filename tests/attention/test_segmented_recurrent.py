@@ -28,12 +28,22 @@ def _inputs(batch, heads, k, q, d, lengths, seed=0):
     return queries, keys, values, valid
 
 
-def _incremental(module, queries, state, scale):
+def _incremental(module, queries, state, scale, project_rows=None):
     outs = []
     for t in range(queries.shape[2]):
-        out, state = module.step(queries[:, :, t : t + 1], state, position=t, scale=scale)
+        out, state = module.step(queries[:, :, t : t + 1], state, position=t, scale=scale, project_rows=project_rows)
         outs.append(out)
     return torch.cat(outs, dim=2), state
+
+
+def _rows_of(keys, values):
+    """A stand-in for the model's projection in the lean layout: look rows up in the full K/V."""
+
+    def project_rows(positions):
+        index = positions[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])
+        return torch.gather(keys, 2, index), torch.gather(values, 2, index)
+
+    return project_rows
 
 
 @pytest.mark.filterwarnings("ignore:An encoder input has")
@@ -53,8 +63,10 @@ def test_parallel_equals_incremental_for_random_shapes_and_padding(batch, heads,
     assert torch.isfinite(parallel).all()
     assert (parallel - incremental).abs().max().item() <= 1e-5
     assert torch.equal(final_parallel.last_segment, final_incremental.last_segment)
-    if variant == "srformer":
-        assert torch.allclose(final_parallel.membrane, final_incremental.membrane, atol=1e-5)
+    # The lean layout fires RAF incrementally from K^T V and projects each segment on demand.
+    lean, final_lean = _incremental(module, queries, module.lean(state), 0.5, _rows_of(keys, values))
+    assert (parallel - lean).abs().max().item() <= 1e-5
+    assert torch.equal(final_parallel.last_segment, final_lean.last_segment)
     # Padding invariance: each example alone, without padding, gives the same rows.
     for b, n in enumerate(lengths):
         alone_state = module.init_state(keys[b : b + 1, :, :n], values[b : b + 1, :, :n], None)
@@ -110,14 +122,18 @@ def test_cache_layer_reorders_every_state_tensor_across_examples():
     layer = SRformerCacheLayer(state)
     perm = torch.tensor([2, 0, 1])
     layer.reorder_cache(perm)
-    for name in ("keys", "values", "lengths", "num_segments", "last_segment", "raf_inputs", "key_norm",
-                 "membrane", "raf_output"):
+    for name in ("keys", "values", "positions", "lengths", "num_segments", "last_segment", "raf_outputs",
+                 "kv_total", "key_norm"):
         assert torch.equal(getattr(layer.state, name), getattr(state, name)[perm]), name
     assert layer.keys is layer.state.keys
     layer.batch_repeat_interleave(2)
-    assert layer.state.membrane.shape[0] == 6 and torch.equal(layer.state.lengths, state.lengths[perm].repeat_interleave(2))
+    assert layer.state.raf_outputs.shape[0] == 6 and torch.equal(layer.state.lengths, state.lengths[perm].repeat_interleave(2))
     layer.batch_select_indices(torch.tensor([0, 5]))
-    assert torch.equal(layer.state.raf_output, state.raf_output[perm][[0, 2]])
+    assert torch.equal(layer.state.raf_outputs, state.raf_outputs[perm][[0, 2]])
+    lean = SRformerCacheLayer(module.lean(state))
+    lean.reorder_cache(perm)
+    for name in ("positions", "lengths", "last_segment", "kv_total", "key_norm", "membrane", "raf_output"):
+        assert torch.equal(getattr(lean.state, name), getattr(module.lean(state), name)[perm]), name
 
 
 def test_step_after_reordering_uses_the_reordered_state():

@@ -70,12 +70,13 @@ def test_recurrent_term_is_large_in_these_tests(family):
     assert (segmented - recurrent).abs().max().item() > 0.1
 
 
+@pytest.mark.parametrize("lean_cache", [False, True])
 @pytest.mark.parametrize("variant", ["segmented", "srformer"])
 @pytest.mark.parametrize("segment_size,target_length", [(4, 16), (3, 5), (8, 40)])
-def test_parallel_path_equals_incremental_path_with_padded_sources(family, variant, segment_size, target_length):
+def test_parallel_path_equals_incremental_path_with_padded_sources(family, variant, segment_size, target_length, lean_cache):
     """(3, 5) has more segments than target length: segments are skipped by the schedule."""
     base = BUILDERS[family]()
-    model = converted(base, variant=variant, segment_size=segment_size, target_length=target_length)
+    model = converted(base, variant=variant, segment_size=segment_size, target_length=target_length, lean_cache=lean_cache)
     ids, mask = padded_batch(base)
     dec = decoder_inputs(base, ids.shape[0], 14)
     with pytest.warns(UserWarning) if target_length < 8 else _nothing():
@@ -84,10 +85,12 @@ def test_parallel_path_equals_incremental_path_with_padded_sources(family, varia
     assert (parallel - incremental).abs().max().item() <= 1e-5
 
 
-def test_multi_token_first_chunk_then_steps_matches_teacher_forcing(family):
-    """A decoder prompt of several tokens, then single steps (the windowed recurrence with a carried state)."""
+@pytest.mark.parametrize("lean_cache", [False, True])
+def test_multi_token_first_chunk_then_steps_matches_teacher_forcing(family, lean_cache):
+    """A decoder prompt of several tokens, then single steps, then more chunks (a lean state is
+    rebuilt for a chunk and made lean again after it)."""
     base = BUILDERS[family]()
-    model = converted(base, variant="srformer", segment_size=4, target_length=12)
+    model = converted(base, variant="srformer", segment_size=4, target_length=12, lean_cache=lean_cache)
     ids, mask = padded_batch(base)
     dec = decoder_inputs(base, ids.shape[0], 12)
     reference = teacher_forced_logits(model, ids, mask, dec)

@@ -15,6 +15,13 @@ Two paths compute the same function: :meth:`SegmentedRecurrentAttention.forward`
 of decoder positions at once (teacher forcing, and generation without a cache), and
 :meth:`SegmentedRecurrentAttention.step` for one decoder position with a carried
 :class:`~srformer.attention.state.CrossAttentionState` (O(s*d + d^2) work per head).
+
+The segments an example visits, and therefore its whole RAF sequence, depend only on its encoder
+output and the schedule, never on the generated tokens. The standard state layout therefore runs
+the RAF recurrence over all visited segments once, when the state is built, and a step reads the
+output of its segment. The lean layout keeps no per-segment tensors and fires RAF incrementally,
+once per segment change, from ``K^T V``, the membrane and the last segment index (Algorithm 1).
+Both give the same outputs (tested).
 """
 
 from __future__ import annotations
@@ -63,7 +70,10 @@ class SegmentedRecurrentAttention(nn.Module):
 
     # ------------------------------------------------------------------ state
     def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> CrossAttentionState:
-        """Build the per-sequence state from the projected encoder keys/values (once per sequence).
+        """Build the per-sequence state (standard layout) from the projected encoder keys/values.
+
+        Cost, once per sequence: O(k*d^2) per head for the ``K_j^T V_j`` products (one einsum),
+        O(m*d^3) for ``W P_j`` and an m-step RAF recurrence (paper Table 1).
 
         Args:
             keys: (B, H, k, d) projected encoder keys.
@@ -71,7 +81,8 @@ class SegmentedRecurrentAttention(nn.Module):
             key_valid: (B, k) bool, True at real encoder positions; None when nothing is padded.
 
         Returns:
-            A fresh :class:`CrossAttentionState` (RAF membrane and output at zero, no segment visited).
+            A :class:`CrossAttentionState` with keys/values, ``raf_outputs`` for every visited
+            segment, ``kv_total`` and ``key_norm``; no segment visited yet.
 
         Raises:
             ValueError: if an example has no real encoder token (an empty document), or, with
@@ -119,21 +130,32 @@ class SegmentedRecurrentAttention(nn.Module):
             last_segment=torch.full((batch,), -1, dtype=torch.long, device=device),
         )
         if self.has_recurrence:
-            keys32 = keys.float().view(batch, heads, max_segments, s, d)
-            values32 = values.float().view(batch, heads, max_segments, s, d)
-            segment_products = torch.einsum("bhmsd,bhmse->bhmde", keys32, values32)  # K_j^T V_j
-            total = segment_products.sum(dim=2, keepdim=True)  # K^T V over real positions
-            if self.config.kv_clamp is not None:
-                c = self.config.kv_clamp
-                segment_products = segment_products.clamp(-c, c)
-                total = total.clamp(-c, c)
-            partial = total - segment_products  # P_j, Eq. 16
-            state.raf_inputs = self.raf.project(partial)
-            state.kv_total = total[:, :, 0]
+            raf_inputs, state.kv_total = self._raf_inputs(keys, values)
+            zeros = torch.zeros(batch, heads, d, d, dtype=torch.float32, device=device)
+            state.raf_outputs, _, _ = self.raf.scan(raf_inputs, self._visited(segments, max_segments), zeros, zeros)
             state.key_norm = keys.float().pow(2).sum(dim=2).sqrt() + self.config.norm_eps
-            state.membrane = torch.zeros(batch, heads, d, d, dtype=torch.float32, device=device)
-            state.raf_output = torch.zeros_like(state.membrane)
         return state
+
+    def _raf_inputs(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``W P_j`` for every segment, (B, H, M, d, d), and ``K^T V``, (B, H, d, d), in float32 from
+        compacted, zero-padded keys/values (B, H, M*s, d): all ``K_j^T V_j`` in one einsum (Eq. 14-16)."""
+        batch, heads, _, d = keys.shape
+        shape = (batch, heads, -1, self.config.segment_size, d)
+        segment_products = torch.einsum("bhmsd,bhmse->bhmde", keys.float().view(shape), values.float().view(shape))
+        total = segment_products.sum(dim=2, keepdim=True)  # K^T V over real positions
+        if self.config.kv_clamp is not None:
+            c = self.config.kv_clamp
+            segment_products = segment_products.clamp(-c, c)
+            total = total.clamp(-c, c)
+        return self.raf.project(total - segment_products), total[:, :, 0]
+
+    def _visited(self, segments: torch.Tensor, max_segments: int) -> torch.Tensor:
+        """(B, M) bool: segment j is attended at some decoder position t >= 0 (the schedule may skip
+        segments when an input has more segments than ``target_length``)."""
+        j = torch.arange(max_segments, device=segments.device)[None, :]
+        m = segments[:, None]
+        first_step = torch.div(j * self.config.target_length + m - 1, m, rounding_mode="floor")  # ceil(j T / m)
+        return (j < m) & ((torch.div(first_step * m, self.config.target_length, rounding_mode="floor") == j) | (j == m - 1))
 
     def _check_schedule(self, segments: torch.Tensor) -> None:
         target = self.config.target_length
@@ -149,16 +171,23 @@ class SegmentedRecurrentAttention(nn.Module):
             warnings.warn(message, stacklevel=3)
 
     def lean(self, state: CrossAttentionState) -> CrossAttentionState:
-        """The lean layout of ``state``: drop keys, values and per-segment RAF inputs (see
-        :class:`CrossAttentionState`); later steps project their segment from the encoder output."""
-        return replace(state, keys=None, values=None, raf_inputs=None)
+        """The lean layout of a standard ``state`` (see :class:`CrossAttentionState`).
 
-    def resume(self, fresh: CrossAttentionState, carried: CrossAttentionState) -> CrossAttentionState:
-        """A standard-layout state rebuilt from the encoder output (``fresh``, from :meth:`init_state`)
-        with the recurrent progress of ``carried`` (used when a lean state meets a multi-token chunk)."""
-        return replace(
-            fresh, last_segment=carried.last_segment, membrane=carried.membrane, raf_output=carried.raf_output
-        )
+        Drops keys, values and the per-segment RAF outputs; keeps ``K^T V``, ``norm(K)`` and the
+        RAF membrane/output after ``state.last_segment`` (recomputed by one recurrence over the
+        segments visited so far), from which later steps fire RAF incrementally.
+        """
+        lean = replace(state, keys=None, values=None, raf_outputs=None)
+        if not self.has_recurrence:
+            return lean
+        batch, heads, max_segments, d, _ = state.raf_outputs.shape
+        # The RAF inputs are not kept in the standard layout; rebuild them for the visited prefix.
+        raf_inputs, _ = self._raf_inputs(state.keys, state.values)
+        done = self._visited(state.num_segments, max_segments)
+        done &= torch.arange(max_segments, device=done.device)[None, :] <= state.last_segment[:, None]
+        zeros = torch.zeros(batch, heads, d, d, dtype=torch.float32, device=done.device)
+        _, membrane, raf_output = self.raf.scan(raf_inputs, done, zeros, zeros)
+        return replace(lean, membrane=membrane, raf_output=raf_output)
 
     # ------------------------------------------------------------------ parallel path
     def forward(
@@ -173,12 +202,12 @@ class SegmentedRecurrentAttention(nn.Module):
         """Cross attention for ``q`` consecutive decoder positions at once (teacher forcing).
 
         No Python loop over positions: segmented attention is one masked ``scaled_dot_product_attention``
-        call, and the RAF recurrence loops over segments only.
+        call, and each query reads the RAF output of its segment from the state.
 
         Args:
             queries: (B, H, q, d) projected decoder queries at positions
                 ``start_position .. start_position + q - 1``.
-            state: the sequence state (from :meth:`init_state`, or carried from earlier positions).
+            state: a standard-layout state (from :meth:`init_state`).
             start_position: absolute decoder position of the first query.
             scale: the model's attention scale (T5: 1.0, BART: d^-0.5).
             dropout: attention-probability dropout for ``O_S`` (training only).
@@ -186,7 +215,12 @@ class SegmentedRecurrentAttention(nn.Module):
         Returns:
             ``(output, state)``: output (B, H, q, d) in the queries' dtype, and the state after the
             last position.
+
+        Raises:
+            ValueError: for a lean-layout state.
         """
+        if state.is_lean:
+            raise ValueError("The parallel path needs a standard-layout state; rebuild it with init_state().")
         batch, heads, q, d = queries.shape
         s = self.config.segment_size
         positions = torch.arange(start_position, start_position + q, device=queries.device)
@@ -203,20 +237,14 @@ class SegmentedRecurrentAttention(nn.Module):
             dropout_p=dropout,
             scale=scale,
         )
-        new_state = replace(state, last_segment=segments_of_query[:, -1])
         if self.has_recurrence:
-            max_segments = state.raf_inputs.shape[2]
-            visited = F.one_hot(segments_of_query, max_segments).any(dim=1)  # (B, M)
-            fires = visited & (torch.arange(max_segments, device=queries.device)[None, :] > state.last_segment[:, None])
-            outputs, membrane, raf_output = self.raf.scan(state.raf_inputs, fires, state.membrane, state.raf_output)
             # Q_t . out_j for every segment j in one batched matmul (q*M*d numbers per head, less than
             # materialising a (d, d) block per query), then keep each query's own segment.
-            all_segments = torch.einsum("bhqd,bhmde->bhqme", queries.float() * scale, outputs)
+            all_segments = torch.einsum("bhqd,bhmde->bhqme", queries.float() * scale, state.raf_outputs)
             pick = segments_of_query[:, None, :, None, None].expand(batch, heads, q, 1, d)
             recurrent = torch.take_along_dim(all_segments, pick, dim=3)[:, :, :, 0]
             output = output + (recurrent / state.key_norm[:, :, None, :]).to(output.dtype)
-            new_state = replace(new_state, membrane=membrane, raf_output=raf_output)
-        return output, new_state
+        return output, replace(state, last_segment=segments_of_query[:, -1])
 
     # ------------------------------------------------------------------ incremental path
     def step(
@@ -228,13 +256,14 @@ class SegmentedRecurrentAttention(nn.Module):
         scale: float = 1.0,
         project_rows: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None,
     ) -> tuple[torch.Tensor, CrossAttentionState]:
-        """Cross attention for one decoder position, reading one segment and a (d, d) state per head.
+        """Cross attention for one decoder position, reading one segment and a (d, d) matrix per head.
 
-        Algorithm 1: attend to segment ``i(t)`` with softmax; when ``i(t)`` differs from the previous
-        step's segment, fire RAF once with ``W P_{i(t)}``; add ``Q_t . RAF_out / norm(K)``. The
-        standard layout does O(s*d + d^2) work per head: no tensor of encoder length is touched and
-        there is no host sync. The lean layout also projects the segment's ``s`` encoder rows
-        (O(s * d_model * d) per head) and forms ``P = K^T V - K_i^T V_i`` and ``W P`` (O(s*d^2 + d^3)).
+        Algorithm 1: attend to segment ``i(t)`` with softmax and add ``Q_t . RAF_out_{i(t)} / norm(K)``.
+        Standard layout: the RAF output is read from the state; the work is O(s*d + d^2) per head,
+        no tensor of encoder length is touched and there is no host sync. Lean layout: the
+        segment's ``s`` encoder rows are projected (O(s * d_model * d) per head) and, when
+        ``i(t)`` differs from the previous step's segment, RAF fires once with
+        ``W (K^T V - K_i^T V_i)`` (O(s*d^2 + d^3)).
 
         Args:
             queries: (B, H, 1, d) projected decoder query at ``position``.
@@ -253,22 +282,24 @@ class SegmentedRecurrentAttention(nn.Module):
         batch, heads, _, d = queries.shape
         s = self.config.segment_size
         device = queries.device
-        positions = torch.tensor([position], device=device)
-        segment = segment_index(positions, state.num_segments, self.config.target_length)[:, 0]  # (B,)
+        segment = torch.minimum(
+            torch.div(state.num_segments * position, self.config.target_length, rounding_mode="floor"),
+            state.num_segments - 1,
+        )  # (B,), i(t) without building a tensor from a Python int
         rows = torch.arange(batch, device=device)
         key_positions = segment[:, None] * s + torch.arange(s, device=device)[None, :]  # (B, s) compacted
         allowed = key_positions < state.lengths[:, None]  # (B, s)
         if state.is_lean:
             if project_rows is None:
                 raise ValueError("A lean SRformer state needs `project_rows` to project its segment.")
-            encoder_positions = torch.gather(state.positions, 1, key_positions.to(torch.int64)).to(torch.int64)
+            encoder_positions = torch.gather(state.positions, 1, key_positions).to(torch.int64)
             keys, values = project_rows(encoder_positions)
             row_mask = allowed[:, None, :, None].to(keys.dtype)
             keys, values = keys * row_mask, values * row_mask
         else:
             max_segments = state.keys.shape[2] // s
-            keys = state.keys.reshape(batch, heads, max_segments, s, d)[rows, :, segment]  # (B, H, s, d)
-            values = state.values.reshape(batch, heads, max_segments, s, d)[rows, :, segment]
+            keys = state.keys.view(batch, heads, max_segments, s, d)[rows, :, segment]  # (B, H, s, d)
+            values = state.values.view(batch, heads, max_segments, s, d)[rows, :, segment]
         output = F.scaled_dot_product_attention(
             queries, keys.to(queries.dtype), values.to(queries.dtype), attn_mask=allowed[:, None, None, :], scale=scale
         )
@@ -278,14 +309,14 @@ class SegmentedRecurrentAttention(nn.Module):
                 products = torch.einsum("bhsd,bhse->bhde", keys.float(), values.float())
                 if self.config.kv_clamp is not None:
                     products = products.clamp(-self.config.kv_clamp, self.config.kv_clamp)
-                raf_input = self.raf.project(state.kv_total - products)
+                changed = (segment != state.last_segment)[:, None, None, None]
+                membrane, raf_output = self.raf.fire(state.membrane, self.raf.project(state.kv_total - products))
+                raf_output = torch.where(changed, raf_output, state.raf_output)
+                new_state = replace(
+                    new_state, membrane=torch.where(changed, membrane, state.membrane), raf_output=raf_output
+                )
             else:
-                raf_input = state.raf_inputs[rows, :, segment]
-            changed = (segment != state.last_segment)[:, None, None, None]
-            membrane, raf_output = self.raf.fire(state.membrane, raf_input)
-            membrane = torch.where(changed, membrane, state.membrane)
-            raf_output = torch.where(changed, raf_output, state.raf_output)
+                raf_output = state.raf_outputs[rows, :, segment]
             recurrent = torch.einsum("bhqd,bhde->bhqe", queries.float() * scale, raf_output)
             output = output + (recurrent / state.key_norm[:, :, None, :]).to(output.dtype)
-            new_state = replace(new_state, membrane=membrane, raf_output=raf_output)
         return output, new_state

@@ -23,8 +23,8 @@ class CrossAttentionState:
     Shapes use B = batch (times beams), H = heads, d = head_dim, s = segment_size,
     M = the largest number of segments in the batch.
 
-    Two layouts exist. The standard one keeps the projected keys/values and the RAF input of every
-    segment (paper Table 1 memory: ``k*d + m*d^2`` per head). The lean one (``lean_cache=True``)
+    Two layouts exist. The standard one keeps the projected keys/values and the RAF output of
+    every segment (paper Table 1 memory: ``k*d + m*d^2`` per head). The lean one (``lean_cache=True``)
     keeps neither: each step projects its segment's rows of the encoder output, which
     ``generate()`` hands to every layer anyway, so the per-layer state is ``O(heads * d^2)``
     numbers plus a compaction index.
@@ -39,13 +39,14 @@ class CrossAttentionState:
         values: (B, H, M*s, d) values, same layout as ``keys``; None in the lean layout.
         positions: lean layout: (B, M*s) int32, the encoder position of each compacted position
             (its segment's rows are gathered from the encoder output); None otherwise.
-        raf_inputs: standard layout: (B, H, M, d, d) float32 ``W P_j`` for every segment (Eq. 16
-            and A.2); None in the lean layout or without recurrent attention.
+        raf_outputs: standard layout: (B, H, M, d, d) float32 RAF output in force while segment
+            ``j`` is attended (Eq. 13-16, A.2), computed once for every visited segment; None in the
+            lean layout or without recurrent attention.
         kv_total: (B, H, d, d) float32 ``K^T V`` over real positions (Eq. 15), or None without
             recurrent attention.
         key_norm: (B, H, d) float32 ``norm(K) + eps`` over real positions (Eq. 13), or None.
-        membrane: (B, H, d, d) float32 RAF membrane potential, or None.
-        raf_output: (B, H, d, d) float32 RAF output of the current segment, or None.
+        membrane: lean layout: (B, H, d, d) float32 RAF membrane potential; None otherwise.
+        raf_output: lean layout: (B, H, d, d) float32 RAF output of the current segment; None otherwise.
     """
 
     lengths: torch.Tensor
@@ -54,7 +55,7 @@ class CrossAttentionState:
     keys: torch.Tensor | None = None
     values: torch.Tensor | None = None
     positions: torch.Tensor | None = None
-    raf_inputs: torch.Tensor | None = None
+    raf_outputs: torch.Tensor | None = None
     kv_total: torch.Tensor | None = None
     key_norm: torch.Tensor | None = None
     membrane: torch.Tensor | None = None

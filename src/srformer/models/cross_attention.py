@@ -104,9 +104,10 @@ def run_cross_attention(
             )
         state = layer.state
     if state is None or (state.is_lean and q_len > 1):
+        # Built once per sequence; a lean state meeting a multi-token chunk is rebuilt in the
+        # standard layout (its RAF outputs do not depend on the tokens decoded so far).
         keys, values = project(key_value_states)
-        fresh = attention.init_state(keys, values, key_padding_from_mask(mask, keys.shape[2]))
-        state = fresh if state is None else attention.resume(fresh, state)
+        state = attention.init_state(keys, values, key_padding_from_mask(mask, keys.shape[2]))
 
     start = 0 if cache is None else cache.self_attention_cache.get_seq_length(layer_idx) - q_len
     if cache is not None and q_len == 1:

@@ -1,0 +1,208 @@
+"""Benchmark records: one measurement per record, validated, and their JSON file.
+
+A record says what was measured (``metric``, ``value``, ``unit``), on what (``variant``,
+``encoder_length`` k, ``segment_size`` s, ``batch_size``, ``decoder_length`` q where it matters)
+and where (``device``). Every writer and reader validates, so a malformed record never reaches a
+report or a plot.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Iterable
+
+#: Cross-attention variants measured by ``srformer bench``.
+#: ``full-sdpa``/``full-eager``: the model's own cross attention with that attention implementation.
+#: ``segmented``/``srformer``: the converted modules (standard cache layout).
+#: ``segmented-lean``/``srformer-lean``: the same with ``lean_cache=True``.
+BENCH_VARIANTS: tuple[str, ...] = (
+    "full-sdpa",
+    "full-eager",
+    "segmented",
+    "segmented-lean",
+    "srformer",
+    "srformer-lean",
+)
+
+#: Rows of paper Table 1 (theoretical counts, no implementation): ``full`` is the "Transformer" row.
+THEORY_VARIANTS: tuple[str, ...] = ("full", "segmented", "srformer")
+
+#: Every variant name a record may carry.
+KNOWN_VARIANTS: tuple[str, ...] = BENCH_VARIANTS + tuple(v for v in THEORY_VARIANTS if v not in BENCH_VARIANTS)
+
+#: Metric name -> its unit. Units: ``ms`` and ``s`` (wall-clock time), ``tokens/s`` (new tokens of
+#: all sequences of the batch per second), ``bytes``, ``FLOPs`` (floating-point operations as
+#: counted by ``torch.utils.flop_counter.FlopCounterMode``: 2 per multiply-accumulate),
+#: ``MACs`` (multiply-accumulates: the product counts of paper Table 1), ``elements`` (numbers held).
+METRIC_UNITS: dict[str, str] = {
+    "cross_attention_step_time": "ms",
+    "cross_attention_prefill_time": "ms",
+    "generate_throughput": "tokens/s",
+    "training_step_time": "s",
+    "generate_peak_memory": "bytes",
+    "cross_attention_cache_bytes": "bytes",
+    "cross_attention_step_flops": "FLOPs",
+    "cross_attention_forward_flops": "FLOPs",
+    "attention_core_forward_flops": "FLOPs",
+    "attention_core_generation_flops": "FLOPs",
+    "table1_computation": "MACs",
+    "table1_memory": "elements",
+}
+
+#: Every unit a record may carry.
+KNOWN_UNITS: frozenset[str] = frozenset(METRIC_UNITS.values())
+
+#: Device a theoretical (computed, not measured) record carries.
+THEORY_DEVICE = "theory"
+
+
+class RecordError(ValueError):
+    """A benchmark record (or a records file) is malformed; the message names the field."""
+
+
+@dataclass(frozen=True)
+class BenchRecord:
+    """One measurement.
+
+    Attributes:
+        variant: one of :data:`KNOWN_VARIANTS`.
+        encoder_length: ``k``, encoder positions (tokens), >= 1.
+        segment_size: ``s`` in tokens for segmented/SRformer variants; None for ``full*`` variants.
+        batch_size: sequences per call, >= 1 (1 for per-example counts).
+        metric: a key of :data:`METRIC_UNITS`.
+        value: the measurement, finite and > 0, in ``unit``.
+        unit: must equal ``METRIC_UNITS[metric]``.
+        device: ``"cpu"``, ``"cuda"`` (optionally ``"cuda:N"``), or ``"theory"`` for Table 1 counts.
+        decoder_length: ``q``, decoder positions (tokens) the measurement covers, where it matters
+            (forward passes, Table 1, generated tokens); None otherwise.
+        note: free text: how it was measured, caveats.
+
+    Raises:
+        RecordError: (a ``ValueError``) on construction, for any malformed field.
+    """
+
+    variant: str
+    encoder_length: int
+    segment_size: int | None
+    batch_size: int
+    metric: str
+    value: float
+    unit: str
+    device: str
+    decoder_length: int | None = None
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        validate_record(self)
+
+    def to_dict(self) -> dict:
+        """Plain-JSON form (all fields, ``None`` kept)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "BenchRecord":
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            RecordError: if ``data`` is not a mapping, lacks a required field, has an unknown
+                field, or describes a malformed record.
+        """
+        if not isinstance(data, dict):
+            raise RecordError(f"A benchmark record must be a JSON object, got {type(data).__name__}.")
+        names = {f.name for f in fields(cls)}
+        required = {f.name for f in fields(cls) if f.name not in ("decoder_length", "note")}
+        missing = sorted(required - set(data))
+        if missing:
+            raise RecordError(f"Benchmark record {data!r} lacks field(s) {missing}.")
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise RecordError(f"Benchmark record has unknown field(s) {unknown}; known fields are {sorted(names)}.")
+        return cls(**data)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def validate_record(record: BenchRecord) -> None:
+    """Check every field of ``record``.
+
+    Raises:
+        RecordError: naming the first malformed field: unknown variant, metric or unit; a unit that
+            does not belong to the metric; a non-integer or non-positive length/size; a segment
+            size on a ``full*`` variant or a missing one on another variant; a value that is not a
+            finite number > 0; an unknown device; a non-string note.
+    """
+    if record.variant not in KNOWN_VARIANTS:
+        raise RecordError(f"Unknown variant {record.variant!r}; known variants are {', '.join(KNOWN_VARIANTS)}.")
+    if record.metric not in METRIC_UNITS:
+        raise RecordError(f"Unknown metric {record.metric!r}; known metrics are {', '.join(METRIC_UNITS)}.")
+    if record.unit not in KNOWN_UNITS:
+        raise RecordError(f"Unknown unit {record.unit!r}; known units are {', '.join(sorted(KNOWN_UNITS))}.")
+    expected = METRIC_UNITS[record.metric]
+    if record.unit != expected:
+        raise RecordError(f"Metric {record.metric!r} is measured in {expected!r}, not {record.unit!r}.")
+    for name in ("encoder_length", "batch_size"):
+        value = getattr(record, name)
+        if not _is_int(value) or value < 1:
+            raise RecordError(f"`{name}` must be a positive integer, got {value!r}.")
+    if record.decoder_length is not None and (not _is_int(record.decoder_length) or record.decoder_length < 1):
+        raise RecordError(f"`decoder_length` must be None or a positive integer, got {record.decoder_length!r}.")
+    is_full = record.variant.startswith("full")
+    if is_full and record.segment_size is not None:
+        raise RecordError(f"Variant {record.variant!r} has no segments; `segment_size` must be None.")
+    if not is_full and (not _is_int(record.segment_size) or record.segment_size < 1):
+        raise RecordError(
+            f"Variant {record.variant!r} needs a positive integer `segment_size`, got {record.segment_size!r}."
+        )
+    value = record.value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise RecordError(f"`value` of {record.metric!r} must be a finite number > 0, got {value!r}.")
+    device = record.device
+    if not isinstance(device, str) or not (
+        device in ("cpu", "cuda", THEORY_DEVICE) or (device.startswith("cuda:") and device[5:].isdigit())
+    ):
+        raise RecordError(f"`device` must be 'cpu', 'cuda', 'cuda:N' or {THEORY_DEVICE!r}, got {device!r}.")
+    if not isinstance(record.note, str):
+        raise RecordError(f"`note` must be a string, got {type(record.note).__name__}.")
+
+
+def write_records_json(path: str | Path, records: Iterable[BenchRecord]) -> Path:
+    """Write ``records`` as a JSON list of objects (one per record) to ``path``.
+
+    Returns:
+        The path written.
+
+    Raises:
+        RecordError: if an element is not a :class:`BenchRecord` (records validate themselves on
+            construction, so every written record is well-formed).
+    """
+    rows = []
+    for record in records:
+        if not isinstance(record, BenchRecord):
+            raise RecordError(f"Expected BenchRecord objects, got {type(record).__name__}.")
+        validate_record(record)
+        rows.append(record.to_dict())
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rows, indent=1) + "\n")
+    return path
+
+
+def read_records_json(path: str | Path) -> list[BenchRecord]:
+    """Read and validate a file written by :func:`write_records_json`.
+
+    Raises:
+        FileNotFoundError: if ``path`` does not exist.
+        RecordError: if the file is not a JSON list, or any record is malformed.
+    """
+    try:
+        data = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as error:
+        raise RecordError(f"{path} is not valid JSON: {error}") from error
+    if not isinstance(data, list):
+        raise RecordError(f"{path} must hold a JSON list of records, got {type(data).__name__}.")
+    return [BenchRecord.from_dict(row) for row in data]

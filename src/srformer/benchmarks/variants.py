@@ -1,0 +1,167 @@
+"""What the benchmark compares: the variants, the model shapes, and building a model of each.
+
+A benchmark variant is a cross-attention variant of :mod:`srformer` plus the settings that change
+its cost: the attention implementation of the unmodified model (``sdpa`` or ``eager``), and the
+lean generation cache of the converted ones. Every model is a randomly initialised T5 (the same
+seed for every variant, so all share the weights of the unmodified model): random weights are
+fine for timing, and a fixed number of new tokens is forced in generation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+from torch import nn
+from transformers import T5Config, T5ForConditionalGeneration
+
+import srformer
+from srformer.benchmarks.records import BENCH_VARIANTS
+from srformer.models import cross_attention_modules
+from srformer.models.factory import NAMED_CONFIGS
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    """One benchmark variant.
+
+    Attributes:
+        name: the record's variant name (one of :data:`~srformer.benchmarks.records.BENCH_VARIANTS`).
+        srformer_variant: ``full``, ``segmented`` or ``srformer`` (:data:`srformer.VARIANTS`).
+        attn_implementation: the Hugging Face attention implementation the model is built with.
+            Converted modules run their own attention (``scaled_dot_product_attention`` on one
+            segment) whatever this is; it still selects the decoder self attention.
+        lean_cache: the converted model's ``lean_cache`` runtime option.
+    """
+
+    name: str
+    srformer_variant: str
+    attn_implementation: str = "sdpa"
+    lean_cache: bool = False
+
+    @property
+    def uses_segments(self) -> bool:
+        """True when the variant has a segment size (every variant but ``full*``)."""
+        return self.srformer_variant != "full"
+
+
+#: The specification of every benchmark variant, by name.
+VARIANT_SPECS: dict[str, VariantSpec] = {
+    "full-sdpa": VariantSpec("full-sdpa", "full", "sdpa"),
+    "full-eager": VariantSpec("full-eager", "full", "eager"),
+    "segmented": VariantSpec("segmented", "segmented"),
+    "segmented-lean": VariantSpec("segmented-lean", "segmented", lean_cache=True),
+    "srformer": VariantSpec("srformer", "srformer"),
+    "srformer-lean": VariantSpec("srformer-lean", "srformer", lean_cache=True),
+}
+assert tuple(VARIANT_SPECS) == BENCH_VARIANTS
+
+#: Benchmark model shapes: T5 sizes from :data:`srformer.models.factory.NAMED_CONFIGS` and a vocabulary size.
+#: ``t5-small``: t5-small's shape (d_model 512, 6 + 6 layers, 8 heads, d_kv 64, d_ff 2048, 32128 tokens).
+#: ``t5-tiny``: the ``--quick`` shape (d_model 128, 2 + 2 layers, 4 heads, d_kv 32, 512 tokens).
+MODEL_SHAPES: dict[str, dict] = {
+    "t5-small": dict(NAMED_CONFIGS["t5-small-random"], vocab_size=32128),
+    "t5-tiny": dict(NAMED_CONFIGS["t5-tiny"], vocab_size=512),
+}
+
+
+def variant_spec(name: str) -> VariantSpec:
+    """The :class:`VariantSpec` called ``name``.
+
+    Raises:
+        ValueError: for an unknown name.
+    """
+    if name not in VARIANT_SPECS:
+        raise ValueError(f"Unknown benchmark variant {name!r}; known variants are {', '.join(VARIANT_SPECS)}.")
+    return VARIANT_SPECS[name]
+
+
+def t5_config(shape: str, attn_implementation: str = "sdpa") -> T5Config:
+    """The ``T5Config`` of a :data:`MODEL_SHAPES` entry (pad = decoder start = 0, eos = 1).
+
+    Raises:
+        ValueError: for an unknown shape.
+    """
+    if shape not in MODEL_SHAPES:
+        raise ValueError(f"Unknown model shape {shape!r}; known shapes are {', '.join(MODEL_SHAPES)}.")
+    settings = {key: value for key, value in MODEL_SHAPES[shape].items() if key != "family"}
+    config = T5Config(decoder_start_token_id=0, pad_token_id=0, eos_token_id=1, **settings)
+    config._attn_implementation = attn_implementation
+    return config
+
+
+def head_count_and_dim(shape: str) -> tuple[int, int]:
+    """``(heads, d)`` of a model shape's attention."""
+    settings = MODEL_SHAPES[shape]
+    return settings["num_heads"], settings["d_kv"]
+
+
+def build_model(
+    shape: str,
+    variant: str,
+    *,
+    segment_size: int | None,
+    target_length: int,
+    device: torch.device | str = "cpu",
+    seed: int = 0,
+) -> T5ForConditionalGeneration:
+    """A randomly initialised T5 of ``shape`` with the cross attention of benchmark ``variant``.
+
+    ``full*`` variants are the unmodified model; the others are converted with
+    :func:`srformer.convert` (``SRformerConfig(variant, segment_size, target_length, lean_cache)``).
+
+    Args:
+        shape: a key of :data:`MODEL_SHAPES`.
+        variant: a key of :data:`VARIANT_SPECS`.
+        segment_size: ``s`` in tokens (ignored, and may be None, for ``full*`` variants).
+        target_length: ``T`` in tokens, the segment schedule's decoder length.
+        device: where the model lives.
+        seed: the weights' random seed (the same seed gives the same weights to every variant).
+
+    Returns:
+        The model in eval mode.
+
+    Raises:
+        ValueError: for an unknown shape or variant, or a missing ``segment_size`` on a converted variant.
+    """
+    spec = variant_spec(variant)
+    config = t5_config(shape, spec.attn_implementation)
+    torch.manual_seed(seed)
+    model = T5ForConditionalGeneration(config)
+    if spec.uses_segments:
+        if segment_size is None:
+            raise ValueError(f"Variant {variant!r} needs a segment size.")
+        srformer.convert(
+            model,
+            srformer.SRformerConfig(
+                variant=spec.srformer_variant,
+                segment_size=segment_size,
+                target_length=target_length,
+                lean_cache=spec.lean_cache,
+            ),
+        )
+    return model.to(device).eval()
+
+
+def first_cross_attention(model: nn.Module) -> nn.Module:
+    """The decoder's first cross-attention module (``layer_idx`` 0) of ``model``."""
+    return cross_attention_modules(model)[0][2]
+
+
+@contextlib.contextmanager
+def quiet_schedule_warnings() -> Iterator[None]:
+    """Silence the warning :mod:`srformer` raises when ``ceil(k / s) > T`` (segments never attended).
+
+    Benchmarks at large ``k`` and small ``s`` hit it on purpose; the suite logs it once instead.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"An encoder input has \d+ segments")
+        yield
+
+
+def segments_exceed_target(encoder_length: int, segment_size: int, target_length: int) -> bool:
+    """True when ``ceil(k / s) > T``: the schedule skips segments (paper Sec. 4.2: s should be >= k/T)."""
+    return -(-encoder_length // segment_size) > target_length
