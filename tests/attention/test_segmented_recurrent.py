@@ -12,11 +12,11 @@ from srformer.attention.state import SRformerCacheLayer
 from srformer.config import SRformerConfig
 
 
-def _module(variant="srformer", segment_size=3, target_length=8, head_dim=4, **kw):
+def _module(variant="srformer", segment_size=3, target_length=8, head_dim=4, scale=1.0, **kw):
     torch.manual_seed(0)
     kw.setdefault("raf_linear_init_scale", 1.0)  # a large recurrent term, so errors in it show
     return SegmentedRecurrentAttention(SRformerConfig(variant=variant, segment_size=segment_size,
-                                                      target_length=target_length, **kw), head_dim)
+                                                      target_length=target_length, **kw), head_dim, scale)
 
 
 def _inputs(batch, heads, k, q, d, lengths, seed=0):
@@ -28,10 +28,10 @@ def _inputs(batch, heads, k, q, d, lengths, seed=0):
     return queries, keys, values, valid
 
 
-def _incremental(module, queries, state, scale, project_rows=None):
+def _incremental(module, queries, state, project_rows=None):
     outs = []
     for t in range(queries.shape[2]):
-        out, state = module.step(queries[:, :, t : t + 1], state, position=t, scale=scale, project_rows=project_rows)
+        out, state = module.step(queries[:, :, t : t + 1], state, position=t, project_rows=project_rows)
         outs.append(out)
     return torch.cat(outs, dim=2), state
 
@@ -55,22 +55,22 @@ def _rows_of(keys, values):
 )
 def test_parallel_equals_incremental_for_random_shapes_and_padding(batch, heads, d, k, q, s, target, variant, data):
     lengths = [data.draw(st.integers(1, k)) for _ in range(batch)]
-    module = _module(variant, s, target, d)
+    module = _module(variant, s, target, d, scale=0.5)
     queries, keys, values, valid = _inputs(batch, heads, k, q, d, lengths)
     state = module.init_state(keys, values, valid)
-    parallel, final_parallel = module(queries, state, scale=0.5)
-    incremental, final_incremental = _incremental(module, queries, state, 0.5)
+    parallel, final_parallel = module(queries, state)
+    incremental, final_incremental = _incremental(module, queries, state)
     assert torch.isfinite(parallel).all()
     assert (parallel - incremental).abs().max().item() <= 1e-5
     assert torch.equal(final_parallel.last_segment, final_incremental.last_segment)
     # The lean layout fires RAF incrementally from K^T V and projects each segment on demand.
-    lean, final_lean = _incremental(module, queries, module.lean(state), 0.5, _rows_of(keys, values))
+    lean, final_lean = _incremental(module, queries, module.lean(state), _rows_of(keys, values))
     assert (parallel - lean).abs().max().item() <= 1e-5
     assert torch.equal(final_parallel.last_segment, final_lean.last_segment)
     # Padding invariance: each example alone, without padding, gives the same rows.
     for b, n in enumerate(lengths):
         alone_state = module.init_state(keys[b : b + 1, :, :n], values[b : b + 1, :, :n], None)
-        alone, _ = module(queries[b : b + 1], alone_state, scale=0.5)
+        alone, _ = module(queries[b : b + 1], alone_state)
         assert (alone - parallel[b : b + 1]).abs().max().item() <= 1e-5
 
 
@@ -118,18 +118,18 @@ def test_cache_layer_reorders_every_state_tensor_across_examples():
     module = _module("srformer", segment_size=2, target_length=6)
     queries, keys, values, valid = _inputs(3, 2, 7, 3, 4, [7, 4, 2])
     state = module.init_state(keys, values, valid)
-    _, state = _incremental(module, queries, state, 1.0)
+    _, state = _incremental(module, queries, state)
     layer = SRformerCacheLayer(state)
     perm = torch.tensor([2, 0, 1])
     layer.reorder_cache(perm)
-    for name in ("keys", "values", "positions", "lengths", "num_segments", "last_segment", "raf_outputs",
+    for name in ("keys", "values", "positions", "lengths", "num_segments", "last_segment", "raf_readout", "segment_table", "segment_valid",
                  "kv_total", "key_norm"):
         assert torch.equal(getattr(layer.state, name), getattr(state, name)[perm]), name
     assert layer.keys is layer.state.keys
     layer.batch_repeat_interleave(2)
-    assert layer.state.raf_outputs.shape[0] == 6 and torch.equal(layer.state.lengths, state.lengths[perm].repeat_interleave(2))
+    assert layer.state.raf_readout.shape[0] == 6 and torch.equal(layer.state.lengths, state.lengths[perm].repeat_interleave(2))
     layer.batch_select_indices(torch.tensor([0, 5]))
-    assert torch.equal(layer.state.raf_outputs, state.raf_outputs[perm][[0, 2]])
+    assert torch.equal(layer.state.raf_readout, state.raf_readout[perm][[0, 2]])
     lean = SRformerCacheLayer(module.lean(state))
     lean.reorder_cache(perm)
     for name in ("positions", "lengths", "last_segment", "kv_total", "key_norm", "membrane", "raf_output"):
@@ -140,7 +140,7 @@ def test_step_after_reordering_uses_the_reordered_state():
     module = _module("srformer", segment_size=2, target_length=6)
     queries, keys, values, valid = _inputs(2, 1, 8, 5, 4, [8, 3])
     state = module.init_state(keys, values, valid)
-    _, state = _incremental(module, queries[:, :, :3], state, 1.0)
+    _, state = _incremental(module, queries[:, :, :3], state)
     layer = SRformerCacheLayer(state)
     layer.reorder_cache(torch.tensor([1, 0]))
     swapped, _ = module.step(queries[[1, 0], :, 3:4], layer.state, position=3)

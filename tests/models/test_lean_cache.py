@@ -41,7 +41,7 @@ def test_lean_state_holds_no_encoder_length_float_tensor(family):
     assert len(layers) == 2
     for layer in layers:
         state = layer.state
-        assert state.is_lean and state.keys is None and state.values is None and state.raf_outputs is None
+        assert state.is_lean and state.keys is None and state.values is None and state.raf_readout is None
         assert state.positions.dtype == torch.int32
 
 

@@ -46,13 +46,16 @@ class SegmentedRecurrentAttention(nn.Module):
     Args:
         config: the SRformer settings (variant ``segmented`` or ``srformer``).
         head_dim: ``d``, size of one attention head.
+        scale: the wrapped model's attention scale (T5: 1.0, BART: head_dim^-0.5), used by the
+            softmax of ``O_S`` and multiplied into ``Q`` for ``O_R``.
 
     Raises:
         ValueError: if ``config.variant`` is ``full`` (that variant keeps the model's own module).
     """
 
-    def __init__(self, config: SRformerConfig, head_dim: int) -> None:
+    def __init__(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> None:
         super().__init__()
+        self.scale = float(scale)
         if config.variant == "full":
             raise ValueError("The 'full' variant keeps the model's own attention; no SRformer module is needed.")
         self.config = config
@@ -81,8 +84,9 @@ class SegmentedRecurrentAttention(nn.Module):
             key_valid: (B, k) bool, True at real encoder positions; None when nothing is padded.
 
         Returns:
-            A :class:`CrossAttentionState` with keys/values, ``raf_outputs`` for every visited
-            segment, ``kv_total`` and ``key_norm``; no segment visited yet.
+            A :class:`CrossAttentionState` with keys/values, the segment table and masks, the
+            recurrent readout of every visited segment, ``kv_total`` and ``key_norm``; no segment
+            visited yet.
 
         Raises:
             ValueError: if an example has no real encoder token (an empty document), or, with
@@ -97,17 +101,22 @@ class SegmentedRecurrentAttention(nn.Module):
         else:
             key_valid = key_valid.to(device=device, dtype=torch.bool)
             lengths = key_valid.sum(dim=1)
-            # One host sync per sequence (not per step): reject empty documents.
-            if bool((lengths == 0).any()):
+            # One host sync per sequence (not per step): reject empty documents, skip compaction
+            # when nothing is padded.
+            shortest = int(lengths.min())
+            if shortest == 0:
                 bad = torch.nonzero(lengths == 0).flatten().tolist()
                 raise ValueError(
                     f"Encoder input of batch example(s) {bad} has no real token (attention mask all zero): "
                     "empty documents cannot be summarized; remove them from the input."
                 )
-            order = compaction_order(key_valid)
-            gather = order[:, None, :, None].expand(batch, heads, k, d)
-            keys = torch.gather(keys, 2, gather)
-            values = torch.gather(values, 2, gather)
+            if shortest == k:
+                order = torch.arange(k, device=device).expand(batch, k)
+            else:
+                order = compaction_order(key_valid)
+                gather = order[:, None, :, None].expand(batch, heads, k, d)
+                keys = torch.gather(keys, 2, gather)
+                values = torch.gather(values, 2, gather)
         segments = num_segments(lengths, s)
         max_segments = -(-k // s)
         padded = max_segments * s
@@ -121,6 +130,7 @@ class SegmentedRecurrentAttention(nn.Module):
         values = values * mask
         self._check_schedule(segments)
 
+        target = self.config.target_length
         state = CrossAttentionState(
             keys=keys,
             values=values,
@@ -128,12 +138,15 @@ class SegmentedRecurrentAttention(nn.Module):
             lengths=lengths,
             num_segments=segments,
             last_segment=torch.full((batch,), -1, dtype=torch.long, device=device),
+            segment_table=segment_index(torch.arange(target + 1, device=device), segments, target),
+            segment_valid=position_valid.view(batch, max_segments, s),
         )
         if self.has_recurrence:
             raf_inputs, state.kv_total = self._raf_inputs(keys, values)
             zeros = torch.zeros(batch, heads, d, d, dtype=torch.float32, device=device)
-            state.raf_outputs, _, _ = self.raf.scan(raf_inputs, self._visited(segments, max_segments), zeros, zeros)
+            raf_outputs, _, _ = self.raf.scan(raf_inputs, self._visited(segments, max_segments), zeros, zeros)
             state.key_norm = keys.float().pow(2).sum(dim=2).sqrt() + self.config.norm_eps
+            state.raf_readout = raf_outputs * (self.scale / state.key_norm[:, :, None, None, :])
         return state
 
     def _raf_inputs(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -177,10 +190,10 @@ class SegmentedRecurrentAttention(nn.Module):
         RAF membrane/output after ``state.last_segment`` (recomputed by one recurrence over the
         segments visited so far), from which later steps fire RAF incrementally.
         """
-        lean = replace(state, keys=None, values=None, raf_outputs=None)
+        lean = replace(state, keys=None, values=None, raf_readout=None)
         if not self.has_recurrence:
             return lean
-        batch, heads, max_segments, d, _ = state.raf_outputs.shape
+        batch, heads, max_segments, d, _ = state.raf_readout.shape
         # The RAF inputs are not kept in the standard layout; rebuild them for the visited prefix.
         raf_inputs, _ = self._raf_inputs(state.keys, state.values)
         done = self._visited(state.num_segments, max_segments)
@@ -196,7 +209,6 @@ class SegmentedRecurrentAttention(nn.Module):
         state: CrossAttentionState,
         *,
         start_position: int = 0,
-        scale: float = 1.0,
         dropout: float = 0.0,
     ) -> tuple[torch.Tensor, CrossAttentionState]:
         """Cross attention for ``q`` consecutive decoder positions at once (teacher forcing).
@@ -209,7 +221,6 @@ class SegmentedRecurrentAttention(nn.Module):
                 ``start_position .. start_position + q - 1``.
             state: a standard-layout state (from :meth:`init_state`).
             start_position: absolute decoder position of the first query.
-            scale: the model's attention scale (T5: 1.0, BART: d^-0.5).
             dropout: attention-probability dropout for ``O_S`` (training only).
 
         Returns:
@@ -235,15 +246,15 @@ class SegmentedRecurrentAttention(nn.Module):
             state.values.to(queries.dtype),
             attn_mask=allowed[:, None],
             dropout_p=dropout,
-            scale=scale,
+            scale=self.scale,
         )
         if self.has_recurrence:
             # Q_t . out_j for every segment j in one batched matmul (q*M*d numbers per head, less than
             # materialising a (d, d) block per query), then keep each query's own segment.
-            all_segments = torch.einsum("bhqd,bhmde->bhqme", queries.float() * scale, state.raf_outputs)
+            all_segments = torch.einsum("bhqd,bhmde->bhqme", queries.float(), state.raf_readout)
             pick = segments_of_query[:, None, :, None, None].expand(batch, heads, q, 1, d)
             recurrent = torch.take_along_dim(all_segments, pick, dim=3)[:, :, :, 0]
-            output = output + (recurrent / state.key_norm[:, :, None, :]).to(output.dtype)
+            output = output + recurrent.to(output.dtype)
         return output, replace(state, last_segment=segments_of_query[:, -1])
 
     # ------------------------------------------------------------------ incremental path
@@ -253,7 +264,6 @@ class SegmentedRecurrentAttention(nn.Module):
         state: CrossAttentionState,
         *,
         position: int,
-        scale: float = 1.0,
         project_rows: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None,
     ) -> tuple[torch.Tensor, CrossAttentionState]:
         """Cross attention for one decoder position, reading one segment and a (d, d) matrix per head.
@@ -269,7 +279,6 @@ class SegmentedRecurrentAttention(nn.Module):
             queries: (B, H, 1, d) projected decoder query at ``position``.
             state: the state after ``position - 1`` (or a fresh state when ``position`` is 0).
             position: absolute decoder position ``t``.
-            scale: the model's attention scale.
             project_rows: lean layout only: maps (B, s) encoder positions to the projected
                 (keys, values), each (B, H, s, d).
 
@@ -282,17 +291,14 @@ class SegmentedRecurrentAttention(nn.Module):
         batch, heads, _, d = queries.shape
         s = self.config.segment_size
         device = queries.device
-        segment = torch.minimum(
-            torch.div(state.num_segments * position, self.config.target_length, rounding_mode="floor"),
-            state.num_segments - 1,
-        )  # (B,), i(t) without building a tensor from a Python int
+        segment = state.segment_table[:, min(position, self.config.target_length)]  # (B,) i(t)
         rows = torch.arange(batch, device=device)
-        key_positions = segment[:, None] * s + torch.arange(s, device=device)[None, :]  # (B, s) compacted
-        allowed = key_positions < state.lengths[:, None]  # (B, s)
+        allowed = state.segment_valid[rows, segment]  # (B, s)
         if state.is_lean:
             if project_rows is None:
                 raise ValueError("A lean SRformer state needs `project_rows` to project its segment.")
-            encoder_positions = torch.gather(state.positions, 1, key_positions).to(torch.int64)
+            max_segments = state.positions.shape[1] // s
+            encoder_positions = state.positions.view(batch, max_segments, s)[rows, segment].to(torch.int64)
             keys, values = project_rows(encoder_positions)
             row_mask = allowed[:, None, :, None].to(keys.dtype)
             keys, values = keys * row_mask, values * row_mask
@@ -301,7 +307,8 @@ class SegmentedRecurrentAttention(nn.Module):
             keys = state.keys.view(batch, heads, max_segments, s, d)[rows, :, segment]  # (B, H, s, d)
             values = state.values.view(batch, heads, max_segments, s, d)[rows, :, segment]
         output = F.scaled_dot_product_attention(
-            queries, keys.to(queries.dtype), values.to(queries.dtype), attn_mask=allowed[:, None, None, :], scale=scale
+            queries, keys.to(queries.dtype), values.to(queries.dtype), attn_mask=allowed[:, None, None, :],
+            scale=self.scale,
         )
         new_state = replace(state, last_segment=segment)
         if self.has_recurrence:
@@ -315,8 +322,8 @@ class SegmentedRecurrentAttention(nn.Module):
                 new_state = replace(
                     new_state, membrane=torch.where(changed, membrane, state.membrane), raf_output=raf_output
                 )
+                readout = raf_output * (self.scale / state.key_norm[:, :, None, :])
             else:
-                raf_output = state.raf_outputs[rows, :, segment]
-            recurrent = torch.einsum("bhqd,bhde->bhqe", queries.float() * scale, raf_output)
-            output = output + (recurrent / state.key_norm[:, :, None, :]).to(output.dtype)
+                readout = state.raf_readout[rows, :, segment]  # scale * RAF_out_i / norm(K), (B, H, d, d)
+            output = output + torch.matmul(queries.float(), readout).to(output.dtype)
         return output, new_state

@@ -39,9 +39,12 @@ class CrossAttentionState:
         values: (B, H, M*s, d) values, same layout as ``keys``; None in the lean layout.
         positions: lean layout: (B, M*s) int32, the encoder position of each compacted position
             (its segment's rows are gathered from the encoder output); None otherwise.
-        raf_outputs: standard layout: (B, H, M, d, d) float32 RAF output in force while segment
-            ``j`` is attended (Eq. 13-16, A.2), computed once for every visited segment; None in the
-            lean layout or without recurrent attention.
+        segment_table: (B, T+1) long, ``i(t)`` for ``t = 0 .. T`` (later steps use column T).
+        segment_valid: (B, M, s) bool, which compacted positions of each segment are real.
+        raf_readout: standard layout: (B, H, M, d, d) float32 ``scale * RAF_out_j / norm(K)``: the
+            RAF output in force while segment ``j`` is attended (Eq. 13-16, A.2), computed once for
+            every visited segment, with the attention scale and ``norm(K)`` folded in, so that
+            ``O_R[t] = Q_t . raf_readout[i(t)]``. None in the lean layout or without recurrence.
         kv_total: (B, H, d, d) float32 ``K^T V`` over real positions (Eq. 15), or None without
             recurrent attention.
         key_norm: (B, H, d) float32 ``norm(K) + eps`` over real positions (Eq. 13), or None.
@@ -55,7 +58,9 @@ class CrossAttentionState:
     keys: torch.Tensor | None = None
     values: torch.Tensor | None = None
     positions: torch.Tensor | None = None
-    raf_outputs: torch.Tensor | None = None
+    segment_table: torch.Tensor | None = None
+    segment_valid: torch.Tensor | None = None
+    raf_readout: torch.Tensor | None = None
     kv_total: torch.Tensor | None = None
     key_norm: torch.Tensor | None = None
     membrane: torch.Tensor | None = None

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from srformer.cli import aclsum_command, evaluate_command, summarize_command, train_command
+from srformer.cli import aclsum_command, bench_command, evaluate_command, summarize_command, train_command
 
-COMMANDS = (train_command, evaluate_command, summarize_command, aclsum_command)
+COMMANDS = (train_command, evaluate_command, summarize_command, aclsum_command, bench_command)
 
 
 def build_parser() -> argparse.ArgumentParser:

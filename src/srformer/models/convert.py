@@ -20,6 +20,7 @@ from srformer.config import SRformerConfig
 from srformer.models.families import (
     SRformerBartAttentionMixin,
     SRformerT5AttentionMixin,
+    attention_scale_of,
     head_dim_of,
     projection_weight,
 )
@@ -134,7 +135,9 @@ def convert(model: PreTrainedModel, config: SRformerConfig, *, _loading: bool = 
             module.__class__ = _converted_class(type(module), mixin)
             module.add_module(
                 "srformer",
-                SegmentedRecurrentAttention(config, head_dim_of(module)).to(device=weight.device, dtype=weight.dtype),
+                SegmentedRecurrentAttention(config, head_dim_of(module), attention_scale_of(module)).to(
+                    device=weight.device, dtype=weight.dtype
+                ),
             )
     model.config.srformer = config.to_dict()
     return model

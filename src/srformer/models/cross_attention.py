@@ -55,7 +55,6 @@ def run_cross_attention(
     past_key_values,
     layer_idx: int | None,
     *,
-    scale: float,
     dropout: float,
 ) -> torch.Tensor:
     """Run one layer's SRformer cross attention, with or without a generation cache.
@@ -74,7 +73,6 @@ def run_cross_attention(
         mask: the encoder mask as passed by the model (see :func:`key_padding_from_mask`).
         past_key_values: None or an ``EncoderDecoderCache``.
         layer_idx: the decoder layer index (required with a cache).
-        scale: the model's attention scale.
         dropout: attention dropout probability (0 outside training).
 
     Returns:
@@ -116,9 +114,9 @@ def run_cross_attention(
             index = positions[:, :, None].expand(-1, -1, key_value_states.shape[-1])
             return project(torch.gather(key_value_states, 1, index))
 
-        output, state = attention.step(queries, state, position=start, scale=scale, project_rows=project_rows)
+        output, state = attention.step(queries, state, position=start, project_rows=project_rows)
     else:
-        output, state = attention(queries, state, start_position=start, scale=scale, dropout=dropout)
+        output, state = attention(queries, state, start_position=start, dropout=dropout)
 
     if cache is not None:
         if attention.config.lean_cache and not state.is_lean:

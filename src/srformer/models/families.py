@@ -47,7 +47,6 @@ class SRformerT5AttentionMixin:
             mask,
             past_key_values,
             self.layer_idx,
-            scale=getattr(self, "scaling", 1.0),
             dropout=self.dropout if self.training else 0.0,
         )
         output = self.o(output.transpose(1, 2).reshape(batch, q_len, -1))
@@ -84,11 +83,15 @@ class SRformerBartAttentionMixin:
             attention_mask,
             past_key_values,
             self.layer_idx,
-            scale=self.scaling,
             dropout=self.dropout if self.training else 0.0,
         )
         output = self.out_proj(output.transpose(1, 2).reshape(batch, q_len, -1))
         return output, None
+
+
+def attention_scale_of(module: nn.Module) -> float:
+    """The softmax scale of a T5-style (``scaling``, 1.0 in T5) or BART-style (``head_dim^-0.5``) module."""
+    return float(getattr(module, "scaling", 1.0))
 
 
 def head_dim_of(module: nn.Module) -> int:

@@ -1,0 +1,177 @@
+"""End-to-end ``generate()`` throughput, and the bytes held in the cross-attention cache.
+
+The encoder is excluded: ``generate()`` receives precomputed random ``encoder_outputs`` (a
+``BaseModelOutput``) and an all-ones attention mask, so the time covers the decoder only (the
+cross-attention K/V projection or state build at the first step included). Decoding is greedy
+with ``min_new_tokens == max_new_tokens``, so every variant generates the same number of tokens
+whatever its (random) weights predict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import EncoderDecoderCache, PreTrainedModel
+from transformers.modeling_outputs import BaseModelOutput
+
+from srformer.attention.state import SRformerCacheLayer
+from srformer.benchmarks.memory import cuda_peak_increase
+from srformer.benchmarks.timing import TimingSummary, repeat_samples, time_call
+
+
+def random_encoder_outputs(
+    batch_size: int, encoder_length: int, d_model: int, *, device: torch.device | str = "cpu", seed: int = 0
+) -> tuple[BaseModelOutput, torch.Tensor]:
+    """Random encoder output and its attention mask.
+
+    Returns:
+        ``(encoder_outputs, attention_mask)``: ``last_hidden_state`` (B, k, d_model) float32 and
+        an all-ones (B, k) long mask (no padding).
+    """
+    generator = torch.Generator().manual_seed(seed)
+    states = torch.randn(batch_size, encoder_length, d_model, generator=generator).to(device)
+    mask = torch.ones(batch_size, encoder_length, dtype=torch.long, device=device)
+    return BaseModelOutput(last_hidden_state=states), mask
+
+
+def generate_fixed(
+    model: PreTrainedModel, encoder_outputs: BaseModelOutput, attention_mask: torch.Tensor, new_tokens: int
+):
+    """Greedy ``generate()`` of exactly ``new_tokens`` tokens per sequence from precomputed encoder outputs.
+
+    Returns:
+        The ``GenerateEncoderDecoderOutput`` (``sequences`` (B, 1 + new_tokens) and ``past_key_values``).
+    """
+    return model.generate(
+        encoder_outputs=encoder_outputs,
+        attention_mask=attention_mask,
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        do_sample=False,
+        num_beams=1,
+        use_cache=True,
+        return_dict_in_generate=True,
+    )
+
+
+def cross_attention_cache_bytes(cache: EncoderDecoderCache, encoder_hidden_states: torch.Tensor | None = None) -> int:
+    """Bytes held for cross attention in a generation cache, summed over decoder layers.
+
+    Unmodified layers (``DynamicLayer``): their cached keys plus values. Converted layers
+    (:class:`SRformerCacheLayer`): every tensor of their state (``CrossAttentionState.nbytes``).
+    When any layer holds a lean state, the encoder output (read again at every step to project
+    the current segment) is counted once, from ``encoder_hidden_states``.
+
+    Args:
+        cache: the ``EncoderDecoderCache`` returned by ``generate(..., return_dict_in_generate=True)``.
+        encoder_hidden_states: (B, k, d_model) encoder output; required when a state is lean.
+
+    Returns:
+        Bytes.
+
+    Raises:
+        TypeError: if ``cache`` is not an ``EncoderDecoderCache``.
+        ValueError: if a lean state is present but ``encoder_hidden_states`` is None.
+    """
+    if not isinstance(cache, EncoderDecoderCache):
+        raise TypeError(f"Expected an EncoderDecoderCache, got {type(cache).__name__}.")
+    total = 0
+    lean = False
+    for layer in cache.cross_attention_cache.layers:
+        if isinstance(layer, SRformerCacheLayer):
+            if layer.state is not None:
+                total += layer.state.nbytes()
+                lean = lean or layer.state.is_lean
+        elif getattr(layer, "is_initialized", False) and layer.keys is not None:
+            total += layer.keys.numel() * layer.keys.element_size()
+            total += layer.values.numel() * layer.values.element_size()
+    if lean:
+        if encoder_hidden_states is None:
+            raise ValueError("A lean SRformer cache reads the encoder output at every step: pass encoder_hidden_states.")
+        total += encoder_hidden_states.numel() * encoder_hidden_states.element_size()
+    return total
+
+
+@dataclass(frozen=True)
+class GenerationMeasurement:
+    """Result of :func:`measure_generation`.
+
+    Attributes:
+        timing: seconds of each timed ``generate()`` call.
+        batch_size: sequences per call.
+        new_tokens: tokens generated per sequence.
+        cache_bytes: bytes held in the cross-attention cache after generation
+            (:func:`cross_attention_cache_bytes`).
+        cuda_peak_bytes: on CUDA, the peak allocated memory above the pre-call level during the last
+            timed call (``torch.cuda.max_memory_allocated``); None on the CPU.
+    """
+
+    timing: TimingSummary
+    batch_size: int
+    new_tokens: int
+    cache_bytes: int
+    cuda_peak_bytes: int | None
+
+    @property
+    def tokens_per_second(self) -> float:
+        """New tokens of all sequences per second: ``batch_size * new_tokens / median seconds``."""
+        return self.batch_size * self.new_tokens / self.timing.median_s
+
+
+def measure_generation(
+    model: PreTrainedModel,
+    *,
+    batch_size: int,
+    encoder_length: int,
+    new_tokens: int,
+    repeats: int,
+    warmup: int = 1,
+    warmup_tokens: int | None = None,
+    seed: int = 0,
+) -> GenerationMeasurement:
+    """Time greedy ``generate()`` of ``new_tokens`` tokens from random encoder outputs (encoder excluded).
+
+    Args:
+        model: a T5-style seq2seq model (unmodified or converted), eval mode.
+        batch_size: sequences per call.
+        encoder_length: ``k``, encoder positions (tokens).
+        new_tokens: tokens per sequence (forced: ``min_new_tokens == max_new_tokens``).
+        repeats: timed calls (the median is reported).
+        warmup: discarded calls before them, at the same shapes.
+        warmup_tokens: tokens per warm-up call (default ``new_tokens``).
+        seed: seed of the random encoder output.
+
+    Returns:
+        A :class:`GenerationMeasurement` (``tokens_per_second``: new tokens/s).
+
+    Raises:
+        ValueError: if ``new_tokens < 1``, ``repeats < 1`` or ``warmup < 0``.
+    """
+    if new_tokens < 1:
+        raise ValueError(f"`new_tokens` must be >= 1, got {new_tokens}.")
+    device = model.device
+    encoder_outputs, mask = random_encoder_outputs(
+        batch_size, encoder_length, model.config.d_model, device=device, seed=seed
+    )
+    warmups = [warmup_tokens or new_tokens] * warmup
+    last = {}
+
+    def sample() -> float:
+        tokens = warmups.pop() if warmups else new_tokens
+        with torch.no_grad():
+            if device.type == "cuda":
+                (output, seconds), peak = cuda_peak_increase(
+                    lambda: time_call(lambda: generate_fixed(model, encoder_outputs, mask, tokens), device), device
+                )
+                last["peak"] = peak
+            else:
+                output, seconds = time_call(lambda: generate_fixed(model, encoder_outputs, mask, tokens), device)
+        if output.sequences.shape[1] != tokens + 1:
+            raise RuntimeError(f"generate() made {output.sequences.shape[1] - 1} tokens instead of {tokens}.")
+        last["cache"] = output.past_key_values
+        return seconds
+
+    timing = repeat_samples(sample, repeats=repeats, warmup=warmup)
+    cache_bytes = cross_attention_cache_bytes(last.pop("cache"), encoder_outputs.last_hidden_state)
+    return GenerationMeasurement(timing, batch_size, new_tokens, cache_bytes, last.get("peak"))

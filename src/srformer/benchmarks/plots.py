@@ -1,0 +1,168 @@
+"""Benchmark figures (matplotlib, Agg backend, PNG): per-step time vs k, and paper Figure 5."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
+
+from srformer.benchmarks.flops import TABLE1_VARIANTS, table1_computation, table1_memory  # noqa: E402
+from srformer.benchmarks.records import BENCH_VARIANTS, BenchRecord  # noqa: E402
+
+#: Notes of the Figure 5 FlopCounterMode records start with this text.
+FIGURE5_NOTE = "Figure 5:"
+
+VARIANT_COLORS = {
+    "full-sdpa": "black",
+    "full-eager": "dimgray",
+    "segmented": "tab:blue",
+    "segmented-lean": "tab:cyan",
+    "srformer": "tab:red",
+    "srformer-lean": "tab:orange",
+    "full": "black",
+}
+TABLE1_LABELS = {"full": "Transformer", "segmented": "Segmented", "srformer": "SRformer"}
+CORE_NAMES = {"full": "full-sdpa", "segmented": "segmented", "srformer": "srformer"}
+_SEGMENT_STYLES = ("-", "--", ":", "-.")
+
+
+def plot_step_time(records: Iterable[BenchRecord], path: str | Path, *, batch_size: int | None = None) -> Path:
+    """Cross-attention time per decoder step (ms) vs encoder length k, log-log, one line per
+    variant and segment size.
+
+    Args:
+        records: benchmark records; those with metric ``cross_attention_step_time`` are plotted.
+        path: PNG path to write.
+        batch_size: the batch size to plot (default: 8 if measured, else the largest measured).
+
+    Returns:
+        The PNG path.
+
+    Raises:
+        ValueError: if there is no step-time record (at that batch size).
+    """
+    steps = [r for r in records if r.metric == "cross_attention_step_time"]
+    if not steps:
+        raise ValueError("No cross_attention_step_time records to plot.")
+    batches = sorted({r.batch_size for r in steps})
+    batch = batch_size if batch_size is not None else (8 if 8 in batches else batches[-1])
+    steps = [r for r in steps if r.batch_size == batch]
+    if not steps:
+        raise ValueError(f"No cross_attention_step_time records at batch size {batch}.")
+    sizes = sorted({r.segment_size for r in steps if r.segment_size is not None}, reverse=True)
+    styles = {s: _SEGMENT_STYLES[i % len(_SEGMENT_STYLES)] for i, s in enumerate(sizes)}
+    fig, ax = plt.subplots(figsize=(10, 5.5))
+    for variant in BENCH_VARIANTS:
+        for s in [None, *sizes]:
+            points = sorted((r.encoder_length, r.value) for r in steps if r.variant == variant and r.segment_size == s)
+            if not points:
+                continue
+            xs, ys = zip(*points)
+            label = variant if s is None else f"{variant}, s={s}"
+            ax.plot(xs, ys, linestyle="-" if s is None else styles[s], marker="o", markersize=4,
+                    color=VARIANT_COLORS.get(variant), linewidth=2.2 if s is None else 1.6, label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    plain = FuncFormatter(lambda value, _: f"{value:g}")
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda value, _: f"{value:g}" if f"{value:.0e}"[0] in "25" else ""))
+    lengths = sorted({r.encoder_length for r in steps})
+    ax.set_xticks(lengths, [str(k) for k in lengths])
+    ax.set_xlabel("encoder length k (tokens)")
+    ax.set_ylabel("time per decoder step (ms, median)")
+    device = steps[0].device
+    ax.set_title(f"Cross attention, one decoder layer, one generation step (batch {batch}, {device})")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="variant, segment size")
+    return _save(fig, path)
+
+
+def plot_figure5(
+    records: Iterable[BenchRecord],
+    path: str | Path,
+    *,
+    qs: Sequence[int] = (128, 256, 384, 512, 640, 768, 896, 1024),
+    ratio: int = 8,
+    d: int = 64,
+    s: int = 64,
+) -> Path:
+    """Paper Figure 5: theoretical computation and memory of cross attention vs summary length q
+    (``k = ratio·q``), with measured FlopCounterMode points.
+
+    Theoretical curves are Table 1 (:func:`~srformer.benchmarks.flops.table1_computation`, in
+    MACs, and :func:`~srformer.benchmarks.flops.table1_memory`, in elements), per example and
+    head. Measured points are the records whose note starts with :data:`FIGURE5_NOTE`
+    (``attention_core_generation_flops`` filled, ``attention_core_forward_flops`` hollow), shown as
+    FLOPs / 2 = MACs; they count both ``Q Kᵀ`` and ``A V`` (plus, for SRformer, the ``W P_j``
+    projections), so they sit about 2x above the curves, which count ``Q Kᵀ`` only.
+
+    Returns:
+        The PNG path.
+
+    Raises:
+        ValueError: if ``qs`` is empty.
+    """
+    if not qs:
+        raise ValueError("`qs` must hold at least one summary length.")
+    measured = [r for r in records if r.note.startswith(FIGURE5_NOTE)]
+    fig, (ax_comp, ax_mem) = plt.subplots(1, 2, figsize=(12, 5))
+    qs = sorted(qs)
+    for variant in TABLE1_VARIANTS:
+        color = VARIANT_COLORS[CORE_NAMES[variant]]
+        label = TABLE1_LABELS[variant]
+        comp = [table1_computation(variant, q=q, k=ratio * q, d=d, s=s) for q in qs]
+        mem = [table1_memory(variant, q=q, k=ratio * q, d=d, s=s) for q in qs]
+        ax_comp.plot(qs, comp, color=color, linewidth=2, label=f"{label} (Table 1)")
+        ax_mem.plot(qs, mem, color=color, linewidth=2, label=f"{label} (Table 1)")
+        for metric, filled, what in (
+            ("attention_core_generation_flops", True, "generation path"),
+            ("attention_core_forward_flops", False, "teacher-forced forward"),
+        ):
+            points = sorted(
+                (r.decoder_length, r.value / 2)
+                for r in measured
+                if r.metric == metric and r.variant == CORE_NAMES[variant]
+            )
+            if points:
+                xs, ys = zip(*points)
+                ax_comp.plot(xs, ys, linestyle="none", marker="o" if filled else "s", markersize=7 if filled else 9,
+                             markerfacecolor=color if filled else "none", markeredgecolor=color,
+                             label=f"{label}: measured, {what}")
+    for ax, formula in ((ax_comp, table1_computation), (ax_mem, table1_memory)):
+        lo, hi = qs[0], qs[-1]
+        reductions = [1 - formula("srformer", q=q, k=ratio * q, d=d, s=s) / formula("full", q=q, k=ratio * q, d=d, s=s)
+                      for q in (lo, hi)]
+        ax.text(0.98, 0.03, f"SRformer vs Transformer: -{100 * reductions[0]:.0f}% at q={lo}, "
+                f"-{100 * reductions[1]:.0f}% at q={hi}", transform=ax.transAxes, ha="right", va="bottom", fontsize=9,
+                bbox=dict(facecolor="white", edgecolor="lightgray"))
+    for ax, ylabel, title in (
+        (ax_comp, "multiply-accumulates per example and head", "Computation of cross attention"),
+        (ax_mem, "numbers held per example and head", "Memory of cross attention"),
+    ):
+        ax.set_yscale("log")
+        ax.set_xlabel(f"summary length q (tokens), k = {ratio}q")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.set_xticks(qs)
+        ax.grid(True, which="both", alpha=0.3)
+    handles, labels = ax_comp.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8.5, frameon=False)
+    fig.suptitle(f"Figure 5 reproduction (paper Sec. 4.4.1): d = {d}, s = {s}. Lines: Table 1. "
+                 "Points: FlopCounterMode FLOPs / 2 (Q Kᵀ and A V, so ~2x the lines)", fontsize=10.5)
+    fig.tight_layout(rect=(0, 0.16, 1, 1))
+    return _save(fig, path, layout=False)
+
+
+def _save(fig, path: str | Path, *, layout: bool = True) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if layout:
+        fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
