@@ -123,7 +123,7 @@ def test_cache_layer_reorders_every_state_tensor_across_examples():
     perm = torch.tensor([2, 0, 1])
     layer.reorder_cache(perm)
     for name in ("keys", "values", "positions", "lengths", "num_segments", "last_segment", "raf_readout", "segment_table", "segment_valid",
-                 "kv_total", "key_norm"):
+                 "raf_total", "key_norm"):
         assert torch.equal(getattr(layer.state, name), getattr(state, name)[perm]), name
     assert layer.keys is layer.state.keys
     layer.batch_repeat_interleave(2)
@@ -132,7 +132,7 @@ def test_cache_layer_reorders_every_state_tensor_across_examples():
     assert torch.equal(layer.state.raf_readout, state.raf_readout[perm][[0, 2]])
     lean = SRformerCacheLayer(module.lean(state))
     lean.reorder_cache(perm)
-    for name in ("positions", "lengths", "last_segment", "kv_total", "key_norm", "membrane", "raf_output"):
+    for name in ("positions", "lengths", "last_segment", "raf_total", "key_norm", "membrane", "raf_output"):
         assert torch.equal(getattr(lean.state, name), getattr(module.lean(state), name)[perm]), name
 
 
@@ -146,3 +146,27 @@ def test_step_after_reordering_uses_the_reordered_state():
     swapped, _ = module.step(queries[[1, 0], :, 3:4], layer.state, position=3)
     straight, _ = module.step(queries[:, :, 3:4], state, position=3)
     assert torch.allclose(swapped, straight[[1, 0]], atol=1e-6)
+
+
+def test_projecting_values_first_equals_projecting_products():
+    """(K_j^T V_j) W^T == K_j^T (V_j W^T): the fast path (no clamp) and the clamped path with a clamp
+    too large to bite give the same RAF inputs."""
+    queries, keys, values, valid = _inputs(2, 2, 12, 1, 4, [12, 7])
+    fast = _module(segment_size=3)
+    clamped = _module(segment_size=3, kv_clamp=1e9)
+    state = fast.init_state(keys, values, valid)
+    a, total_a = fast._raf_inputs(state.keys, state.values)
+    b, total_b = clamped._raf_inputs(state.keys, state.values)
+    assert torch.allclose(a, b, atol=1e-4) and torch.allclose(total_a, total_b, atol=1e-4)
+
+
+def test_clamped_products_keep_parallel_incremental_and_lean_paths_equal():
+    module = _module(segment_size=3, target_length=6, kv_clamp=0.5)
+    queries, keys, values, valid = _inputs(2, 2, 14, 9, 4, [14, 8])
+    state = module.init_state(keys, values, valid)
+    parallel, _ = module(queries, state)
+    incremental, _ = _incremental(module, queries, state)
+    lean, _ = _incremental(module, queries, module.lean(state), _rows_of(keys, values))
+    unclamped, _ = _module(segment_size=3, target_length=6)(queries, _module(segment_size=3, target_length=6).init_state(keys, values, valid))
+    assert (parallel - incremental).abs().max() <= 1e-5 and (parallel - lean).abs().max() <= 1e-5
+    assert (parallel - unclamped).abs().max() > 1e-3  # the clamp changed something

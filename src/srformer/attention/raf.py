@@ -63,9 +63,9 @@ class RecurrentAccumulateAndFire(nn.Module):
         """
         leak = self.leak.to(projected.dtype)
         threshold = self.threshold.to(projected.dtype)
-        membrane = leak * membrane + projected
+        membrane = torch.addcmul(projected, membrane, leak)  # leak * mem + x
         y = membrane / threshold - 1.0
-        membrane = membrane - threshold * (y > 0).to(projected.dtype)
+        membrane = torch.where(y > 0, membrane - threshold, membrane)  # soft reset
         return membrane, torch.relu(y)
 
     def scan(
@@ -93,12 +93,17 @@ class RecurrentAccumulateAndFire(nn.Module):
             final membrane and output.
         """
         outputs = []
+        # One host sync per call: the common case (every example visits every segment) needs no masking.
+        every_segment_fires = bool(fires.all())
         # unbind once: indexing projected[:, :, j] per segment would make backward allocate a
         # full-size zero gradient for every segment.
         for j, projected_j in enumerate(projected.unbind(dim=2)):
             new_membrane, new_output = self.fire(membrane, projected_j)
-            fire_j = fires[:, j, None, None, None]
-            membrane = torch.where(fire_j, new_membrane, membrane)
-            output = torch.where(fire_j, new_output, output)
+            if every_segment_fires:
+                membrane, output = new_membrane, new_output
+            else:
+                fire_j = fires[:, j, None, None, None]
+                membrane = torch.where(fire_j, new_membrane, membrane)
+                output = torch.where(fire_j, new_output, output)
             outputs.append(output)
         return torch.stack(outputs, dim=2), membrane, output

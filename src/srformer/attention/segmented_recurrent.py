@@ -85,7 +85,7 @@ class SegmentedRecurrentAttention(nn.Module):
 
         Returns:
             A :class:`CrossAttentionState` with keys/values, the segment table and masks, the
-            recurrent readout of every visited segment, ``kv_total`` and ``key_norm``; no segment
+            recurrent readout of every visited segment, ``raf_total`` and ``key_norm``; no segment
             visited yet.
 
         Raises:
@@ -142,7 +142,7 @@ class SegmentedRecurrentAttention(nn.Module):
             segment_valid=position_valid.view(batch, max_segments, s),
         )
         if self.has_recurrence:
-            raf_inputs, state.kv_total = self._raf_inputs(keys, values)
+            raf_inputs, state.raf_total = self._raf_inputs(keys, values)
             zeros = torch.zeros(batch, heads, d, d, dtype=torch.float32, device=device)
             raf_outputs, _, _ = self.raf.scan(raf_inputs, self._visited(segments, max_segments), zeros, zeros)
             state.key_norm = keys.float().pow(2).sum(dim=2).sqrt() + self.config.norm_eps
@@ -150,17 +150,27 @@ class SegmentedRecurrentAttention(nn.Module):
         return state
 
     def _raf_inputs(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``W P_j`` for every segment, (B, H, M, d, d), and ``K^T V``, (B, H, d, d), in float32 from
-        compacted, zero-padded keys/values (B, H, M*s, d): all ``K_j^T V_j`` in one einsum (Eq. 14-16)."""
+        """RAF inputs ``x_j = W P_j`` of every segment, (B, H, M, d, d), and ``W K^T V``, (B, H, d, d),
+        in float32 from compacted, zero-padded keys/values (B, H, M*s, d) (Eq. 14-16, A.2).
+
+        ``W`` acts on the last (value) axis, so ``(K_j^T V_j) W^T = K_j^T (V_j W^T)``: without a clamp
+        the values are projected first and every segment costs O(s*d^2) (2*k*d^2 per head in all)
+        instead of O(s*d^2 + d^3) (k*d^2 + m*d^3, 2.5x more at s = d/4). With ``kv_clamp`` the
+        products are clamped before ``W``, as the BART authors did.
+        """
         batch, heads, _, d = keys.shape
         shape = (batch, heads, -1, self.config.segment_size, d)
-        segment_products = torch.einsum("bhmsd,bhmse->bhmde", keys.float().view(shape), values.float().view(shape))
-        total = segment_products.sum(dim=2, keepdim=True)  # K^T V over real positions
-        if self.config.kv_clamp is not None:
+        keys32 = keys.float().view(shape)
+        if self.config.kv_clamp is None:
+            projected_values = self.raf.project(values.float()).view(shape)
+            segment_products = torch.einsum("bhmsd,bhmse->bhmde", keys32, projected_values)  # W K_j^T V_j
+            total = segment_products.sum(dim=2, keepdim=True)
+        else:
             c = self.config.kv_clamp
-            segment_products = segment_products.clamp(-c, c)
-            total = total.clamp(-c, c)
-        return self.raf.project(total - segment_products), total[:, :, 0]
+            segment_products = torch.einsum("bhmsd,bhmse->bhmde", keys32, values.float().view(shape))
+            total = self.raf.project(segment_products.sum(dim=2, keepdim=True).clamp(-c, c))
+            segment_products = self.raf.project(segment_products.clamp(-c, c))
+        return total - segment_products, total[:, :, 0]
 
     def _visited(self, segments: torch.Tensor, max_segments: int) -> torch.Tensor:
         """(B, M) bool: segment j is attended at some decoder position t >= 0 (the schedule may skip
@@ -273,7 +283,7 @@ class SegmentedRecurrentAttention(nn.Module):
         no tensor of encoder length is touched and there is no host sync. Lean layout: the
         segment's ``s`` encoder rows are projected (O(s * d_model * d) per head) and, when
         ``i(t)`` differs from the previous step's segment, RAF fires once with
-        ``W (K^T V - K_i^T V_i)`` (O(s*d^2 + d^3)).
+        ``W K^T V - W K_i^T V_i`` (O(s*d^2 + d^3)).
 
         Args:
             queries: (B, H, 1, d) projected decoder query at ``position``.
@@ -313,11 +323,12 @@ class SegmentedRecurrentAttention(nn.Module):
         new_state = replace(state, last_segment=segment)
         if self.has_recurrence:
             if state.is_lean:
-                products = torch.einsum("bhsd,bhse->bhde", keys.float(), values.float())
+                products = torch.einsum("bhsd,bhse->bhde", keys.float(), values.float())  # K_i^T V_i
                 if self.config.kv_clamp is not None:
                     products = products.clamp(-self.config.kv_clamp, self.config.kv_clamp)
                 changed = (segment != state.last_segment)[:, None, None, None]
-                membrane, raf_output = self.raf.fire(state.membrane, self.raf.project(state.kv_total - products))
+                raf_input = state.raf_total - self.raf.project(products)  # W P_i = W K^T V - W K_i^T V_i
+                membrane, raf_output = self.raf.fire(state.membrane, raf_input)
                 raf_output = torch.where(changed, raf_output, state.raf_output)
                 new_state = replace(
                     new_state, membrane=torch.where(changed, membrane, state.membrane), raf_output=raf_output

@@ -45,8 +45,8 @@ class CrossAttentionState:
             RAF output in force while segment ``j`` is attended (Eq. 13-16, A.2), computed once for
             every visited segment, with the attention scale and ``norm(K)`` folded in, so that
             ``O_R[t] = Q_t . raf_readout[i(t)]``. None in the lean layout or without recurrence.
-        kv_total: (B, H, d, d) float32 ``K^T V`` over real positions (Eq. 15), or None without
-            recurrent attention.
+        raf_total: (B, H, d, d) float32 ``W K^T V`` over real positions (Eq. 15; ``W`` is the RAF
+            linear layer, applied on the last axis), or None without recurrent attention.
         key_norm: (B, H, d) float32 ``norm(K) + eps`` over real positions (Eq. 13), or None.
         membrane: lean layout: (B, H, d, d) float32 RAF membrane potential; None otherwise.
         raf_output: lean layout: (B, H, d, d) float32 RAF output of the current segment; None otherwise.
@@ -61,7 +61,7 @@ class CrossAttentionState:
     segment_table: torch.Tensor | None = None
     segment_valid: torch.Tensor | None = None
     raf_readout: torch.Tensor | None = None
-    kv_total: torch.Tensor | None = None
+    raf_total: torch.Tensor | None = None
     key_norm: torch.Tensor | None = None
     membrane: torch.Tensor | None = None
     raf_output: torch.Tensor | None = None
