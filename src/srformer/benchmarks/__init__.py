@@ -15,8 +15,14 @@ Public API:
 
 from srformer.benchmarks.flops import count_flops, table1_computation, table1_memory
 from srformer.benchmarks.outputs import write_outputs
-from srformer.benchmarks.records import BENCH_VARIANTS, METRIC_UNITS, BenchRecord, RecordError
-from srformer.benchmarks.records import read_records_json, write_records_json
+from srformer.benchmarks.records import (
+    BENCH_VARIANTS,
+    METRIC_UNITS,
+    BenchRecord,
+    RecordError,
+    read_records_json,
+    write_records_json,
+)
 from srformer.benchmarks.suite import SuiteSettings, run_suite
 from srformer.benchmarks.timing import TimingSummary, measure, repeat_samples
 

@@ -31,7 +31,7 @@ SRformer's computation, 4718.592K, which rounds to 4719 (the paper truncates thi
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -114,11 +114,21 @@ EXTRA_FLOP_FORMULAS = {torch.ops.aten._scaled_dot_product_flash_attention_for_cp
 def count_flops(fn: Callable[[], object]) -> tuple[object, int]:
     """Run ``fn()`` under ``FlopCounterMode`` (plus :data:`EXTRA_FLOP_FORMULAS`).
 
+    The count depends on the operations and their shapes only, so ``fn`` runs with one CPU thread:
+    on a busy machine, each small multi-threaded CPU kernel can wait a long time for a core
+    (measured on 2 cores while another process held both: 256 single-query attention calls over
+    8192 keys took 0.1 s with one thread and 50 s with two). The thread count is restored afterwards.
+
     Returns:
         ``(result, flops)``: ``fn``'s result and the FLOPs it executed.
     """
-    with FlopCounterMode(display=False, custom_mapping=EXTRA_FLOP_FORMULAS) as counter:
-        result = fn()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with FlopCounterMode(display=False, custom_mapping=EXTRA_FLOP_FORMULAS) as counter:
+            result = fn()
+    finally:
+        torch.set_num_threads(threads)
     return result, int(counter.get_total_flops())
 
 
@@ -157,7 +167,8 @@ def attention_core_flops(
     queries, keys, values = (torch.randn(1, 1, n, d, generator=generator).to(device) for n in (q, k, k))
     if variant == "full":
         if mode == "forward":
-            run = lambda: F.scaled_dot_product_attention(queries, keys, values)  # noqa: E731
+            def run():
+                F.scaled_dot_product_attention(queries, keys, values)
         else:
             def run():
                 for t in range(q):
@@ -180,7 +191,9 @@ def attention_core_flops(
         return count_flops(run)[1]
 
 
-def cross_attention_forward_flops(module: torch.nn.Module, encoder_states: torch.Tensor, decoder_length: int, seed: int = 0) -> int:
+def cross_attention_forward_flops(
+    module: torch.nn.Module, encoder_states: torch.Tensor, decoder_length: int, seed: int = 0
+) -> int:
     """Measured FLOPs of one teacher-forced call of a T5 cross-attention module, projections included.
 
     The call covers ``decoder_length`` positions at once without a cache (training's forward):
@@ -199,7 +212,7 @@ def cross_attention_forward_flops(module: torch.nn.Module, encoder_states: torch
         ValueError: if ``decoder_length < 1``.
     """
     _check_sizes(decoder_length=decoder_length)
-    batch, k, d_model = encoder_states.shape
+    batch, _, d_model = encoder_states.shape
     generator = torch.Generator().manual_seed(seed)
     hidden = torch.randn(batch, decoder_length, d_model, generator=generator).to(encoder_states.device)
     with torch.no_grad():

@@ -55,7 +55,9 @@ def generate_fixed(
     )
 
 
-def cross_attention_cache_bytes(cache: EncoderDecoderCache, encoder_hidden_states: torch.Tensor | None = None) -> int:
+def cross_attention_cache_bytes(
+    cache: EncoderDecoderCache, encoder_hidden_states: torch.Tensor | None = None
+) -> int:
     """Bytes held for cross attention in a generation cache, summed over decoder layers.
 
     Unmodified layers (``DynamicLayer``): their cached keys plus values. Converted layers
@@ -88,7 +90,9 @@ def cross_attention_cache_bytes(cache: EncoderDecoderCache, encoder_hidden_state
             total += layer.values.numel() * layer.values.element_size()
     if lean:
         if encoder_hidden_states is None:
-            raise ValueError("A lean SRformer cache reads the encoder output at every step: pass encoder_hidden_states.")
+            raise ValueError(
+                "A lean SRformer cache reads the encoder output at every step: pass encoder_hidden_states."
+            )
         total += encoder_hidden_states.numel() * encoder_hidden_states.element_size()
     return total
 

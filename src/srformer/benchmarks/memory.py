@@ -28,8 +28,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Callable
 
 import torch
 
@@ -132,7 +132,7 @@ def measure_cpu_peak_memory(
             measured = _run_child([jobs[i] for i in pending], timeout_s)
             if not measured:
                 raise RuntimeError("The memory probe process returned no measurement.")
-            for index, (peak, method) in zip(pending, measured):
+            for index, (peak, method) in zip(pending, measured, strict=False):
                 results[index] = MemoryResult(jobs[index], peak, method)
             pending = pending[len(measured):]
     return [results[i] for i in range(len(jobs))]

@@ -1,8 +1,9 @@
 """Child process of :func:`srformer.benchmarks.memory.measure_cpu_peak_memory`.
 
 Reads a JSON list of :class:`~srformer.benchmarks.memory.MemoryJob` fields on standard input
-(consecutive jobs of the same model share it; a model is built when the next job needs another), and prints one JSON line ``{"peaks": [bytes, ...], "method": "VmHWM" | "ru_maxrss"}``:
-the peak resident set size during each job's ``generate()`` minus the resident set size before it.
+(consecutive jobs of the same model share it; a model is built when the next job needs another),
+and prints one JSON line ``{"peaks": [bytes, ...], "method": "VmHWM" | "ru_maxrss"}``: the peak
+resident set size during each job's ``generate()`` minus the resident set size before it.
 Run as ``python -m srformer.benchmarks.memory_probe``; see :mod:`srformer.benchmarks.memory` for
 the method and its caveats.
 """
@@ -48,6 +49,10 @@ def _maxrss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 
 
+def _model_key(job: dict) -> tuple:
+    return (job["shape"], job["variant"], job["segment_size"], job["target_length"])
+
+
 def _load(job: dict):
     model = build_model(job["shape"], job["variant"], segment_size=job["segment_size"],
                         target_length=job["target_length"])
@@ -60,20 +65,21 @@ def _load(job: dict):
 def main() -> int:
     """Measure the jobs read from standard input; print the JSON result line."""
     jobs = json.loads(sys.stdin.read())
-    key = lambda job: (job["shape"], job["variant"], job["segment_size"], job["target_length"])  # noqa: E731
     peaks, model, loaded = [], None, None
     can_reset = None
     with quiet_schedule_warnings():
         for job in jobs:
-            if key(job) != loaded:
+            if _model_key(job) != loaded:
                 model = None
                 gc.collect()
-                model, loaded = _load(job), key(job)
+                model, loaded = _load(job), _model_key(job)
             if can_reset is None:
                 can_reset = _reset_peak()
             elif not can_reset:
                 break  # ru_maxrss cannot be reset: one measurement per process
-            encoder_outputs, mask = random_encoder_outputs(job["batch_size"], job["encoder_length"], model.config.d_model)
+            encoder_outputs, mask = random_encoder_outputs(
+                job["batch_size"], job["encoder_length"], model.config.d_model
+            )
             gc.collect()
             if can_reset:
                 _reset_peak()

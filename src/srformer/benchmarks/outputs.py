@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from srformer.benchmarks.plots import plot_figure5, plot_step_time
 from srformer.benchmarks.records import BenchRecord, write_records_json

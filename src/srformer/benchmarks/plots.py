@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.ticker import FuncFormatter
 
-from srformer.benchmarks.flops import TABLE1_VARIANTS, table1_computation, table1_memory  # noqa: E402
-from srformer.benchmarks.records import BENCH_VARIANTS, BenchRecord  # noqa: E402
+from srformer.benchmarks.flops import TABLE1_VARIANTS, table1_computation, table1_memory
+from srformer.benchmarks.records import BENCH_VARIANTS, BenchRecord
 
 #: Notes of the Figure 5 FlopCounterMode records start with this text.
 FIGURE5_NOTE = "Figure 5:"
@@ -62,7 +62,7 @@ def plot_step_time(records: Iterable[BenchRecord], path: str | Path, *, batch_si
             points = sorted((r.encoder_length, r.value) for r in steps if r.variant == variant and r.segment_size == s)
             if not points:
                 continue
-            xs, ys = zip(*points)
+            xs, ys = zip(*points, strict=True)
             label = variant if s is None else f"{variant}, s={s}"
             ax.plot(xs, ys, linestyle="-" if s is None else styles[s], marker="o", markersize=4,
                     color=VARIANT_COLORS.get(variant), linewidth=2.2 if s is None else 1.6, label=label)
@@ -129,7 +129,7 @@ def plot_figure5(
                 if r.metric == metric and r.variant == CORE_NAMES[variant]
             )
             if points:
-                xs, ys = zip(*points)
+                xs, ys = zip(*points, strict=True)
                 ax_comp.plot(xs, ys, linestyle="none", marker="o" if filled else "s", markersize=7 if filled else 9,
                              markerfacecolor=color if filled else "none", markeredgecolor=color,
                              label=f"{label}: measured, {what}")
@@ -137,8 +137,8 @@ def plot_figure5(
         lo, hi = qs[0], qs[-1]
         reductions = [1 - formula("srformer", q=q, k=ratio * q, d=d, s=s) / formula("full", q=q, k=ratio * q, d=d, s=s)
                       for q in (lo, hi)]
-        ax.text(0.98, 0.03, f"SRformer vs Transformer: -{100 * reductions[0]:.0f}% at q={lo}, "
-                f"-{100 * reductions[1]:.0f}% at q={hi}", transform=ax.transAxes, ha="right", va="bottom", fontsize=9,
+        ax.text(0.98, 0.03, f"SRformer vs Transformer: -{100 * reductions[0]:.1f}% at q={lo}, "
+                f"-{100 * reductions[1]:.1f}% at q={hi}", transform=ax.transAxes, ha="right", va="bottom", fontsize=9,
                 bbox=dict(facecolor="white", edgecolor="lightgray"))
     for ax, ylabel, title in (
         (ax_comp, "multiply-accumulates per example and head", "Computation of cross attention"),

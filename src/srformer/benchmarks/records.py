@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Iterable
 
 #: Cross-attention variants measured by ``srformer bench``.
 #: ``full-sdpa``/``full-eager``: the model's own cross attention with that attention implementation.

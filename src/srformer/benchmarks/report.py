@@ -3,9 +3,9 @@ issue's targets checked against the measured ratios."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from srformer.benchmarks.flops import in_thousands
 from srformer.benchmarks.plots import FIGURE5_NOTE
@@ -36,7 +36,8 @@ class MetricTable:
 TABLES: tuple[MetricTable, ...] = (
     MetricTable("cross_attention_step_time", "Cross-attention time per decoder step (ms)", "speedup",
                 "One cross-attention module (decoder layer 0), single-token calls at consecutive positions after the "
-                "cache is filled, mean per step, median of repeats. (x) = full-sdpa time / variant time: higher is faster."),
+                "cache is filled, mean per step, median of repeats. (x) = full-sdpa time / variant time: higher is "
+                "faster."),
     MetricTable("cross_attention_prefill_time", "Cross-attention cache fill at t = 0 (ms)", "speedup",
                 "The same module's first call: K/V projection of all k positions, plus the state build for the "
                 "converted variants; one sample. (x) = full-sdpa time / variant time."),
@@ -53,7 +54,8 @@ TABLES: tuple[MetricTable, ...] = (
                 "output once. (x) = variant / full-sdpa."),
     MetricTable("cross_attention_step_flops", "FLOPs of one cross-attention step (MFLOPs)", "fraction",
                 "FlopCounterMode, one layer, mean over the timed positions. (x) = variant / full-sdpa."),
-    MetricTable("cross_attention_forward_flops", "FLOPs of a teacher-forced cross-attention forward (MFLOPs)", "fraction",
+    MetricTable("cross_attention_forward_flops", "FLOPs of a teacher-forced cross-attention forward (MFLOPs)",
+                "fraction",
                 "FlopCounterMode, one layer, q = T positions at once, projections included, batch 1. "
                 "(x) = variant / full-sdpa."),
 )
@@ -137,17 +139,25 @@ def _lookup(records, metric, variant, k, s, batch):
     return None
 
 
+#: The issue's targets: (text, metric, variant, k, s, batch sizes, bound, ratio kind).
+TARGETS: tuple[tuple, ...] = (
+    ("step: srformer >= 8x faster than full-sdpa", "cross_attention_step_time", "srformer", 4096, 64, (8,), 8.0,
+     "speedup"),
+    ("step: srformer >= 2x faster than full-sdpa", "cross_attention_step_time", "srformer", 1024, 64, (8,), 2.0,
+     "speedup"),
+    ("generate: srformer >= 1.3x tokens/s of full-sdpa", "generate_throughput", "srformer", 4096, 64, (1, 8), 1.3,
+     "gain"),
+    ("generate: srformer >= 0.95x tokens/s of full-sdpa", "generate_throughput", "srformer", 512, 64, (1, 8), 0.95,
+     "gain"),
+    ("memory: srformer-lean cache <= 1/4 of full-sdpa", "cross_attention_cache_bytes", "srformer-lean", 4096, 64,
+     (1, 8), 0.25, "fraction"),
+)
+
+
 def target_rows(records: Sequence[BenchRecord]) -> list[dict]:
     """The issue's targets, each with the measured ratio and whether it is met (or not measured)."""
-    targets = (
-        ("step: srformer >= 8x faster than full-sdpa", "cross_attention_step_time", "srformer", 4096, 64, (8,), 8.0, "speedup"),
-        ("step: srformer >= 2x faster than full-sdpa", "cross_attention_step_time", "srformer", 1024, 64, (8,), 2.0, "speedup"),
-        ("generate: srformer >= 1.3x tokens/s of full-sdpa", "generate_throughput", "srformer", 4096, 64, (1, 8), 1.3, "gain"),
-        ("generate: srformer >= 0.95x tokens/s of full-sdpa", "generate_throughput", "srformer", 512, 64, (1, 8), 0.95, "gain"),
-        ("memory: srformer-lean cache <= 1/4 of full-sdpa", "cross_attention_cache_bytes", "srformer-lean", 4096, 64, (1, 8), 0.25, "fraction"),
-    )
     rows = []
-    for text, metric, variant, k, s, batches, bound, kind in targets:
+    for text, metric, variant, k, s, batches, bound, kind in TARGETS:
         for batch in batches:
             value = _lookup(records, metric, variant, k, s, batch)
             reference = _lookup(records, metric, REFERENCE, k, None, batch)
@@ -195,10 +205,11 @@ def write_report(
         lines += ["", "</details>"]
     lines += [
         "",
-        "All variants were measured side by side in this one process and run. Random weights (same seed for every "
-        "variant). generate() excludes the encoder: it receives precomputed random encoder_outputs. Step times are "
-        "for one decoder layer; generate() and training use the whole model. Ratios are against full-sdpa, the "
-        "unmodified model with PyTorch scaled_dot_product_attention.",
+        "All variants were measured side by side in this one run and process (except the CPU peak memory, measured "
+        "in child processes). Random weights (same seed for every variant). generate() excludes the encoder: it "
+        "receives precomputed random encoder_outputs. Step times are for one decoder layer; generate() and "
+        "training use the whole model. Ratios are against full-sdpa, the unmodified model with PyTorch "
+        "scaled_dot_product_attention.",
     ]
     if notes:
         lines += ["", "## Notes from the run", ""] + [f"- {note}" for note in notes]
@@ -208,7 +219,8 @@ def write_report(
         rows, variants = metric_rows(records, table)
         if not rows:
             continue
-        lines += ["", f"## {table.title}", "", table.explanation, "", format_table(rows, ["k", "s", "batch", *variants])]
+        table_text = format_table(rows, ["k", "s", "batch", *variants])
+        lines += ["", f"## {table.title}", "", table.explanation, "", table_text]
     rows = table1_rows(records)
     if rows:
         lines += [

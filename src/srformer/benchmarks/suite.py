@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import platform
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Callable
 
 import torch
 import transformers
@@ -93,13 +93,18 @@ class SuiteSettings:
         training_batch_size: sequences per training step.
         training_repeats: timed training steps (at most ``repeats``).
         cpu_training_max_encoder_length: on the CPU, training steps are skipped above this ``k`` (logged).
+        cpu_training_single_step_encoder_length: on the CPU, from this ``k`` on, training is timed
+            for the largest segment size only, one step per variant after one warm-up step shared by
+            the variants (noted in the record and the log).
         memory_new_tokens: tokens per sequence in the CPU peak-memory ``generate()`` calls.
         memory_batch_size: batch size of the CPU peak-memory measurements (default: the largest batch size).
         memory_segment_size: ``s`` of the CPU peak-memory measurements (default: 64 if measured, else the largest).
         memory_one_process: measure all variants' CPU peak memory in one child process (default: one
             child per variant).
-        cpu_large_encoder_length: on the CPU, from this ``k`` on: step repeats at most 3, ``generate()``
-            with half the tokens, one timed call and no warm-up call.
+        cpu_large_encoder_length: on the CPU, from this ``k`` on: step repeats at most 3; ``generate()``
+            for the largest segment size only, with half the tokens, one timed call per variant after
+            one warm-up call shared by the variants. (On the CPU ``generate()`` is otherwise timed at
+            most twice, after a warm-up call of 4 tokens.)
         figure5_qs: summary lengths ``q`` of the Figure 5 theoretical curves.
         figure5_measured_qs: the ``q`` values with FlopCounterMode points in Figure 5.
         sections: which of :data:`SECTIONS` to run.
@@ -120,6 +125,7 @@ class SuiteSettings:
     training_batch_size: int = 1
     training_repeats: int = 2
     cpu_training_max_encoder_length: int = 4096
+    cpu_training_single_step_encoder_length: int = 2048
     memory_new_tokens: int = 16
     memory_batch_size: int | None = None
     memory_segment_size: int | None = None
@@ -205,13 +211,14 @@ class _Context:
             )
         return self.models[key]
 
-    def configurations(self, variants) -> list[tuple[str, int | None]]:
+    def configurations(self, variants, *, largest_segment_only: bool = False) -> list[tuple[str, int | None]]:
         """(variant, segment size) pairs of the selected variants, in the settings' order."""
         pairs = []
+        all_sizes = (max(self.settings.segment_sizes),) if largest_segment_only else self.settings.segment_sizes
         for variant in self.settings.variants:
             if variant not in variants:
                 continue
-            sizes = self.settings.segment_sizes if variant_spec(variant).uses_segments else (None,)
+            sizes = all_sizes if variant_spec(variant).uses_segments else (None,)
             pairs.extend((variant, s) for s in sizes)
         return pairs
 
@@ -224,7 +231,7 @@ class _Context:
 
 def _flop_tasks(ctx: _Context) -> list[tuple[str, Callable[[], list[BenchRecord]]]]:
     settings = ctx.settings
-    heads, d = head_count_and_dim(settings.model_shape)
+    _, d = head_count_and_dim(settings.model_shape)
     q = settings.target_length
     tasks = []
 
@@ -304,11 +311,13 @@ def _step_tasks(ctx: _Context) -> list[tuple[str, Callable[[], list[BenchRecord]
         records = [
             ctx.record(variant, k, s, batch, "cross_attention_step_time", result.step_ms, "ms", note=note),
             ctx.record(variant, k, s, batch, "cross_attention_prefill_time", 1000.0 * result.fill_seconds, "ms",
-                       note="one layer, first call (t = 0): K/V projection or state build; one sample"),
+                       note="one layer, first call (t = 0): K/V projection or state build; one sample after "
+                            f"{min(settings.warmup, 1)} warm-up fill"),
         ]
         if result.flops_per_step:
+            note = f"FlopCounterMode, one layer, mean over t = 1..{settings.step_positions}"
             records.append(ctx.record(variant, k, s, batch, "cross_attention_step_flops", result.flops_per_step,
-                                      "FLOPs", note=f"FlopCounterMode, one layer, mean over t = 1..{settings.step_positions}"))
+                                      "FLOPs", note=note))
         return records
 
     for k in settings.encoder_lengths:
@@ -332,12 +341,13 @@ def _generate_tasks(ctx: _Context) -> list[tuple[str, Callable[[], list[BenchRec
         if ctx.on_cpu:
             repeats = min(repeats, 2)
             if k >= settings.cpu_large_encoder_length:
-                tokens, repeats, warmup = max(1, tokens // 2), 1, 0
+                tokens, repeats, warmup = max(1, tokens // 2), 1, 0  # after the shape's shared warm-up
         result = measure_generation(
             ctx.model(variant, s), batch_size=batch, encoder_length=k, new_tokens=tokens, repeats=repeats,
             warmup=warmup, warmup_tokens=warmup_tokens, seed=settings.seed,
         )
-        note = f"{GENERATE_NOTE}; {tokens} new tokens x batch {batch}; median of {repeats} calls"
+        warmed = f"{warmup} warm-up call(s)" if warmup else "a shared warm-up call at this shape"
+        note = f"{GENERATE_NOTE}; {tokens} new tokens x batch {batch}; median of {repeats} calls after {warmed}"
         records = [
             ctx.record(variant, k, s, batch, "generate_throughput", result.tokens_per_second, "tokens/s", q=tokens,
                        note=note),
@@ -349,9 +359,23 @@ def _generate_tasks(ctx: _Context) -> list[tuple[str, Callable[[], list[BenchRec
                                       q=tokens, note="torch.cuda.max_memory_allocated minus the level before the call"))
         return records
 
+    def shared_warmup(k: int, batch: int, variant: str, s: int | None) -> list[BenchRecord]:
+        measure_generation(ctx.model(variant, s), batch_size=batch, encoder_length=k, new_tokens=2, repeats=1,
+                           warmup=0, seed=settings.seed)
+        return []
+
     for k in settings.encoder_lengths:
+        large = ctx.on_cpu and k >= settings.cpu_large_encoder_length
+        pairs = ctx.configurations(GENERATE_VARIANTS, largest_segment_only=large)
+        if large:
+            tokens = max(1, settings.new_tokens // 2)
+            ctx.log(f"generate: k={k} on the CPU: s={max(settings.segment_sizes)} only, {tokens} tokens, "
+                    "one timed call per variant after one shared warm-up call")
         for batch in settings.batch_sizes:
-            for variant, s in ctx.configurations(GENERATE_VARIANTS):
+            if large and pairs:
+                tasks.append((f"generate: warm-up k={k} B={batch}",
+                              lambda k=k, b=batch, p=pairs[0]: shared_warmup(k, b, *p)))
+            for variant, s in pairs:
                 tasks.append((f"generate: {variant} k={k} s={s} B={batch}",
                               lambda k=k, b=batch, v=variant, s=s: generate(k, b, v, s)))
     return tasks
@@ -361,24 +385,40 @@ def _training_tasks(ctx: _Context) -> list[tuple[str, Callable[[], list[BenchRec
     settings = ctx.settings
     tasks = []
 
-    def train(k: int, variant: str, s: int | None) -> list[BenchRecord]:
-        repeats = min(settings.training_repeats, settings.repeats)
+    def train(k: int, variant: str, s: int | None, single: bool) -> list[BenchRecord]:
+        repeats, warmup = min(settings.training_repeats, settings.repeats), settings.warmup
+        if single:
+            repeats, warmup = 1, 0  # after the shape's shared warm-up step
         timing = measure_training_step(
             ctx.model(variant, s), batch_size=settings.training_batch_size, encoder_length=k,
-            label_length=settings.target_length, repeats=repeats, warmup=settings.warmup, seed=settings.seed,
+            label_length=settings.target_length, repeats=repeats, warmup=warmup, seed=settings.seed,
         )
+        warmed = f"{warmup} warm-up step(s)" if warmup else "a shared warm-up step at this shape"
         note = (f"forward + backward of the whole model, {settings.target_length} label tokens; "
-                f"median of {repeats} after {settings.warmup} warm-up")
+                f"median of {repeats} after {warmed}")
         return [ctx.record(variant, k, s, settings.training_batch_size, "training_step_time", timing.median_s, "s",
                            q=settings.target_length, note=note)]
 
+    def shared_warmup(k: int, variant: str, s: int | None) -> list[BenchRecord]:
+        measure_training_step(ctx.model(variant, s), batch_size=settings.training_batch_size, encoder_length=k,
+                              label_length=settings.target_length, repeats=1, warmup=0, seed=settings.seed)
+        return []
+
     for k in settings.encoder_lengths:
         if ctx.on_cpu and k > settings.cpu_training_max_encoder_length:
-            ctx.log(f"training: k={k} skipped on the CPU (above --cpu-training-max-encoder-length "
+            ctx.log(f"training: k={k} skipped on the CPU (above cpu_training_max_encoder_length "
                     f"{settings.cpu_training_max_encoder_length})")
             continue
-        for variant, s in ctx.configurations(TRAINING_VARIANTS):
-            tasks.append((f"training: {variant} k={k} s={s}", lambda k=k, v=variant, s=s: train(k, v, s)))
+        single = ctx.on_cpu and k >= settings.cpu_training_single_step_encoder_length
+        pairs = ctx.configurations(TRAINING_VARIANTS, largest_segment_only=single)
+        if single and pairs:
+            if len(settings.segment_sizes) > 1:
+                ctx.log(f"training: k={k} on the CPU: s={max(settings.segment_sizes)} only, one timed step per "
+                        "variant after one shared warm-up step")
+            tasks.append((f"training: warm-up k={k}", lambda k=k, p=pairs[0]: shared_warmup(k, *p)))
+        for variant, s in pairs:
+            tasks.append((f"training: {variant} k={k} s={s}",
+                          lambda k=k, v=variant, s=s, z=single: train(k, v, s, z)))
     return tasks
 
 
@@ -391,8 +431,11 @@ def _memory_tasks(ctx: _Context) -> list[tuple[str, Callable[[], list[BenchRecor
     segment = settings.memory_segment_size or (64 if 64 in settings.segment_sizes else max(settings.segment_sizes))
 
     def probe(pairs: list[tuple[str, int | None]]) -> list[BenchRecord]:
-        jobs = [MemoryJob(settings.model_shape, variant, s, settings.target_length, k, batch, settings.memory_new_tokens)
-                for variant, s in pairs for k in settings.encoder_lengths]
+        jobs = [
+            MemoryJob(settings.model_shape, variant, s, settings.target_length, k, batch, settings.memory_new_tokens)
+            for variant, s in pairs
+            for k in settings.encoder_lengths
+        ]
         records = []
         for result in measure_cpu_peak_memory(jobs, one_process=settings.memory_one_process):
             job = result.job

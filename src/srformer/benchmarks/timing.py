@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -98,7 +98,8 @@ def repeat_samples(sample: Callable[[], float], *, repeats: int, warmup: int = 1
     samples = []
     for _ in range(repeats):
         seconds = sample()
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
+        valid = isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
+        if not valid or not math.isfinite(seconds) or seconds < 0:
             raise ValueError(f"A timing sample must be a finite number of seconds >= 0, got {seconds!r}.")
         samples.append(float(seconds))
     return TimingSummary(tuple(samples), warmup)

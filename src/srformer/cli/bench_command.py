@@ -34,6 +34,7 @@ def _names(choices):
 
 
 def add_parser(subparsers) -> None:
+    """Register ``srformer bench`` and its options on ``subparsers``."""
     parser = subparsers.add_parser(
         "bench",
         help="benchmark cross-attention variants: step time, generate() throughput, training step, memory, FLOPs",
@@ -42,31 +43,45 @@ def add_parser(subparsers) -> None:
             "side in one run, on a randomly initialised t5-small-sized model: cross-attention time per decoder step, "
             "generate() throughput (encoder excluded), training step time, peak memory and cache bytes, and "
             "FlopCounterMode FLOPs next to the paper's Table 1. Writes bench.json, bench.md, step_time.png and "
-            "figure5.png. Lists accept spaces or commas: --encoder-lengths 512,1024."
+            "figure5.png. Lists take spaces or commas: --encoder-lengths 512 1024 or 512,1024."
         ),
     )
     parser.add_argument("--output", required=True, help="output directory")
     parser.add_argument("--quick", action="store_true",
-                        help="CI mode: t5-tiny-sized model, k in {64, 128}, s = 16, batch 1, 1 repeat (well under 2 minutes)")
-    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="default: cuda when available")
-    parser.add_argument("--encoder-lengths", type=_positive_ints, default=None, help="k values (default 512 1024 4096 16384)")
-    parser.add_argument("--segment-sizes", type=_positive_ints, default=None, help="s values (default 16 64)")
-    parser.add_argument("--batch-sizes", type=_positive_ints, default=None, help="batch sizes (default 1 8)")
+                        help="CI mode: t5-tiny-sized model, k in {64, 128}, s = 16, batch 1, 1 repeat (seconds)")
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                        help="default: cuda when available")
+    parser.add_argument("--encoder-lengths", type=_positive_ints, nargs="+", default=None,
+                        help="k values (default 512 1024 4096 16384)")
+    parser.add_argument("--segment-sizes", type=_positive_ints, nargs="+", default=None,
+                        help="s values (default 16 64)")
+    parser.add_argument("--batch-sizes", type=_positive_ints, nargs="+", default=None, help="batch sizes (default 1 8)")
     parser.add_argument("--repeats", type=int, default=None, help="timed repeats per measurement (default 5; medians)")
-    parser.add_argument("--variants", type=_names(BENCH_VARIANTS), default=None,
+    parser.add_argument("--variants", type=_names(BENCH_VARIANTS), nargs="+", default=None,
                         help=f"subset of {', '.join(BENCH_VARIANTS)} (default: all)")
-    parser.add_argument("--sections", type=_names(SECTIONS), default=None,
+    parser.add_argument("--sections", type=_names(SECTIONS), nargs="+", default=None,
                         help=f"subset of {', '.join(SECTIONS)} (default: all)")
     parser.add_argument("--target-length", type=int, default=None, help="T of the segment schedule (default 128)")
     parser.add_argument("--new-tokens", type=int, default=None, help="tokens per sequence in generate() (default 64)")
     parser.add_argument("--step-positions", type=int, default=None, help="decoder positions per step run (default 32)")
     parser.add_argument("--training-batch-size", type=int, default=None, help="sequences per training step (default 1)")
+    parser.add_argument("--memory-one-process", action="store_true", default=None,
+                        help="CPU peak memory: one child process for all variants (faster) instead of one per variant")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar; one line per measurement instead")
     parser.set_defaults(run=run)
 
 
 def run(args) -> int:
+    """Run the suite with the parsed options, write the outputs into ``--output``; returns 0.
+
+    Raises:
+        ValueError: for an unavailable device or invalid settings (the CLI prints it and exits 2).
+    """
     base = SuiteSettings.quick() if args.quick else SuiteSettings()
+    for name in ("encoder_lengths", "segment_sizes", "batch_sizes", "variants", "sections"):
+        parts = getattr(args, name)
+        if parts is not None:  # nargs="+" of comma lists: flatten
+            setattr(args, name, tuple(value for part in parts for value in part))
     settings = with_overrides(
         base,
         device=args.device,
@@ -80,6 +95,7 @@ def run(args) -> int:
         new_tokens=args.new_tokens,
         step_positions=args.step_positions,
         training_batch_size=args.training_batch_size,
+        memory_one_process=args.memory_one_process,
     )
     device = resolve_device(settings.device)
     environment = environment_summary(device)

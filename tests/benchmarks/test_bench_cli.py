@@ -1,0 +1,83 @@
+"""``srformer bench --quick`` end to end: every record well-formed, every output file written."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from srformer.benchmarks.outputs import OUTPUT_FILES
+from srformer.benchmarks.records import BENCH_VARIANTS, KNOWN_UNITS, KNOWN_VARIANTS, METRIC_UNITS, read_records_json
+from srformer.cli.main import main
+
+FIELDS = {"variant", "encoder_length", "segment_size", "batch_size", "metric", "value", "unit", "device"}
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    output = tmp_path_factory.mktemp("bench")
+    assert main(["bench", "--quick", "--output", str(output), "--no-progress"]) == 0
+    return output
+
+
+def test_quick_run_writes_every_output_file(quick_run):
+    for name in OUTPUT_FILES:
+        assert (quick_run / name).is_file(), name
+    for name in ("step_time.png", "figure5.png"):
+        data = (quick_run / name).read_bytes()
+        assert data.startswith(b"\x89PNG") and len(data) > 10_000
+    report = (quick_run / "bench.md").read_text()
+    assert "## Targets of the issue" in report and "## Cross-attention time per decoder step (ms)" in report
+    assert "encoder excluded" in report or "excludes the encoder" in report
+
+
+def test_every_record_is_well_formed(quick_run):
+    rows = json.loads((quick_run / "bench.json").read_text())
+    assert rows, "no records"
+    for row in rows:
+        assert FIELDS <= set(row), row
+        assert row["variant"] in KNOWN_VARIANTS
+        assert row["unit"] in KNOWN_UNITS and row["unit"] == METRIC_UNITS[row["metric"]]
+        assert isinstance(row["value"], (int, float)) and math.isfinite(row["value"]) and row["value"] > 0
+        assert isinstance(row["encoder_length"], int) and row["encoder_length"] > 0
+        assert isinstance(row["batch_size"], int) and row["batch_size"] > 0
+        assert (row["segment_size"] is None) == row["variant"].startswith("full")
+    assert len(read_records_json(quick_run / "bench.json")) == len(rows)  # the reader validates too
+
+
+def test_quick_run_measures_every_metric_and_variant(quick_run):
+    records = read_records_json(quick_run / "bench.json")
+    metrics = {r.metric for r in records}
+    expected = set(METRIC_UNITS)
+    assert expected <= metrics, expected - metrics
+    stepped = {r.variant for r in records if r.metric == "cross_attention_step_time"}
+    assert stepped == set(BENCH_VARIANTS)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    assert {r.device for r in records} == {device, "theory"}
+    assert {r.encoder_length for r in records if r.metric == "generate_throughput"} == {64, 128}
+    assert all("encoder excluded" in r.note for r in records if r.metric == "generate_throughput")
+
+
+def test_quick_run_cache_bytes_follow_the_layouts(quick_run):
+    records = read_records_json(quick_run / "bench.json")
+    cache = {(r.variant, r.encoder_length): r.value for r in records if r.metric == "cross_attention_cache_bytes"}
+    # t5-tiny: 2 decoder layers, 4 heads, d_kv 32; full keeps K and V of every position (float32)
+    for k in (64, 128):
+        assert cache[("full-sdpa", k)] == 2 * 2 * 4 * k * 32 * 4
+        assert cache[("full-eager", k)] == cache[("full-sdpa", k)]
+        assert cache[("srformer", k)] > cache[("full-sdpa", k)]  # standard layout keeps K, V and per-segment RAF state
+
+
+@pytest.mark.parametrize("argv", [["--variants", "linear"], ["--encoder-lengths", "0"], ["--sections", "all"]])
+def test_bad_arguments_are_rejected(tmp_path, argv):
+    with pytest.raises(SystemExit) as error:
+        main(["bench", "--output", str(tmp_path), *argv])
+    assert error.value.code == 2
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_on_a_cpu_machine_is_a_clear_error(tmp_path, capsys):
+    assert main(["bench", "--quick", "--device", "cuda", "--output", str(tmp_path)]) == 2
+    assert "no CUDA" in capsys.readouterr().err

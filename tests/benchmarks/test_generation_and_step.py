@@ -1,0 +1,56 @@
+"""Cross-attention cache bytes and the per-step run on a tiny T5 (structure only, no timing asserts)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from srformer.benchmarks.cross_attention_step import CrossAttentionStepRun, measure_cross_attention_step
+from srformer.benchmarks.generation import cross_attention_cache_bytes, generate_fixed, random_encoder_outputs
+from srformer.benchmarks.variants import build_model, first_cross_attention, quiet_schedule_warnings
+
+K, BATCH, TOKENS = 48, 2, 5
+
+
+@pytest.mark.parametrize("variant", ["full-sdpa", "srformer", "srformer-lean", "segmented-lean"])
+def test_cache_bytes(variant):
+    model = build_model("t5-tiny", variant, segment_size=16, target_length=16)
+    outputs, mask = random_encoder_outputs(BATCH, K, model.config.d_model)
+    with torch.no_grad():
+        generated = generate_fixed(model, outputs, mask, TOKENS)
+    assert generated.sequences.shape == (BATCH, TOKENS + 1)
+    cache = generated.past_key_values
+    size = cross_attention_cache_bytes(cache, outputs.last_hidden_state)
+    full_bytes = 2 * 2 * BATCH * 4 * K * 32 * 4  # layers x (K, V) x B x heads x k x d x float32
+    encoder_bytes = outputs.last_hidden_state.numel() * 4
+    if variant == "full-sdpa":
+        assert size == full_bytes
+    else:
+        states = [layer.state for layer in cache.cross_attention_cache.layers]
+        assert size == sum(state.nbytes() for state in states) + (encoder_bytes if "lean" in variant else 0)
+        assert all(state.is_lean == ("lean" in variant) for state in states)
+    if "lean" in variant:
+        with pytest.raises(ValueError):
+            cross_attention_cache_bytes(cache)
+
+
+@pytest.mark.parametrize("variant", ["full-eager", "srformer", "srformer-lean"])
+def test_step_run_restores_the_filled_cache(variant):
+    model = build_model("t5-tiny", variant, segment_size=8, target_length=16)
+    module = first_cross_attention(model)
+    states = random_encoder_outputs(BATCH, K, model.config.d_model)[0].last_hidden_state
+    run = CrossAttentionStepRun(module, states, positions=6)
+    assert run.fill() >= 0
+    with quiet_schedule_warnings():
+        first, second = run.run(), run.run()
+    assert first >= 0 and second >= 0
+    # every run starts from the filled cache at position 1 and ends at position 6
+    assert run.cache.self_attention_cache.get_seq_length(0) == 7
+    result = measure_cross_attention_step(module, states, positions=4, repeats=2, warmup=1)
+    assert result.timing.repeats == 2 and result.step_ms >= 0 and result.flops_per_step > 0
+
+
+def test_step_run_rejects_bad_positions():
+    module = first_cross_attention(build_model("t5-tiny", "full-sdpa", segment_size=None, target_length=16))
+    with pytest.raises(ValueError):
+        CrossAttentionStepRun(module, torch.zeros(1, 4, 128), positions=0)
