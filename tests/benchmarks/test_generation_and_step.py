@@ -54,3 +54,21 @@ def test_step_run_rejects_bad_positions():
     module = first_cross_attention(build_model("t5-tiny", "full-sdpa", segment_size=None, target_length=16))
     with pytest.raises(ValueError):
         CrossAttentionStepRun(module, torch.zeros(1, 4, 128), positions=0)
+
+
+@pytest.mark.parametrize("variant", ["full-eager", "srformer"])
+def test_every_fill_rebuilds_the_cross_attention_cache(variant):
+    """A second fill must project K/V (and build the state) again, not reuse the filled cache:
+    reusing it made the reported fill time that of an ordinary cached step."""
+    model = build_model("t5-tiny", variant, segment_size=8, target_length=16)
+    module = first_cross_attention(model)
+    states = random_encoder_outputs(BATCH, K, model.config.d_model)[0].last_hidden_state
+    run = CrossAttentionStepRun(module, states, positions=2)
+    run.fill()
+    first = run.cache.cross_attention_cache.layers[module.layer_idx]
+    first_keys = first.state.keys if variant == "srformer" else first.keys
+    run.fill()
+    second = run.cache.cross_attention_cache.layers[module.layer_idx]
+    second_keys = second.state.keys if variant == "srformer" else second.keys
+    assert second is not first and second_keys is not first_keys
+    assert torch.equal(second_keys, first_keys)

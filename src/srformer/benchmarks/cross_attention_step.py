@@ -91,6 +91,7 @@ class CrossAttentionStepRun:
             That call's wall-clock time in seconds (synchronised): the K/V projection of all ``k``
             encoder positions and, for a converted module, the state build.
         """
+        self._cross_cache = None  # a fresh cross-attention cache: reusing a filled one would skip the fill
         self.cache = self._new_cache()
         (_, position_bias, _), seconds = time_call(
             lambda: self.module(
