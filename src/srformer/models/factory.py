@@ -7,8 +7,6 @@ every checkpoint, so evaluation and generation use the same vocabulary.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Iterable
 
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, BartConfig, BartForConditionalGeneration
@@ -95,7 +93,3 @@ def load_model(name_or_path: str, tokenizer: PreTrainedTokenizerBase | None = No
         return from_pretrained(name_or_path, **kwargs)
     return AutoModelForSeq2SeqLM.from_pretrained(name_or_path, **kwargs)
 
-
-def is_model_directory(path: str | os.PathLike) -> bool:
-    """True if ``path`` is a local directory holding a saved model config."""
-    return (Path(path) / "config.json").is_file()

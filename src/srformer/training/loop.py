@@ -117,6 +117,22 @@ def _write_json(path: Path, payload: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def refuse_to_overwrite(output_dir: str | os.PathLike, resume: bool) -> Path | None:
+    """The checkpoint in ``output_dir`` (None if there is none).
+
+    Raises:
+        ValueError: a checkpoint exists and ``resume`` is False: existing work is never overwritten.
+    """
+    existing = find_checkpoint(output_dir)
+    if existing is not None and not resume:
+        raise ValueError(
+            f"{output_dir} already holds a training checkpoint ({existing}). Pass resume=True (CLI: --resume) "
+            "to continue that run, or choose another output directory (CLI: --output); existing work is never "
+            "overwritten."
+        )
+    return existing
+
+
 def train(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -175,13 +191,7 @@ def train(
     _check_features(train_features)
     output_dir = Path(output_dir)
 
-    existing = find_checkpoint(output_dir)
-    if existing is not None and not resume:
-        raise ValueError(
-            f"{output_dir} already holds a training checkpoint ({existing}). Pass resume=True (CLI: --resume) "
-            "to continue that run, or choose another output directory (CLI: --output); existing work is never "
-            "overwritten."
-        )
+    existing = refuse_to_overwrite(output_dir, resume)
     if resume and existing is None:
         warnings.warn(f"resume=True but {output_dir} holds no checkpoint; starting a fresh run.", stacklevel=2)
 

@@ -22,8 +22,7 @@ from srformer.data.features import encode_pairs
 from srformer.data.pairs import SummaryPair
 from srformer.models.convert import convert, is_converted, srformer_config_of
 from srformer.models.factory import load_model, load_tokenizer
-from srformer.training.checkpoint import find_checkpoint
-from srformer.training.loop import TrainingResult, train
+from srformer.training.loop import TrainingResult, refuse_to_overwrite, train
 from srformer.training.settings import TrainingSettings
 
 RUN_FILE = "srformer_run.json"
@@ -141,6 +140,7 @@ def train_summarizer(
     """
     check_shapes(spec)
     output = Path(output_dir)
+    refuse_to_overwrite(output, resume)  # before any work and before the run file is written
     previous = read_run(output)
     tokenizer_dir = None
     if resume and previous is not None:
@@ -162,11 +162,6 @@ def train_summarizer(
     )
     output.mkdir(parents=True, exist_ok=True)
     if not resume or previous is None:
-        if find_checkpoint(output) is not None and not resume:
-            raise ValueError(
-                f"{output} already holds a training checkpoint; pass --resume (resume=True) to continue it "
-                "or choose another --output."
-            )
         tokenizer.save_pretrained(output)
         (output / RUN_FILE).write_text(json.dumps(spec.to_dict(), indent=2))
     return train(model, tokenizer, features, output, settings, resume=resume)
