@@ -61,17 +61,21 @@ def test_parallel_equals_incremental_for_random_shapes_and_padding(batch, heads,
     parallel, final_parallel = module(queries, state)
     incremental, final_incremental = _incremental(module, queries, state)
     assert torch.isfinite(parallel).all()
-    assert (parallel - incremental).abs().max().item() <= 1e-5
+    # 1e-5, scaled by the output magnitude when it exceeds 1: random N(0, 1) keys with a full-size
+    # RAF init give outputs up to ~50, where one float32 ulp is ~5e-6 and the BLAS blocking of the
+    # padded and unpadded shapes differs by an ulp (hypothesis found a 1.1e-5 case at magnitude 44).
+    tol = 1e-5 * max(1.0, parallel.abs().max().item())
+    assert (parallel - incremental).abs().max().item() <= tol
     assert torch.equal(final_parallel.last_segment, final_incremental.last_segment)
     # The lean layout fires RAF incrementally from K^T V and projects each segment on demand.
     lean, final_lean = _incremental(module, queries, module.lean(state), _rows_of(keys, values))
-    assert (parallel - lean).abs().max().item() <= 1e-5
+    assert (parallel - lean).abs().max().item() <= tol
     assert torch.equal(final_parallel.last_segment, final_lean.last_segment)
     # Padding invariance: each example alone, without padding, gives the same rows.
     for b, n in enumerate(lengths):
         alone_state = module.init_state(keys[b : b + 1, :, :n], values[b : b + 1, :, :n], None)
         alone, _ = module(queries[b : b + 1], alone_state)
-        assert (alone - parallel[b : b + 1]).abs().max().item() <= 1e-5
+        assert (alone - parallel[b : b + 1]).abs().max().item() <= tol
 
 
 def test_segmented_output_only_reads_its_segment():
