@@ -13,7 +13,24 @@ from dataclasses import asdict, dataclass, fields, replace
 #: ``full``: the model's unchanged cross attention.
 #: ``segmented``: softmax attention over the current segment only (paper Eq. 6, ``O_S``).
 #: ``srformer``: segmented attention plus recurrent attention (paper Eq. 11 and 13).
-VARIANTS: tuple[str, ...] = ("full", "segmented", "srformer")
+#: The paper's baselines (Sec. 4.2, Figure 4; SRFORMER_NOTES "Baselines"), on the same schedule:
+#: ``xl``: Transformer-XL-style memory, softmax over the current segment and the previous one,
+#: whose keys/values get no gradient (2s keys).
+#: ``longt5``: LongT5-style global tokens, softmax over the current segment plus one global token
+#: per segment (the mean of that segment's real keys/values; s + m keys).
+#: ``linear``: Katharopoulos et al. (2020) linear attention over all real encoder positions with
+#: the elu+1 feature map and its own normaliser (no segments, no RAF).
+VARIANTS: tuple[str, ...] = ("full", "segmented", "srformer", "xl", "longt5", "linear")
+
+#: Ablations of the ``srformer`` variant (paper Table 3, Sec. 4.3):
+#: ``recurrent_only`` (I): ``O = O_R``, no segmented attention.
+#: ``no_norm`` (II): ``O_R`` is not divided by ``norm(K)``.
+#: ``no_raf`` (III): ``P_i`` is used directly, without the RAF neuron and its weights.
+#: ``segment_products`` (IV): RAF reads ``K_i^T V_i`` instead of ``P_i = K^T V - K_i^T V_i``.
+ABLATIONS: tuple[str, ...] = ("recurrent_only", "no_norm", "no_raf", "segment_products")
+
+#: Variants whose generation state may use the lean layout (``lean_cache=True``).
+LEAN_VARIANTS: tuple[str, ...] = ("segmented", "srformer", "linear")
 
 
 @dataclass(frozen=True)
@@ -43,6 +60,10 @@ class SRformerConfig:
             (the BART authors used 2.0). ``None`` (default) disables the clamp: masking is exact.
         recurrence: if False, the ``srformer`` variant drops ``O_R`` (used by the reduction test
             and as an ablation switch).
+        ablation: None, or one of :data:`ABLATIONS` (``srformer`` only): the ablations of Table 3.
+        mix_init: None (default) for the plain sum ``O = O_S + O_R`` of Eq. 11; a value in (0, 1)
+            turns on the learnable mix of Eq. 10, ``O = sigma * O_S + (1 - sigma) * O_R``, with one
+            scalar ``sigma = sigmoid(a)`` per layer initialised to ``mix_init`` (``srformer`` only).
         strict_schedule: if True, an input with more segments than ``target_length`` raises
             ``ValueError`` instead of warning (such segments are never attended by ``O_S``).
         lean_cache: generation memory mode (beyond the paper). False: each layer caches its
@@ -50,11 +71,15 @@ class SRformerConfig:
             ``K^T V``, ``norm(K)`` and the RAF state (about heads x d^2 numbers) and projects the
             current segment's keys/values from the encoder output at every step: less memory,
             more compute per step. Same outputs either way. ``strict_schedule`` and ``lean_cache``
-            are runtime options: checkpoints that differ only in them are the same model.
+            are runtime options: checkpoints that differ only in them are the same model. The lean
+            layout exists for ``segmented``, ``srformer`` and ``linear`` (whose state is always
+            O(heads * d^2)); ``xl`` and ``longt5`` reject it.
 
     Raises:
-        ValueError: for an unknown ``variant`` or a non-positive ``segment_size``,
-            ``target_length``, ``raf_threshold_init`` or ``norm_eps``.
+        ValueError: for an unknown ``variant`` or ``ablation``, a non-positive ``segment_size``,
+            ``target_length``, ``raf_threshold_init`` or ``norm_eps``, an ablation or ``mix_init``
+            with a variant other than ``srformer`` (or with ``recurrence=False``), ``mix_init``
+            outside (0, 1) or with ablation I, or ``lean_cache`` with ``xl``/``longt5``.
     """
 
     variant: str = "srformer"
@@ -66,6 +91,8 @@ class SRformerConfig:
     norm_eps: float = 1e-6
     kv_clamp: float | None = None
     recurrence: bool = True
+    ablation: str | None = None
+    mix_init: float | None = None
     strict_schedule: bool = False
     lean_cache: bool = False
 
@@ -91,6 +118,32 @@ class SRformerConfig:
             raise ValueError(f"`norm_eps` must be > 0, got {self.norm_eps!r}.")
         if self.kv_clamp is not None and not self.kv_clamp > 0:
             raise ValueError(f"`kv_clamp` must be None or > 0, got {self.kv_clamp!r}.")
+        recurrent = self.variant == "srformer" and self.recurrence
+        if self.ablation is not None:
+            if self.ablation not in ABLATIONS:
+                raise ValueError(
+                    f"Unknown ablation {self.ablation!r}: `ablation` must be None or one of {', '.join(ABLATIONS)}."
+                )
+            if not recurrent:
+                raise ValueError(
+                    f"`ablation={self.ablation!r}` modifies the recurrent term: use variant='srformer' with "
+                    f"recurrence=True (got variant={self.variant!r}, recurrence={self.recurrence})."
+                )
+        if self.mix_init is not None:
+            if not recurrent:
+                raise ValueError(
+                    "`mix_init` (the learnable mix of Eq. 10) needs both O_S and O_R: use variant='srformer' "
+                    f"with recurrence=True (got variant={self.variant!r}, recurrence={self.recurrence})."
+                )
+            if not 0.0 < self.mix_init < 1.0:
+                raise ValueError(f"`mix_init` is the initial sigma of Eq. 10 and must lie in (0, 1), got {self.mix_init!r}.")
+            if self.ablation == "recurrent_only":
+                raise ValueError("`mix_init` mixes O_S and O_R; ablation 'recurrent_only' has no O_S. Use one or the other.")
+        if self.lean_cache and self.variant not in LEAN_VARIANTS and self.variant != "full":
+            raise ValueError(
+                f"`lean_cache` is implemented for the variants {', '.join(LEAN_VARIANTS)}, not {self.variant!r}; "
+                "set lean_cache=False."
+            )
 
     def same_model(self, other: "SRformerConfig") -> bool:
         """True if ``other`` describes the same model, ignoring the runtime options
@@ -114,3 +167,36 @@ class SRformerConfig:
         if unknown:
             raise ValueError(f"Unknown SRformer settings {unknown}; known settings are {sorted(known)}.")
         return cls(**data)
+
+
+#: Named settings for comparisons (``srformer compare --variants``): every variant, the ablations of
+#: Table 3 (I-IV, on the ``srformer`` variant) and the learnable mix of Eq. 10 (sigma initialised
+#: to 0.5, the equal weighting of Eq. 9 when both softmax divisors are equal).
+NAMED_SETTINGS: dict[str, dict] = {
+    "full": {"variant": "full"},
+    "segmented": {"variant": "segmented"},
+    "srformer": {"variant": "srformer"},
+    "xl": {"variant": "xl"},
+    "longt5": {"variant": "longt5"},
+    "linear": {"variant": "linear"},
+    "ablation-I": {"variant": "srformer", "ablation": "recurrent_only"},
+    "ablation-II": {"variant": "srformer", "ablation": "no_norm"},
+    "ablation-III": {"variant": "srformer", "ablation": "no_raf"},
+    "ablation-IV": {"variant": "srformer", "ablation": "segment_products"},
+    "srformer-sigma": {"variant": "srformer", "mix_init": 0.5},
+}
+
+#: Named settings that do not depend on the segment size (no segments are involved).
+SEGMENT_FREE: frozenset[str] = frozenset({"full", "linear"})
+
+
+def named_config(name: str, **settings) -> SRformerConfig:
+    """The :class:`SRformerConfig` of a name in :data:`NAMED_SETTINGS`, with extra ``settings``
+    (e.g. ``segment_size=16``) applied on top.
+
+    Raises:
+        ValueError: for an unknown name (the message lists the known ones), or bad settings.
+    """
+    if name not in NAMED_SETTINGS:
+        raise ValueError(f"Unknown variant name {name!r}: choose from {', '.join(NAMED_SETTINGS)}.")
+    return SRformerConfig(**{**NAMED_SETTINGS[name], **settings})

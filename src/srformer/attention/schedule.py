@@ -53,3 +53,34 @@ def compaction_order(key_valid: torch.Tensor) -> torch.Tensor:
         (batch, k) long index for ``torch.gather`` along the key axis.
     """
     return torch.argsort((~key_valid).to(torch.int8), dim=1, stable=True)
+
+
+def real_lengths(key_valid: torch.Tensor | None, batch: int, key_length: int, device: torch.device) -> tuple[torch.Tensor, bool]:
+    """Real (unpadded) encoder length of each example, rejecting empty documents.
+
+    One host sync per sequence (never per decoding step).
+
+    Args:
+        key_valid: (batch, k) bool, True at real positions, or None when nothing is padded.
+        batch: number of examples.
+        key_length: ``k``, the padded encoder length in tokens.
+        device: device of the returned tensor.
+
+    Returns:
+        ``(lengths, padded)``: (batch,) long lengths in tokens, and whether any example is shorter
+        than ``k``.
+
+    Raises:
+        ValueError: if an example has no real encoder token (an empty document).
+    """
+    if key_valid is None:
+        return torch.full((batch,), key_length, dtype=torch.long, device=device), False
+    lengths = key_valid.to(device=device, dtype=torch.bool).sum(dim=1)
+    shortest = int(lengths.min())
+    if shortest == 0:
+        bad = torch.nonzero(lengths == 0).flatten().tolist()
+        raise ValueError(
+            f"Encoder input of batch example(s) {bad} has no real token (attention mask all zero): "
+            "empty documents cannot be summarized; remove them from the input."
+        )
+    return lengths, shortest < key_length

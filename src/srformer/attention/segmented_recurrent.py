@@ -22,6 +22,19 @@ the RAF recurrence over all visited segments once, when the state is built, and 
 output of its segment. The lean layout keeps no per-segment tensors and fires RAF incrementally,
 once per segment change, from ``K^T V``, the membrane and the last segment index (Algorithm 1).
 Both give the same outputs (tested).
+
+The same module computes the paper's segment-based baselines and ablations (SRFORMER_NOTES,
+"Baselines"; paper Figure 4 and Table 3): the softmax context of ``xl`` and ``longt5`` comes from
+:mod:`srformer.attention.softmax_context`; the ablations change the recurrent term:
+
+* (I) ``recurrent_only``: ``O = O_R`` (no ``O_S``).
+* (II) ``no_norm``: ``O_R[t] = scale * Q_t . RAF_out_{i(t)}`` (``norm(K)`` replaced by 1).
+* (III) ``no_raf``: ``O_R[t] = scale * Q_t . P_{i(t)} / norm(K)``: no neuron, no ``W``.
+* (IV) ``segment_products``: RAF reads ``W K_i^T V_i`` instead of ``W P_i``, accumulating the
+  segments seen so far in its membrane.
+
+With ``mix_init`` set, ``O = sigma * O_S + (1 - sigma) * O_R`` (Eq. 10), ``sigma = sigmoid(a)``
+with one learnable scalar ``a`` per layer.
 """
 
 from __future__ import annotations
@@ -35,41 +48,69 @@ from torch import nn
 from torch.nn import functional as F
 
 from srformer.attention.raf import RecurrentAccumulateAndFire
-from srformer.attention.schedule import compaction_order, num_segments, segment_index
+from srformer.attention.schedule import compaction_order, num_segments, real_lengths, segment_index
+from srformer.attention.softmax_context import SOFTMAX_VARIANTS, global_tokens, parallel_context, step_context
 from srformer.attention.state import CrossAttentionState
 from srformer.config import SRformerConfig
 
 
 class SegmentedRecurrentAttention(nn.Module):
-    """Cross attention of the ``segmented`` and ``srformer`` variants for one decoder layer.
+    """Cross attention of the segment-based variants (``segmented``, ``srformer`` and its ablations,
+    ``xl``, ``longt5``) for one decoder layer.
 
     Args:
-        config: the SRformer settings (variant ``segmented`` or ``srformer``).
+        config: the SRformer settings (variant in :data:`~srformer.attention.softmax_context.SOFTMAX_VARIANTS`).
         head_dim: ``d``, size of one attention head.
         scale: the wrapped model's attention scale (T5: 1.0, BART: head_dim^-0.5), used by the
             softmax of ``O_S`` and multiplied into ``Q`` for ``O_R``.
 
     Raises:
-        ValueError: if ``config.variant`` is ``full`` (that variant keeps the model's own module).
+        ValueError: for another variant (``full`` keeps the model's own module; ``linear`` is
+            :class:`~srformer.attention.linear.LinearCrossAttention`).
     """
 
     def __init__(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> None:
         super().__init__()
         self.scale = float(scale)
-        if config.variant == "full":
-            raise ValueError("The 'full' variant keeps the model's own attention; no SRformer module is needed.")
+        if config.variant not in SOFTMAX_VARIANTS:
+            raise ValueError(
+                f"SegmentedRecurrentAttention computes the variants {SOFTMAX_VARIANTS}, not {config.variant!r}; "
+                "use srformer.attention.build_cross_attention(config, ...) to get the right module."
+            )
         self.config = config
         self.head_dim = head_dim
         self.raf = None
-        if self.has_recurrence:
+        if self.has_recurrence and config.ablation != "no_raf":
             self.raf = RecurrentAccumulateAndFire(
                 head_dim, config.raf_leak_init, config.raf_threshold_init, config.raf_linear_init_scale
             )
+        self.mix_logit = None
+        if config.mix_init is not None and self.has_recurrence:
+            self.mix_logit = nn.Parameter(torch.logit(torch.tensor(float(config.mix_init))))
 
     @property
     def has_recurrence(self) -> bool:
         """True when ``O_R`` is part of the output (variant ``srformer`` with recurrence on)."""
         return self.config.variant == "srformer" and self.config.recurrence
+
+    @property
+    def has_softmax(self) -> bool:
+        """True when a softmax term (``O_S`` or a baseline's) is part of the output (not ablation I)."""
+        return self.config.ablation != "recurrent_only"
+
+    def _project(self, products: torch.Tensor) -> torch.Tensor:
+        """``W x`` on the last axis, or ``x`` itself under ablation III (no RAF, no ``W``)."""
+        return products if self.raf is None else self.raf.project(products)
+
+    def _combine(self, softmax_output: torch.Tensor | None, recurrent: torch.Tensor) -> torch.Tensor:
+        """``O_S + O_R`` (Eq. 11), ``sigma O_S + (1 - sigma) O_R`` (Eq. 10), or ``O_R`` (ablation I)."""
+        if softmax_output is None:
+            return recurrent
+        recurrent = recurrent.to(softmax_output.dtype)
+        if self.mix_logit is None:
+            return softmax_output + recurrent
+        sigma = torch.sigmoid(self.mix_logit).to(softmax_output.dtype)
+        return sigma * softmax_output + (1.0 - sigma) * recurrent
 
     # ------------------------------------------------------------------ state
     def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> CrossAttentionState:
@@ -95,28 +136,15 @@ class SegmentedRecurrentAttention(nn.Module):
         batch, heads, k, d = keys.shape
         s = self.config.segment_size
         device = keys.device
-        if key_valid is None:
-            lengths = torch.full((batch,), k, dtype=torch.long, device=device)
+        # Compaction is skipped when nothing is padded.
+        lengths, padded_input = real_lengths(key_valid, batch, k, device)
+        if not padded_input:
             order = torch.arange(k, device=device).expand(batch, k)
         else:
-            key_valid = key_valid.to(device=device, dtype=torch.bool)
-            lengths = key_valid.sum(dim=1)
-            # One host sync per sequence (not per step): reject empty documents, skip compaction
-            # when nothing is padded.
-            shortest = int(lengths.min())
-            if shortest == 0:
-                bad = torch.nonzero(lengths == 0).flatten().tolist()
-                raise ValueError(
-                    f"Encoder input of batch example(s) {bad} has no real token (attention mask all zero): "
-                    "empty documents cannot be summarized; remove them from the input."
-                )
-            if shortest == k:
-                order = torch.arange(k, device=device).expand(batch, k)
-            else:
-                order = compaction_order(key_valid)
-                gather = order[:, None, :, None].expand(batch, heads, k, d)
-                keys = torch.gather(keys, 2, gather)
-                values = torch.gather(values, 2, gather)
+            order = compaction_order(key_valid.to(device=device, dtype=torch.bool))
+            gather = order[:, None, :, None].expand(batch, heads, k, d)
+            keys = torch.gather(keys, 2, gather)
+            values = torch.gather(values, 2, gather)
         segments = num_segments(lengths, s)
         max_segments = -(-k // s)
         padded = max_segments * s
@@ -141,17 +169,28 @@ class SegmentedRecurrentAttention(nn.Module):
             segment_table=segment_index(torch.arange(target + 1, device=device), segments, target),
             segment_valid=position_valid.view(batch, max_segments, s),
         )
+        if self.config.variant == "longt5":
+            state.global_keys, state.global_values, state.global_valid = global_tokens(
+                keys, values, state.segment_valid
+            )
         if self.has_recurrence:
             raf_inputs, state.raf_total = self._raf_inputs(keys, values)
-            zeros = torch.zeros(batch, heads, d, d, dtype=torch.float32, device=device)
-            raf_outputs, _, _ = self.raf.scan(raf_inputs, self._visited(segments, max_segments), zeros, zeros)
-            state.key_norm = keys.float().pow(2).sum(dim=2).sqrt() + self.config.norm_eps
+            if self.raf is None:  # ablation III: P_j itself
+                raf_outputs = raf_inputs
+            else:
+                zeros = torch.zeros(batch, heads, d, d, dtype=torch.float32, device=device)
+                raf_outputs, _, _ = self.raf.scan(raf_inputs, self._visited(segments, max_segments), zeros, zeros)
+            if self.config.ablation == "no_norm":  # ablation II
+                state.key_norm = torch.ones(batch, heads, d, dtype=torch.float32, device=device)
+            else:
+                state.key_norm = keys.float().pow(2).sum(dim=2).sqrt() + self.config.norm_eps
             state.raf_readout = raf_outputs * (self.scale / state.key_norm[:, :, None, None, :])
         return state
 
     def _raf_inputs(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """RAF inputs ``x_j = W P_j`` of every segment, (B, H, M, d, d), and ``W K^T V``, (B, H, d, d),
         in float32 from compacted, zero-padded keys/values (B, H, M*s, d) (Eq. 14-16, A.2).
+        Under ablation III there is no ``W`` (``x_j = P_j``); under ablation IV ``x_j = W K_j^T V_j``.
 
         ``W`` acts on the last (value) axis, so ``(K_j^T V_j) W^T = K_j^T (V_j W^T)``: without a clamp
         the values are projected first and every segment costs O(s*d^2) (2*k*d^2 per head in all)
@@ -162,14 +201,16 @@ class SegmentedRecurrentAttention(nn.Module):
         shape = (batch, heads, -1, self.config.segment_size, d)
         keys32 = keys.float().view(shape)
         if self.config.kv_clamp is None:
-            projected_values = self.raf.project(values.float()).view(shape)
+            projected_values = self._project(values.float()).view(shape)
             segment_products = torch.einsum("bhmsd,bhmse->bhmde", keys32, projected_values)  # W K_j^T V_j
             total = segment_products.sum(dim=2, keepdim=True)
         else:
             c = self.config.kv_clamp
             segment_products = torch.einsum("bhmsd,bhmse->bhmde", keys32, values.float().view(shape))
-            total = self.raf.project(segment_products.sum(dim=2, keepdim=True).clamp(-c, c))
-            segment_products = self.raf.project(segment_products.clamp(-c, c))
+            total = self._project(segment_products.sum(dim=2, keepdim=True).clamp(-c, c))
+            segment_products = self._project(segment_products.clamp(-c, c))
+        if self.config.ablation == "segment_products":
+            return segment_products, total[:, :, 0]
         return total - segment_products, total[:, :, 0]
 
     def _visited(self, segments: torch.Tensor, max_segments: int) -> torch.Tensor:
@@ -200,8 +241,10 @@ class SegmentedRecurrentAttention(nn.Module):
         RAF membrane/output after ``state.last_segment`` (recomputed by one recurrence over the
         segments visited so far), from which later steps fire RAF incrementally.
         """
+        if self.config.variant not in ("segmented", "srformer"):
+            raise ValueError(f"The lean cache layout is not implemented for variant {self.config.variant!r}.")
         lean = replace(state, keys=None, values=None, raf_readout=None)
-        if not self.has_recurrence:
+        if self.raf is None:  # no recurrence, or ablation III (its output is recomputed at each step)
             return lean
         batch, heads, max_segments, d, _ = state.raf_readout.shape
         # The RAF inputs are not kept in the standard layout; rebuild them for the visited prefix.
@@ -243,28 +286,29 @@ class SegmentedRecurrentAttention(nn.Module):
         if state.is_lean:
             raise ValueError("The parallel path needs a standard-layout state; rebuild it with init_state().")
         batch, heads, q, d = queries.shape
-        s = self.config.segment_size
         positions = torch.arange(start_position, start_position + q, device=queries.device)
         segments_of_query = segment_index(positions, state.num_segments, self.config.target_length)  # (B, q)
 
-        key_positions = torch.arange(state.keys.shape[2], device=queries.device)
-        in_segment = torch.div(key_positions, s, rounding_mode="floor")[None, None, :] == segments_of_query[:, :, None]
-        allowed = in_segment & (key_positions[None, None, :] < state.lengths[:, None, None])  # (B, q, M*s)
-        output = F.scaled_dot_product_attention(
-            queries,
-            state.keys.to(queries.dtype),
-            state.values.to(queries.dtype),
-            attn_mask=allowed[:, None],
-            dropout_p=dropout,
-            scale=self.scale,
-        )
+        output = None
+        if self.has_softmax:
+            keys, values, allowed = parallel_context(
+                self.config.variant, state, segments_of_query, self.config.segment_size
+            )
+            output = F.scaled_dot_product_attention(
+                queries,
+                keys.to(queries.dtype),
+                values.to(queries.dtype),
+                attn_mask=allowed[:, None],
+                dropout_p=dropout,
+                scale=self.scale,
+            )
         if self.has_recurrence:
             # Q_t . out_j for every segment j in one batched matmul (q*M*d numbers per head, less than
             # materialising a (d, d) block per query), then keep each query's own segment.
             all_segments = torch.einsum("bhqd,bhmde->bhqme", queries.float(), state.raf_readout)
             pick = segments_of_query[:, None, :, None, None].expand(batch, heads, q, 1, d)
             recurrent = torch.take_along_dim(all_segments, pick, dim=3)[:, :, :, 0]
-            output = output + recurrent.to(output.dtype)
+            output = self._combine(output, recurrent.to(queries.dtype))
         return output, replace(state, last_segment=segments_of_query[:, -1])
 
     # ------------------------------------------------------------------ incremental path
@@ -283,7 +327,8 @@ class SegmentedRecurrentAttention(nn.Module):
         no tensor of encoder length is touched and there is no host sync. Lean layout: the
         segment's ``s`` encoder rows are projected (O(s * d_model * d) per head) and, when
         ``i(t)`` differs from the previous step's segment, RAF fires once with
-        ``W K^T V - W K_i^T V_i`` (O(s*d^2 + d^3)).
+        ``W K^T V - W K_i^T V_i`` (O(s*d^2 + d^3)). ``xl`` reads 2s keys and ``longt5`` s + m
+        (see :func:`~srformer.attention.softmax_context.step_context`).
 
         Args:
             queries: (B, H, 1, d) projected decoder query at ``position``.
@@ -303,38 +348,54 @@ class SegmentedRecurrentAttention(nn.Module):
         device = queries.device
         segment = state.segment_table[:, min(position, self.config.target_length)]  # (B,) i(t)
         rows = torch.arange(batch, device=device)
-        allowed = state.segment_valid[rows, segment]  # (B, s)
         if state.is_lean:
             if project_rows is None:
                 raise ValueError("A lean SRformer state needs `project_rows` to project its segment.")
+            allowed = state.segment_valid[rows, segment]  # (B, s)
             max_segments = state.positions.shape[1] // s
             encoder_positions = state.positions.view(batch, max_segments, s)[rows, segment].to(torch.int64)
             keys, values = project_rows(encoder_positions)
             row_mask = allowed[:, None, :, None].to(keys.dtype)
             keys, values = keys * row_mask, values * row_mask
         else:
-            max_segments = state.keys.shape[2] // s
-            keys = state.keys.view(batch, heads, max_segments, s, d)[rows, :, segment]  # (B, H, s, d)
-            values = state.values.view(batch, heads, max_segments, s, d)[rows, :, segment]
-        output = F.scaled_dot_product_attention(
-            queries, keys.to(queries.dtype), values.to(queries.dtype), attn_mask=allowed[:, None, None, :],
-            scale=self.scale,
-        )
+            keys, values, allowed = step_context(self.config.variant, state, segment, s)
+        output = None
+        if self.has_softmax:
+            output = F.scaled_dot_product_attention(
+                queries, keys.to(queries.dtype), values.to(queries.dtype), attn_mask=allowed[:, None, None, :],
+                scale=self.scale,
+            )
         new_state = replace(state, last_segment=segment)
         if self.has_recurrence:
             if state.is_lean:
-                products = torch.einsum("bhsd,bhse->bhde", keys.float(), values.float())  # K_i^T V_i
-                if self.config.kv_clamp is not None:
-                    products = products.clamp(-self.config.kv_clamp, self.config.kv_clamp)
-                changed = (segment != state.last_segment)[:, None, None, None]
-                raf_input = state.raf_total - self.raf.project(products)  # W P_i = W K^T V - W K_i^T V_i
-                membrane, raf_output = self.raf.fire(state.membrane, raf_input)
-                raf_output = torch.where(changed, raf_output, state.raf_output)
-                new_state = replace(
-                    new_state, membrane=torch.where(changed, membrane, state.membrane), raf_output=raf_output
-                )
-                readout = raf_output * (self.scale / state.key_norm[:, :, None, :])
+                readout, new_state = self._lean_readout(keys, values, segment, state, new_state)
             else:
                 readout = state.raf_readout[rows, :, segment]  # scale * RAF_out_i / norm(K), (B, H, d, d)
-            output = output + torch.matmul(queries.float(), readout).to(output.dtype)
+            output = self._combine(output, torch.matmul(queries.float(), readout).to(queries.dtype))
         return output, new_state
+
+    def _lean_readout(
+        self,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        segment: torch.Tensor,
+        state: CrossAttentionState,
+        new_state: CrossAttentionState,
+    ) -> tuple[torch.Tensor, CrossAttentionState]:
+        """Lean layout: fire RAF when the segment changes (Algorithm 1) and return the step's readout
+        ``scale * RAF_out_i / norm(K)`` (B, H, d, d) with the updated state. ``keys``/``values``
+        (B, H, s, d) are the current segment's, zero at padding."""
+        products = torch.einsum("bhsd,bhse->bhde", keys.float(), values.float())  # K_i^T V_i
+        if self.config.kv_clamp is not None:
+            products = products.clamp(-self.config.kv_clamp, self.config.kv_clamp)
+        segment_input = self._project(products)
+        # W P_i = W K^T V - W K_i^T V_i (ablation IV: W K_i^T V_i; ablation III: no W)
+        raf_input = segment_input if self.config.ablation == "segment_products" else state.raf_total - segment_input
+        if self.raf is None:  # ablation III: the output depends only on the segment
+            raf_output = raf_input
+        else:
+            changed = (segment != state.last_segment)[:, None, None, None]
+            membrane, raf_output = self.raf.fire(state.membrane, raf_input)
+            raf_output = torch.where(changed, raf_output, state.raf_output)
+            new_state = replace(new_state, membrane=torch.where(changed, membrane, state.membrane), raf_output=raf_output)
+        return raf_output * (self.scale / state.key_norm[:, :, None, :]), new_state

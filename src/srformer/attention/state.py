@@ -50,6 +50,11 @@ class CrossAttentionState:
         key_norm: (B, H, d) float32 ``norm(K) + eps`` over real positions (Eq. 13), or None.
         membrane: lean layout: (B, H, d, d) float32 RAF membrane potential; None otherwise.
         raf_output: lean layout: (B, H, d, d) float32 RAF output of the current segment; None otherwise.
+        global_keys: ``longt5``: (B, H, M, d) mean of each segment's real keys; None otherwise.
+        global_values: ``longt5``: (B, H, M, d) mean of each segment's real values; None otherwise.
+        global_valid: ``longt5``: (B, M) bool, segments holding a real token; None otherwise.
+        linear_kv: ``linear``: (B, H, d, d) float32 ``phi(K)^T V`` over real positions; None otherwise.
+        linear_key_sum: ``linear``: (B, H, d) float32 ``sum_j phi(K_j)`` over real positions.
     """
 
     lengths: torch.Tensor
@@ -65,11 +70,24 @@ class CrossAttentionState:
     key_norm: torch.Tensor | None = None
     membrane: torch.Tensor | None = None
     raf_output: torch.Tensor | None = None
+    global_keys: torch.Tensor | None = None
+    global_values: torch.Tensor | None = None
+    global_valid: torch.Tensor | None = None
+    linear_kv: torch.Tensor | None = None
+    linear_key_sum: torch.Tensor | None = None
 
     @property
     def is_lean(self) -> bool:
-        """True for the lean layout (no keys/values kept)."""
+        """True when no encoder-length keys/values are kept (the lean layout, and ``linear``)."""
         return self.keys is None
+
+    def anchor(self) -> torch.Tensor:
+        """The tensor a cache layer exposes as its ``keys``/``values`` (for generic cache code):
+        the keys, else the lean layout's positions, else the linear-attention product."""
+        for tensor in (self.keys, self.positions, self.linear_kv):
+            if tensor is not None:
+                return tensor
+        raise ValueError("A cross-attention state holds neither keys, positions nor a linear-attention product.")
 
     def map_batch(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> "CrossAttentionState":
         """A new state with ``fn`` applied to every tensor (all have the batch on axis 0)."""
@@ -93,8 +111,8 @@ class CrossAttentionState:
 class SRformerCacheLayer(DynamicLayer):
     """A cross-attention cache layer that carries a :class:`CrossAttentionState`.
 
-    ``keys``/``values`` mirror ``state.keys``/``state.values`` in the standard layout (in the lean
-    layout both point at ``state.positions``) so that generic cache code (``get_seq_length``,
+    ``keys``/``values`` mirror ``state.keys``/``state.values`` in the standard layout (otherwise
+    both point at :meth:`CrossAttentionState.anchor`) so that generic cache code (``get_seq_length``,
     device queries) keeps working; every batch operation is applied to the whole state.
     """
 
@@ -105,8 +123,8 @@ class SRformerCacheLayer(DynamicLayer):
     def set_state(self, state: CrossAttentionState) -> None:
         """Replace the held state (keys and values follow)."""
         self.state = state
-        self.keys = state.positions if state.is_lean else state.keys
-        self.values = state.positions if state.is_lean else state.values
+        self.keys = state.anchor()
+        self.values = state.values if state.values is not None else self.keys
         self.dtype, self.device = self.keys.dtype, self.keys.device
         self.is_initialized = True
 

@@ -15,7 +15,7 @@ from functools import cache
 from torch import nn
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, PreTrainedModel
 
-from srformer.attention.segmented_recurrent import SegmentedRecurrentAttention
+from srformer.attention.variants import build_cross_attention
 from srformer.config import SRformerConfig
 from srformer.models.families import (
     SRformerBartAttentionMixin,
@@ -135,7 +135,7 @@ def convert(model: PreTrainedModel, config: SRformerConfig, *, _loading: bool = 
             module.__class__ = _converted_class(type(module), mixin)
             module.add_module(
                 "srformer",
-                SegmentedRecurrentAttention(config, head_dim_of(module), attention_scale_of(module)).to(
+                build_cross_attention(config, head_dim_of(module), attention_scale_of(module)).to(
                     device=weight.device, dtype=weight.dtype
                 ),
             )

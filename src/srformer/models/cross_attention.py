@@ -1,4 +1,5 @@
-"""Glue between a Hugging Face cross-attention module and :class:`SegmentedRecurrentAttention`.
+"""Glue between a Hugging Face cross-attention module and an SRformer attention module
+(:func:`~srformer.attention.variants.build_cross_attention`).
 
 Shared by the T5-style and BART-style module replacements: reading the encoder padding mask,
 finding the decoder step, and keeping the per-sequence state inside the ``EncoderDecoderCache``.
@@ -11,7 +12,7 @@ from typing import Callable
 import torch
 from transformers.cache_utils import DynamicLayer, EncoderDecoderCache
 
-from srformer.attention.segmented_recurrent import SegmentedRecurrentAttention
+from srformer.attention.variants import CrossAttentionModule
 from srformer.attention.state import SRformerCacheLayer
 
 
@@ -47,7 +48,7 @@ def key_padding_from_mask(mask: torch.Tensor | None, key_length: int) -> torch.T
 
 
 def run_cross_attention(
-    attention: SegmentedRecurrentAttention,
+    attention: CrossAttentionModule,
     queries: torch.Tensor,
     key_value_states: torch.Tensor,
     project: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],

@@ -1,7 +1,7 @@
 """SRformer replacements for the cross-attention modules of T5-style and BART-style models.
 
 A converted module keeps its class's projections (and their pretrained weights) and gains a
-``srformer`` child (:class:`SegmentedRecurrentAttention`). Its class becomes a subclass of the
+``srformer`` child (built by :func:`~srformer.attention.variants.build_cross_attention`). Its class becomes a subclass of the
 original class, so ``isinstance`` checks inside transformers (output recorders, weight init)
 still hold.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from srformer.attention.segmented_recurrent import SegmentedRecurrentAttention
+from srformer.attention.variants import CrossAttentionModule
 from srformer.models.cross_attention import run_cross_attention
 
 
@@ -25,7 +25,7 @@ class SRformerT5AttentionMixin:
     Shapes: hidden_states (B, q, d_model), key_value_states (B, k, d_model), output (B, q, d_model).
     """
 
-    srformer: SegmentedRecurrentAttention
+    srformer: CrossAttentionModule
 
     def forward(self, hidden_states, mask=None, key_value_states=None, position_bias=None, past_key_values=None, **kwargs):
         if key_value_states is None:
@@ -62,7 +62,7 @@ class SRformerBartAttentionMixin:
     Shapes: hidden_states (B, q, d_model), key_value_states (B, k, d_model), output (B, q, d_model).
     """
 
-    srformer: SegmentedRecurrentAttention
+    srformer: CrossAttentionModule
 
     def forward(self, hidden_states, key_value_states=None, past_key_values=None, attention_mask=None, **kwargs):
         if key_value_states is None:

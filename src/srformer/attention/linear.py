@@ -1,0 +1,108 @@
+"""Linear cross attention (Katharopoulos et al. 2020), the ``linear`` baseline.
+
+``O[t] = phi(Q_t) (phi(K)^T V) / (phi(Q_t) . sum_j phi(K_j) + eps)`` with ``phi(x) = elu(x) + 1``,
+over every real encoder position (SRFORMER_NOTES, "Baselines": the special case of recurrent
+attention with s = 1 and no RAF, with its own normaliser). Cross attention has no causal mask, so
+``phi(K)^T V`` (d x d per head) and ``sum_j phi(K_j)`` (d per head) are computed once per sequence
+and every decoder step costs O(d^2) per head, whatever the encoder length.
+
+Choices where the paper is silent: the wrapped model's attention scale is not applied (the
+elu+1 kernel is not a softmax, and Katharopoulos et al. use none), attention dropout is not
+applied (there are no attention probabilities), and ``eps`` is ``config.norm_eps``. Products and
+sums accumulate in float32.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from srformer.attention.schedule import real_lengths
+from srformer.attention.state import CrossAttentionState
+from srformer.config import SRformerConfig
+
+
+def feature_map(x: torch.Tensor) -> torch.Tensor:
+    """``phi(x) = elu(x) + 1`` (Katharopoulos et al. 2020, Sec. 3.2), element-wise, always > 0."""
+    return F.elu(x) + 1.0
+
+
+class LinearCrossAttention(nn.Module):
+    """The ``linear`` variant for one decoder layer; same interface as
+    :class:`~srformer.attention.segmented_recurrent.SegmentedRecurrentAttention`.
+
+    Args:
+        config: SRformer settings with ``variant='linear'`` (only ``norm_eps`` is used).
+        head_dim: ``d``, size of one attention head.
+        scale: the wrapped model's attention scale; accepted for interface compatibility, unused.
+
+    Raises:
+        ValueError: if ``config.variant`` is not ``linear``.
+    """
+
+    def __init__(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> None:
+        super().__init__()
+        if config.variant != "linear":
+            raise ValueError(f"LinearCrossAttention implements variant 'linear', got {config.variant!r}.")
+        self.config = config
+        self.head_dim = head_dim
+        self.scale = float(scale)
+
+    def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> CrossAttentionState:
+        """``phi(K)^T V`` and ``sum_j phi(K_j)`` over real positions.
+
+        Args:
+            keys: (B, H, k, d) projected encoder keys.
+            values: (B, H, k, d) projected encoder values.
+            key_valid: (B, k) bool, True at real encoder positions; None when nothing is padded.
+
+        Returns:
+            A state with ``linear_kv`` (B, H, d, d) and ``linear_key_sum`` (B, H, d), float32; it
+            holds no encoder-length tensor.
+
+        Raises:
+            ValueError: if an example has no real encoder token (an empty document).
+        """
+        batch, _, k, _ = keys.shape
+        lengths, padded = real_lengths(key_valid, batch, k, keys.device)
+        features = feature_map(keys.float())
+        if padded:
+            features = features * key_valid.to(device=keys.device, dtype=features.dtype)[:, None, :, None]
+        return CrossAttentionState(
+            lengths=lengths,
+            num_segments=torch.ones_like(lengths),
+            last_segment=torch.full_like(lengths, -1),
+            linear_kv=torch.einsum("bhkd,bhke->bhde", features, values.float()),
+            linear_key_sum=features.sum(dim=2),
+        )
+
+    def _read(self, queries: torch.Tensor, state: CrossAttentionState) -> torch.Tensor:
+        features = feature_map(queries.float())  # (B, H, q, d)
+        numerator = torch.matmul(features, state.linear_kv)
+        denominator = (features * state.linear_key_sum[:, :, None, :]).sum(dim=-1, keepdim=True) + self.config.norm_eps
+        return (numerator / denominator).to(queries.dtype)
+
+    def forward(
+        self, queries: torch.Tensor, state: CrossAttentionState, *, start_position: int = 0, dropout: float = 0.0
+    ) -> tuple[torch.Tensor, CrossAttentionState]:
+        """Linear attention for ``q`` decoder positions at once.
+
+        Args:
+            queries: (B, H, q, d) projected decoder queries.
+            state: from :meth:`init_state`.
+            start_position: unused (the output does not depend on the position).
+            dropout: unused (no attention probabilities).
+
+        Returns:
+            ``(output, state)``: (B, H, q, d) in the queries' dtype, and the unchanged state.
+        """
+        return self._read(queries, state), state
+
+    def step(self, queries: torch.Tensor, state: CrossAttentionState, *, position: int, project_rows=None):
+        """One decoder position: same as :meth:`forward` with q = 1, O(d^2) per head."""
+        return self._read(queries, state), state
+
+    def lean(self, state: CrossAttentionState) -> CrossAttentionState:
+        """The state is already lean (O(heads * d^2) numbers)."""
+        return state

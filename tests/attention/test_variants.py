@@ -1,0 +1,184 @@
+"""Tensor-level tests of every named variant (baselines, ablations, Eq. 10 mix) against a naive
+per-query reference written from the equations, plus parallel == incremental, padding invariance,
+lean layout and state reordering."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from srformer.attention.state import SRformerCacheLayer
+from srformer.attention.variants import build_cross_attention
+from srformer.config import LEAN_VARIANTS, NAMED_SETTINGS, named_config
+from tests.attention.test_segmented_recurrent import _incremental, _inputs, _rows_of
+
+NAMES = [name for name in NAMED_SETTINGS if name != "full"]
+
+
+def _module(name, segment_size=3, target_length=8, head_dim=4, scale=1.0, **kw):
+    torch.manual_seed(0)
+    kw.setdefault("raf_linear_init_scale", 1.0)
+    kw.setdefault("raf_threshold_init", 1e-2)
+    config = named_config(name, segment_size=segment_size, target_length=target_length, **kw)
+    return build_cross_attention(config, head_dim, scale)
+
+
+def _fire(mem, x, leak, threshold):
+    mem = leak * mem + x
+    y = mem / threshold - 1
+    mem = mem - threshold * (y > 0).to(mem.dtype)
+    return mem, torch.relu(y)
+
+
+def _reference(module, query, keys, values, t):
+    """Output for one query (d,) at decoder position t of one example's real keys/values (n, d),
+    computed per segment in float64 straight from the equations."""
+    config = module.config
+    q, K, V = query.double(), keys.double(), values.double()
+    n, d = K.shape
+    if config.variant == "linear":
+        phi = lambda x: F.elu(x) + 1  # noqa: E731
+        return (phi(q) @ phi(K).T @ V) / (phi(q) @ phi(K).sum(0) + config.norm_eps)
+    s, T = config.segment_size, config.target_length
+    m = math.ceil(n / s)
+    segment = lambda j: slice(j * s, min((j + 1) * s, n))  # noqa: E731
+    i = min(t * m // T, m - 1)
+
+    def softmax_attention(keys_, values_):
+        return torch.softmax(module.scale * (keys_ @ q), 0) @ values_
+
+    output = None
+    if config.variant in ("segmented", "srformer") and config.ablation != "recurrent_only":
+        output = softmax_attention(K[segment(i)], V[segment(i)])
+    if config.variant == "xl":
+        lo = segment(max(i - 1, 0)).start if i > 0 else segment(i).start
+        output = softmax_attention(K[lo : segment(i).stop], V[lo : segment(i).stop])
+    if config.variant == "longt5":
+        globals_k = torch.stack([K[segment(j)].mean(0) for j in range(m)])
+        globals_v = torch.stack([V[segment(j)].mean(0) for j in range(m)])
+        output = softmax_attention(torch.cat([K[segment(i)], globals_k]), torch.cat([V[segment(i)], globals_v]))
+    if not (config.variant == "srformer" and config.recurrence):
+        return output
+
+    products = [K[segment(j)].T @ V[segment(j)] for j in range(m)]
+    total = sum(products)
+    raf = getattr(module, "raf", None)
+    W = raf.linear.weight.double() if raf is not None else torch.eye(d, dtype=torch.float64)
+    inputs = [(p if config.ablation == "segment_products" else total - p) @ W.T for p in products]
+    visited = sorted({min(step * m // T, m - 1) for step in range(T + 1)})
+    if raf is None:
+        out_i = inputs[i]
+    else:
+        mem = torch.zeros(d, d, dtype=torch.float64)
+        leak, threshold = raf.leak.double(), raf.threshold.double()
+        for j in visited:
+            mem, out = _fire(mem, inputs[j], leak, threshold)
+            if j == i:
+                out_i = out
+                break
+    norm = torch.ones(d, dtype=torch.float64) if config.ablation == "no_norm" else K.pow(2).sum(0).sqrt() + config.norm_eps
+    recurrent = (module.scale * q) @ out_i / norm
+    if output is None:
+        return recurrent
+    if config.mix_init is not None:
+        sigma = torch.sigmoid(module.mix_logit.double())
+        return sigma * output + (1 - sigma) * recurrent
+    return output + recurrent
+
+
+@pytest.mark.filterwarnings("ignore:An encoder input has")
+@pytest.mark.parametrize("segment_size,target_length", [(3, 8), (2, 4), (20, 8)])
+@pytest.mark.parametrize("name", NAMES)
+def test_parallel_incremental_lean_and_padding_match_the_reference(name, segment_size, target_length):
+    """(2, 4) has more segments than steps (skipped segments); (20, 8) is one segment per example."""
+    module = _module(name, segment_size, target_length, scale=0.5)
+    lengths = [11, 6, 1]
+    queries, keys, values, valid = _inputs(3, 2, 11, 10, 4, lengths)
+    state = module.init_state(keys, values, valid)
+    parallel, final = module(queries, state)
+    tol = 1e-5 * max(1.0, parallel.abs().max().item())
+    for b, n in enumerate(lengths):
+        for h in range(2):
+            for t in range(queries.shape[2]):
+                expected = _reference(module, queries[b, h, t], keys[b, h, :n], values[b, h, :n], t)
+                assert (parallel[b, h, t].double() - expected).abs().max().item() <= tol, (b, h, t)
+    incremental, final_incremental = _incremental(module, queries, state)
+    assert (parallel - incremental).abs().max().item() <= tol
+    assert torch.equal(final.last_segment, final_incremental.last_segment)
+    if module.config.variant in LEAN_VARIANTS:
+        lean, _ = _incremental(module, queries, module.lean(state), _rows_of(keys, values))
+        assert (parallel - lean).abs().max().item() <= tol
+    left = torch.stack([torch.roll(valid[b], 11 - n) for b, n in enumerate(lengths)])  # left padding
+    left_keys = torch.stack([torch.roll(keys[b], 11 - n, dims=1) for b, n in enumerate(lengths)])
+    left_values = torch.stack([torch.roll(values[b], 11 - n, dims=1) for b, n in enumerate(lengths)])
+    left_output, _ = module(queries, module.init_state(left_keys, left_values, left))
+    assert (parallel - left_output).abs().max().item() <= tol
+
+
+def test_xl_memory_segment_gets_no_gradient_and_the_current_one_does():
+    module = _module("xl", segment_size=2, target_length=4)
+    queries, keys, values, _ = _inputs(1, 1, 4, 4, 4, [4])
+    keys.requires_grad_(True)
+    values.requires_grad_(True)
+    output, _ = module(queries[:, :, 3:4], module.init_state(keys, values, None), start_position=3)  # segment 1
+    output.sum().backward()
+    assert keys.grad[0, 0, :2].abs().sum() == 0 and values.grad[0, 0, :2].abs().sum() == 0  # memory: segment 0
+    assert keys.grad[0, 0, 2:].abs().sum() > 0 and values.grad[0, 0, 2:].abs().sum() > 0
+    with torch.no_grad():  # the no-gradient path (one copy of the keys) gives the same output
+        again, _ = module(queries[:, :, 3:4], module.init_state(keys, values, None), start_position=3)
+    assert (output - again).abs().max().item() <= 1e-6
+
+
+def test_longt5_global_tokens_carry_gradient_to_every_segment():
+    module = _module("longt5", segment_size=2, target_length=4)
+    queries, keys, values, _ = _inputs(1, 1, 6, 1, 4, [6])
+    keys.requires_grad_(True)
+    module(queries, module.init_state(keys, values, None))[0].sum().backward()
+    assert (keys.grad[0, 0].abs().sum(-1) > 0).all()
+
+
+def test_ablation_parameters_follow_the_ablation():
+    assert _module("ablation-III").raf is None  # no RAF, no W
+    assert _module("srformer").raf is not None and _module("srformer").mix_logit is None
+    sigma = _module("srformer-sigma", mix_init=0.25).mix_logit
+    assert abs(torch.sigmoid(sigma).item() - 0.25) < 1e-6
+    for name in ("segmented", "xl", "longt5", "linear"):
+        assert not list(_module(name).parameters()), name
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_cache_layer_reorders_every_state_tensor(name):
+    module = _module(name, segment_size=2, target_length=6)
+    queries, keys, values, valid = _inputs(3, 2, 7, 3, 4, [7, 4, 2])
+    state = module.init_state(keys, values, valid)
+    _, state = _incremental(module, queries, state)
+    states = [state] + ([module.lean(state)] if module.config.variant in LEAN_VARIANTS else [])
+    perm = torch.tensor([2, 0, 1])
+    for original in states:
+        layer = SRformerCacheLayer(original)
+        layer.reorder_cache(perm)
+        held = {f: v for f, v in vars(original).items() if isinstance(v, torch.Tensor)}
+        assert len(held) >= 4
+        for field, tensor in held.items():
+            assert torch.equal(getattr(layer.state, field), tensor[perm]), field
+        swapped, _ = module.step(queries[perm][:, :, 2:3], layer.state, position=2, project_rows=_rows_of(keys[perm], values[perm]))
+        straight, _ = module.step(queries[:, :, 2:3], original, position=2, project_rows=_rows_of(keys, values))
+        assert torch.allclose(swapped, straight[perm], atol=1e-6)
+
+
+def test_bad_variant_settings_name_the_argument():
+    with pytest.raises(ValueError, match="ablation"):
+        named_config("srformer", ablation="no_such_thing")
+    with pytest.raises(ValueError, match="variant='srformer'"):
+        named_config("xl", ablation="no_norm")
+    with pytest.raises(ValueError, match="mix_init"):
+        named_config("srformer", mix_init=1.5)
+    with pytest.raises(ValueError, match="recurrent_only"):
+        named_config("ablation-I", mix_init=0.5)
+    with pytest.raises(ValueError, match="lean_cache"):
+        named_config("longt5", lean_cache=True)
+    with pytest.raises(ValueError, match="Unknown variant name"):
+        named_config("bigbird")
