@@ -1,13 +1,20 @@
-"""``srformer`` command line: train, evaluate, summarize, and the ACLSum main job."""
+"""``srformer`` command line: train, evaluate, summarize, the ACLSum main job, compare and bench."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from srformer.cli import aclsum_command, bench_command, evaluate_command, summarize_command, train_command
+from srformer.cli import (
+    aclsum_command,
+    bench_command,
+    compare_command,
+    evaluate_command,
+    summarize_command,
+    train_command,
+)
 
-COMMANDS = (train_command, evaluate_command, summarize_command, aclsum_command, bench_command)
+COMMANDS = (train_command, evaluate_command, summarize_command, aclsum_command, compare_command, bench_command)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,17 +16,15 @@ last checkpoint.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from srformer.config import SRformerConfig
 from srformer.data.pairs import load_aclsum
-from srformer.evaluation.evaluate import evaluate_summarizer, load_summarizer
 from srformer.evaluation.report import format_table, write_metrics_json
 from srformer.experiments.plots import plot_variant_comparison
-from srformer.training.checkpoint import find_checkpoint
-from srformer.training.pipeline import RunSpec, train_summarizer
+from srformer.experiments.stages import evaluate_stage, train_stage
+from srformer.training.pipeline import RunSpec
 from srformer.training.settings import TrainingSettings
 
 TABLE_COLUMNS = (
@@ -62,16 +60,6 @@ class ComparisonSettings:
     progress: bool = True
 
 
-def _train_stage(spec: RunSpec, pairs, output: Path, settings: TrainingSettings) -> dict:
-    summary_file = output / "training_summary.json"
-    if summary_file.is_file() and find_checkpoint(output) is not None:
-        summary = json.loads(summary_file.read_text())
-        if summary.get("steps", 0) >= settings.max_steps:
-            return summary
-    train_summarizer(spec, pairs, output, settings, resume=find_checkpoint(output) is not None)
-    return json.loads(summary_file.read_text())
-
-
 def run_aclsum_comparison(output_dir: str | Path, settings: ComparisonSettings | None = None) -> list[dict]:
     """Run the whole comparison and write ``results.json``, ``results.md`` and ``results.png``.
 
@@ -104,31 +92,21 @@ def run_aclsum_comparison(output_dir: str | Path, settings: ComparisonSettings |
 
     base_dir = output / "base"
     print(f"[1/{1 + len(settings.variants)}] base model with full attention -> {base_dir}")
-    _train_stage(spec(settings.model, "full"), train_pairs, base_dir, training(settings.base_steps, settings.base_learning_rate))
+    train_stage(spec(settings.model, "full"), train_pairs, base_dir, training(settings.base_steps, settings.base_learning_rate))
 
     rows = []
     for number, variant in enumerate(settings.variants, start=2):
         run_dir = output / variant
         print(f"[{number}/{1 + len(settings.variants)}] {variant}: convert the base model, fine-tune -> {run_dir}")
-        summary = _train_stage(
+        summary = train_stage(
             spec(str(base_dir), variant), train_pairs, run_dir,
             training(settings.finetune_steps, settings.finetune_learning_rate),
         )
-        metrics_file = run_dir / "test_metrics.json"
-        if metrics_file.is_file():
-            metrics = json.loads(metrics_file.read_text())
-        else:
-            model, tokenizer = load_summarizer(run_dir)
-            metrics, predictions = evaluate_summarizer(
-                model, tokenizer, test_pairs, max_source_length=settings.max_source_length,
-                max_new_tokens=settings.max_new_tokens, num_beams=settings.num_beams,
-                batch_size=settings.eval_batch_size, progress=settings.progress,
-            )
-            (run_dir / "test_predictions.jsonl").write_text(
-                "".join(json.dumps({"id": p.id, "prediction": s, "reference": p.summary}) + "\n"
-                        for p, s in zip(test_pairs, predictions))
-            )
-            write_metrics_json(metrics_file, metrics)
+        metrics, _ = evaluate_stage(
+            run_dir, test_pairs, max_source_length=settings.max_source_length,
+            max_new_tokens=settings.max_new_tokens, num_beams=settings.num_beams,
+            batch_size=settings.eval_batch_size, progress=settings.progress,
+        )
         rows.append(
             {
                 "variant": variant,

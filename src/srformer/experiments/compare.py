@@ -1,0 +1,313 @@
+"""``srformer compare``: the paper's comparisons (Table 2, Figure 4, Table 3) on one dataset and budget.
+
+Protocol (the paper converts a pretrained full-attention model and fine-tunes it, Sec. 4.1):
+
+1. Base model. With ``base_steps > 0`` a model with full cross attention is trained on the training
+   pairs (a named config such as ``t5-tiny`` starts from random weights with a Unigram tokenizer
+   trained on the same pairs; no pretrained weights can be downloaded on an offline machine). With
+   ``base_steps = 0`` the given checkpoint or hub model (e.g. ``t5-small``) is the base: the
+   paper's exact protocol.
+2. Cells. Every named setting (a variant, an ablation or the Eq. 10 mix, see
+   :data:`srformer.config.NAMED_SETTINGS`) is converted from the same base and fine-tuned for
+   ``finetune_steps`` steps, once per segment size and seed (``full`` and ``linear`` do not depend on
+   the segment size and run once per seed). The seed sets the fine-tuning data order, dropout and
+   the initialisation of new parameters (RAF); the base model is shared by all seeds, as the
+   paper's pretrained checkpoint is.
+3. Every cell generates summaries for the test pairs, which are scored with ROUGE (rouge-score).
+   Ablations run at one segment size (the paper: 64) next to ``srformer`` at that size.
+
+Outputs in ``output_dir``: ``results.json`` (settings, every cell with its per-document scores,
+the seed spread per setting, paired comparisons against ``srformer``), ``results.md`` (tables in
+the shape of Table 2, Figure 4 and Table 3), ``figure4.png`` and ``table3.png``. Every cell lives in
+``cells/<name>-s<segment_size>-seed<seed>`` and is skipped when finished; an interrupted cell
+resumes from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from srformer.config import NAMED_SETTINGS, SEGMENT_FREE, named_config
+from srformer.data.pairs import SummaryPair
+from srformer.evaluation.report import write_metrics_json
+from srformer.evaluation.rouge import ROUGE_KEYS, RougeResult, score_summaries
+from srformer.experiments.compare_report import write_report
+from srformer.experiments.stages import evaluate_stage, train_stage
+from srformer.experiments.statistics import paired_difference, seed_spread
+from srformer.models.factory import NAMED_CONFIGS
+from srformer.training.pipeline import RunSpec
+from srformer.training.settings import TrainingSettings
+
+REFERENCE = "srformer"
+"""The setting every other one is compared with, per document."""
+
+
+@dataclass
+class CompareSettings:
+    """The grid, the budget and the shapes of one comparison.
+
+    Lengths are in tokens, steps are optimizer steps of ``batch_size`` pairs. The defaults are the
+    CPU budget used for the README's real-data table (``k/T = 8`` as in the paper's Figure 4,
+    where k = 1024 and T = 128: segment size 8 gives exactly T segments).
+
+    Attributes:
+        model: named config (``t5-tiny``...), local checkpoint or hub id of the base model.
+        variants: named settings run at every segment size (segment-free ones once).
+        segment_sizes: segment sizes ``s`` in tokens.
+        ablations: named settings run only at ``ablation_segment_size`` (Table 3).
+        ablation_segment_size: segment size of the ablations; None = the largest of ``segment_sizes``.
+        seeds: fine-tuning seeds; every cell runs once per seed.
+        target_length: the schedule's ``T`` in tokens (must be >= the number of segments).
+        base_steps: steps of full-attention training of the base model; 0 = use ``model`` as is.
+    """
+
+    model: str = "t5-tiny"
+    variants: tuple[str, ...] = ("full", "segmented", "srformer", "xl", "longt5", "linear")
+    segment_sizes: tuple[int, ...] = (8, 16, 64)
+    ablations: tuple[str, ...] = ("ablation-I", "ablation-II", "ablation-III", "ablation-IV", "srformer-sigma")
+    ablation_segment_size: int | None = None
+    seeds: tuple[int, ...] = (0, 1)
+    target_length: int = 32
+    max_source_length: int = 256
+    max_target_length: int = 48
+    source_prefix: str = ""
+    base_steps: int = 600
+    finetune_steps: int = 150
+    batch_size: int = 8
+    base_learning_rate: float = 1e-3
+    finetune_learning_rate: float = 5e-4
+    vocab_size: int = 4000
+    num_beams: int = 1
+    max_new_tokens: int = 48
+    eval_batch_size: int = 16
+    base_seed: int = 0
+    data: str = ""
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        unknown = [n for n in (*self.variants, *self.ablations) if n not in NAMED_SETTINGS]
+        if unknown:
+            raise ValueError(f"Unknown variant names {unknown}: choose from {', '.join(NAMED_SETTINGS)}.")
+        if not self.variants and not self.ablations:
+            raise ValueError("The grid is empty: give at least one name in `variants` or `ablations`.")
+        if not self.seeds:
+            raise ValueError("`seeds` is empty: give at least one fine-tuning seed.")
+        if not self.segment_sizes or any(s < 1 for s in self.segment_sizes):
+            raise ValueError(f"`segment_sizes` must be positive token counts, got {self.segment_sizes!r}.")
+        if self.base_steps == 0 and self.model in NAMED_CONFIGS:
+            raise ValueError(
+                f"base_steps=0 uses `model` as the trained base, but {self.model!r} is a randomly initialised "
+                "named config: give a checkpoint or hub id (e.g. t5-small), or base_steps > 0."
+            )
+
+    @property
+    def ablation_size(self) -> int:
+        return self.ablation_segment_size or max(self.segment_sizes)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One fine-tuning run of the grid: a named setting at a segment size (None if segment-free) and seed."""
+
+    name: str
+    segment_size: int | None
+    seed: int
+
+    @property
+    def key(self) -> str:
+        size = "" if self.segment_size is None else f"-s{self.segment_size}"
+        return f"{self.name}{size}-seed{self.seed}"
+
+    @property
+    def group(self) -> tuple[str, int | None]:
+        return self.name, self.segment_size
+
+
+def grid_cells(settings: CompareSettings) -> list[Cell]:
+    """Every cell of the grid, in run order (seed-major, so a partial run already has one seed of everything)."""
+    groups: list[tuple[str, int | None]] = []
+    for name in settings.variants:
+        if name in SEGMENT_FREE:
+            groups.append((name, None))
+        else:
+            groups.extend((name, s) for s in settings.segment_sizes)
+    if settings.ablations:
+        for name in (REFERENCE, *settings.ablations):
+            groups.append((name, settings.ablation_size))
+    unique = list(dict.fromkeys(groups))
+    return [Cell(name, size, seed) for seed in settings.seeds for name, size in unique]
+
+
+@dataclass
+class CellResult:
+    """What one finished cell contributes: ROUGE (F1 x 100), intervals, timings and per-document scores."""
+
+    cell: Cell
+    metrics: dict
+    finetune_seconds: float
+    per_document: dict[str, list[float]] = field(repr=False)
+
+    def to_dict(self) -> dict:
+        return {
+            **asdict(self.cell),
+            "key": self.cell.key,
+            "metrics": self.metrics,
+            "finetune_seconds": self.finetune_seconds,
+            "per_document": self.per_document,
+        }
+
+
+def run_compare(
+    output_dir: str | Path,
+    train_pairs: Sequence[SummaryPair],
+    test_pairs: Sequence[SummaryPair],
+    settings: CompareSettings | None = None,
+) -> dict:
+    """Run (or finish) the grid and write the results, tables and plots.
+
+    Args:
+        output_dir: results directory; finished cells found there are not re-run.
+        train_pairs: training pairs (base model and fine-tuning).
+        test_pairs: evaluation pairs (every cell scores the same documents).
+        settings: the grid and budget.
+
+    Returns:
+        The content of ``results.json``.
+
+    Raises:
+        ValueError: empty data, unknown names, or shapes that cannot work (e.g. a segment size whose
+            number of segments exceeds ``target_length``, from the training pipeline).
+    """
+    settings = settings or CompareSettings()
+    if not train_pairs or not test_pairs:
+        raise ValueError(f"compare needs training and test pairs; got {len(train_pairs)} and {len(test_pairs)}.")
+    output = Path(output_dir)
+    output.mkdir(parents=True, exist_ok=True)
+    cells = grid_cells(settings)
+
+    if settings.base_steps > 0:
+        base = output / "base"
+        tqdm.write(f"base model ({settings.model}, full attention, {settings.base_steps} steps) -> {base}")
+        train_stage(
+            _spec(settings, settings.model, "full", None), train_pairs, base,
+            _training(settings, settings.base_steps, settings.base_learning_rate, settings.base_seed),
+        )
+        base_model = str(base)
+    else:
+        base_model = settings.model
+
+    results = []
+    overall = tqdm(total=len(cells), desc="compare grid", unit="cell", disable=not settings.progress, position=0)
+    for cell in cells:
+        overall.set_postfix_str(cell.key)
+        results.append(_run_cell(cell, settings, base_model, train_pairs, test_pairs, output / "cells" / cell.key))
+        overall.update(1)
+    overall.close()
+
+    payload = summarize(results, settings)
+    write_metrics_json(output / "results.json", payload)
+    write_report(payload, output)
+    return payload
+
+
+def _spec(settings: CompareSettings, model: str, name: str, segment_size: int | None) -> RunSpec:
+    config = named_config(
+        name, segment_size=segment_size or min(settings.segment_sizes), target_length=settings.target_length
+    )
+    return RunSpec(
+        model=model, srformer=config, max_source_length=settings.max_source_length,
+        max_target_length=settings.max_target_length, source_prefix=settings.source_prefix,
+        vocab_size=settings.vocab_size, data=settings.data,
+    )
+
+
+def _training(settings: CompareSettings, steps: int, learning_rate: float, seed: int) -> TrainingSettings:
+    return TrainingSettings(
+        max_steps=steps, learning_rate=learning_rate, batch_size=settings.batch_size,
+        warmup_steps=min(50, steps // 10), save_every=max(25, steps // 4), seed=seed, progress=settings.progress,
+    )
+
+
+def _run_cell(
+    cell: Cell, settings: CompareSettings, base_model: str, train_pairs, test_pairs, run_dir: Path
+) -> CellResult:
+    result_file = run_dir / "cell.json"
+    if result_file.is_file():
+        saved = json.loads(result_file.read_text())
+        if saved.get("metrics", {}).get("num_examples") == len(test_pairs):
+            return CellResult(cell, saved["metrics"], saved["finetune_seconds"], saved["per_document"])
+    summary = train_stage(
+        _spec(settings, base_model, cell.name, cell.segment_size), train_pairs, run_dir,
+        _training(settings, settings.finetune_steps, settings.finetune_learning_rate, cell.seed),
+    )
+    metrics, predictions = evaluate_stage(
+        run_dir, test_pairs, max_source_length=settings.max_source_length, max_new_tokens=settings.max_new_tokens,
+        num_beams=settings.num_beams, batch_size=settings.eval_batch_size, source_prefix=settings.source_prefix,
+        progress=False,
+    )
+    per_document = score_summaries(predictions, [p.summary for p in test_pairs]).per_document
+    result = CellResult(cell, metrics, float(summary.get("seconds", 0.0)), per_document)
+    write_metrics_json(result_file, result.to_dict())
+    return result
+
+
+def summarize(results: Sequence[CellResult], settings: CompareSettings) -> dict:
+    """Aggregate finished cells: seed spread per (name, segment size), a pooled bootstrap interval
+    over documents (per-document F1 averaged over seeds, rouge-score's BootstrapAggregator), and
+    paired per-document comparisons of ``srformer`` with every other setting at the same segment
+    size (segment-free settings are compared at every segment size).
+
+    Returns:
+        ``{"settings", "cells", "groups", "paired"}`` (JSON-ready).
+    """
+    by_group: dict[tuple[str, int | None], list[CellResult]] = {}
+    for result in results:
+        by_group.setdefault(result.cell.group, []).append(result)
+
+    def pooled(group: list[CellResult]) -> dict[str, list[float]]:
+        return {key: np.mean([r.per_document[key] for r in group], axis=0).tolist() for key in ROUGE_KEYS}
+
+    groups = []
+    for (name, size), members in by_group.items():
+        documents = pooled(members)
+        interval = RougeResult(documents).bootstrap()
+        groups.append({
+            "name": name,
+            "segment_size": size,
+            "seeds": [r.cell.seed for r in members],
+            **{key: seed_spread([r.metrics[key] for r in members]).to_dict() for key in ROUGE_KEYS},
+            "rouge_ci": {key: [interval[key][0], interval[key][2]] for key in ROUGE_KEYS},
+            "finetune_seconds": float(np.mean([r.finetune_seconds for r in members])),
+            "decode_seconds": float(np.mean([r.metrics["seconds"] for r in members])),
+            "num_documents": len(documents["rouge1"]),
+        })
+
+    paired = []
+    sizes = sorted({size for _, size in by_group if size is not None})
+    for size in sizes:
+        reference = by_group.get((REFERENCE, size))
+        if reference is None:
+            continue
+        reference_docs = pooled(reference)
+        for (name, other_size), members in by_group.items():
+            if name == REFERENCE or other_size not in (size, None):
+                continue
+            other_docs = pooled(members)
+            paired.append({
+                "reference": REFERENCE,
+                "other": name,
+                "segment_size": size,
+                **{key: paired_difference(reference_docs[key], other_docs[key]).to_dict() for key in ("rouge1", "rouge2", "rougeL")},
+            })
+    return {
+        "settings": asdict(settings),
+        "cells": [r.to_dict() for r in results],
+        "groups": groups,
+        "paired": paired,
+    }

@@ -1,0 +1,189 @@
+"""Tables and plots of ``srformer compare`` in the shape of the paper's Table 2, Figure 4 and Table 3."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from srformer.evaluation.report import format_table  # noqa: E402
+
+ABLATION_LABELS = {
+    "ablation-I": "(I) no segmented attention",
+    "ablation-II": "(II) no norm(K)",
+    "ablation-III": "(III) no RAF",
+    "ablation-IV": "(IV) K_S^T V_S instead of P",
+    "srformer-sigma": "learnable sigma (Eq. 10)",
+}
+
+
+def _spread(group: dict, key: str) -> str:
+    value = group[key]
+    return f"{value['mean']:.2f} ± {value['std']:.2f}" if value["num_seeds"] > 1 else f"{value['mean']:.2f}"
+
+
+def _interval(low: float, high: float) -> str:
+    return f"{low:.2f} to {high:.2f}"
+
+
+def _paired(payload: dict, other: str, size: int | None) -> dict | None:
+    for row in payload["paired"]:
+        if row["other"] == other and row["segment_size"] == size:
+            return row
+    return None
+
+
+def _delta(payload: dict, name: str, size: int) -> tuple[str, str]:
+    """``srformer - name`` ROUGE-1 with its paired interval, and srformer's per-document win rate."""
+    row = _paired(payload, name, size)
+    if row is None:
+        return "-", "-"
+    r1 = row["rouge1"]
+    mark = " *" if r1["significant"] else ""
+    return f"{r1['mean']:+.2f} ({_interval(r1['low'], r1['high'])}){mark}", f"{100 * r1['a_wins']:.0f}% / {100 * r1['b_wins']:.0f}%"
+
+
+def table2(payload: dict) -> str:
+    """One block per segment size: every variant (not the ablations) with ROUGE mean ± std over
+    seeds, the pooled 95% interval of ROUGE-1, and the paired ROUGE-1 difference to ``srformer``."""
+    settings = payload["settings"]
+    groups = payload["groups"]
+    blocks = []
+    for size in settings["segment_sizes"]:
+        rows = []
+        for group in groups:
+            if group["name"] not in settings["variants"] or group["segment_size"] not in (size, None):
+                continue
+            delta, wins = _delta(payload, group["name"], size) if group["name"] != "srformer" else ("-", "-")
+            rows.append({
+                "variant": group["name"],
+                "ROUGE-1": _spread(group, "rouge1"),
+                "ROUGE-1 95% CI": _interval(*group["rouge_ci"]["rouge1"]),
+                "ROUGE-2": _spread(group, "rouge2"),
+                "ROUGE-L": _spread(group, "rougeL"),
+                "ROUGE-Lsum": _spread(group, "rougeLsum"),
+                "srformer − this, ROUGE-1 (95% CI)": delta,
+                "docs srformer better / worse": wins,
+                "decode s": group["decode_seconds"],
+            })
+        if rows:
+            blocks.append(f"**Segment size {size}**\n\n" + format_table(rows, list(rows[0])))
+    return "\n\n".join(blocks)
+
+
+def figure4_table(payload: dict) -> str:
+    """ROUGE-1 (mean ± std over seeds) per variant (rows) and segment size (columns)."""
+    settings = payload["settings"]
+    sizes = list(settings["segment_sizes"])
+    rows = []
+    for name in settings["variants"]:
+        row = {"variant": name}
+        for size in sizes:
+            group = next((g for g in payload["groups"] if g["name"] == name and g["segment_size"] in (size, None)), None)
+            row[f"s = {size}"] = _spread(group, "rouge1") if group else "-"
+        rows.append(row)
+    return format_table(rows, ["variant", *[f"s = {s}" for s in sizes]])
+
+
+def table3(payload: dict) -> str:
+    """``srformer`` and its ablations at the ablation segment size, with the paired difference."""
+    settings = payload["settings"]
+    size = settings["ablation_segment_size"] or max(settings["segment_sizes"])
+    rows = []
+    for name in ("srformer", *settings["ablations"]):
+        group = next((g for g in payload["groups"] if g["name"] == name and g["segment_size"] == size), None)
+        if group is None:
+            continue
+        delta, wins = _delta(payload, name, size) if name != "srformer" else ("-", "-")
+        rows.append({
+            "setting": ABLATION_LABELS.get(name, name),
+            "ROUGE-1": _spread(group, "rouge1"),
+            "ROUGE-1 95% CI": _interval(*group["rouge_ci"]["rouge1"]),
+            "ROUGE-2": _spread(group, "rouge2"),
+            "ROUGE-L": _spread(group, "rougeL"),
+            "srformer − this, ROUGE-1 (95% CI)": delta,
+            "docs srformer better / worse": wins,
+        })
+    if not rows:
+        return ""
+    return f"**Segment size {size}**\n\n" + format_table(rows, list(rows[0]))
+
+
+def plot_figure4(payload: dict, path: Path) -> Path:
+    """ROUGE-1 vs segment size per variant, error bars = std over seeds; segment-free variants
+    (``full``, ``linear``) as horizontal lines with a ±std band (paper Figure 4)."""
+    settings = payload["settings"]
+    sizes = sorted(settings["segment_sizes"])
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for index, name in enumerate(settings["variants"]):
+        groups = [g for g in payload["groups"] if g["name"] == name]
+        color = f"C{index}"
+        if len(groups) == 1 and groups[0]["segment_size"] is None:
+            mean, std = groups[0]["rouge1"]["mean"], groups[0]["rouge1"]["std"]
+            ax.axhline(mean, color=color, linestyle="--", label=name)
+            ax.axhspan(mean - std, mean + std, color=color, alpha=0.12)
+            continue
+        points = sorted((g["segment_size"], g["rouge1"]["mean"], g["rouge1"]["std"]) for g in groups if g["segment_size"] in sizes)
+        if points:
+            xs, means, stds = zip(*points)
+            ax.errorbar(xs, means, yerr=stds, marker="o", capsize=3, color=color, label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes, [str(s) for s in sizes])
+    ax.set_xlabel("segment size s (tokens)")
+    ax.set_ylabel("ROUGE-1 (F1 x 100)")
+    seeds = len(settings["seeds"])
+    ax.set_title(f"ROUGE-1 vs segment size ({settings['model']}, {seeds} seed{'s' if seeds > 1 else ''}, ±std)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_table3(payload: dict, path: Path) -> Path | None:
+    """Bars of ROUGE-1 for ``srformer`` and each ablation (error bars: std over seeds)."""
+    settings = payload["settings"]
+    size = settings["ablation_segment_size"] or max(settings["segment_sizes"])
+    groups = [g for name in ("srformer", *settings["ablations"])
+              for g in payload["groups"] if g["name"] == name and g["segment_size"] == size]
+    if len(groups) < 2:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    labels = [ABLATION_LABELS.get(g["name"], g["name"]) for g in groups]
+    ax.bar(range(len(groups)), [g["rouge1"]["mean"] for g in groups], yerr=[g["rouge1"]["std"] for g in groups],
+           capsize=3, color=[f"C{i}" for i in range(len(groups))])
+    ax.set_xticks(range(len(groups)), labels, rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel("ROUGE-1 (F1 x 100)")
+    ax.set_title(f"Ablations at segment size {size} (paper Table 3)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write_report(payload: dict, output: Path) -> None:
+    """Write ``results.md``, ``figure4.png`` and (with ablations) ``table3.png`` into ``output``."""
+    settings = payload["settings"]
+    num_documents = payload["groups"][0]["num_documents"] if payload["groups"] else 0
+    decoding = "greedy decoding" if settings["num_beams"] == 1 else f"beam search ({settings['num_beams']} beams)"
+    header = (
+        f"# srformer compare: {settings['data'] or 'custom data'}\n\n"
+        f"Model {settings['model']}; base: {settings['base_steps']} steps of full attention; every cell: "
+        f"{settings['finetune_steps']} fine-tuning steps, batch {settings['batch_size']}; source "
+        f"{settings['max_source_length']} tokens, target length T = {settings['target_length']}; "
+        f"{num_documents} test documents; seeds {list(settings['seeds'])}; {decoding}.\n"
+        "ROUGE is F1 x 100 (rouge-score, stemming), mean ± std over seeds. The 95% interval is a bootstrap "
+        "over documents of the per-document scores averaged over seeds. The paired difference resamples "
+        "documents jointly for both systems; * marks an interval that excludes zero.\n"
+    )
+    parts = [header, "## Table 2 shape: variants per segment size\n", table2(payload),
+             "\n## Figure 4 shape: ROUGE-1 by segment size\n", figure4_table(payload)]
+    if settings["ablations"]:
+        parts += ["\n## Table 3 shape: ablations\n", table3(payload)]
+    (output / "results.md").write_text("\n".join(parts) + "\n")
+    plot_figure4(payload, output / "figure4.png")
+    if settings["ablations"]:
+        plot_table3(payload, output / "table3.png")

@@ -1,0 +1,66 @@
+"""Resumable stages shared by the experiments: fine-tune a run, evaluate a run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+from srformer.data.pairs import SummaryPair
+from srformer.evaluation.evaluate import evaluate_summarizer, load_summarizer
+from srformer.evaluation.report import write_metrics_json
+from srformer.training.checkpoint import find_checkpoint
+from srformer.training.pipeline import RunSpec, train_summarizer
+from srformer.training.settings import TrainingSettings
+
+
+def train_stage(spec: RunSpec, pairs: Sequence[SummaryPair], output: Path, settings: TrainingSettings) -> dict:
+    """Fine-tune ``spec`` into ``output`` unless a finished run is there; resume an interrupted one.
+
+    Returns:
+        The run's ``training_summary.json`` (``steps``, ``seconds``, losses).
+    """
+    summary_file = output / "training_summary.json"
+    if summary_file.is_file() and find_checkpoint(output) is not None:
+        summary = json.loads(summary_file.read_text())
+        if summary.get("steps", 0) >= settings.max_steps:
+            return summary
+    train_summarizer(spec, pairs, output, settings, resume=find_checkpoint(output) is not None)
+    return json.loads(summary_file.read_text())
+
+
+def evaluate_stage(
+    run_dir: Path,
+    test_pairs: Sequence[SummaryPair],
+    *,
+    max_source_length: int,
+    max_new_tokens: int,
+    num_beams: int,
+    batch_size: int,
+    source_prefix: str = "",
+    progress: bool = True,
+) -> tuple[dict, list[str]]:
+    """Generate and score the test set with the model saved in ``run_dir``, unless already done.
+
+    Writes ``test_metrics.json`` and ``test_predictions.jsonl`` (id, prediction, reference).
+
+    Returns:
+        ``(metrics, predictions)`` as from :func:`srformer.evaluation.evaluate_summarizer`.
+    """
+    metrics_file = run_dir / "test_metrics.json"
+    predictions_file = run_dir / "test_predictions.jsonl"
+    if metrics_file.is_file() and predictions_file.is_file():
+        predictions = [json.loads(line)["prediction"] for line in predictions_file.read_text().splitlines()]
+        if len(predictions) == len(test_pairs):
+            return json.loads(metrics_file.read_text()), predictions
+    model, tokenizer = load_summarizer(run_dir)
+    metrics, predictions = evaluate_summarizer(
+        model, tokenizer, test_pairs, max_source_length=max_source_length, max_new_tokens=max_new_tokens,
+        num_beams=num_beams, batch_size=batch_size, source_prefix=source_prefix, progress=progress,
+    )
+    predictions_file.write_text(
+        "".join(json.dumps({"id": p.id, "prediction": s, "reference": p.summary}) + "\n"
+                for p, s in zip(test_pairs, predictions))
+    )
+    write_metrics_json(metrics_file, metrics)
+    return metrics, predictions

@@ -1,0 +1,126 @@
+"""``srformer compare`` on a tiny grid with a tiny budget, its statistics and its grid."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from srformer.cli.main import main
+from srformer.experiments import compare as compare_module
+from srformer.experiments.compare import Cell, CompareSettings, grid_cells
+from srformer.experiments.statistics import paired_difference, seed_spread
+
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "xsum_sample"
+TINY = [
+    "--max-train-examples", "24", "--max-test-examples", "5", "--base-steps", "3", "--finetune-steps", "2",
+    "--segment-sizes", "8", "32", "--seeds", "0", "1", "--variants", "full", "srformer", "xl",
+    "--ablations", "ablation-II", "--vocab-size", "300", "--max-source-length", "64", "--target-length", "8",
+    "--max-target-length", "16", "--max-new-tokens", "6", "--batch-size", "4", "--no-progress",
+]
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="needs the shared xsum_sample data")
+def test_tiny_grid_writes_tables_plots_and_json_and_skips_finished_cells(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "cmp"
+    args = ["compare", "--train-data", str(DATA / "train.jsonl"), "--test-data", str(DATA / "validation.jsonl"),
+            "--output", str(out), *TINY]
+    assert main(args) == 0
+    results = json.loads((out / "results.json").read_text())
+    keys = sorted(cell["key"] for cell in results["cells"])
+    # full once per seed; srformer and xl per segment size and seed; the ablation next to srformer at s = 32
+    assert keys == sorted(
+        [f"full-seed{k}" for k in (0, 1)] + [f"{n}-s{s}-seed{k}" for n in ("srformer", "xl") for s in (8, 32) for k in (0, 1)]
+        + [f"ablation-II-s32-seed{k}" for k in (0, 1)]
+    )
+    for cell in results["cells"]:
+        assert len(cell["per_document"]["rouge1"]) == 5 and cell["metrics"]["num_examples"] == 5
+        saved = json.loads((out / "cells" / cell["key"] / "config.json").read_text())["srformer"]
+        assert saved["variant"] == {"full": "full", "xl": "xl"}.get(cell["name"], "srformer")
+        if cell["name"] == "ablation-II":
+            assert saved["ablation"] == "no_norm"
+    groups = {(g["name"], g["segment_size"]): g for g in results["groups"]}
+    assert set(groups) == {("full", None), ("srformer", 8), ("srformer", 32), ("xl", 8), ("xl", 32), ("ablation-II", 32)}
+    assert all(g["rouge1"]["num_seeds"] == 2 and g["seeds"] == [0, 1] for g in groups.values())
+    paired = {(p["other"], p["segment_size"]) for p in results["paired"]}
+    assert paired == {("full", 8), ("full", 32), ("xl", 8), ("xl", 32), ("ablation-II", 32)}
+    table = (out / "results.md").read_text()
+    for heading in ("Table 2 shape", "Figure 4 shape", "Table 3 shape", "(II) no norm(K)", "**Segment size 8**"):
+        assert heading in table
+    assert (out / "figure4.png").stat().st_size > 5000 and (out / "table3.png").stat().st_size > 5000
+    assert "cells; results in" in capsys.readouterr().out
+
+    # Re-run: nothing is trained again. Then lose one cell: only that cell is re-run.
+    trained = []
+    original = compare_module.train_stage
+    monkeypatch.setattr(compare_module, "train_stage", lambda spec, pairs, output, settings: trained.append(output.name) or original(spec, pairs, output, settings))
+    assert main(args) == 0
+    assert trained == ["base"]  # train_stage finds the finished base and returns; finished cells are not asked
+    shutil.rmtree(out / "cells" / "xl-s8-seed1")
+    assert main(args) == 0
+    assert trained == ["base", "base", "xl-s8-seed1"]
+    rerun = {g["name"] + str(g["segment_size"]): g["rouge1"] for g in json.loads((out / "results.json").read_text())["groups"]}
+    assert rerun == {g["name"] + str(g["segment_size"]): g["rouge1"] for g in results["groups"]}
+
+
+def _result(name, size, seed, rouge1):
+    per_document = {key: list(rouge1) for key in ("rouge1", "rouge2", "rougeL", "rougeLsum")}
+    metrics = {key: sum(rouge1) / len(rouge1) for key in per_document} | {"seconds": 1.0, "num_examples": len(rouge1)}
+    return compare_module.CellResult(Cell(name, size, seed), metrics, 2.0, per_document)
+
+
+def test_summary_spreads_over_seeds_and_pairs_documents_against_srformer():
+    settings = CompareSettings(variants=("full", "srformer"), segment_sizes=(8,), ablations=(), seeds=(0, 1))
+    results = [
+        _result("full", None, 0, [10.0, 20.0, 30.0]), _result("full", None, 1, [20.0, 20.0, 20.0]),
+        _result("srformer", 8, 0, [20.0, 30.0, 40.0]), _result("srformer", 8, 1, [30.0, 30.0, 30.0]),
+    ]
+    payload = compare_module.summarize(results, settings)
+    groups = {g["name"]: g for g in payload["groups"]}
+    assert groups["full"]["rouge1"] == {"mean": 20.0, "std": 0.0, "num_seeds": 2}
+    assert groups["srformer"]["rouge1"]["mean"] == 30.0
+    (paired,) = payload["paired"]
+    assert (paired["other"], paired["segment_size"]) == ("full", 8)
+    # per document, averaged over seeds: srformer (25, 30, 35) vs full (15, 20, 25): +10 everywhere
+    assert paired["rouge1"]["mean"] == pytest.approx(10.0) and paired["rouge1"]["low"] == pytest.approx(10.0)
+    assert paired["rouge1"]["a_wins"] == 1.0 and paired["rouge1"]["significant"]
+
+
+def test_grid_runs_segment_free_settings_once_per_seed_and_ablations_at_one_size():
+    settings = CompareSettings(variants=("linear", "segmented"), segment_sizes=(16, 64), ablations=("ablation-IV",),
+                               seeds=(3,))
+    assert grid_cells(settings) == [
+        Cell("linear", None, 3), Cell("segmented", 16, 3), Cell("segmented", 64, 3),
+        Cell("srformer", 64, 3), Cell("ablation-IV", 64, 3),
+    ]
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(variants=("bigbird",)), "Unknown variant names"),
+    (dict(variants=(), ablations=()), "grid is empty"),
+    (dict(seeds=()), "seeds"),
+    (dict(base_steps=0), "base_steps=0"),
+])
+def test_bad_grids_are_rejected_with_the_argument_named(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        CompareSettings(**kwargs)
+
+
+def test_paired_difference_known_answers():
+    same = paired_difference([1.0, 2.0, 3.0], [1.0, 2.0, 3.0])
+    assert (same.mean, same.low, same.high, same.a_wins, same.b_wins) == (0.0, 0.0, 0.0, 0.0, 0.0)
+    shifted = paired_difference([3.0, 5.0, 9.0, 4.0], [1.0, 3.0, 7.0, 2.0])  # +2 on every document
+    assert shifted.mean == pytest.approx(2.0) and shifted.low == pytest.approx(2.0) and shifted.high == pytest.approx(2.0)
+    assert shifted.a_wins == 1.0 and shifted.significant
+    noisy = paired_difference([1.0, 0.0] * 20, [0.0, 1.0] * 20)
+    assert noisy.mean == 0.0 and noisy.low < 0 < noisy.high and not noisy.significant
+    with pytest.raises(ValueError, match="equally long"):
+        paired_difference([1.0], [1.0, 2.0])
+
+
+def test_seed_spread_uses_the_sample_standard_deviation():
+    spread = seed_spread([10.0, 12.0])
+    assert spread.mean == 11.0 and spread.std == pytest.approx(2**0.5) and spread.num_seeds == 2
+    assert seed_spread([5.0]).std == 0.0
