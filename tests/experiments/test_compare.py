@@ -124,3 +124,21 @@ def test_seed_spread_uses_the_sample_standard_deviation():
     spread = seed_spread([10.0, 12.0])
     assert spread.mean == 11.0 and spread.std == pytest.approx(2**0.5) and spread.num_seeds == 2
     assert seed_spread([5.0]).std == 0.0
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="needs the shared xsum_sample data")
+def test_a_trained_checkpoint_is_the_base_with_zero_base_steps(tmp_path):
+    """The paper's protocol: convert a given full-attention checkpoint (here a local one; a hub id
+    such as t5-small online) without training a base first."""
+    first = tmp_path / "first"
+    common = ["--train-data", str(DATA / "train.jsonl"), "--test-data", str(DATA / "validation.jsonl"), *TINY]
+    common[common.index("--variants") + 1 : common.index("--ablations")] = ["srformer"]
+    common[common.index("--seeds") + 1 : common.index("--variants")] = ["0"]
+    common[common.index("--segment-sizes") + 1 : common.index("--seeds")] = ["8"]
+    assert main(["compare", "--output", str(first), *common, "--ablations"]) == 0
+    second = tmp_path / "second"
+    assert main(["compare", "--output", str(second), *common, "--ablations", "--model", str(first / "base"), "--base-steps", "0"]) == 0
+    assert not (second / "base").exists()
+    run = json.loads((second / "cells" / "srformer-s8-seed0" / "srformer_run.json").read_text())
+    assert run["model"] == str(first / "base")
+    assert len(json.loads((second / "results.json").read_text())["cells"]) == 1
