@@ -58,9 +58,24 @@ def test_overflowing_recurrent_state_is_rejected_with_the_clamp_fix(family):
     model = converted(BUILDERS[family](), **SETTINGS)
     ids, mask = padded_batch(model)
     hidden = encoder_output(model, ids, mask) * 1e19  # keys/values ~1e19: finite; K^T V ~1e38+: overflows
-    with pytest.raises(ValueError, match=r"decoder layer 0: the recurrent state .* overflowed to NaN/inf\. "
-                                         r"Set SRformerConfig\(kv_clamp=2\.0\)"):
+    with pytest.raises(ValueError, match=r"decoder layer 0: the recurrent state .* overflowed to NaN/inf "
+                                         r"\(RAF threshold 0\.001, leak 1\)\. Set SRformerConfig\(kv_clamp=2\.0\)"):
         run_decoder(model, hidden, mask, decoder_inputs(model, ids.shape[0], 6))
+
+
+def test_raf_threshold_trained_to_zero_is_named(family):
+    """The RAF threshold is a free parameter; training can drive it to zero (seen with threshold 1e-3
+    and learning rate 1e-3 after three steps), and membrane / threshold is then infinite."""
+    model = converted(BUILDERS[family](), **SETTINGS)
+    _, _, layer1 = cross_attention_modules(model)[1]
+    with torch.no_grad():
+        layer1.srformer.raf.threshold.zero_()
+    ids, mask = padded_batch(model)
+    with pytest.raises(ValueError, match=r"SRformer cross attention of decoder layer 1: the recurrent state .* "
+                                         r"\(RAF threshold 0, leak 1\): the learnable RAF threshold has been trained to "
+                                         r"zero or below.*Lower the learning rate"):
+        with torch.no_grad():
+            model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_inputs(model, ids.shape[0], 6))
 
 
 def test_finite_inputs_pass_and_the_check_runs_once_per_sequence_and_layer(family, monkeypatch):

@@ -113,7 +113,7 @@ def run_cross_attention(
         # bf16/fp16 despite the float32 casts inside init_state; build the state in float32.
         with _autocast_disabled(keys.device):
             state = attention.init_state(keys, values, key_padding_from_mask(mask, keys.shape[2]))
-        check_finite_state(key_value_states, keys, values, state, layer_idx)
+        check_finite_state(key_value_states, keys, values, state, layer_idx, attention)
 
     start = 0 if cache is None else cache.self_attention_cache.get_seq_length(layer_idx) - q_len
     if cache is not None and q_len == 1:
@@ -153,7 +153,12 @@ def _autocast_disabled(device: torch.device):
 
 
 def check_finite_state(
-    encoder_states: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, state, layer_idx: int | None
+    encoder_states: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    state,
+    layer_idx: int | None,
+    attention: torch.nn.Module | None = None,
 ) -> None:
     """Reject NaN/inf reaching one layer's SRformer cross attention, with the likely cause and fixes.
 
@@ -168,12 +173,14 @@ def check_finite_state(
         state: the state built from them; every floating-point tensor field (``K^T V``-derived RAF
             inputs and readouts, ``norm(K)``, ...) is checked.
         layer_idx: the decoder layer index, named in the message (None if unknown).
+        attention: the layer's SRformer module; its RAF leak and threshold, if it has them, are
+            reported when the state is what overflowed.
 
     Raises:
         ValueError: if any of these holds a NaN or an infinity. The message names the layer, where
             the values first stopped being finite (encoder output, key/value projections, or the
             recurrent state) and the fixes (bf16 or fp32 instead of fp16, ``kv_clamp``, a lower
-            learning rate / gradient clipping).
+            learning rate / gradient clipping; a RAF threshold trained to zero or below).
     """
     fields = dataclasses.fields(state) if dataclasses.is_dataclass(state) else ()
     state_tensors = [
@@ -204,8 +211,19 @@ def check_finite_state(
             f"although the encoder output is finite (largest |value| {float(encoder_states.abs().max()):.3g}). "
             f"{precision}, or clamp the encoder activations before cross attention."
         )
+    raf = getattr(attention, "raf", None)
+    threshold, leak = getattr(raf, "threshold", None), getattr(raf, "leak", None)
+    neuron = ""
+    if isinstance(threshold, torch.Tensor) and isinstance(leak, torch.Tensor):
+        neuron = f" (RAF threshold {float(threshold):.3g}, leak {float(leak):.3g})"
+        if float(threshold) <= 1e-6:
+            neuron += (
+                ": the learnable RAF threshold has been trained to zero or below, so membrane / threshold is "
+                "infinite. Lower the learning rate, or start from a larger raf_threshold_init"
+            )
     raise ValueError(
         f"SRformer cross attention of {layer}: the recurrent state built from finite keys/values (K^T V products, "
-        "norm(K), RAF membrane) overflowed to NaN/inf. Set SRformerConfig(kv_clamp=2.0) to bound the K^T V "
-        f"products, {precision[0].lower() + precision[1:]}, or lower the RAF leak (raf_leak_init) if the membrane grows."
+        f"norm(K), RAF membrane and output) overflowed to NaN/inf{neuron}. Set SRformerConfig(kv_clamp=2.0) to bound "
+        f"the K^T V products, {precision[0].lower() + precision[1:]}, or lower the RAF leak (raf_leak_init) if the "
+        "membrane grows."
     )
