@@ -183,21 +183,29 @@ def check_finite_state(
             learning rate / gradient clipping; a RAF threshold trained to zero or below).
     """
     fields = dataclasses.fields(state) if dataclasses.is_dataclass(state) else ()
-    state_tensors = [
-        value for value in (getattr(state, field.name) for field in fields)
-        if isinstance(value, torch.Tensor) and value.is_floating_point()
+    checked = [
+        value for value in (encoder_states, *(getattr(state, field.name) for field in fields))
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel()
     ]
-    checks = [torch.isfinite(encoder_states).all(), torch.isfinite(keys).all() & torch.isfinite(values).all()]
-    checks += [torch.isfinite(tensor).all() for tensor in state_tensors]
-    finite = torch.stack(checks)
-    if bool(finite.all()):  # the one host sync
+    if not checked:
         return
+    with torch.no_grad():
+        # min and max propagate NaN and are infinite iff an element is: one read of each tensor, no
+        # boolean copies. The state holds (copies of) the keys/values or tensors summed from them, so
+        # a non-finite projection shows there too; the diagnosis below tells them apart.
+        extremes = torch.stack(
+            [torch.stack(torch.aminmax(tensor)).float() for tensor in checked]
+        )
+        if bool(torch.isfinite(extremes).all()):  # the one host sync
+            return
+        finite = [bool(torch.isfinite(encoder_states).all()),
+                  bool(torch.isfinite(keys).all() & torch.isfinite(values).all())]
     layer = f"decoder layer {layer_idx}" if layer_idx is not None else "a decoder layer"
     precision = (
         "Train and run in bf16 or float32 instead of fp16 (srformer train --mixed-precision bf16 or no; "
         "torch.autocast(dtype=torch.bfloat16))"
     )
-    if not bool(finite[0]):
+    if not finite[0]:
         bad = int((~torch.isfinite(encoder_states)).sum())
         raise ValueError(
             f"SRformer cross attention of {layer}: the encoder output holds {bad} NaN/inf value(s) of "
@@ -205,7 +213,7 @@ def check_finite_state(
             "lower the learning rate or clip gradients (max_grad_norm), or clamp the encoder activations "
             "(e.g. torch.clamp on the encoder output with a forward hook)."
         )
-    if not bool(finite[1]):
+    if not finite[1]:
         raise ValueError(
             f"SRformer cross attention of {layer}: the projected encoder keys/values overflowed to NaN/inf "
             f"although the encoder output is finite (largest |value| {float(encoder_states.abs().max()):.3g}). "
