@@ -140,8 +140,9 @@ def _make_accelerator(settings: TrainingSettings) -> Accelerator:
 def enable_gradient_checkpointing(model: PreTrainedModel) -> None:
     """Turn on activation (gradient) checkpointing of a Hugging Face model, in place.
 
-    Uses ``activation_checkpointing_enable()`` (transformers >= 5.x) or, on older 5.x releases,
-    ``gradient_checkpointing_enable()``, with non-reentrant ``torch.utils.checkpoint``. In training
+    Uses ``activation_checkpointing_enable()`` where transformers has it (recent 5.x releases, which
+    deprecate the old name), else ``gradient_checkpointing_enable()``, with non-reentrant
+    ``torch.utils.checkpoint``. In training
     mode the model then passes no cache between layers; SRformer cross attention rebuilds its
     per-sequence state in the recomputation, so loss and gradients are unchanged (tested).
 
