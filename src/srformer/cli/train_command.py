@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 from srformer.cli.arguments import add_data_arguments, add_variant_arguments
 from srformer.cli.data_source import load_data
 from srformer.config import SRformerConfig
 from srformer.training.pipeline import RunSpec, train_summarizer
-from srformer.training.settings import TrainingSettings
+from srformer.training.distributed import process_state
+from srformer.training.settings import MIXED_PRECISION_MODES, TrainingSettings
 
 
 def add_parser(subparsers) -> None:
@@ -28,6 +31,15 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--save-every", type=int, default=200, help="steps between checkpoints")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--resume", action="store_true", help="continue the checkpoint in --output")
+    parser.add_argument(
+        "--mixed-precision", choices=MIXED_PRECISION_MODES, default=None,
+        help="autocast dtype of the forward pass (default: accelerate launch's --mixed_precision, else no); "
+        "fp16 needs a CUDA GPU, bf16 also works on CPUs",
+    )
+    parser.add_argument(
+        "--gradient-checkpointing", action="store_true",
+        help="recompute activations in the backward pass (less memory, same gradients, slower)",
+    )
     parser.add_argument("--no-progress", action="store_true")
     parser.set_defaults(run=run)
 
@@ -44,12 +56,23 @@ def run(args) -> int:
         max_steps=args.max_steps, time_budget_seconds=args.time_budget, learning_rate=args.learning_rate,
         warmup_steps=args.warmup_steps, batch_size=args.batch_size,
         gradient_accumulation_steps=args.gradient_accumulation_steps, save_every=args.save_every,
-        seed=args.seed, progress=not args.no_progress,
+        seed=args.seed, progress=not args.no_progress, mixed_precision=mixed_precision(args),
+        gradient_checkpointing=args.gradient_checkpointing,
     )
     result = train_summarizer(spec, pairs, args.output, settings, resume=args.resume)
+    if not process_state().is_main_process:  # one report per run, not per process
+        return 0
     print(
         f"trained {args.variant} for {result.steps} steps in {result.seconds:.1f} s "
         f"(final loss {result.final_loss if result.final_loss is None else round(result.final_loss, 4)}, "
         f"stopped by {result.stopped_by}); saved to {args.output}"
     )
     return 0
+
+
+def mixed_precision(args) -> str:
+    """``--mixed-precision``, else the mode ``accelerate launch --mixed_precision`` exported
+    (``ACCELERATE_MIXED_PRECISION``), else ``"no"``."""
+    if args.mixed_precision is not None:
+        return args.mixed_precision
+    return os.environ.get("ACCELERATE_MIXED_PRECISION", "no").lower()

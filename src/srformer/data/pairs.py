@@ -20,6 +20,7 @@ import csv
 import json
 import os
 import re
+import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,10 +108,17 @@ def load_pairs(
     Raises:
         FileNotFoundError: ``source`` looks like a file path (has a file extension, or is an
             absolute or ``./`` path) but does not exist.
-        ValueError: unsupported extension, ``source`` is a directory, malformed JSON, a record
-            that is not an object, a missing field, a field that is not a string, an empty or
-            whitespace-only document or summary, a source with no examples, or
-            ``max_examples < 1``. The message names the file and the 1-based line, row or item.
+        ValueError: unsupported extension, ``source`` is a directory, bytes that are not UTF-8,
+            malformed JSON or CSV (an unclosed quote, a row with fewer or more cells than the
+            header), a record that is not an object, a missing field, a field that is not a
+            string, an empty or whitespace-only document or summary, a source with no examples,
+            or ``max_examples < 1``. The message names the file and the 1-based line, row or
+            item, and the fix.
+
+    Warns:
+        UserWarning: CSV rows whose cells are all empty are skipped; one warning gives their
+            number and row numbers. (Blank lines of JSON-lines files are not records and are
+            skipped silently.)
         RuntimeError: a hub dataset could not be loaded (no network, unknown name, ...).
     """
     if max_examples is not None and max_examples < 1:
@@ -256,11 +264,18 @@ def _load_file(
 def _iter_json_lines(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     """Yield ``("line N", object)`` for each non-blank line of a JSON-lines file (N from 1).
 
+    Blank (whitespace-only) lines separate nothing and are skipped; every other line must be one
+    JSON object.
+
     Raises:
-        ValueError: a line is not valid JSON or not a JSON object.
+        ValueError: a line is not valid UTF-8, not valid JSON or not a JSON object.
     """
-    with path.open(encoding="utf-8-sig") as handle:
-        for line_no, line in enumerate(handle, start=1):
+    with path.open("rb") as handle:
+        for line_no, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(_not_utf8_message(path, line_no, raw, exc)) from exc
             if not line.strip():
                 continue
             try:
@@ -280,13 +295,40 @@ def _iter_json_lines(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
             yield f"line {line_no}", record
 
 
+def _not_utf8_message(path: Path, line_no: int, raw: bytes, exc: UnicodeDecodeError) -> str:
+    """The error message for line ``line_no`` (bytes ``raw``) that ``exc`` failed to decode."""
+    bad = raw[exc.start : exc.start + 1]
+    return (
+        f"{path}, line {line_no}: not valid UTF-8 (byte 0x{bad.hex()} at byte {exc.start + 1} of the line: "
+        f"{exc.reason}); save the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 {path.name} > fixed{path.suffix}` "
+        "if it was written as Latin-1"
+    )
+
+
+def _undecodable_line(path: Path, exc: UnicodeDecodeError) -> ValueError:
+    """A ValueError naming the first line of ``path`` that is not UTF-8 (``exc`` came from a text reader)."""
+    with path.open("rb") as handle:
+        for line_no, raw in enumerate(handle, start=1):
+            try:
+                raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+            except UnicodeDecodeError as line_exc:
+                return ValueError(_not_utf8_message(path, line_no, raw, line_exc))
+    # Only a multi-byte character split across lines gets here; report the byte offset instead.
+    return ValueError(
+        f"{path}: not valid UTF-8 at byte {exc.start + 1} of the file ({exc.reason}); save the file as UTF-8"
+    )
+
+
 def _iter_json_file(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     """Yield records of a ``.json`` file: a list of objects, or JSON lines as a fallback.
 
     Raises:
         ValueError: the file is neither a JSON list of objects nor valid JSON lines.
     """
-    text = path.read_text(encoding="utf-8-sig")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise _undecodable_line(path, exc) from exc
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
@@ -314,24 +356,62 @@ def _iter_json_file(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
 def _iter_csv_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     """Yield ``("row N (line L)", row)`` for each data row of a CSV file with a header row.
 
-    Rows are numbered from 1 after the header; ``L`` is the file line where the row ends.
+    Rows are numbered from 1 after the header; ``L`` is the file line where the row ends. Rows
+    whose cells are all empty (``,,``, as spreadsheet exports leave them) are skipped, counted, and
+    reported in one warning with their row numbers; wholly blank lines are not rows.
 
     Raises:
-        ValueError: a row has fewer columns than the header.
+        ValueError: the file is not valid UTF-8; a quote is never closed or is followed by other
+            characters; a row has fewer or more cells than the header.
     """
-    with path.open(encoding="utf-8-sig", newline="") as handle:
-        reader = csv.DictReader(handle)
-        for row_no, row in enumerate(reader, start=1):
-            where = f"row {row_no} (line {reader.line_num})"
-            if not any((value or "").strip() for key, value in row.items() if key is not None):
-                continue  # a blank line or a row of empty cells
-            missing = [key for key, value in row.items() if value is None]
-            if missing:
-                raise ValueError(
-                    f"{path}, {where}: the row has fewer columns than the header (no value for "
-                    f"{missing}); quote cells that contain commas or newlines"
-                )
-            yield where, row
+    skipped: list[str] = []
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as handle:
+            reader = csv.DictReader(handle, strict=True)
+            rows = enumerate(reader, start=1)
+            first_line = 1
+            while True:
+                try:
+                    if reader.line_num == 0:
+                        reader.fieldnames  # read the header row first, so first_line counts it
+                    first_line = reader.line_num + 1
+                    row_no, row = next(rows)
+                except StopIteration:
+                    break
+                except UnicodeDecodeError as exc:
+                    raise _undecodable_line(path, exc) from exc
+                except csv.Error as exc:
+                    raise ValueError(
+                        f"{path}, the row starting at line {first_line}: malformed CSV ({exc}); a quoted cell must "
+                        'end with a closing quote followed by a comma or the end of the line. Quote cells that '
+                        'contain commas, quotes or newlines, and double the quotes inside them ("")'
+                    ) from exc
+                where = f"row {row_no} (line {reader.line_num})"
+                extra = row.get(None)
+                if extra:
+                    raise ValueError(
+                        f"{path}, {where}: the row has {len(extra)} more cell(s) than the header "
+                        f"({list(reader.fieldnames or [])}); quote cells that contain commas"
+                    )
+                if not any((value or "").strip() for key, value in row.items() if key is not None):
+                    skipped.append(str(row_no))
+                    continue
+                missing = [key for key, value in row.items() if value is None]
+                if missing:
+                    raise ValueError(
+                        f"{path}, {where}: the row has fewer columns than the header (no value for "
+                        f"{missing}); quote cells that contain commas or newlines"
+                    )
+                yield where, row
+    finally:  # also when the caller stops early (max_examples)
+        if skipped:
+            shown = ", ".join(skipped[:10]) + (", ..." if len(skipped) > 10 else "")
+            warnings.warn(
+                f"{path}: skipped {len(skipped)} row(s) whose cells are all empty (rows {shown}); "
+                "delete them from the file to silence this warning",
+                UserWarning,
+                stacklevel=2,
+            )
 
 
 # --------------------------------------------------------------------------------------------

@@ -7,6 +7,8 @@ finding the decoder step, and keeping the per-sequence state inside the ``Encode
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 from typing import Callable
 
 import torch
@@ -80,7 +82,9 @@ def run_cross_attention(
         (B, H, q, d) attention output before the output projection.
 
     Raises:
-        ValueError: for a cache that is not an ``EncoderDecoderCache``, or a missing ``layer_idx``.
+        ValueError: for a cache that is not an ``EncoderDecoderCache``, or a missing ``layer_idx``;
+            for NaN/inf in the encoder output, its projections or the state built from them (see
+            :func:`check_finite_state`).
     """
     q_len = queries.shape[2]
     cache = None
@@ -106,7 +110,11 @@ def run_cross_attention(
         # Built once per sequence; a lean state meeting a multi-token chunk is rebuilt in the
         # standard layout (its RAF outputs do not depend on the tokens decoded so far).
         keys, values = project(key_value_states)
-        state = attention.init_state(keys, values, key_padding_from_mask(mask, keys.shape[2]))
+        # Under autocast, matmul-like ops (the K_j^T V_j einsum, the RAF linear layer) would run in
+        # bf16/fp16 despite the float32 casts inside init_state; build the state in float32.
+        with _autocast_disabled(keys.device):
+            state = attention.init_state(keys, values, key_padding_from_mask(mask, keys.shape[2]))
+        check_finite_state(key_value_states, keys, values, state, layer_idx, attention)
 
     start = 0 if cache is None else cache.self_attention_cache.get_seq_length(layer_idx) - q_len
     if cache is not None and q_len == 1:
@@ -121,7 +129,8 @@ def run_cross_attention(
 
     if cache is not None:
         if attention.config.lean_cache and not state.is_lean:
-            state = attention.lean(state)
+            with _autocast_disabled(output.device):
+                state = attention.lean(state)
         _store_state(cache, layer_idx, state)
     return output
 
@@ -135,3 +144,95 @@ def _store_state(cache: EncoderDecoderCache, layer_idx: int, state) -> None:
     else:
         layers[layer_idx] = SRformerCacheLayer(state)
     cache.is_updated[layer_idx] = True
+
+
+def _autocast_disabled(device: torch.device):
+    """A context that turns autocast off on ``device`` (a no-op when autocast is not active there)."""
+    if torch.is_autocast_enabled(device.type):
+        return torch.autocast(device_type=device.type, enabled=False)
+    return contextlib.nullcontext()
+
+
+def check_finite_state(
+    encoder_states: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    state,
+    layer_idx: int | None,
+    attention: torch.nn.Module | None = None,
+) -> None:
+    """Reject NaN/inf reaching one layer's SRformer cross attention, with the likely cause and fixes.
+
+    Called once per sequence and layer, when the per-sequence state is built (never per decoding
+    step): it costs one host sync. Padding positions are checked too, because masking multiplies
+    them by zero and ``nan * 0`` is still NaN.
+
+    Args:
+        encoder_states: (B, k, d_model) encoder output given to the layer.
+        keys: (B, H, k, d) projected encoder keys.
+        values: (B, H, k, d) projected encoder values.
+        state: the state built from them; every floating-point tensor field (``K^T V``-derived RAF
+            inputs and readouts, ``norm(K)``, ...) is checked.
+        layer_idx: the decoder layer index, named in the message (None if unknown).
+        attention: the layer's SRformer module; its RAF leak and threshold, if it has them, are
+            reported when the state is what overflowed.
+
+    Raises:
+        ValueError: if any of these holds a NaN or an infinity. The message names the layer, where
+            the values first stopped being finite (encoder output, key/value projections, or the
+            recurrent state) and the fixes (bf16 or fp32 instead of fp16, ``kv_clamp``, a lower
+            learning rate / gradient clipping; a RAF threshold trained to zero or below).
+    """
+    fields = dataclasses.fields(state) if dataclasses.is_dataclass(state) else ()
+    checked = [
+        value for value in (encoder_states, *(getattr(state, field.name) for field in fields))
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel()
+    ]
+    if not checked:
+        return
+    with torch.no_grad():
+        # min and max propagate NaN and are infinite iff an element is: one read of each tensor, no
+        # boolean copies. The state holds (copies of) the keys/values or tensors summed from them, so
+        # a non-finite projection shows there too; the diagnosis below tells them apart.
+        extremes = torch.stack(
+            [torch.stack(torch.aminmax(tensor)).float() for tensor in checked]
+        )
+        if bool(torch.isfinite(extremes).all()):  # the one host sync
+            return
+        finite = [bool(torch.isfinite(encoder_states).all()),
+                  bool(torch.isfinite(keys).all() & torch.isfinite(values).all())]
+    layer = f"decoder layer {layer_idx}" if layer_idx is not None else "a decoder layer"
+    precision = (
+        "Train and run in bf16 or float32 instead of fp16 (srformer train --mixed-precision bf16 or no; "
+        "torch.autocast(dtype=torch.bfloat16))"
+    )
+    if not finite[0]:
+        bad = int((~torch.isfinite(encoder_states)).sum())
+        raise ValueError(
+            f"SRformer cross attention of {layer}: the encoder output holds {bad} NaN/inf value(s) of "
+            f"{encoder_states.numel()}, so the encoder diverged or overflowed before cross attention. {precision}, "
+            "lower the learning rate or clip gradients (max_grad_norm), or clamp the encoder activations "
+            "(e.g. torch.clamp on the encoder output with a forward hook)."
+        )
+    if not finite[1]:
+        raise ValueError(
+            f"SRformer cross attention of {layer}: the projected encoder keys/values overflowed to NaN/inf "
+            f"although the encoder output is finite (largest |value| {float(encoder_states.abs().max()):.3g}). "
+            f"{precision}, or clamp the encoder activations before cross attention."
+        )
+    raf = getattr(attention, "raf", None)
+    threshold, leak = getattr(raf, "threshold", None), getattr(raf, "leak", None)
+    neuron = ""
+    if isinstance(threshold, torch.Tensor) and isinstance(leak, torch.Tensor):
+        neuron = f" (RAF threshold {float(threshold):.3g}, leak {float(leak):.3g})"
+        if float(threshold) <= 1e-6:
+            neuron += (
+                ": the learnable RAF threshold has been trained to zero or below, so membrane / threshold is "
+                "infinite. Lower the learning rate, or start from a larger raf_threshold_init"
+            )
+    raise ValueError(
+        f"SRformer cross attention of {layer}: the recurrent state built from finite keys/values (K^T V products, "
+        f"norm(K), RAF membrane and output) overflowed to NaN/inf{neuron}. Set SRformerConfig(kv_clamp=2.0) to bound "
+        f"the K^T V products, {precision[0].lower() + precision[1:]}, or lower the RAF leak (raf_leak_init) if the "
+        "membrane grows."
+    )

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 from accelerate import Accelerator
+from accelerate.state import AcceleratorState
 from accelerate.utils import set_seed
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
@@ -21,6 +22,7 @@ from transformers import DataCollatorForSeq2Seq, PreTrainedModel, PreTrainedToke
 from transformers import get_linear_schedule_with_warmup
 
 from srformer.training.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
+from srformer.training.distributed import check_mixed_precision, process_state
 from srformer.training.settings import TrainingSettings
 
 __all__ = ["SUMMARY_NAME", "TrainingResult", "train"]
@@ -40,6 +42,7 @@ _REPRODUCIBILITY_FIELDS = (
     "gradient_accumulation_steps",
     "max_grad_norm",
     "seed",
+    "mixed_precision",
 )
 
 
@@ -117,6 +120,42 @@ def _write_json(path: Path, payload: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def _make_accelerator(settings: TrainingSettings) -> Accelerator:
+    """An ``Accelerator`` with the run's accumulation and mixed precision (after :func:`process_state`).
+
+    accelerate keeps one process-wide state and refuses a second ``Accelerator`` of another
+    mixed-precision mode; that part of the state (not the process group) is reset here, so that
+    one process may run several trainings with different modes (tests, experiments).
+    """
+    state = process_state()
+    check_mixed_precision(settings.mixed_precision, state.device)
+    shared = AcceleratorState._shared_state
+    if shared and shared.get("_mixed_precision") != settings.mixed_precision:
+        AcceleratorState._reset_state(reset_partial_state=False)
+    return Accelerator(
+        gradient_accumulation_steps=settings.gradient_accumulation_steps, mixed_precision=settings.mixed_precision
+    )
+
+
+def enable_gradient_checkpointing(model: PreTrainedModel) -> None:
+    """Turn on activation (gradient) checkpointing of a Hugging Face model, in place.
+
+    Uses ``activation_checkpointing_enable()`` where transformers has it (recent 5.x releases, which
+    deprecate the old name), else ``gradient_checkpointing_enable()``, with non-reentrant
+    ``torch.utils.checkpoint``. In training
+    mode the model then passes no cache between layers; SRformer cross attention rebuilds its
+    per-sequence state in the recomputation, so loss and gradients are unchanged (tested).
+
+    Raises:
+        ValueError: the model does not support gradient checkpointing (from transformers).
+    """
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def refuse_to_overwrite(output_dir: str | os.PathLike, resume: bool) -> Path | None:
     """The checkpoint in ``output_dir`` (None if there is none).
 
@@ -161,8 +200,18 @@ def train(
     the epoch (already seen batches are skipped), elapsed time and loss history — so that on CPU an
     interrupted and resumed run ends with exactly the same weights as an uninterrupted one, provided
     the settings are unchanged. If the checkpoint already reached ``settings.max_steps``, no step is
-    taken. With multiple processes (``accelerate launch``) every process must call this function;
-    ``batch_size`` is then per process.
+    taken.
+
+    Multiple processes (``torchrun`` or ``accelerate launch``, see :func:`process_state`): every
+    process must call this function with the same features; accelerate gives each process its own
+    batches of one shared shuffled order (``batch_size`` is per process, the global batch is
+    ``batch_size x processes x gradient_accumulation_steps``) and averages the gradients. Only the
+    main process writes the trainer state, the final model and ``training_summary.json``; every
+    process saves its own RNG state into the checkpoint. Losses and token counts are reduced over
+    all processes. A run may be resumed with the same number of processes.
+
+    ``settings.mixed_precision`` runs the forward pass under bf16/fp16 autocast (accelerate);
+    ``settings.gradient_checkpointing`` enables activation checkpointing on ``model``.
 
     Args:
         model: A Hugging Face seq2seq model returning ``.loss`` when given ``labels``.
@@ -182,7 +231,8 @@ def train(
         TypeError: If ``settings`` is not a :class:`TrainingSettings`.
         ValueError: If ``train_features`` is empty or an example lacks ``input_ids``/``labels``; or if
             ``resume`` is False and ``output_dir`` already holds a checkpoint (pass ``resume=True`` /
-            ``--resume``, or choose another output directory).
+            ``--resume``, or choose another output directory); or for ``mixed_precision="fp16"``
+            on a CPU (see :func:`check_mixed_precision`).
         FileNotFoundError, RuntimeError: From checkpoint loading when the checkpoint does not fit.
     """
     call_start = time.monotonic()
@@ -195,8 +245,10 @@ def train(
     if resume and existing is None:
         warnings.warn(f"resume=True but {output_dir} holds no checkpoint; starting a fresh run.", stacklevel=2)
 
-    accelerator = Accelerator(gradient_accumulation_steps=settings.gradient_accumulation_steps)
+    accelerator = _make_accelerator(settings)
     set_seed(settings.seed)
+    if settings.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
 
     collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)
     # The generator drives both the shuffling and the DataLoader's base seed, so the global RNG (used by

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -22,6 +23,7 @@ from srformer.data.features import encode_pairs
 from srformer.data.pairs import SummaryPair
 from srformer.models.convert import convert, is_converted, srformer_config_of
 from srformer.models.factory import load_model, load_tokenizer
+from srformer.training.distributed import check_mixed_precision, process_state
 from srformer.training.loop import TrainingResult, refuse_to_overwrite, train
 from srformer.training.settings import TrainingSettings
 
@@ -60,6 +62,12 @@ class RunSpec:
 def check_shapes(spec: RunSpec) -> None:
     """Reject segment settings that cannot work for the run's input lengths.
 
+    Decision on a segment larger than the source: when ``segment_size`` exceeds
+    ``max_source_length`` no document can have two segments, so the run could not test segmented
+    attention at all: that is an error. Individual documents shorter than one segment (the source
+    limit allows several) are legitimate data: they are trained on and counted in one warning
+    (:func:`warn_single_segment_documents`).
+
     Raises:
         ValueError: if ``segment_size`` exceeds ``max_source_length`` (every document would be one
             segment: segmented attention would silently be full attention), or if the longest input
@@ -80,6 +88,42 @@ def check_shapes(spec: RunSpec) -> None:
             f"ceil({spec.max_source_length} / {cfg.segment_size})): later segments would never be attended. "
             f"Use --segment-size >= {math.ceil(spec.max_source_length / cfg.target_length)} or a larger --target-length."
         )
+
+
+def warn_single_segment_documents(features: Sequence[dict], spec: RunSpec) -> int:
+    """Count, and warn about, training documents that fit in one segment.
+
+    A document of at most ``segment_size`` tokens (after truncation to ``max_source_length``) is a
+    single segment: for it ``segmented`` attention is full attention and the ``srformer``
+    recurrent term is zero (``P = K^T V - K_0^T V_0 = 0``). Such documents are trained on, not
+    dropped; the warning says how many there are so that a too large ``--segment-size`` shows.
+    (A segment size above ``max_source_length``, where every document is one segment, is an error
+    of :func:`check_shapes`.)
+
+    Args:
+        features: encoded examples, each with ``input_ids`` (a list of token ids).
+        spec: the run (its variant and segment size).
+
+    Returns:
+        The number of single-segment documents (0 for the ``full`` variant).
+
+    Warns:
+        UserWarning: when the count is above zero, with the count, the share and the fix.
+    """
+    if spec.srformer.variant == "full" or not features:
+        return 0
+    size = spec.srformer.segment_size
+    single = sum(1 for feature in features if len(feature["input_ids"]) <= size)
+    if single:
+        warnings.warn(
+            f"{single} of {len(features)} training documents ({100.0 * single / len(features):.1f}%) have at most "
+            f"--segment-size {size} tokens (after truncation to --max-source-length {spec.max_source_length}), so each "
+            f"is a single segment: for them {spec.srformer.variant} attention is full attention. They are trained on "
+            "as they are; use a smaller --segment-size to split them.",
+            UserWarning,
+            stacklevel=2,
+        )
+    return single
 
 
 def read_run(output_dir: str | os.PathLike) -> dict | None:
@@ -134,11 +178,19 @@ def train_summarizer(
     The output directory ends up holding the model (``save_pretrained``), its tokenizer, the
     run file, ``training_summary.json`` and the last resumable checkpoint.
 
+    Under ``torchrun`` / ``accelerate launch`` every process calls this function with the same
+    pairs. The main process prepares the tokenizer (for named configs: trains it) and writes it and
+    the run file first; the other processes then load that tokenizer, so all processes encode the
+    data identically. Checks run on every process before anything is written.
+
     Raises:
         ValueError: bad shapes (see :func:`check_shapes`); ``resume`` with a run of another
-            variant, model or lengths; an existing checkpoint without ``resume`` (from :func:`train`).
+            variant, model or lengths; an existing checkpoint without ``resume`` (from :func:`train`);
+            ``settings.mixed_precision == "fp16"`` on a CPU.
     """
     check_shapes(spec)
+    state = process_state()
+    check_mixed_precision(settings.mixed_precision, state.device)
     output = Path(output_dir)
     refuse_to_overwrite(output, resume)  # before any work and before the run file is written
     previous = read_run(output)
@@ -155,13 +207,21 @@ def train_summarizer(
             )
         if (output / "tokenizer.json").is_file() or (output / "tokenizer_config.json").is_file():
             tokenizer_dir = output
-    model, tokenizer = prepare_model(spec, train_pairs, tokenizer_dir=tokenizer_dir, seed=settings.seed)
+    write_run = not resume or previous is None
+    state.wait_for_everyone()  # every process has read the output directory before the main process writes
+    with state.main_process_first():
+        source = tokenizer_dir if tokenizer_dir is not None or state.is_main_process else output
+        model, tokenizer = prepare_model(spec, train_pairs, tokenizer_dir=source, seed=settings.seed)
+        if state.is_main_process:
+            output.mkdir(parents=True, exist_ok=True)
+            if tokenizer_dir is None:
+                tokenizer.save_pretrained(output)
+            if write_run:
+                (output / RUN_FILE).write_text(json.dumps(spec.to_dict(), indent=2))
     features, _ = encode_pairs(
         tokenizer, train_pairs, max_source_length=spec.max_source_length,
-        max_target_length=spec.max_target_length, source_prefix=spec.source_prefix,
+        max_target_length=spec.max_target_length, source_prefix=spec.source_prefix, warn=state.is_main_process,
     )
-    output.mkdir(parents=True, exist_ok=True)
-    if not resume or previous is None:
-        tokenizer.save_pretrained(output)
-        (output / RUN_FILE).write_text(json.dumps(spec.to_dict(), indent=2))
+    if state.is_main_process:
+        warn_single_segment_documents(features, spec)
     return train(model, tokenizer, features, output, settings, resume=resume)

@@ -7,7 +7,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["TrainingSettings"]
+__all__ = ["MIXED_PRECISION_MODES", "TrainingSettings"]
+
+#: Values of :attr:`TrainingSettings.mixed_precision`, as accelerate's ``Accelerator(mixed_precision=...)`` spells them.
+MIXED_PRECISION_MODES: tuple[str, ...] = ("no", "bf16", "fp16")
 
 # numpy's legacy seeding (used by ``accelerate.utils.set_seed``) only accepts 0 <= seed < 2**32.
 _MAX_SEED = 2**32 - 1
@@ -57,6 +60,13 @@ class TrainingSettings:
         seed: Seed for Python/NumPy/torch RNGs and data shuffling (0 <= seed < 2**32). Epoch ``e`` is
             shuffled with a generator seeded ``seed + e``.
         progress: Whether to show a tqdm progress bar.
+        mixed_precision: ``"no"`` (float32), ``"bf16"`` or ``"fp16"``: the forward pass runs under autocast in
+            that dtype (``Accelerator(mixed_precision=...)``; fp16 adds loss scaling). The weights, the optimizer
+            and SRformer's ``K^T V`` products, ``norm(K)`` and RAF state stay float32. fp16 needs a GPU; on a CPU
+            only ``"bf16"`` works.
+        gradient_checkpointing: Recompute each layer's activations in the backward pass instead of storing them
+            (``model.activation_checkpointing_enable()``): less memory, about one more forward pass of time, the
+            same loss and gradients. The model keeps it enabled after training.
 
     Raises:
         ValueError: On construction, when a field has the wrong type or is out of range; the message
@@ -75,6 +85,8 @@ class TrainingSettings:
     log_every: int = 10
     seed: int = 0
     progress: bool = True
+    mixed_precision: str = "no"
+    gradient_checkpointing: bool = False
 
     def __post_init__(self) -> None:
         _require_int("max_steps", self.max_steps, 1)
@@ -96,6 +108,15 @@ class TrainingSettings:
         _require_int("seed", self.seed, 0, _MAX_SEED)
         if not isinstance(self.progress, bool):
             raise ValueError(f"TrainingSettings.progress must be a bool, got {self.progress!r}")
+        if self.mixed_precision not in MIXED_PRECISION_MODES:
+            raise ValueError(
+                f"TrainingSettings.mixed_precision must be one of {', '.join(MIXED_PRECISION_MODES)}, "
+                f"got {self.mixed_precision!r}"
+            )
+        if not isinstance(self.gradient_checkpointing, bool):
+            raise ValueError(
+                f"TrainingSettings.gradient_checkpointing must be a bool, got {self.gradient_checkpointing!r}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """Return the settings as a JSON-serializable ``dict`` (field name -> value)."""

@@ -1,0 +1,83 @@
+"""Process setup for multi-process training under ``torchrun`` or ``accelerate launch``.
+
+Distributed work itself (process group, data sharding, gradient all-reduce, gathering) is done by
+accelerate; this module only makes sure accelerate sees the processes the launcher started, and
+checks the mixed-precision mode against the device before any work.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from accelerate import PartialState
+from accelerate.state import AcceleratorState
+from accelerate.utils import DistributedType
+
+from srformer.training.settings import MIXED_PRECISION_MODES
+
+__all__ = ["check_mixed_precision", "launched_world_size", "process_state"]
+
+
+def launched_world_size() -> int:
+    """The number of processes the launcher started (``WORLD_SIZE``, set by torchrun and ``accelerate
+    launch --multi_gpu``); 1 when the program was not started by such a launcher."""
+    try:
+        return max(int(os.environ.get("WORLD_SIZE", "1")), 1)
+    except ValueError:
+        return 1
+
+
+def process_state() -> PartialState:
+    """accelerate's state of this process (created on first use; every process must call it).
+
+    On a machine without a GPU, ``torchrun --nproc_per_node N`` and ``accelerate launch --multi_gpu
+    --num_processes N`` start N processes, but accelerate only joins them into one CPU (gloo) group
+    when asked for CPU training; otherwise every process would silently run a separate
+    single-process training on all the data, writing the same files. When the launcher started
+    several processes and accelerate found no device backend for them, the state is therefore
+    created again for CPU processes (``PartialState(cpu=True)``, accelerate's multi-CPU mode).
+
+    Returns:
+        The ``accelerate.PartialState`` (``num_processes``, ``process_index``, ``is_main_process``,
+        ``device``, ``wait_for_everyone()``, ``main_process_first()``).
+
+    Raises:
+        RuntimeError: the launcher started several processes but accelerate still sees a different
+            number (an unsupported launcher setup); the message names both numbers.
+    """
+    state = PartialState()
+    launched = launched_world_size()
+    if state.num_processes == 1 and launched > 1 and state.distributed_type == DistributedType.NO:
+        AcceleratorState._reset_state(reset_partial_state=True)  # nothing distributed was set up yet
+        state = PartialState(cpu=True)
+    if state.num_processes != launched and launched > 1:
+        raise RuntimeError(
+            f"The launcher started {launched} processes (WORLD_SIZE={launched}) but accelerate joined "
+            f"{state.num_processes}; check the launcher's settings (e.g. `accelerate config`)."
+        )
+    return state
+
+
+def check_mixed_precision(mixed_precision: str, device: torch.device) -> None:
+    """Reject a mixed-precision mode that cannot work on ``device``, before any work is done.
+
+    Args:
+        mixed_precision: ``"no"``, ``"bf16"`` or ``"fp16"``.
+        device: the device training will run on (e.g. ``process_state().device``).
+
+    Raises:
+        ValueError: for an unknown mode, or for ``"fp16"`` on a CPU: accelerate would silently train
+            in float32 there (fp16 autocast and loss scaling need a GPU). The message says to use
+            ``bf16`` (works on CPUs and recent GPUs) or ``no``.
+    """
+    if mixed_precision not in MIXED_PRECISION_MODES:
+        raise ValueError(
+            f"--mixed-precision must be one of {', '.join(MIXED_PRECISION_MODES)}, got {mixed_precision!r}."
+        )
+    if mixed_precision == "fp16" and torch.device(device).type == "cpu":
+        raise ValueError(
+            "--mixed-precision fp16 needs a CUDA GPU, but this process trains on the CPU "
+            f"(torch.cuda.is_available() is {torch.cuda.is_available()}). Use --mixed-precision bf16 "
+            "(bfloat16 autocast works on CPUs) or --mixed-precision no (float32)."
+        )

@@ -1,0 +1,95 @@
+"""NaN/inf reaching SRformer cross attention: a ValueError naming the layer and the fixes, checked
+once per sequence and layer (never per decoding step)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers.modeling_outputs import BaseModelOutput
+
+import srformer.models.cross_attention as cross_attention
+from srformer.models import cross_attention_modules
+from tests.models.conftest import converted, decoder_inputs, padded_batch, BUILDERS
+
+SETTINGS = dict(variant="srformer", segment_size=8, target_length=12)
+
+
+def encoder_output(model, ids, mask) -> torch.Tensor:
+    with torch.no_grad():
+        return model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+
+
+def run_decoder(model, hidden, mask, dec):
+    with torch.no_grad():
+        return model(encoder_outputs=BaseModelOutput(last_hidden_state=hidden), attention_mask=mask,
+                     decoder_input_ids=dec, use_cache=False).logits
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+@pytest.mark.parametrize("where", ["real", "padding"])
+def test_non_finite_encoder_output_is_rejected_naming_the_layer(family, bad, where):
+    model = converted(BUILDERS[family](), **SETTINGS)
+    ids, mask = padded_batch(model)  # real lengths 24, 17, 9
+    dec = decoder_inputs(model, ids.shape[0], 6)
+    hidden = encoder_output(model, ids, mask)
+    position = 3 if where == "real" else 20  # example 2 is padding from position 9 on
+    hidden[2, position, 5] = bad
+    with pytest.raises(
+        ValueError,
+        match=r"SRformer cross attention of decoder layer 0: the encoder output holds 1 NaN/inf value\(s\) of "
+        r"\d+.*encoder diverged or overflowed.*bf16 or float32 instead of fp16.*--mixed-precision",
+    ):
+        run_decoder(model, hidden, mask, dec)
+
+
+def test_overflowing_key_value_projection_is_rejected(family):
+    model = converted(BUILDERS[family](), **SETTINGS)
+    ids, mask = padded_batch(model)
+    hidden = encoder_output(model, ids, mask)
+    hidden[0, 0] = torch.finfo(torch.float32).max / 4  # finite
+    _, _, layer0 = cross_attention_modules(model)[0]
+    with torch.no_grad():
+        (layer0.k if family == "t5" else layer0.k_proj).weight.mul_(100.0)  # its projection overflows
+    with pytest.raises(ValueError, match=r"decoder layer 0: the projected encoder keys/values overflowed to NaN/inf"):
+        run_decoder(model, hidden, mask, decoder_inputs(model, ids.shape[0], 6))
+
+
+def test_overflowing_recurrent_state_is_rejected_with_the_clamp_fix(family):
+    model = converted(BUILDERS[family](), **SETTINGS)
+    ids, mask = padded_batch(model)
+    hidden = encoder_output(model, ids, mask) * 1e19  # keys/values ~1e19: finite; K^T V ~1e38+: overflows
+    with pytest.raises(ValueError, match=r"decoder layer 0: the recurrent state .* overflowed to NaN/inf "
+                                         r"\(RAF threshold 0\.001, leak 1\)\. Set SRformerConfig\(kv_clamp=2\.0\)"):
+        run_decoder(model, hidden, mask, decoder_inputs(model, ids.shape[0], 6))
+
+
+def test_raf_threshold_trained_to_zero_is_named(family):
+    """The RAF threshold is a free parameter; training can drive it to zero (seen with threshold 1e-3
+    and learning rate 1e-3 after three steps), and membrane / threshold is then infinite."""
+    model = converted(BUILDERS[family](), **SETTINGS)
+    _, _, layer1 = cross_attention_modules(model)[1]
+    with torch.no_grad():
+        layer1.srformer.raf.threshold.zero_()
+    ids, mask = padded_batch(model)
+    with pytest.raises(ValueError, match=r"SRformer cross attention of decoder layer 1: the recurrent state .* "
+                                         r"\(RAF threshold 0, leak 1\): the learnable RAF threshold has been trained to "
+                                         r"zero or below.*Lower the learning rate"):
+        with torch.no_grad():
+            model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_inputs(model, ids.shape[0], 6))
+
+
+def test_finite_inputs_pass_and_the_check_runs_once_per_sequence_and_layer(family, monkeypatch):
+    calls = []
+    original = cross_attention.check_finite_state
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(cross_attention, "check_finite_state", counting)
+    model = converted(BUILDERS[family](), **SETTINGS)
+    ids, mask = padded_batch(model)
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=8, min_new_tokens=8, num_beams=2)
+    assert out.shape[1] >= 9
+    assert len(calls) == 2  # two decoder layers, one check each for the whole generate() call

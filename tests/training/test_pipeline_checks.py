@@ -1,0 +1,36 @@
+"""Shape checks of the training pipeline: documents that fit in one segment are counted and warned about."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from srformer.config import SRformerConfig
+from srformer.training.pipeline import RunSpec, warn_single_segment_documents
+
+
+def spec(variant: str = "srformer", segment_size: int = 64) -> RunSpec:
+    return RunSpec(model="t5-tiny", srformer=SRformerConfig(variant=variant, segment_size=segment_size, target_length=128),
+                   max_source_length=512)
+
+
+def features(*lengths: int) -> list[dict[str, list[int]]]:
+    return [{"input_ids": [5] * n, "labels": [1]} for n in lengths]
+
+
+def test_documents_no_longer_than_one_segment_are_counted_and_warned_about():
+    with pytest.warns(
+        UserWarning,
+        match=r"3 of 4 training documents \(75\.0%\) have at most --segment-size 64 tokens \(after truncation to "
+        r"--max-source-length 512\), so each is a single segment: for them srformer attention is full attention\. "
+        r"They are trained on as they are; use a smaller --segment-size to split them\.",
+    ):
+        assert warn_single_segment_documents(features(10, 20, 64, 65), spec()) == 3
+
+
+def test_no_warning_when_every_document_has_two_segments_or_for_full_attention():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert warn_single_segment_documents(features(65, 400), spec()) == 0
+        assert warn_single_segment_documents(features(10, 20), spec(variant="full")) == 0
