@@ -384,7 +384,12 @@ class SegmentedRecurrentAttention(nn.Module):
     ) -> tuple[torch.Tensor, CrossAttentionState]:
         """Lean layout: fire RAF when the segment changes (Algorithm 1) and return the step's readout
         ``scale * RAF_out_i / norm(K)`` (B, H, d, d) with the updated state. ``keys``/``values``
-        (B, H, s, d) are the current segment's, zero at padding."""
+        (B, H, s, d) are the current segment's, zero at padding. Autocast is off here: the segment
+        product and ``W`` run in float32 like the state they are subtracted from."""
+        with torch.autocast(device_type=keys.device.type, enabled=False):
+            return self._lean_fire(keys, values, segment, state, new_state)
+
+    def _lean_fire(self, keys, values, segment, state, new_state):
         products = torch.einsum("bhsd,bhse->bhde", keys.float(), values.float())  # K_i^T V_i
         if self.config.kv_clamp is not None:
             products = products.clamp(-self.config.kv_clamp, self.config.kv_clamp)
