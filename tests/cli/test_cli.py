@@ -97,3 +97,13 @@ def test_missing_field_and_empty_document_are_clear_errors(tmp_path, capsys):
     assert main(["train", "--data", str(other), "--variant", "full", "--output", str(tmp_path / "o"), "--model", "t5-tiny",
                  "--summary-field", "abstract"]) == 2
     assert "abstract" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name,stored", [("ablation-III", {"variant": "srformer", "ablation": "no_raf"}),
+                                         ("longt5", {"variant": "longt5", "ablation": None})])
+def test_train_accepts_baselines_and_ablations_by_name(data_files, tmp_path, name, stored):
+    output = tmp_path / name
+    assert main(["train", "--data", str(data_files / "train.jsonl"), "--variant", name, "--output", str(output),
+                 "--max-steps", "1", *TRAIN_ARGS]) == 0
+    saved = json.loads((output / "config.json").read_text())["srformer"]
+    assert {key: saved[key] for key in stored} == stored

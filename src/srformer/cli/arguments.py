@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from srformer.config import VARIANTS
+from srformer.config import NAMED_SETTINGS
 
 
 def add_variant_arguments(parser: argparse.ArgumentParser, *, variant_required: bool = True) -> None:
-    """``--variant``, ``--segment-size`` (tokens), ``--target-length`` (tokens)."""
-    parser.add_argument("--variant", choices=VARIANTS, required=variant_required, help="cross-attention variant")
+    """``--variant`` (a variant, ablation or mix name of :data:`srformer.config.NAMED_SETTINGS`),
+    ``--segment-size`` (tokens), ``--target-length`` (tokens)."""
+    parser.add_argument("--variant", choices=list(NAMED_SETTINGS), required=variant_required,
+                        help="cross-attention variant, or an ablation (ablation-I..IV) / the Eq. 10 mix (srformer-sigma)")
     parser.add_argument("--segment-size", type=int, default=64, help="encoder tokens per segment (s)")
     parser.add_argument("--target-length", type=int, default=128, help="fixed decoder length T of the segment schedule")
 

@@ -6,7 +6,7 @@ import os
 
 from srformer.cli.arguments import add_data_arguments, add_variant_arguments
 from srformer.cli.data_source import load_data
-from srformer.config import SRformerConfig
+from srformer.config import named_config
 from srformer.training.pipeline import RunSpec, train_summarizer
 from srformer.training.distributed import process_state
 from srformer.training.settings import MIXED_PRECISION_MODES, TrainingSettings
@@ -48,7 +48,7 @@ def run(args) -> int:
     pairs = load_data(args, default_split="train")
     spec = RunSpec(
         model=args.model,
-        srformer=SRformerConfig(variant=args.variant, segment_size=args.segment_size, target_length=args.target_length),
+        srformer=named_config(args.variant, segment_size=args.segment_size, target_length=args.target_length),
         max_source_length=args.max_source_length, max_target_length=args.max_target_length,
         source_prefix=args.source_prefix, vocab_size=args.vocab_size, data=str(args.data),
     )
