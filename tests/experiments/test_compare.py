@@ -142,3 +142,23 @@ def test_a_trained_checkpoint_is_the_base_with_zero_base_steps(tmp_path):
     run = json.loads((second / "cells" / "srformer-s8-seed0" / "srformer_run.json").read_text())
     assert run["model"] == str(first / "base")
     assert len(json.loads((second / "results.json").read_text())["cells"]) == 1
+
+
+def test_changing_decoding_regenerates_without_retraining(tmp_path, monkeypatch):
+    """A cell scored with other decoding settings is decoded again from its saved model, not retrained."""
+    if not DATA.is_dir():
+        pytest.skip("needs the shared xsum_sample data")
+    common = ["compare", "--train-data", str(DATA / "train.jsonl"), "--test-data", str(DATA / "validation.jsonl"),
+              "--output", str(tmp_path), *TINY]
+    common[common.index("--variants") + 1 : common.index("--ablations")] = ["segmented"]
+    common[common.index("--seeds") + 1 : common.index("--variants")] = ["0"]
+    common[common.index("--segment-sizes") + 1 : common.index("--seeds")] = ["8"]
+    assert main([*common, "--ablations", "--no-repeat-ngram-size", "0"]) == 0
+    cell = tmp_path / "cells" / "segmented-s8-seed0"
+    weights = (cell / "model.safetensors").stat().st_mtime_ns
+    assert json.loads((cell / "cell.json").read_text())["metrics"]["no_repeat_ngram_size"] == 0
+    assert main([*common, "--ablations", "--no-repeat-ngram-size", "2"]) == 0
+    assert json.loads((cell / "cell.json").read_text())["metrics"]["no_repeat_ngram_size"] == 2
+    assert json.loads((cell / "test_metrics.json").read_text())["no_repeat_ngram_size"] == 2
+    assert (cell / "model.safetensors").stat().st_mtime_ns == weights
+    assert "no repeated 2-gram" in (tmp_path / "results.md").read_text()

@@ -41,6 +41,7 @@ def evaluate_summarizer(
     batch_size: int = 8,
     source_prefix: str = "",
     progress: bool = True,
+    no_repeat_ngram_size: int = 0,
 ) -> tuple[dict, list[str]]:
     """Generate a summary per document and score it against the reference with ROUGE.
 
@@ -49,7 +50,8 @@ def evaluate_summarizer(
         ``rougeLsum`` (F1 x 100, rouge-score with stemming, Lsum over newline-separated sentences),
         their bootstrap 95% intervals under ``rouge_ci`` (low, high), ``num_examples``, ``seconds``
         (wall-clock time spent in ``generate``), ``new_tokens``, ``tokens_per_second``, ``num_beams``,
-        ``max_new_tokens``, ``max_source_length``, and the SRformer settings (``variant``,
+        ``max_new_tokens``, ``no_repeat_ngram_size`` (0 = off; n > 0 forbids repeating any n-gram
+        in a summary, ``transformers``' standard option), ``max_source_length``, and the SRformer settings (``variant``,
         ``segment_size``, ``target_length``).
 
     Raises:
@@ -61,6 +63,7 @@ def evaluate_summarizer(
         model, tokenizer, [p.document for p in pairs], max_source_length=max_source_length,
         max_new_tokens=max_new_tokens, batch_size=batch_size, num_beams=num_beams,
         source_prefix=source_prefix, progress=progress,
+        **({"no_repeat_ngram_size": no_repeat_ngram_size} if no_repeat_ngram_size else {}),
     )
     rouge = score_summaries(generated.summaries, [p.summary for p in pairs])
     means = rouge.mean()
@@ -75,6 +78,7 @@ def evaluate_summarizer(
         tokens_per_second=generated.tokens_per_second,
         num_beams=num_beams,
         max_new_tokens=max_new_tokens,
+        no_repeat_ngram_size=no_repeat_ngram_size,
         max_source_length=max_source_length,
         variant=settings.variant if settings else "full",
         segment_size=settings.segment_size if settings and settings.variant != "full" else None,

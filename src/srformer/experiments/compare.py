@@ -65,6 +65,9 @@ class CompareSettings:
         seeds: fine-tuning seeds; every cell runs once per seed.
         target_length: the schedule's ``T`` in tokens (must be >= the number of segments).
         base_steps: steps of full-attention training of the base model; 0 = use ``model`` as is.
+        no_repeat_ngram_size: decoding forbids repeating an n-gram of this size (0 = off). Default
+            3, the usual summarization setting (e.g. BART's CNN/DM config): small models trained
+            briefly otherwise loop ("the new new new ..."), which measures the loop, not the attention.
     """
 
     model: str = "t5-tiny"
@@ -85,6 +88,7 @@ class CompareSettings:
     vocab_size: int = 4000
     num_beams: int = 1
     max_new_tokens: int = 48
+    no_repeat_ngram_size: int = 3
     eval_batch_size: int = 16
     base_seed: int = 0
     data: str = ""
@@ -240,7 +244,10 @@ def _run_cell(
     result_file = run_dir / "cell.json"
     if result_file.is_file():
         saved = json.loads(result_file.read_text())
-        if saved.get("metrics", {}).get("num_examples") == len(test_pairs):
+        metrics = saved.get("metrics", {})
+        if metrics.get("num_examples") == len(test_pairs) and all(
+            metrics.get(key, 0) == getattr(settings, key) for key in ("num_beams", "max_new_tokens", "no_repeat_ngram_size")
+        ):
             return CellResult(cell, saved["metrics"], saved["finetune_seconds"], saved["per_document"])
     summary = train_stage(
         _spec(settings, base_model, cell.name, cell.segment_size), train_pairs, run_dir,
@@ -249,7 +256,7 @@ def _run_cell(
     metrics, predictions = evaluate_stage(
         run_dir, test_pairs, max_source_length=settings.max_source_length, max_new_tokens=settings.max_new_tokens,
         num_beams=settings.num_beams, batch_size=settings.eval_batch_size, source_prefix=settings.source_prefix,
-        progress=False,
+        progress=False, no_repeat_ngram_size=settings.no_repeat_ngram_size,
     )
     per_document = score_summaries(predictions, [p.summary for p in test_pairs]).per_document
     result = CellResult(cell, metrics, float(summary.get("seconds", 0.0)), per_document)

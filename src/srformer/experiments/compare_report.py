@@ -169,6 +169,9 @@ def write_report(payload: dict, output: Path) -> None:
     settings = payload["settings"]
     num_documents = payload["groups"][0]["num_documents"] if payload["groups"] else 0
     decoding = "greedy decoding" if settings["num_beams"] == 1 else f"beam search ({settings['num_beams']} beams)"
+    decoding += f", at most {settings['max_new_tokens']} new tokens"
+    if settings.get("no_repeat_ngram_size"):
+        decoding += f", no repeated {settings['no_repeat_ngram_size']}-gram"
     header = (
         f"# srformer compare: {settings['data'] or 'custom data'}\n\n"
         f"Model {settings['model']}; base: {settings['base_steps']} steps of full attention; every cell: "

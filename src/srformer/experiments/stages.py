@@ -39,8 +39,10 @@ def evaluate_stage(
     batch_size: int,
     source_prefix: str = "",
     progress: bool = True,
+    no_repeat_ngram_size: int = 0,
 ) -> tuple[dict, list[str]]:
-    """Generate and score the test set with the model saved in ``run_dir``, unless already done.
+    """Generate and score the test set with the model saved in ``run_dir``, unless already done
+    with the same decoding settings (a change of decoding re-generates; it never re-trains).
 
     Writes ``test_metrics.json`` and ``test_predictions.jsonl`` (id, prediction, reference).
 
@@ -51,12 +53,15 @@ def evaluate_stage(
     predictions_file = run_dir / "test_predictions.jsonl"
     if metrics_file.is_file() and predictions_file.is_file():
         predictions = [json.loads(line)["prediction"] for line in predictions_file.read_text().splitlines()]
-        if len(predictions) == len(test_pairs):
-            return json.loads(metrics_file.read_text()), predictions
+        metrics = json.loads(metrics_file.read_text())
+        decoding = {"num_beams": num_beams, "max_new_tokens": max_new_tokens, "no_repeat_ngram_size": no_repeat_ngram_size}
+        if len(predictions) == len(test_pairs) and all(metrics.get(k, 0) == v for k, v in decoding.items()):
+            return metrics, predictions
     model, tokenizer = load_summarizer(run_dir)
     metrics, predictions = evaluate_summarizer(
         model, tokenizer, test_pairs, max_source_length=max_source_length, max_new_tokens=max_new_tokens,
         num_beams=num_beams, batch_size=batch_size, source_prefix=source_prefix, progress=progress,
+        no_repeat_ngram_size=no_repeat_ngram_size,
     )
     predictions_file.write_text(
         "".join(json.dumps({"id": p.id, "prediction": s, "reference": p.summary}) + "\n"
