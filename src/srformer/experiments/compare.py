@@ -80,10 +80,10 @@ class CompareSettings:
     max_source_length: int = 256
     max_target_length: int = 48
     source_prefix: str = ""
-    base_steps: int = 600
+    base_steps: int = 2500
     finetune_steps: int = 150
     batch_size: int = 8
-    base_learning_rate: float = 1e-3
+    base_learning_rate: float = 2e-3
     finetune_learning_rate: float = 5e-4
     vocab_size: int = 4000
     num_beams: int = 1
