@@ -37,6 +37,8 @@ def test_tiny_grid_writes_tables_plots_and_json_and_skips_finished_cells(tmp_pat
     )
     for cell in results["cells"]:
         assert len(cell["per_document"]["rouge1"]) == 5 and cell["metrics"]["num_examples"] == 5
+        predictions = (out / "cells" / cell["key"] / "test_predictions.jsonl").read_text().splitlines()
+        assert cell["distinct_outputs"] == len({json.loads(line)["prediction"] for line in predictions})
         saved = json.loads((out / "cells" / cell["key"] / "config.json").read_text())["srformer"]
         assert saved["variant"] == {"full": "full", "xl": "xl"}.get(cell["name"], "srformer")
         if cell["name"] == "ablation-II":
@@ -47,7 +49,7 @@ def test_tiny_grid_writes_tables_plots_and_json_and_skips_finished_cells(tmp_pat
     paired = {(p["other"], p["segment_size"]) for p in results["paired"]}
     assert paired == {("full", 8), ("full", 32), ("xl", 8), ("xl", 32), ("ablation-II", 32)}
     table = (out / "results.md").read_text()
-    for heading in ("Table 2 shape", "Figure 4 shape", "Table 3 shape", "(II) no norm(K)", "**Segment size 8**"):
+    for heading in ("Table 2 shape", "Figure 4 shape", "Table 3 shape", "(II) no norm(K)", "**Segment size 8**", " / 5 |"):
         assert heading in table
     assert (out / "figure4.png").stat().st_size > 5000 and (out / "table3.png").stat().st_size > 5000
     assert "cells; results in" in capsys.readouterr().out

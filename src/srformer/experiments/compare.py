@@ -150,12 +150,15 @@ def grid_cells(settings: CompareSettings) -> list[Cell]:
 
 @dataclass
 class CellResult:
-    """What one finished cell contributes: ROUGE (F1 x 100), intervals, timings and per-document scores."""
+    """What one finished cell contributes: ROUGE (F1 x 100), intervals, timings, per-document scores,
+    and ``distinct_outputs``, the number of different summaries over the test documents (a model that
+    ignores its input writes one summary for every document, whatever its ROUGE)."""
 
     cell: Cell
     metrics: dict
     finetune_seconds: float
     per_document: dict[str, list[float]] = field(repr=False)
+    distinct_outputs: int = 0
 
     def to_dict(self) -> dict:
         return {
@@ -164,6 +167,7 @@ class CellResult:
             "metrics": self.metrics,
             "finetune_seconds": self.finetune_seconds,
             "per_document": self.per_document,
+            "distinct_outputs": self.distinct_outputs,
         }
 
 
@@ -248,7 +252,11 @@ def _run_cell(
         if metrics.get("num_examples") == len(test_pairs) and all(
             metrics.get(key, 0) == getattr(settings, key) for key in ("num_beams", "max_new_tokens", "no_repeat_ngram_size")
         ):
-            return CellResult(cell, saved["metrics"], saved["finetune_seconds"], saved["per_document"])
+            if "distinct_outputs" not in saved:  # cells written before the count existed
+                lines = (run_dir / "test_predictions.jsonl").read_text().splitlines()
+                saved["distinct_outputs"] = len({json.loads(line)["prediction"] for line in lines})
+                write_metrics_json(result_file, saved)
+            return CellResult(cell, saved["metrics"], saved["finetune_seconds"], saved["per_document"], saved["distinct_outputs"])
     summary = train_stage(
         _spec(settings, base_model, cell.name, cell.segment_size), train_pairs, run_dir,
         _training(settings, settings.finetune_steps, settings.finetune_learning_rate, cell.seed),
@@ -259,7 +267,7 @@ def _run_cell(
         progress=False, no_repeat_ngram_size=settings.no_repeat_ngram_size,
     )
     per_document = score_summaries(predictions, [p.summary for p in test_pairs]).per_document
-    result = CellResult(cell, metrics, float(summary.get("seconds", 0.0)), per_document)
+    result = CellResult(cell, metrics, float(summary.get("seconds", 0.0)), per_document, len(set(predictions)))
     write_metrics_json(result_file, result.to_dict())
     return result
 
@@ -292,6 +300,7 @@ def summarize(results: Sequence[CellResult], settings: CompareSettings) -> dict:
             "rouge_ci": {key: [interval[key][0], interval[key][2]] for key in ROUGE_KEYS},
             "finetune_seconds": float(np.mean([r.finetune_seconds for r in members])),
             "decode_seconds": float(np.mean([r.metrics["seconds"] for r in members])),
+            "distinct_outputs": float(np.mean([r.distinct_outputs for r in members])),
             "num_documents": len(documents["rouge1"]),
         })
 

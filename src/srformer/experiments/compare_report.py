@@ -29,6 +29,11 @@ def _interval(low: float, high: float) -> str:
     return f"{low:.2f} to {high:.2f}"
 
 
+def _distinct(group: dict) -> str:
+    """Distinct summaries over the test documents (mean over seeds): 1 means the input is ignored."""
+    return f"{group['distinct_outputs']:.0f} / {group['num_documents']}"
+
+
 def _paired(payload: dict, other: str, size: int | None) -> dict | None:
     for row in payload["paired"]:
         if row["other"] == other and row["segment_size"] == size:
@@ -67,6 +72,7 @@ def table2(payload: dict) -> str:
                 "ROUGE-Lsum": _spread(group, "rougeLsum"),
                 "srformer − this, ROUGE-1 (95% CI)": delta,
                 "docs srformer better / worse": wins,
+                "distinct outputs": _distinct(group),
                 "decode s": group["decode_seconds"],
             })
         if rows:
@@ -106,6 +112,7 @@ def table3(payload: dict) -> str:
             "ROUGE-L": _spread(group, "rougeL"),
             "srformer − this, ROUGE-1 (95% CI)": delta,
             "docs srformer better / worse": wins,
+            "distinct outputs": _distinct(group),
         })
     if not rows:
         return ""
@@ -180,7 +187,9 @@ def write_report(payload: dict, output: Path) -> None:
         f"{num_documents} test documents; seeds {list(settings['seeds'])}; {decoding}.\n"
         "ROUGE is F1 x 100 (rouge-score, stemming), mean ± std over seeds. The 95% interval is a bootstrap "
         "over documents of the per-document scores averaged over seeds. The paired difference resamples "
-        "documents jointly for both systems; * marks an interval that excludes zero.\n"
+        "documents jointly for both systems; * marks an interval that excludes zero. \"Distinct outputs\" counts the "
+        "different summaries written for the test documents (mean over seeds): a model that ignores its input "
+        "writes one summary for all of them.\n"
     )
     parts = [header, "## Table 2 shape: variants per segment size\n", table2(payload),
              "\n## Figure 4 shape: ROUGE-1 by segment size\n", figure4_table(payload)]
