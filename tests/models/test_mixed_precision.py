@@ -34,14 +34,9 @@ def large_activation_model(family: str, **settings):
     return model
 
 
-def test_bf16_autocast_logits_are_close_to_float32_with_large_activations(family):
-    model = large_activation_model(family)
-    ids, mask = padded_batch(model)
-    dec = decoder_inputs(model, ids.shape[0], 10)
-    with torch.no_grad():
-        encoder_output = model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
-    assert encoder_output.abs().max().item() > 500  # the activations really are large
-
+def assert_bf16_close_to_float32(model, ids, mask, dec):
+    """Teacher-forced and step-by-step logits under bf16 autocast are finite and within
+    ``RELATIVE_TOLERANCE`` of the largest float32 logit. Returns (float32 logits, tolerance)."""
     reference = teacher_forced_logits(model, ids, mask, dec)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         parallel = teacher_forced_logits(model, ids, mask, dec)
@@ -50,6 +45,18 @@ def test_bf16_autocast_logits_are_close_to_float32_with_large_activations(family
     for logits in (parallel, incremental):
         assert torch.isfinite(logits).all()
         assert (logits.float() - reference).abs().max().item() <= tolerance
+    return reference, tolerance
+
+
+def test_bf16_autocast_logits_are_close_to_float32_with_large_activations(family):
+    model = large_activation_model(family)
+    ids, mask = padded_batch(model)
+    dec = decoder_inputs(model, ids.shape[0], 10)
+    with torch.no_grad():
+        encoder_output = model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+    assert encoder_output.abs().max().item() > 500  # the activations really are large
+
+    reference, tolerance = assert_bf16_close_to_float32(model, ids, mask, dec)
 
     # The test can fail: the recurrent term moves the logits far more than the tolerance, so a
     # broken O_R under autocast would show.
@@ -115,11 +122,4 @@ def test_every_named_variant_under_bf16_autocast_stays_close_to_float32(family, 
     model = converted(BUILDERS[family](), **{**SETTINGS, **NAMED_SETTINGS[name]})
     ids, mask = padded_batch(model)
     dec = decoder_inputs(model, ids.shape[0], 10)
-    reference = teacher_forced_logits(model, ids, mask, dec)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        parallel = teacher_forced_logits(model, ids, mask, dec)
-        incremental = step_by_step_logits(model, ids, mask, dec)
-    tolerance = RELATIVE_TOLERANCE * reference.abs().max().item()
-    for logits in (parallel, incremental):
-        assert torch.isfinite(logits).all()
-        assert (logits.float() - reference).abs().max().item() <= tolerance
+    assert_bf16_close_to_float32(model, ids, mask, dec)
