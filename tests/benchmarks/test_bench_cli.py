@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from srformer.benchmarks.outputs import OUTPUT_FILES
-from srformer.benchmarks.records import BENCH_VARIANTS, KNOWN_UNITS, KNOWN_VARIANTS, METRIC_UNITS, read_records_json
+from srformer.benchmarks.records import DEFAULT_BENCH_VARIANTS, KNOWN_UNITS, KNOWN_VARIANTS, METRIC_UNITS, read_records_json
 from srformer.cli.main import main
 
 FIELDS = {"variant", "encoder_length", "segment_size", "batch_size", "metric", "value", "unit", "device"}
@@ -53,7 +53,7 @@ def test_quick_run_measures_every_metric_and_variant(quick_run):
     expected = set(METRIC_UNITS)
     assert expected <= metrics, expected - metrics
     stepped = {r.variant for r in records if r.metric == "cross_attention_step_time"}
-    assert stepped == set(BENCH_VARIANTS)
+    assert stepped == set(DEFAULT_BENCH_VARIANTS)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     assert {r.device for r in records} == {device, "theory"}
     assert {r.encoder_length for r in records if r.metric == "generate_throughput"} == {64, 128}
@@ -70,7 +70,7 @@ def test_quick_run_cache_bytes_follow_the_layouts(quick_run):
         assert cache[("srformer", k)] > cache[("full-sdpa", k)]  # standard layout keeps K, V and per-segment RAF state
 
 
-@pytest.mark.parametrize("argv", [["--variants", "linear"], ["--encoder-lengths", "0"], ["--sections", "all"]])
+@pytest.mark.parametrize("argv", [["--variants", "bigbird"], ["--encoder-lengths", "0"], ["--sections", "all"]])
 def test_bad_arguments_are_rejected(tmp_path, argv):
     with pytest.raises(SystemExit) as error:
         main(["bench", "--output", str(tmp_path), *argv])
@@ -81,3 +81,16 @@ def test_bad_arguments_are_rejected(tmp_path, argv):
 def test_cuda_on_a_cpu_machine_is_a_clear_error(tmp_path, capsys):
     assert main(["bench", "--quick", "--device", "cuda", "--output", str(tmp_path)]) == 2
     assert "no CUDA" in capsys.readouterr().err
+
+
+def test_quick_run_of_the_baselines_fills_their_columns(tmp_path):
+    """xl, longt5 and linear are opt-in; linear has no segment size and appears in every segment row."""
+    assert main(["bench", "--quick", "--output", str(tmp_path), "--no-progress", "--sections", "step", "memory",
+                 "--variants", "full-sdpa", "xl", "longt5", "linear"]) == 0
+    rows = json.loads((tmp_path / "bench.json").read_text())
+    steps = {(row["variant"], row["segment_size"]) for row in rows if row["metric"] == "cross_attention_step_time"}
+    assert {v for v, _ in steps} == {"full-sdpa", "xl", "longt5", "linear"}
+    assert all((s is None) == (v in ("full-sdpa", "linear")) for v, s in steps)
+    table = (tmp_path / "bench.md").read_text().split("## Cross-attention time per decoder step (ms)")[1].split("##")[0]
+    data_rows = [line for line in table.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert data_rows and all(line.rstrip().endswith("x) |") for line in data_rows)  # the linear column is filled

@@ -12,7 +12,7 @@ from srformer.benchmarks.variants import build_model, first_cross_attention, qui
 K, BATCH, TOKENS = 48, 2, 5
 
 
-@pytest.mark.parametrize("variant", ["full-sdpa", "srformer", "srformer-lean", "segmented-lean"])
+@pytest.mark.parametrize("variant", ["full-sdpa", "srformer", "srformer-lean", "segmented-lean", "xl", "longt5", "linear"])
 def test_cache_bytes(variant):
     model = build_model("t5-tiny", variant, segment_size=16, target_length=16)
     outputs, mask = random_encoder_outputs(BATCH, K, model.config.d_model)
@@ -28,13 +28,13 @@ def test_cache_bytes(variant):
     else:
         states = [layer.state for layer in cache.cross_attention_cache.layers]
         assert size == sum(state.nbytes() for state in states) + (encoder_bytes if "lean" in variant else 0)
-        assert all(state.is_lean == ("lean" in variant) for state in states)
+        assert all(state.reads_encoder_rows == ("lean" in variant) for state in states)
     if "lean" in variant:
         with pytest.raises(ValueError):
             cross_attention_cache_bytes(cache)
 
 
-@pytest.mark.parametrize("variant", ["full-eager", "srformer", "srformer-lean"])
+@pytest.mark.parametrize("variant", ["full-eager", "srformer", "srformer-lean", "xl", "longt5", "linear"])
 def test_step_run_restores_the_filled_cache(variant):
     model = build_model("t5-tiny", variant, segment_size=8, target_length=16)
     module = first_cross_attention(model)

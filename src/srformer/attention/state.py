@@ -81,6 +81,12 @@ class CrossAttentionState:
         """True when no encoder-length keys/values are kept (the lean layout, and ``linear``)."""
         return self.keys is None
 
+    @property
+    def reads_encoder_rows(self) -> bool:
+        """True for the lean layout of ``segmented``/``srformer``: each step projects its segment's
+        rows of the encoder output, which must therefore stay alive (``linear`` needs no rows)."""
+        return self.keys is None and self.positions is not None
+
     def anchor(self) -> torch.Tensor:
         """The tensor a cache layer exposes as its ``keys``/``values`` (for generic cache code):
         the keys, else the lean layout's positions, else the linear-attention product."""

@@ -17,6 +17,7 @@ from srformer.benchmarks.flops import count_flops, table1_computation, table1_me
 from srformer.benchmarks.outputs import write_outputs
 from srformer.benchmarks.records import (
     BENCH_VARIANTS,
+    DEFAULT_BENCH_VARIANTS,
     METRIC_UNITS,
     BenchRecord,
     RecordError,
@@ -28,6 +29,7 @@ from srformer.benchmarks.timing import TimingSummary, measure, repeat_samples
 
 __all__ = [
     "BENCH_VARIANTS",
+    "DEFAULT_BENCH_VARIANTS",
     "METRIC_UNITS",
     "BenchRecord",
     "RecordError",

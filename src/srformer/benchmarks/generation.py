@@ -84,7 +84,7 @@ def cross_attention_cache_bytes(
         if isinstance(layer, SRformerCacheLayer):
             if layer.state is not None:
                 total += layer.state.nbytes()
-                lean = lean or layer.state.is_lean
+                lean = lean or layer.state.reads_encoder_rows
         elif getattr(layer, "is_initialized", False) and layer.keys is not None:
             total += layer.keys.numel() * layer.keys.element_size()
             total += layer.values.numel() * layer.values.element_size()

@@ -24,6 +24,9 @@ VARIANT_COLORS = {
     "segmented-lean": "tab:cyan",
     "srformer": "tab:red",
     "srformer-lean": "tab:orange",
+    "xl": "tab:purple",
+    "longt5": "tab:green",
+    "linear": "tab:brown",
     "full": "black",
 }
 TABLE1_LABELS = {"full": "Transformer", "segmented": "Segmented", "srformer": "SRformer"}

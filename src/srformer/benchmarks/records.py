@@ -18,6 +18,7 @@ from pathlib import Path
 #: ``full-sdpa``/``full-eager``: the model's own cross attention with that attention implementation.
 #: ``segmented``/``srformer``: the converted modules (standard cache layout).
 #: ``segmented-lean``/``srformer-lean``: the same with ``lean_cache=True``.
+#: ``xl``/``longt5``/``linear``: the paper's baselines (standard cache layout; ``linear`` has no segments).
 BENCH_VARIANTS: tuple[str, ...] = (
     "full-sdpa",
     "full-eager",
@@ -25,7 +26,19 @@ BENCH_VARIANTS: tuple[str, ...] = (
     "segmented-lean",
     "srformer",
     "srformer-lean",
+    "xl",
+    "longt5",
+    "linear",
 )
+
+#: The variants ``srformer bench`` measures unless ``--variants`` says otherwise (the baselines are opt-in,
+#: so the default run keeps its length).
+DEFAULT_BENCH_VARIANTS: tuple[str, ...] = BENCH_VARIANTS[:6]
+
+def has_segments(variant: str) -> bool:
+    """False for the variants without a segment size (``full*``, the paper's ``full`` row, ``linear``)."""
+    return not (variant.startswith("full") or variant == "linear")
+
 
 #: Rows of paper Table 1 (theoretical counts, no implementation): ``full`` is the "Transformer" row.
 THEORY_VARIANTS: tuple[str, ...] = ("full", "segmented", "srformer")
@@ -70,7 +83,7 @@ class BenchRecord:
     Attributes:
         variant: one of :data:`KNOWN_VARIANTS`.
         encoder_length: ``k``, encoder positions (tokens), >= 1.
-        segment_size: ``s`` in tokens for segmented/SRformer variants; None for ``full*`` variants.
+        segment_size: ``s`` in tokens for segment-based variants; None for ``full*`` and ``linear``.
         batch_size: sequences per call, >= 1 (1 for per-example counts).
         metric: a key of :data:`METRIC_UNITS`.
         value: the measurement, finite and > 0, in ``unit``.
@@ -151,7 +164,7 @@ def validate_record(record: BenchRecord) -> None:
             raise RecordError(f"`{name}` must be a positive integer, got {value!r}.")
     if record.decoder_length is not None and (not _is_int(record.decoder_length) or record.decoder_length < 1):
         raise RecordError(f"`decoder_length` must be None or a positive integer, got {record.decoder_length!r}.")
-    is_full = record.variant.startswith("full")
+    is_full = not has_segments(record.variant)
     if is_full and record.segment_size is not None:
         raise RecordError(f"Variant {record.variant!r} has no segments; `segment_size` must be None.")
     if not is_full and (not _is_int(record.segment_size) or record.segment_size < 1):

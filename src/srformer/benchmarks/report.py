@@ -9,7 +9,7 @@ from pathlib import Path
 
 from srformer.benchmarks.flops import in_thousands
 from srformer.benchmarks.plots import FIGURE5_NOTE
-from srformer.benchmarks.records import BENCH_VARIANTS, BenchRecord
+from srformer.benchmarks.records import BENCH_VARIANTS, BenchRecord, has_segments
 from srformer.evaluation.report import format_table
 
 REFERENCE = "full-sdpa"
@@ -93,10 +93,10 @@ def metric_rows(records: Sequence[BenchRecord], table: MetricTable) -> tuple[lis
                 reference = values.get((REFERENCE, k, None, batch))
                 filled = False
                 for variant in variants:
-                    value = values.get((variant, k, None if variant.startswith("full") else s, batch))
+                    value = values.get((variant, k, s if has_segments(variant) else None, batch))
                     if value is None:
                         continue
-                    filled = filled or not variant.startswith("full") or s == sizes[0]
+                    filled = filled or has_segments(variant) or s == sizes[0]
                     cell = _format_value(table.metric, value)
                     if reference is not None and variant != REFERENCE:
                         cell += f" ({_ratio(table.ratio, value, reference):.2f}x)"

@@ -40,7 +40,7 @@ from srformer.benchmarks.flops import (
 from srformer.benchmarks.generation import measure_generation, random_encoder_outputs
 from srformer.benchmarks.memory import MemoryJob, measure_cpu_peak_memory
 from srformer.benchmarks.plots import FIGURE5_NOTE
-from srformer.benchmarks.records import BENCH_VARIANTS, THEORY_DEVICE, BenchRecord
+from srformer.benchmarks.records import BENCH_VARIANTS, DEFAULT_BENCH_VARIANTS, THEORY_DEVICE, BenchRecord
 from srformer.benchmarks.timing import resolve_device
 from srformer.benchmarks.training_step import measure_training_step
 from srformer.benchmarks.variants import (
@@ -81,7 +81,8 @@ class SuiteSettings:
         encoder_lengths: ``k`` values (tokens).
         segment_sizes: ``s`` values (tokens).
         batch_sizes: batch sizes of the step and generation measurements.
-        variants: benchmark variants (a subset of :data:`BENCH_VARIANTS`).
+        variants: benchmark variants (a subset of :data:`BENCH_VARIANTS`; default
+            :data:`~srformer.benchmarks.records.DEFAULT_BENCH_VARIANTS`, without the baselines).
         target_length: ``T`` (tokens): the schedule's decoder length, and the label length of the
             training step and the ``q`` of the FLOP counts.
         model_shape: a key of :data:`~srformer.benchmarks.variants.MODEL_SHAPES`.
@@ -114,7 +115,7 @@ class SuiteSettings:
     encoder_lengths: tuple[int, ...] = (512, 1024, 4096, 16384)
     segment_sizes: tuple[int, ...] = (16, 64)
     batch_sizes: tuple[int, ...] = (1, 8)
-    variants: tuple[str, ...] = BENCH_VARIANTS
+    variants: tuple[str, ...] = DEFAULT_BENCH_VARIANTS
     target_length: int = 128
     model_shape: str = "t5-small"
     device: str = "auto"

@@ -44,8 +44,8 @@ class VariantSpec:
 
     @property
     def uses_segments(self) -> bool:
-        """True when the variant has a segment size (every variant but ``full*``)."""
-        return self.srformer_variant != "full"
+        """True when the variant has a segment size (every variant but ``full*`` and ``linear``)."""
+        return self.srformer_variant not in ("full", "linear")
 
 
 #: The specification of every benchmark variant, by name.
@@ -56,6 +56,9 @@ VARIANT_SPECS: dict[str, VariantSpec] = {
     "segmented-lean": VariantSpec("segmented-lean", "segmented", lean_cache=True),
     "srformer": VariantSpec("srformer", "srformer"),
     "srformer-lean": VariantSpec("srformer-lean", "srformer", lean_cache=True),
+    "xl": VariantSpec("xl", "xl"),
+    "longt5": VariantSpec("longt5", "longt5"),
+    "linear": VariantSpec("linear", "linear"),
 }
 assert tuple(VARIANT_SPECS) == BENCH_VARIANTS
 
@@ -131,14 +134,14 @@ def build_model(
     config = t5_config(shape, spec.attn_implementation)
     torch.manual_seed(seed)
     model = T5ForConditionalGeneration(config)
-    if spec.uses_segments:
-        if segment_size is None:
+    if spec.srformer_variant != "full":
+        if segment_size is None and spec.uses_segments:
             raise ValueError(f"Variant {variant!r} needs a segment size.")
         srformer.convert(
             model,
             srformer.SRformerConfig(
                 variant=spec.srformer_variant,
-                segment_size=segment_size,
+                segment_size=segment_size or 1,  # unused by linear attention
                 target_length=target_length,
                 lean_cache=spec.lean_cache,
             ),
