@@ -19,7 +19,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from srformer.attention.schedule import real_lengths
-from srformer.attention.state import CrossAttentionState
+from srformer.attention.state import CrossAttentionState, autocast_off
 from srformer.config import SRformerConfig
 
 
@@ -49,6 +49,7 @@ class LinearCrossAttention(nn.Module):
         self.head_dim = head_dim
         self.scale = float(scale)
 
+    @autocast_off
     def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> CrossAttentionState:
         """``phi(K)^T V`` and ``sum_j phi(K_j)`` over real positions.
 

@@ -50,8 +50,8 @@ from torch.nn import functional as F
 from srformer.attention.raf import RecurrentAccumulateAndFire
 from srformer.attention.schedule import compaction_order, num_segments, real_lengths, segment_index
 from srformer.attention.softmax_context import SOFTMAX_VARIANTS, global_tokens, parallel_context, step_context
-from srformer.attention.state import CrossAttentionState
-from srformer.config import SRformerConfig
+from srformer.attention.state import CrossAttentionState, autocast_off
+from srformer.config import LEAN_VARIANTS, SRformerConfig
 
 
 class SegmentedRecurrentAttention(nn.Module):
@@ -113,6 +113,7 @@ class SegmentedRecurrentAttention(nn.Module):
         return sigma * softmax_output + (1.0 - sigma) * recurrent
 
     # ------------------------------------------------------------------ state
+    @autocast_off
     def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> CrossAttentionState:
         """Build the per-sequence state (standard layout) from the projected encoder keys/values.
 
@@ -209,9 +210,14 @@ class SegmentedRecurrentAttention(nn.Module):
             segment_products = torch.einsum("bhmsd,bhmse->bhmde", keys32, values.float().view(shape))
             total = self._project(segment_products.sum(dim=2, keepdim=True).clamp(-c, c))
             segment_products = self._project(segment_products.clamp(-c, c))
+        return self._recurrent_input(total, segment_products), total[:, :, 0]
+
+    def _recurrent_input(self, total: torch.Tensor, segment_products: torch.Tensor) -> torch.Tensor:
+        """The RAF input from ``W K^T V`` and ``W K_i^T V_i`` (any matching shapes): ``W P_i`` (Eq. 16),
+        or ``W K_i^T V_i`` itself under ablation IV."""
         if self.config.ablation == "segment_products":
-            return segment_products, total[:, :, 0]
-        return total - segment_products, total[:, :, 0]
+            return segment_products
+        return total - segment_products
 
     def _visited(self, segments: torch.Tensor, max_segments: int) -> torch.Tensor:
         """(B, M) bool: segment j is attended at some decoder position t >= 0 (the schedule may skip
@@ -234,6 +240,7 @@ class SegmentedRecurrentAttention(nn.Module):
                 raise ValueError(message)
             warnings.warn(message, stacklevel=3)
 
+    @autocast_off
     def lean(self, state: CrossAttentionState) -> CrossAttentionState:
         """The lean layout of a standard ``state`` (see :class:`CrossAttentionState`).
 
@@ -241,7 +248,7 @@ class SegmentedRecurrentAttention(nn.Module):
         RAF membrane/output after ``state.last_segment`` (recomputed by one recurrence over the
         segments visited so far), from which later steps fire RAF incrementally.
         """
-        if self.config.variant not in ("segmented", "srformer"):
+        if self.config.variant not in LEAN_VARIANTS:
             raise ValueError(f"The lean cache layout is not implemented for variant {self.config.variant!r}.")
         lean = replace(state, keys=None, values=None, raf_readout=None)
         if self.raf is None:  # no recurrence, or ablation III (its output is recomputed at each step)
@@ -343,7 +350,7 @@ class SegmentedRecurrentAttention(nn.Module):
         Raises:
             ValueError: a lean state without ``project_rows``.
         """
-        batch, heads, _, d = queries.shape
+        batch = queries.shape[0]
         s = self.config.segment_size
         device = queries.device
         segment = state.segment_table[:, min(position, self.config.target_length)]  # (B,) i(t)
@@ -357,7 +364,7 @@ class SegmentedRecurrentAttention(nn.Module):
             keys, values = project_rows(encoder_positions)
             row_mask = allowed[:, None, :, None].to(keys.dtype)
             keys, values = keys * row_mask, values * row_mask
-        else:
+        elif self.has_softmax:  # ablation I reads no keys in the standard layout
             keys, values, allowed = step_context(self.config.variant, state, segment, s)
         output = None
         if self.has_softmax:
@@ -374,6 +381,7 @@ class SegmentedRecurrentAttention(nn.Module):
             output = self._combine(output, torch.matmul(queries.float(), readout).to(queries.dtype))
         return output, new_state
 
+    @autocast_off
     def _lean_readout(
         self,
         keys: torch.Tensor,
@@ -384,18 +392,11 @@ class SegmentedRecurrentAttention(nn.Module):
     ) -> tuple[torch.Tensor, CrossAttentionState]:
         """Lean layout: fire RAF when the segment changes (Algorithm 1) and return the step's readout
         ``scale * RAF_out_i / norm(K)`` (B, H, d, d) with the updated state. ``keys``/``values``
-        (B, H, s, d) are the current segment's, zero at padding. Autocast is off here: the segment
-        product and ``W`` run in float32 like the state they are subtracted from."""
-        with torch.autocast(device_type=keys.device.type, enabled=False):
-            return self._lean_fire(keys, values, segment, state, new_state)
-
-    def _lean_fire(self, keys, values, segment, state, new_state):
+        (B, H, s, d) are the current segment's, zero at padding."""
         products = torch.einsum("bhsd,bhse->bhde", keys.float(), values.float())  # K_i^T V_i
         if self.config.kv_clamp is not None:
             products = products.clamp(-self.config.kv_clamp, self.config.kv_clamp)
-        segment_input = self._project(products)
-        # W P_i = W K^T V - W K_i^T V_i (ablation IV: W K_i^T V_i; ablation III: no W)
-        raf_input = segment_input if self.config.ablation == "segment_products" else state.raf_total - segment_input
+        raf_input = self._recurrent_input(state.raf_total, self._project(products))  # W P_i (ablation III: no W)
         if self.raf is None:  # ablation III: the output depends only on the segment
             raf_output = raf_input
         else:

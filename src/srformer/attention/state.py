@@ -9,11 +9,27 @@ therefore applies to every state tensor, not only to the keys and values (SRFORM
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, fields, replace
 from typing import Callable
 
 import torch
 from transformers.cache_utils import DynamicLayer
+
+
+def autocast_off(method: Callable) -> Callable:
+    """Decorator for the methods that build or update per-sequence state (``K^T V`` products, ``W``,
+    ``norm(K)``, the RAF membrane): they run with autocast off on the device of their first argument
+    (a tensor, or a :class:`CrossAttentionState`), so that under bf16/fp16 autocast these einsums and
+    linear layers still compute in float32 (autocast would otherwise recast their float32 inputs)."""
+
+    @functools.wraps(method)
+    def wrapper(self, first, *args, **kwargs):
+        device = first.device if isinstance(first, torch.Tensor) else first.lengths.device
+        with torch.autocast(device_type=device.type, enabled=False):
+            return method(self, first, *args, **kwargs)
+
+    return wrapper
 
 
 @dataclass

@@ -7,7 +7,6 @@ finding the decoder step, and keeping the per-sequence state inside the ``Encode
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from typing import Callable
 
@@ -110,10 +109,7 @@ def run_cross_attention(
         # Built once per sequence; a lean state meeting a multi-token chunk is rebuilt in the
         # standard layout (its RAF outputs do not depend on the tokens decoded so far).
         keys, values = project(key_value_states)
-        # Under autocast, matmul-like ops (the K_j^T V_j einsum, the RAF linear layer) would run in
-        # bf16/fp16 despite the float32 casts inside init_state; build the state in float32.
-        with _autocast_disabled(keys.device):
-            state = attention.init_state(keys, values, key_padding_from_mask(mask, keys.shape[2]))
+        state = attention.init_state(keys, values, key_padding_from_mask(mask, keys.shape[2]))  # float32 state
         check_finite_state(key_value_states, keys, values, state, layer_idx, attention)
 
     start = 0 if cache is None else cache.self_attention_cache.get_seq_length(layer_idx) - q_len
@@ -129,8 +125,7 @@ def run_cross_attention(
 
     if cache is not None:
         if attention.config.lean_cache and not state.is_lean:
-            with _autocast_disabled(output.device):
-                state = attention.lean(state)
+            state = attention.lean(state)
         _store_state(cache, layer_idx, state)
     return output
 
@@ -144,13 +139,6 @@ def _store_state(cache: EncoderDecoderCache, layer_idx: int, state) -> None:
     else:
         layers[layer_idx] = SRformerCacheLayer(state)
     cache.is_updated[layer_idx] = True
-
-
-def _autocast_disabled(device: torch.device):
-    """A context that turns autocast off on ``device`` (a no-op when autocast is not active there)."""
-    if torch.is_autocast_enabled(device.type):
-        return torch.autocast(device_type=device.type, enabled=False)
-    return contextlib.nullcontext()
 
 
 def check_finite_state(
