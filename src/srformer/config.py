@@ -29,6 +29,9 @@ VARIANTS: tuple[str, ...] = ("full", "segmented", "srformer", "xl", "longt5", "l
 #: ``segment_products`` (IV): RAF reads ``K_i^T V_i`` instead of ``P_i = K^T V - K_i^T V_i``.
 ABLATIONS: tuple[str, ...] = ("recurrent_only", "no_norm", "no_raf", "segment_products")
 
+#: Variants without segments: ``segment_size`` does not change them.
+SEGMENT_FREE_VARIANTS: tuple[str, ...] = ("full", "linear")
+
 #: Variants whose generation state may use the lean layout (``lean_cache=True``).
 LEAN_VARIANTS: tuple[str, ...] = ("segmented", "srformer", "linear")
 
@@ -186,8 +189,10 @@ NAMED_SETTINGS: dict[str, dict] = {
     "srformer-sigma": {"variant": "srformer", "mix_init": 0.5},
 }
 
-#: Named settings that do not depend on the segment size (no segments are involved).
-SEGMENT_FREE: frozenset[str] = frozenset({"full", "linear"})
+#: Named settings that do not depend on the segment size (their variant has no segments).
+SEGMENT_FREE: frozenset[str] = frozenset(
+    name for name, settings in NAMED_SETTINGS.items() if settings["variant"] in SEGMENT_FREE_VARIANTS
+)
 
 
 def named_config(name: str, **settings) -> SRformerConfig:

@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from srformer.config import SEGMENT_FREE_VARIANTS
+
 #: Cross-attention variants measured by ``srformer bench``.
 #: ``full-sdpa``/``full-eager``: the model's own cross attention with that attention implementation.
 #: ``segmented``/``srformer``: the converted modules (standard cache layout).
@@ -37,7 +39,7 @@ DEFAULT_BENCH_VARIANTS: tuple[str, ...] = BENCH_VARIANTS[:6]
 
 def has_segments(variant: str) -> bool:
     """False for the variants without a segment size (``full*``, the paper's ``full`` row, ``linear``)."""
-    return not (variant.startswith("full") or variant == "linear")
+    return not (variant.startswith("full") or variant in SEGMENT_FREE_VARIANTS)
 
 
 #: Rows of paper Table 1 (theoretical counts, no implementation): ``full`` is the "Transformer" row.

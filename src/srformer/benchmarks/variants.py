@@ -20,6 +20,7 @@ from transformers import T5Config, T5ForConditionalGeneration
 
 import srformer
 from srformer.benchmarks.records import BENCH_VARIANTS
+from srformer.config import SEGMENT_FREE_VARIANTS
 from srformer.models import cross_attention_modules
 from srformer.models.factory import NAMED_CONFIGS
 
@@ -45,7 +46,7 @@ class VariantSpec:
     @property
     def uses_segments(self) -> bool:
         """True when the variant has a segment size (every variant but ``full*`` and ``linear``)."""
-        return self.srformer_variant not in ("full", "linear")
+        return self.srformer_variant not in SEGMENT_FREE_VARIANTS
 
 
 #: The specification of every benchmark variant, by name.

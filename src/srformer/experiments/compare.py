@@ -38,7 +38,7 @@ from srformer.data.pairs import SummaryPair
 from srformer.evaluation.report import write_metrics_json
 from srformer.evaluation.rouge import ROUGE_KEYS, RougeResult, score_summaries
 from srformer.experiments.compare_report import write_report
-from srformer.experiments.stages import evaluate_stage, train_stage
+from srformer.experiments.stages import evaluate_stage, same_decoding, train_stage
 from srformer.experiments.statistics import paired_difference, seed_spread
 from srformer.models.factory import NAMED_CONFIGS
 from srformer.training.pipeline import RunSpec
@@ -249,14 +249,14 @@ def _run_cell(
     if result_file.is_file():
         saved = json.loads(result_file.read_text())
         metrics = saved.get("metrics", {})
-        if metrics.get("num_examples") == len(test_pairs) and all(
-            metrics.get(key, 0) == getattr(settings, key) for key in ("num_beams", "max_new_tokens", "no_repeat_ngram_size")
+        if (
+            metrics.get("num_examples") == len(test_pairs)
+            and "distinct_outputs" in saved
+            and same_decoding(metrics, num_beams=settings.num_beams, max_new_tokens=settings.max_new_tokens,
+                              no_repeat_ngram_size=settings.no_repeat_ngram_size)
         ):
-            if "distinct_outputs" not in saved:  # cells written before the count existed
-                lines = (run_dir / "test_predictions.jsonl").read_text().splitlines()
-                saved["distinct_outputs"] = len({json.loads(line)["prediction"] for line in lines})
-                write_metrics_json(result_file, saved)
-            return CellResult(cell, saved["metrics"], saved["finetune_seconds"], saved["per_document"], saved["distinct_outputs"])
+            return CellResult(cell, metrics, saved["finetune_seconds"], saved["per_document"], saved["distinct_outputs"])
+    # Otherwise training and decoding are each skipped when already done (with these settings).
     summary = train_stage(
         _spec(settings, base_model, cell.name, cell.segment_size), train_pairs, run_dir,
         _training(settings, settings.finetune_steps, settings.finetune_learning_rate, cell.seed),

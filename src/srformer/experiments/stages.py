@@ -29,6 +29,13 @@ def train_stage(spec: RunSpec, pairs: Sequence[SummaryPair], output: Path, setti
     return json.loads(summary_file.read_text())
 
 
+def same_decoding(metrics: dict, *, num_beams: int, max_new_tokens: int, no_repeat_ngram_size: int) -> bool:
+    """True when saved ``metrics`` were produced with these decoding settings (a missing
+    ``no_repeat_ngram_size``, from before the option existed, counts as 0)."""
+    wanted = {"num_beams": num_beams, "max_new_tokens": max_new_tokens, "no_repeat_ngram_size": no_repeat_ngram_size}
+    return all(metrics.get(key, 0) == value for key, value in wanted.items())
+
+
 def evaluate_stage(
     run_dir: Path,
     test_pairs: Sequence[SummaryPair],
@@ -54,8 +61,9 @@ def evaluate_stage(
     if metrics_file.is_file() and predictions_file.is_file():
         predictions = [json.loads(line)["prediction"] for line in predictions_file.read_text().splitlines()]
         metrics = json.loads(metrics_file.read_text())
-        decoding = {"num_beams": num_beams, "max_new_tokens": max_new_tokens, "no_repeat_ngram_size": no_repeat_ngram_size}
-        if len(predictions) == len(test_pairs) and all(metrics.get(k, 0) == v for k, v in decoding.items()):
+        if len(predictions) == len(test_pairs) and same_decoding(
+            metrics, num_beams=num_beams, max_new_tokens=max_new_tokens, no_repeat_ngram_size=no_repeat_ngram_size
+        ):
             return metrics, predictions
     model, tokenizer = load_summarizer(run_dir)
     metrics, predictions = evaluate_summarizer(

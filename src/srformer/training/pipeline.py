@@ -18,7 +18,7 @@ from typing import Sequence
 import torch
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from srformer.config import SRformerConfig
+from srformer.config import SEGMENT_FREE_VARIANTS, SRformerConfig
 from srformer.data.features import encode_pairs
 from srformer.data.pairs import SummaryPair
 from srformer.models.convert import convert, is_converted, srformer_config_of
@@ -74,7 +74,7 @@ def check_shapes(spec: RunSpec) -> None:
             has more segments than ``target_length`` (segments that are never attended).
     """
     cfg = spec.srformer
-    if cfg.variant in ("full", "linear"):  # no segments
+    if cfg.variant in SEGMENT_FREE_VARIANTS:
         return
     if cfg.segment_size > spec.max_source_length:
         raise ValueError(
