@@ -23,7 +23,7 @@ from srformer.config import SRformerConfig
 from srformer.data.pairs import load_aclsum
 from srformer.evaluation.report import format_table, write_metrics_json
 from srformer.experiments.plots import plot_variant_comparison
-from srformer.experiments.stages import evaluate_stage, train_stage
+from srformer.experiments.stages import evaluate_stage, stage_training, train_stage
 from srformer.training.pipeline import RunSpec
 from srformer.training.settings import TrainingSettings
 
@@ -76,11 +76,8 @@ def run_aclsum_comparison(output_dir: str | Path, settings: ComparisonSettings |
     test_pairs = load_aclsum("test")[: settings.max_test_examples]
 
     def training(steps: int, learning_rate: float) -> TrainingSettings:
-        return TrainingSettings(
-            max_steps=steps, learning_rate=learning_rate, batch_size=settings.batch_size,
-            warmup_steps=min(50, steps // 10), save_every=max(50, steps // 4), seed=settings.seed,
-            progress=settings.progress,
-        )
+        return stage_training(steps, learning_rate, batch_size=settings.batch_size, seed=settings.seed,
+                              progress=settings.progress, min_save_every=50)
 
     def spec(model: str, variant: str) -> RunSpec:
         return RunSpec(

@@ -38,7 +38,7 @@ from srformer.data.pairs import SummaryPair
 from srformer.evaluation.report import write_metrics_json
 from srformer.evaluation.rouge import ROUGE_KEYS, RougeResult, score_summaries
 from srformer.experiments.compare_report import write_report
-from srformer.experiments.stages import evaluate_stage, same_decoding, train_stage
+from srformer.experiments.stages import evaluate_stage, same_decoding, stage_training, train_stage
 from srformer.experiments.statistics import paired_difference, seed_spread
 from srformer.models.factory import NAMED_CONFIGS
 from srformer.training.pipeline import RunSpec
@@ -236,10 +236,8 @@ def _spec(settings: CompareSettings, model: str, name: str, segment_size: int | 
 
 
 def _training(settings: CompareSettings, steps: int, learning_rate: float, seed: int) -> TrainingSettings:
-    return TrainingSettings(
-        max_steps=steps, learning_rate=learning_rate, batch_size=settings.batch_size,
-        warmup_steps=min(50, steps // 10), save_every=max(25, steps // 4), seed=seed, progress=settings.progress,
-    )
+    return stage_training(steps, learning_rate, batch_size=settings.batch_size, seed=seed,
+                          progress=settings.progress, min_save_every=25)
 
 
 def _run_cell(

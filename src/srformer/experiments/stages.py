@@ -14,6 +14,18 @@ from srformer.training.pipeline import RunSpec, train_summarizer
 from srformer.training.settings import TrainingSettings
 
 
+def stage_training(
+    steps: int, learning_rate: float, *, batch_size: int, seed: int, progress: bool, min_save_every: int
+) -> TrainingSettings:
+    """The experiments' training settings for one stage: ``steps`` optimizer steps, linear warm-up over
+    a tenth of them (at most 50), and a checkpoint every quarter of the run (at least every
+    ``min_save_every`` steps apart)."""
+    return TrainingSettings(
+        max_steps=steps, learning_rate=learning_rate, batch_size=batch_size, warmup_steps=min(50, steps // 10),
+        save_every=max(min_save_every, steps // 4), seed=seed, progress=progress,
+    )
+
+
 def train_stage(spec: RunSpec, pairs: Sequence[SummaryPair], output: Path, settings: TrainingSettings) -> dict:
     """Fine-tune ``spec`` into ``output`` unless a finished run is there; resume an interrupted one.
 
