@@ -1,4 +1,9 @@
-"""Tiny randomly initialised T5 and BART models and padded batches for the integration tests."""
+"""Tiny randomly initialised T5 and BART models and padded batches for the integration tests.
+
+The models are float64 unless a test asks for another dtype: most model tests check exactness
+(parallel == incremental, reductions to full attention, cache on == off), which float64 makes a
+property of the code rather than of one CPU's float32 summation order (see ``tests/tolerance.py``).
+"""
 
 from __future__ import annotations
 
@@ -13,17 +18,17 @@ import srformer
 VOCAB = 96
 
 
-def tiny_t5(attn_implementation: str = "sdpa") -> T5ForConditionalGeneration:
+def tiny_t5(attn_implementation: str = "sdpa", dtype: torch.dtype = torch.float64) -> T5ForConditionalGeneration:
     torch.manual_seed(0)
     config = T5Config(
         vocab_size=VOCAB, d_model=32, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4, d_kv=8,
         decoder_start_token_id=0, pad_token_id=0, eos_token_id=1, dropout_rate=0.0,
     )
     config._attn_implementation = attn_implementation
-    return T5ForConditionalGeneration(config).eval()
+    return T5ForConditionalGeneration(config).to(dtype).eval()
 
 
-def tiny_bart(attn_implementation: str = "sdpa") -> BartForConditionalGeneration:
+def tiny_bart(attn_implementation: str = "sdpa", dtype: torch.dtype = torch.float64) -> BartForConditionalGeneration:
     torch.manual_seed(0)
     config = BartConfig(
         vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
@@ -32,7 +37,7 @@ def tiny_bart(attn_implementation: str = "sdpa") -> BartForConditionalGeneration
         eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=None, forced_bos_token_id=None,
     )
     config._attn_implementation = attn_implementation
-    return BartForConditionalGeneration(config).eval()
+    return BartForConditionalGeneration(config).to(dtype).eval()
 
 
 BUILDERS = {"t5": tiny_t5, "bart": tiny_bart}

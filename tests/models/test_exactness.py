@@ -7,6 +7,7 @@ import torch
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 from tests.models.conftest import BUILDERS, converted, decoder_inputs, padded_batch
+from tests.tolerance import assert_exact
 
 
 def teacher_forced_logits(model, ids, mask, dec):
@@ -38,8 +39,7 @@ def test_one_segment_covering_the_input_equals_full_attention(family, attn, vari
     dec = decoder_inputs(base, ids.shape[0], 10)
     full = teacher_forced_logits(base, ids, mask, dec)
     model = converted(base, variant=variant, segment_size=ids.shape[1], target_length=16)
-    diff = (teacher_forced_logits(model, ids, mask, dec) - full).abs().max().item()
-    assert diff <= 1e-5
+    assert_exact(teacher_forced_logits(model, ids, mask, dec), full, "one segment vs full attention")
 
 
 def test_srformer_with_recurrence_off_and_one_segment_equals_full(family):
@@ -47,8 +47,7 @@ def test_srformer_with_recurrence_off_and_one_segment_equals_full(family):
     ids, mask = padded_batch(base)
     dec = decoder_inputs(base, ids.shape[0], 10)
     model = converted(base, variant="srformer", segment_size=64, target_length=16, recurrence=False)
-    diff = (teacher_forced_logits(model, ids, mask, dec) - teacher_forced_logits(base, ids, mask, dec)).abs().max()
-    assert diff.item() <= 1e-5
+    assert_exact(teacher_forced_logits(model, ids, mask, dec), teacher_forced_logits(base, ids, mask, dec), "no recurrence")
 
 
 def test_small_segments_change_the_output(family):
@@ -82,7 +81,7 @@ def test_parallel_path_equals_incremental_path_with_padded_sources(family, varia
     with pytest.warns(UserWarning) if target_length < 8 else _nothing():
         parallel = teacher_forced_logits(model, ids, mask, dec)
         incremental = step_by_step_logits(model, ids, mask, dec)
-    assert (parallel - incremental).abs().max().item() <= 1e-5
+    assert_exact(incremental, parallel, "incremental vs parallel")
 
 
 @pytest.mark.parametrize("lean_cache", [False, True])
@@ -105,7 +104,7 @@ def test_multi_token_first_chunk_then_steps_matches_teacher_forcing(family, lean
             )
             cache = out.past_key_values
             chunks.append(out.logits)
-    assert (torch.cat(chunks, dim=1) - reference).abs().max().item() <= 1e-5
+    assert_exact(torch.cat(chunks, dim=1), reference, "chunked vs whole")
 
 
 @pytest.mark.parametrize("variant", ["segmented", "srformer"])
@@ -117,7 +116,7 @@ def test_padding_invariance_of_logits(family, variant):
     batched = teacher_forced_logits(model, ids, mask, dec)
     for row, n in enumerate((9, 24, 17)):
         alone = teacher_forced_logits(model, ids[row : row + 1, :n], mask[row : row + 1, :n], dec[row : row + 1])
-        assert (batched[row : row + 1] - alone).abs().max().item() <= 1e-5
+        assert_exact(batched[row : row + 1], alone, f"row {row} batched vs alone")
 
 
 def test_left_padding_gives_the_same_segments_as_right_padding(family):
@@ -135,7 +134,7 @@ def test_left_padding_gives_the_same_segments_as_right_padding(family):
     left_ids[1] = torch.cat([ids[1, 13:], ids[1, :13]])
     left_mask[1] = torch.cat([mask[1, 13:], mask[1, :13]])
     left = teacher_forced_logits(model, left_ids, left_mask, dec)
-    assert (left - right).abs().max().item() <= 1e-5
+    assert_exact(left, right, "left vs right padding")
 
 
 class _nothing:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import copy
 import warnings
 
+import pytest
 import torch
 
 from srformer.models import cross_attention_modules
-from tests.models.conftest import converted, decoder_inputs, padded_batch, BUILDERS
+from tests.models.conftest import BUILDERS, converted, decoder_inputs, padded_batch
+from tests.tolerance import assert_exact, exact_tolerance
 
 
 def loss_and_gradients(model, ids, mask, labels, *, checkpointing: bool):
@@ -44,8 +46,10 @@ def test_gradient_checkpointing_gives_the_same_loss_and_gradients(family):
 
     layers = len(cross_attention_modules(model))
     assert calls == layers and calls_gc == 2 * layers  # checkpointing really recomputed every layer
-    assert loss_gc == loss
+    # float64 model: the recomputed forward and the backward through it differ from the plain step
+    # only in the order in which gradient contributions are summed (tests/tolerance.py).
+    assert loss_gc == pytest.approx(loss, rel=exact_tolerance(1.0), abs=exact_tolerance(loss))
     assert gradients_gc.keys() == gradients.keys()
     assert any(".srformer.raf." in name for name in gradients)  # RAF parameters get gradients in both
     for name in gradients:
-        assert torch.allclose(gradients_gc[name], gradients[name], rtol=1e-5, atol=1e-7), name
+        assert_exact(gradients_gc[name], gradients[name], name)

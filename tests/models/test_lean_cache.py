@@ -10,6 +10,7 @@ from srformer.attention.state import SRformerCacheLayer
 from srformer.models import set_runtime_options
 from tests.models.conftest import BUILDERS, converted, decoder_inputs, padded_batch, plain_generation_config
 from tests.models.test_exactness import step_by_step_logits, teacher_forced_logits
+from tests.tolerance import assert_exact
 
 
 @pytest.mark.parametrize("variant", ["segmented", "srformer"])
@@ -17,7 +18,7 @@ def test_lean_incremental_logits_equal_teacher_forcing(family, variant):
     model = converted(BUILDERS[family](), variant=variant, segment_size=4, target_length=12, lean_cache=True)
     ids, mask = padded_batch(model)
     dec = decoder_inputs(model, ids.shape[0], 14)
-    assert (step_by_step_logits(model, ids, mask, dec) - teacher_forced_logits(model, ids, mask, dec)).abs().max() <= 1e-5
+    assert_exact(step_by_step_logits(model, ids, mask, dec), teacher_forced_logits(model, ids, mask, dec), "lean step")
 
 
 @pytest.mark.parametrize("num_beams", [1, 3])

@@ -13,6 +13,7 @@ import torch
 
 from srformer.attention.segmented_recurrent import SegmentedRecurrentAttention
 from tests.models.conftest import BUILDERS, converted, decoder_inputs, padded_batch
+from tests.tolerance import float32_tolerance, max_difference
 from tests.models.test_exactness import step_by_step_logits, teacher_forced_logits
 
 SETTINGS = dict(variant="srformer", segment_size=8, target_length=12)
@@ -24,7 +25,7 @@ RELATIVE_TOLERANCE = 0.05
 
 def large_activation_model(family: str, **settings):
     """A converted tiny model whose encoder output is scaled up ``ACTIVATION_SCALE`` times."""
-    model = converted(BUILDERS[family](), **{**SETTINGS, **settings})
+    model = converted(BUILDERS[family](dtype=torch.float32), **{**SETTINGS, **settings})
     with torch.no_grad():
         if family == "t5":
             model.encoder.final_layer_norm.weight.mul_(ACTIVATION_SCALE)
@@ -92,8 +93,11 @@ def test_state_is_built_in_float32_under_autocast(family, monkeypatch):
             if not (isinstance(value, torch.Tensor) and value.is_floating_point()) or field.name in ("keys", "values"):
                 continue
             assert value.dtype == torch.float32, field.name
-            scale = reference.abs().max().clamp_min(1e-30)
-            assert ((value - reference).abs().max() / scale).item() <= 1e-6, field.name
+            # Both sides are float32 builds from the same float32-cast inputs: sums of at most
+            # k * d products (K^T V, then W), each side rounding independently.
+            terms = keys.shape[2] * keys.shape[3]
+            scale = reference.abs().max().clamp_min(1e-30).item()
+            assert max_difference(value / scale, reference / scale) <= float32_tolerance(1.0, terms), field.name
             checked += 1
         assert checked >= 3  # RAF inputs/readouts, K^T V, norm(K)
 
@@ -119,7 +123,7 @@ def test_every_named_variant_under_bf16_autocast_stays_close_to_float32(family, 
     says something about the float32 recurrent term (tested above)."""
     from srformer.config import NAMED_SETTINGS
 
-    model = converted(BUILDERS[family](), **{**SETTINGS, **NAMED_SETTINGS[name]})
+    model = converted(BUILDERS[family](dtype=torch.float32), **{**SETTINGS, **NAMED_SETTINGS[name]})
     ids, mask = padded_batch(model)
     dec = decoder_inputs(model, ids.shape[0], 10)
     assert_bf16_close_to_float32(model, ids, mask, dec)

@@ -43,7 +43,7 @@ def test_non_finite_encoder_output_is_rejected_naming_the_layer(family, bad, whe
 
 
 def test_overflowing_key_value_projection_is_rejected(family):
-    model = converted(BUILDERS[family](), **SETTINGS)
+    model = converted(BUILDERS[family](dtype=torch.float32), **SETTINGS)  # overflows float32's range
     ids, mask = padded_batch(model)
     hidden = encoder_output(model, ids, mask)
     hidden[0, 0] = torch.finfo(torch.float32).max / 4  # finite
@@ -55,7 +55,7 @@ def test_overflowing_key_value_projection_is_rejected(family):
 
 
 def test_overflowing_recurrent_state_is_rejected_with_the_clamp_fix(family):
-    model = converted(BUILDERS[family](), **SETTINGS)
+    model = converted(BUILDERS[family](dtype=torch.float32), **SETTINGS)  # overflows float32's range
     ids, mask = padded_batch(model)
     hidden = encoder_output(model, ids, mask) * 1e19  # keys/values ~1e19: finite; K^T V ~1e38+: overflows
     with pytest.raises(ValueError, match=r"decoder layer 0: the recurrent state .* overflowed to NaN/inf "

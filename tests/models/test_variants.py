@@ -12,6 +12,7 @@ from srformer.config import NAMED_SETTINGS
 from srformer.models import cross_attention_modules
 from tests.models.conftest import BUILDERS, converted, decoder_inputs, padded_batch, plain_generation_config
 from tests.models.test_exactness import step_by_step_logits, teacher_forced_logits
+from tests.tolerance import assert_exact
 
 NAMES = [name for name in NAMED_SETTINGS if name != "full"]
 
@@ -29,10 +30,10 @@ def test_parallel_equals_incremental_and_padding_does_not_matter(family, name):
     dec = decoder_inputs(model, ids.shape[0], 14)
     parallel = teacher_forced_logits(model, ids, mask, dec)
     assert torch.isfinite(parallel).all()
-    assert (parallel - step_by_step_logits(model, ids, mask, dec)).abs().max().item() <= 1e-5
+    assert_exact(step_by_step_logits(model, ids, mask, dec), parallel, "incremental vs parallel")
     for row, n in enumerate(lengths):
         alone = teacher_forced_logits(model, ids[row : row + 1, :n], mask[row : row + 1, :n], dec[row : row + 1])
-        assert (parallel[row : row + 1] - alone).abs().max().item() <= 1e-5
+        assert_exact(alone, parallel[row : row + 1], f"row {row} alone vs batched")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -54,8 +55,7 @@ def test_xl_with_one_segment_covering_the_input_equals_full_attention(family):
     ids, mask = padded_batch(base)
     dec = decoder_inputs(base, ids.shape[0], 10)
     full = teacher_forced_logits(base, ids, mask, dec)
-    diff = (teacher_forced_logits(_model(family, "xl", segment_size=ids.shape[1]), ids, mask, dec) - full).abs().max()
-    assert diff.item() <= 1e-5
+    assert_exact(teacher_forced_logits(_model(family, "xl", segment_size=ids.shape[1]), ids, mask, dec), full, "xl one segment")
 
 
 def _generate(model, ids, mask, **kwargs):
@@ -98,7 +98,7 @@ def test_save_load_round_trip_and_variant_guard(name, tmp_path):
     model.save_pretrained(tmp_path)
     loaded = srformer.from_pretrained(str(tmp_path))
     assert srformer.models.srformer_config_of(loaded) == srformer.models.srformer_config_of(model)
-    assert torch.equal(teacher_forced_logits(loaded, ids, mask, dec), teacher_forced_logits(model, ids, mask, dec))
+    assert_exact(teacher_forced_logits(loaded, ids, mask, dec), teacher_forced_logits(model, ids, mask, dec), "reloaded")
     other = "srformer" if name != "srformer" else "ablation-II"
     with pytest.raises(ValueError, match="was requested"):
         srformer.from_pretrained(str(tmp_path), srformer.named_config(other, segment_size=4, target_length=12))

@@ -9,7 +9,7 @@ and every decoder step costs O(d^2) per head, whatever the encoder length.
 Choices where the paper is silent: the wrapped model's attention scale is not applied (the
 elu+1 kernel is not a softmax, and Katharopoulos et al. use none), attention dropout is not
 applied (there are no attention probabilities), and ``eps`` is ``config.norm_eps``. Products and
-sums accumulate in float32.
+sums accumulate in float32 (in float64 for a float64 model; see ``accumulation_dtype``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from srformer.attention.schedule import real_lengths
-from srformer.attention.state import CrossAttentionState, autocast_off
+from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off
 from srformer.config import SRformerConfig
 
 
@@ -59,7 +59,7 @@ class LinearCrossAttention(nn.Module):
             key_valid: (B, k) bool, True at real encoder positions; None when nothing is padded.
 
         Returns:
-            A state with ``linear_kv`` (B, H, d, d) and ``linear_key_sum`` (B, H, d), float32; it
+            A state with ``linear_kv`` (B, H, d, d) and ``linear_key_sum`` (B, H, d), in float32 or the keys' dtype when wider; it
             holds no encoder-length tensor.
 
         Raises:
@@ -67,19 +67,20 @@ class LinearCrossAttention(nn.Module):
         """
         batch, _, k, _ = keys.shape
         lengths, padded = real_lengths(key_valid, batch, k, keys.device)
-        features = feature_map(keys.float())
+        wide = accumulation_dtype(keys.dtype)
+        features = feature_map(keys.to(wide))
         if padded:
             features = features * key_valid.to(device=keys.device, dtype=features.dtype)[:, None, :, None]
         return CrossAttentionState(
             lengths=lengths,
             num_segments=torch.ones_like(lengths),
             last_segment=torch.full_like(lengths, -1),
-            linear_kv=torch.einsum("bhkd,bhke->bhde", features, values.float()),
+            linear_kv=torch.einsum("bhkd,bhke->bhde", features, values.to(wide)),
             linear_key_sum=features.sum(dim=2),
         )
 
     def _read(self, queries: torch.Tensor, state: CrossAttentionState) -> torch.Tensor:
-        features = feature_map(queries.float())  # (B, H, q, d)
+        features = feature_map(queries.to(state.linear_kv.dtype))  # (B, H, q, d)
         numerator = torch.matmul(features, state.linear_kv)
         denominator = (features * state.linear_key_sum[:, :, None, :]).sum(dim=-1, keepdim=True) + self.config.norm_eps
         return (numerator / denominator).to(queries.dtype)

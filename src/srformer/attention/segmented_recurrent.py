@@ -50,7 +50,7 @@ from torch.nn import functional as F
 from srformer.attention.raf import RecurrentAccumulateAndFire
 from srformer.attention.schedule import compaction_order, num_segments, real_lengths, segment_index
 from srformer.attention.softmax_context import SOFTMAX_VARIANTS, global_tokens, parallel_context, step_context
-from srformer.attention.state import CrossAttentionState, autocast_off
+from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off
 from srformer.config import LEAN_VARIANTS, SRformerConfig
 
 
@@ -179,18 +179,19 @@ class SegmentedRecurrentAttention(nn.Module):
             if self.raf is None:  # ablation III: P_j itself
                 raf_outputs = raf_inputs
             else:
-                zeros = torch.zeros(batch, heads, d, d, dtype=torch.float32, device=device)
+                zeros = raf_inputs.new_zeros(batch, heads, d, d)
                 raf_outputs, _, _ = self.raf.scan(raf_inputs, self._visited(segments, max_segments), zeros, zeros)
             if self.config.ablation == "no_norm":  # ablation II
-                state.key_norm = torch.ones(batch, heads, d, dtype=torch.float32, device=device)
+                state.key_norm = raf_inputs.new_ones(batch, heads, d)
             else:
-                state.key_norm = keys.float().pow(2).sum(dim=2).sqrt() + self.config.norm_eps
+                state.key_norm = keys.to(raf_inputs.dtype).pow(2).sum(dim=2).sqrt() + self.config.norm_eps
             state.raf_readout = raf_outputs * (self.scale / state.key_norm[:, :, None, None, :])
         return state
 
     def _raf_inputs(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """RAF inputs ``x_j = W P_j`` of every segment, (B, H, M, d, d), and ``W K^T V``, (B, H, d, d),
-        in float32 from compacted, zero-padded keys/values (B, H, M*s, d) (Eq. 14-16, A.2).
+        in :func:`~srformer.attention.state.accumulation_dtype` (float32, or float64 for a float64
+        model) from compacted, zero-padded keys/values (B, H, M*s, d) (Eq. 14-16, A.2).
         Under ablation III there is no ``W`` (``x_j = P_j``); under ablation IV ``x_j = W K_j^T V_j``.
 
         ``W`` acts on the last (value) axis, so ``(K_j^T V_j) W^T = K_j^T (V_j W^T)``: without a clamp
@@ -200,14 +201,15 @@ class SegmentedRecurrentAttention(nn.Module):
         """
         batch, heads, _, d = keys.shape
         shape = (batch, heads, -1, self.config.segment_size, d)
-        keys32 = keys.float().view(shape)
+        wide = accumulation_dtype(keys.dtype)
+        keys_wide = keys.to(wide).view(shape)
         if self.config.kv_clamp is None:
-            projected_values = self._project(values.float()).view(shape)
-            segment_products = torch.einsum("bhmsd,bhmse->bhmde", keys32, projected_values)  # W K_j^T V_j
+            projected_values = self._project(values.to(wide)).view(shape)
+            segment_products = torch.einsum("bhmsd,bhmse->bhmde", keys_wide, projected_values)  # W K_j^T V_j
             total = segment_products.sum(dim=2, keepdim=True)
         else:
             c = self.config.kv_clamp
-            segment_products = torch.einsum("bhmsd,bhmse->bhmde", keys32, values.float().view(shape))
+            segment_products = torch.einsum("bhmsd,bhmse->bhmde", keys_wide, values.to(wide).view(shape))
             total = self._project(segment_products.sum(dim=2, keepdim=True).clamp(-c, c))
             segment_products = self._project(segment_products.clamp(-c, c))
         return self._recurrent_input(total, segment_products), total[:, :, 0]
@@ -258,7 +260,7 @@ class SegmentedRecurrentAttention(nn.Module):
         raf_inputs, _ = self._raf_inputs(state.keys, state.values)
         done = self._visited(state.num_segments, max_segments)
         done &= torch.arange(max_segments, device=done.device)[None, :] <= state.last_segment[:, None]
-        zeros = torch.zeros(batch, heads, d, d, dtype=torch.float32, device=done.device)
+        zeros = raf_inputs.new_zeros(batch, heads, d, d)
         _, membrane, raf_output = self.raf.scan(raf_inputs, done, zeros, zeros)
         return replace(lean, membrane=membrane, raf_output=raf_output)
 
@@ -312,7 +314,7 @@ class SegmentedRecurrentAttention(nn.Module):
         if self.has_recurrence:
             # Q_t . out_j for every segment j in one batched matmul (q*M*d numbers per head, less than
             # materialising a (d, d) block per query), then keep each query's own segment.
-            all_segments = torch.einsum("bhqd,bhmde->bhqme", queries.float(), state.raf_readout)
+            all_segments = torch.einsum("bhqd,bhmde->bhqme", queries.to(state.raf_readout.dtype), state.raf_readout)
             pick = segments_of_query[:, None, :, None, None].expand(batch, heads, q, 1, d)
             recurrent = torch.take_along_dim(all_segments, pick, dim=3)[:, :, :, 0]
             output = self._combine(output, recurrent.to(queries.dtype))
@@ -378,7 +380,7 @@ class SegmentedRecurrentAttention(nn.Module):
                 readout, new_state = self._lean_readout(keys, values, segment, state, new_state)
             else:
                 readout = state.raf_readout[rows, :, segment]  # scale * RAF_out_i / norm(K), (B, H, d, d)
-            output = self._combine(output, torch.matmul(queries.float(), readout).to(queries.dtype))
+            output = self._combine(output, torch.matmul(queries.to(readout.dtype), readout).to(queries.dtype))
         return output, new_state
 
     @autocast_off
@@ -393,7 +395,8 @@ class SegmentedRecurrentAttention(nn.Module):
         """Lean layout: fire RAF when the segment changes (Algorithm 1) and return the step's readout
         ``scale * RAF_out_i / norm(K)`` (B, H, d, d) with the updated state. ``keys``/``values``
         (B, H, s, d) are the current segment's, zero at padding."""
-        products = torch.einsum("bhsd,bhse->bhde", keys.float(), values.float())  # K_i^T V_i
+        wide = accumulation_dtype(keys.dtype)
+        products = torch.einsum("bhsd,bhse->bhde", keys.to(wide), values.to(wide))  # K_i^T V_i
         if self.config.kv_clamp is not None:
             products = products.clamp(-self.config.kv_clamp, self.config.kv_clamp)
         raf_input = self._recurrent_input(state.raf_total, self._project(products))  # W P_i (ablation III: no W)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from srformer.attention.state import CrossAttentionState
+from srformer.attention.state import CrossAttentionState, accumulation_dtype
 
 #: Variants whose softmax term is computed here.
 SOFTMAX_VARIANTS: tuple[str, ...] = ("segmented", "srformer", "xl", "longt5")
@@ -37,14 +37,15 @@ def global_tokens(
 
     Returns:
         ``(global_keys, global_values, global_valid)``: (B, H, M, d) each in the keys' dtype
-        (averaged in float32), and (B, M) bool, True for segments that hold a real token.
+        (averaged in float32 or wider), and (B, M) bool, True for segments that hold a real token.
     """
     batch, heads, _, d = keys.shape
     max_segments, s = segment_valid.shape[1:]
     count = segment_valid.sum(dim=2)  # (B, M)
-    divisor = count.clamp(min=1).to(torch.float32)[:, None, :, None]
-    global_keys = keys.float().view(batch, heads, max_segments, s, d).sum(dim=3) / divisor
-    global_values = values.float().view(batch, heads, max_segments, s, d).sum(dim=3) / divisor
+    wide = accumulation_dtype(keys.dtype)
+    divisor = count.clamp(min=1).to(wide)[:, None, :, None]
+    global_keys = keys.to(wide).view(batch, heads, max_segments, s, d).sum(dim=3) / divisor
+    global_values = values.to(wide).view(batch, heads, max_segments, s, d).sum(dim=3) / divisor
     return global_keys.to(keys.dtype), global_values.to(values.dtype), count > 0
 
 

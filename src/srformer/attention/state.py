@@ -21,7 +21,8 @@ def autocast_off(method: Callable) -> Callable:
     """Decorator for the methods that build or update per-sequence state (``K^T V`` products, ``W``,
     ``norm(K)``, the RAF membrane): they run with autocast off on the device of their first argument
     (a tensor, or a :class:`CrossAttentionState`), so that under bf16/fp16 autocast these einsums and
-    linear layers still compute in float32 (autocast would otherwise recast their float32 inputs)."""
+    linear layers still compute in float32 or wider (autocast would otherwise recast their inputs to
+    its low-precision dtype; see :func:`accumulation_dtype`)."""
 
     @functools.wraps(method)
     def wrapper(self, first, *args, **kwargs):
@@ -30,6 +31,21 @@ def autocast_off(method: Callable) -> Callable:
             return method(self, first, *args, **kwargs)
 
     return wrapper
+
+
+def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype in which per-sequence state (``K^T V`` products, ``W P_i``, ``norm(K)``, the RAF
+    membrane) is accumulated for inputs of ``dtype``: float32 as a floor under reduced precision
+    (bf16/fp16 keys and values, or autocast), and the input's own dtype when it is wider (a float64
+    model keeps a float64 state, so ``torch.autograd.gradcheck`` and float64 references apply).
+
+    Args:
+        dtype: a floating dtype (the projected keys'/values'/queries' dtype).
+
+    Returns:
+        ``torch.promote_types(dtype, torch.float32)``.
+    """
+    return torch.promote_types(dtype, torch.float32)
 
 
 @dataclass
@@ -57,20 +73,20 @@ class CrossAttentionState:
             (its segment's rows are gathered from the encoder output); None otherwise.
         segment_table: (B, T+1) long, ``i(t)`` for ``t = 0 .. T`` (later steps use column T).
         segment_valid: (B, M, s) bool, which compacted positions of each segment are real.
-        raf_readout: standard layout: (B, H, M, d, d) float32 ``scale * RAF_out_j / norm(K)``: the
+        raf_readout: standard layout: (B, H, M, d, d) accumulation-dtype ``scale * RAF_out_j / norm(K)``: the
             RAF output in force while segment ``j`` is attended (Eq. 13-16, A.2), computed once for
             every visited segment, with the attention scale and ``norm(K)`` folded in, so that
             ``O_R[t] = Q_t . raf_readout[i(t)]``. None in the lean layout or without recurrence.
-        raf_total: (B, H, d, d) float32 ``W K^T V`` over real positions (Eq. 15; ``W`` is the RAF
+        raf_total: (B, H, d, d) accumulation-dtype ``W K^T V`` over real positions (Eq. 15; ``W`` is the RAF
             linear layer, applied on the last axis), or None without recurrent attention.
-        key_norm: (B, H, d) float32 ``norm(K) + eps`` over real positions (Eq. 13), or None.
-        membrane: lean layout: (B, H, d, d) float32 RAF membrane potential; None otherwise.
-        raf_output: lean layout: (B, H, d, d) float32 RAF output of the current segment; None otherwise.
+        key_norm: (B, H, d) accumulation-dtype ``norm(K) + eps`` over real positions (Eq. 13), or None.
+        membrane: lean layout: (B, H, d, d) accumulation-dtype RAF membrane potential; None otherwise.
+        raf_output: lean layout: (B, H, d, d) accumulation-dtype RAF output of the current segment; None otherwise.
         global_keys: ``longt5``: (B, H, M, d) mean of each segment's real keys; None otherwise.
         global_values: ``longt5``: (B, H, M, d) mean of each segment's real values; None otherwise.
         global_valid: ``longt5``: (B, M) bool, segments holding a real token; None otherwise.
-        linear_kv: ``linear``: (B, H, d, d) float32 ``phi(K)^T V`` over real positions; None otherwise.
-        linear_key_sum: ``linear``: (B, H, d) float32 ``sum_j phi(K_j)`` over real positions.
+        linear_kv: ``linear``: (B, H, d, d) accumulation-dtype ``phi(K)^T V`` over real positions; None otherwise.
+        linear_key_sum: ``linear``: (B, H, d) accumulation-dtype ``sum_j phi(K_j)`` over real positions.
     """
 
     lengths: torch.Tensor

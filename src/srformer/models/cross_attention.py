@@ -109,7 +109,7 @@ def run_cross_attention(
         # Built once per sequence; a lean state meeting a multi-token chunk is rebuilt in the
         # standard layout (its RAF outputs do not depend on the tokens decoded so far).
         keys, values = project(key_value_states)
-        state = attention.init_state(keys, values, key_padding_from_mask(mask, keys.shape[2]))  # float32 state
+        state = attention.init_state(keys, values, key_padding_from_mask(mask, keys.shape[2]))  # float32-or-wider state
         check_finite_state(key_value_states, keys, values, state, layer_idx, attention)
 
     start = 0 if cache is None else cache.self_attention_cache.get_seq_length(layer_idx) - q_len
