@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, fields, replace
 #: ``full``: the model's unchanged cross attention.
 #: ``segmented``: softmax attention over the current segment only (paper Eq. 6, ``O_S``).
 #: ``srformer``: segmented attention plus recurrent attention (paper Eq. 11 and 13).
-#: The paper's baselines (Sec. 4.2, Figure 4; SRFORMER_NOTES "Baselines"), on the same schedule:
+#: The paper's baselines (Sec. 4.2, Figure 4; docs/design.md "Baselines and ablations"), on the same schedule:
 #: ``xl``: Transformer-XL-style memory, softmax over the current segment and the previous one,
 #: whose keys/values get no gradient (2s keys).
 #: ``longt5``: LongT5-style global tokens, softmax over the current segment plus one global token
@@ -48,7 +48,7 @@ class SRformerConfig:
             which case ``segmented`` attention equals full attention.
         target_length: ``T``, the fixed decoder length (tokens) used by the segment schedule
             ``i(t) = min(floor(t * m / T), m - 1)`` (paper Sec. 3.1, Algorithm 1). The same value
-            is used in training and in generation (see SRFORMER_NOTES, "Segment schedule").
+            is used in training and in generation (see docs/design.md, "Segment schedule").
         raf_leak_init: initial value of the RAF leak (Appendix A.2 pseudo code: 1.0).
         raf_threshold_init: initial value of the RAF threshold (Appendix A.2: 0.1).
         raf_linear_init_scale: factor applied to PyTorch's default initialisation of the RAF linear
@@ -57,7 +57,8 @@ class SRformerConfig:
             init the recurrent term is a large random perturbation right after conversion (a
             trained t5-tiny full-attention model on ACLSum validation: loss 5.92; converted to
             segmented: 6.04; to srformer with scale 1.0: 9.00; with 1e-3: 6.04, while 25% of the
-            RAF units still fire, so ``W``, leak and threshold get gradients). See the README.
+            RAF units still fire, so ``W``, leak and threshold get gradients). See docs/design.md,
+            "Initialisation".
         norm_eps: epsilon added to ``norm(K)`` before dividing (Eq. 13).
         kv_clamp: if set, clamp ``K^T V`` and every ``K_j^T V_j`` to ``[-kv_clamp, kv_clamp]``
             (the BART authors used 2.0). ``None`` (default) disables the clamp: masking is exact.

@@ -1,8 +1,8 @@
 """Linear cross attention (Katharopoulos et al. 2020), the ``linear`` baseline.
 
 ``O[t] = phi(Q_t) (phi(K)^T V) / (phi(Q_t) . sum_j phi(K_j) + eps)`` with ``phi(x) = elu(x) + 1``,
-over every real encoder position (SRFORMER_NOTES, "Baselines": the special case of recurrent
-attention with s = 1 and no RAF, with its own normaliser). Cross attention has no causal mask, so
+over every real encoder position (``docs/design.md``, "Baselines and ablations": the special case of
+recurrent attention with s = 1 and no RAF, with its own normaliser). Cross attention has no causal mask, so
 ``phi(K)^T V`` (d x d per head) and ``sum_j phi(K_j)`` (d per head) are computed once per sequence
 and every decoder step costs O(d^2) per head, whatever the encoder length.
 

@@ -9,7 +9,7 @@ from torch import nn
 class RecurrentAccumulateAndFire(nn.Module):
     """Leaky accumulate-and-fire neuron with a learnable leak and threshold and a soft reset.
 
-    One firing (Appendix A.2, SRFORMER_NOTES "Recurrent attention")::
+    One firing (Appendix A.2; ``docs/design.md``, "RAF neuron")::
 
         x   = W P                    # bias-free Linear(d, d) on the last axis
         mem = leak * mem + x

@@ -1,8 +1,8 @@
 """The segment schedule: which encoder segment a decoder step attends to.
 
 Paper Sec. 3.1 and Algorithm 1: ``i(t) = min(floor(t * m / T), m - 1)`` with ``m = ceil(k / s)``
-segments of ``s`` encoder tokens. Following SRFORMER_NOTES ("Segment schedule"), ``T`` is a fixed
-target length (the same in training and generation) and ``m`` is computed per example from its
+segments of ``s`` encoder tokens. As described in ``docs/design.md`` ("Segment schedule"), ``T`` is a
+fixed target length (the same in training and generation) and ``m`` is computed per example from its
 real, unpadded encoder length.
 """
 

@@ -1,7 +1,8 @@
 """Segmented recurrent cross attention as one ``nn.Module`` over projected queries/keys/values.
 
 Implements paper Eq. 6 (segmented attention ``O_S``), Eq. 13-16 (recurrent attention ``O_R``)
-and Eq. 11 (``O = O_S + O_R``) with the interpretation fixed by SRFORMER_NOTES:
+and Eq. 11 (``O = O_S + O_R``) with the interpretation described in ``docs/design.md``
+("Recurrent attention", "RAF neuron"):
 
 * ``KV = sum_j K_j^T V_j`` over real positions only, all ``K_j^T V_j`` in one einsum;
   ``P_i = KV - K_i^T V_i`` (Eq. 16).
@@ -23,8 +24,8 @@ output of its segment. The lean layout keeps no per-segment tensors and fires RA
 once per segment change, from ``K^T V``, the membrane and the last segment index (Algorithm 1).
 Both give the same outputs (tested).
 
-The same module computes the paper's segment-based baselines and ablations (SRFORMER_NOTES,
-"Baselines"; paper Figure 4 and Table 3): the softmax context of ``xl`` and ``longt5`` comes from
+The same module computes the paper's segment-based baselines and ablations (``docs/design.md``,
+"Baselines and ablations"; paper Figure 4 and Table 3): the softmax context of ``xl`` and ``longt5`` comes from
 :mod:`srformer.attention.softmax_context`; the ablations change the recurrent term:
 
 * (I) ``recurrent_only``: ``O = O_R`` (no ``O_S``).

@@ -5,7 +5,7 @@ All variants share the segment schedule ``i(t)`` (Algorithm 1) and the compacted
 compacted positions ``j*s .. j*s + s - 1``):
 
 * ``segmented`` / ``srformer`` (Eq. 6, ``O_S``): the ``s`` keys of segment ``i(t)``.
-* ``xl`` (Transformer-XL-style memory, Dai et al. 2019; SRFORMER_NOTES "Baselines"): segment
+* ``xl`` (Transformer-XL-style memory, Dai et al. 2019; ``docs/design.md``, "Baselines and ablations"): segment
   ``i(t)`` and segment ``i(t) - 1``, whose keys/values are a stop-gradient memory (2s keys; at
   ``i(t) = 0`` only the current segment).
 * ``longt5`` (LongT5-style transient global tokens, Guo et al. 2022): segment ``i(t)`` plus one

@@ -3,8 +3,8 @@
 The state lives inside the Hugging Face ``EncoderDecoderCache`` (its cross-attention part), in a
 :class:`SRformerCacheLayer` that replaces the layer's ``DynamicLayer``. Every cache operation that
 ``generate()`` performs — beam reordering, batch repetition and selection, offloading, reset —
-therefore applies to every state tensor, not only to the keys and values (SRFORMER_NOTES,
-"Generation path").
+therefore applies to every state tensor, not only to the keys and values (``docs/design.md``,
+"Generation cache").
 """
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ def run_cross_attention(
     and stored in the cache's cross-attention part as an :class:`SRformerCacheLayer` (in the lean
     layout when ``lean_cache`` is set); later single-token passes take the incremental path. The
     decoder position is ``self_attention_cache.get_seq_length(layer_idx) - q`` because the layer's
-    self attention has already appended the current tokens (SRFORMER_NOTES, "Generation path").
+    self attention has already appended the current tokens (``docs/design.md``, "Two paths, one function").
 
     Args:
         attention: the layer's SRformer module.
