@@ -1,27 +1,30 @@
-"""The RAF neuron of Appendix A.2."""
+"""The RAF neuron of Appendix A.2 (float64 modules: exactness, see tests/tolerance.py)."""
 
 import torch
 
 from srformer.attention.raf import RecurrentAccumulateAndFire
+from tests.tolerance import assert_exact
 
 
 def test_fire_matches_the_appendix_pseudo_code():
-    raf = RecurrentAccumulateAndFire(2, leak_init=0.5, threshold_init=0.2)
-    mem = torch.tensor([[0.1, -0.3], [0.0, 0.4]])
-    x = torch.tensor([[0.3, 0.1], [-0.1, 0.05]])
+    raf = RecurrentAccumulateAndFire(2, leak_init=0.5, threshold_init=0.2).double()
+    mem = torch.tensor([[0.1, -0.3], [0.0, 0.4]], dtype=torch.float64)
+    x = torch.tensor([[0.3, 0.1], [-0.1, 0.05]], dtype=torch.float64)
     new_mem, out = raf.fire(mem, x)
-    expected_mem = 0.5 * mem + x
-    y = expected_mem / 0.2 - 1
+    leak, threshold = raf.leak.detach(), raf.threshold.detach()  # 0.5 and 0.2 rounded to float32, then widened
+    expected_mem = leak * mem + x
+    y = expected_mem / threshold - 1
     expected_out = torch.relu(y)
-    expected_mem = expected_mem - 0.2 * (y > 0).float()
-    assert torch.allclose(out, expected_out) and torch.allclose(new_mem, expected_mem)
+    expected_mem = expected_mem - threshold * (y > 0).double()
+    assert_exact(out, expected_out, "output")
+    assert_exact(new_mem, expected_mem, "membrane")
 
 
 def test_project_is_a_bias_free_linear_on_the_last_axis():
-    raf = RecurrentAccumulateAndFire(3)
-    p = torch.randn(2, 3, 3)
+    raf = RecurrentAccumulateAndFire(3).double()
+    p = torch.randn(2, 3, 3, dtype=torch.float64)
     assert raf.linear.bias is None
-    assert torch.allclose(raf.project(p), p @ raf.linear.weight.T)
+    assert_exact(raf.project(p), p @ raf.linear.weight.T, "W P")
 
 
 def test_scan_only_fires_where_asked_and_carries_state_elsewhere():
@@ -33,8 +36,8 @@ def test_scan_only_fires_where_asked_and_carries_state_elsewhere():
     outputs, mem, out = raf.scan(x, fires, zeros, zeros)
     m0, o0 = raf.fire(zeros, x[:, :, 0])
     m2, o2 = raf.fire(m0, x[:, :, 2])
-    assert torch.allclose(outputs[:, :, 0], o0) and torch.allclose(outputs[:, :, 1], o0)
-    assert torch.allclose(outputs[:, :, 2], o2) and torch.allclose(mem, m2) and torch.allclose(out, o2)
+    assert torch.equal(outputs[:, :, 0], o0) and torch.equal(outputs[:, :, 1], o0)  # the same fire() calls
+    assert torch.equal(outputs[:, :, 2], o2) and torch.equal(mem, m2) and torch.equal(out, o2)
 
 
 def test_gradients_reach_leak_threshold_and_linear():
@@ -52,4 +55,4 @@ def test_linear_init_scale_multiplies_the_default_initialisation():
     full = RecurrentAccumulateAndFire(8).linear.weight
     torch.manual_seed(0)
     small = RecurrentAccumulateAndFire(8, linear_init_scale=1e-3).linear.weight
-    assert torch.allclose(small, full * 1e-3)
+    assert torch.equal(small, full * 1e-3)  # one multiplication of the same numbers

@@ -10,20 +10,21 @@ from hypothesis import strategies as st
 from srformer.attention.segmented_recurrent import SegmentedRecurrentAttention
 from srformer.attention.state import SRformerCacheLayer
 from srformer.config import SRformerConfig
+from tests.tolerance import assert_exact, exact_tolerance
 
 
 def _module(variant="srformer", segment_size=3, target_length=8, head_dim=4, scale=1.0, **kw):
     torch.manual_seed(0)
     kw.setdefault("raf_linear_init_scale", 1.0)  # a large recurrent term, so errors in it show
-    return SegmentedRecurrentAttention(SRformerConfig(variant=variant, segment_size=segment_size,
-                                                      target_length=target_length, **kw), head_dim, scale)
+    config = SRformerConfig(variant=variant, segment_size=segment_size, target_length=target_length, **kw)
+    return SegmentedRecurrentAttention(config, head_dim, scale).double()  # float64: exactness (tests/tolerance.py)
 
 
 def _inputs(batch, heads, k, q, d, lengths, seed=0):
     g = torch.Generator().manual_seed(seed)
-    keys = torch.randn(batch, heads, k, d, generator=g)
-    values = torch.randn(batch, heads, k, d, generator=g)
-    queries = torch.randn(batch, heads, q, d, generator=g)
+    keys = torch.randn(batch, heads, k, d, generator=g, dtype=torch.float64)
+    values = torch.randn(batch, heads, k, d, generator=g, dtype=torch.float64)
+    queries = torch.randn(batch, heads, q, d, generator=g, dtype=torch.float64)
     valid = torch.arange(k)[None, :] < torch.tensor(lengths)[:, None]
     return queries, keys, values, valid
 
@@ -61,10 +62,9 @@ def test_parallel_equals_incremental_for_random_shapes_and_padding(batch, heads,
     parallel, final_parallel = module(queries, state)
     incremental, final_incremental = _incremental(module, queries, state)
     assert torch.isfinite(parallel).all()
-    # 1e-5, scaled by the output magnitude when it exceeds 1: random N(0, 1) keys with a full-size
-    # RAF init give outputs up to ~50, where one float32 ulp is ~5e-6 and the BLAS blocking of the
-    # padded and unpadded shapes differs by an ulp (hypothesis found a 1.1e-5 case at magnitude 44).
-    tol = 1e-5 * max(1.0, parallel.abs().max().item())
+    # float64, scaled by the output magnitude above 1: random N(0, 1) keys with a full-size RAF init
+    # give outputs up to ~50, and the padded and unpadded shapes sum in different orders.
+    tol = exact_tolerance(parallel)
     assert (parallel - incremental).abs().max().item() <= tol
     assert torch.equal(final_parallel.last_segment, final_incremental.last_segment)
     # The lean layout fires RAF incrementally from K^T V and projects each segment on demand.
@@ -86,7 +86,7 @@ def test_segmented_output_only_reads_its_segment():
     for t in range(4):  # m = 4 = T, so query t attends to segment t
         seg = slice(4 * t, 4 * t + 4)
         expected = torch.softmax(queries[0, 0, t] @ keys[0, 0, seg].T, -1) @ values[0, 0, seg]
-        assert torch.allclose(out[0, 0, t], expected, atol=1e-6)
+        assert_exact(out[0, 0, t], expected, f"step {t}")
 
 
 def test_recurrent_term_excludes_padding_from_kv_and_norm():
@@ -96,9 +96,9 @@ def test_recurrent_term_excludes_padding_from_kv_and_norm():
     garbage[:, :, 6:] = 1e3
     a, _ = module(queries, module.init_state(keys, values, valid))
     state = module.init_state(keys, values, valid)
-    assert torch.allclose(state.key_norm, keys[:, :, :6].pow(2).sum(2).sqrt() + 1e-6)
+    assert_exact(state.key_norm, keys[:, :, :6].pow(2).sum(2).sqrt() + 1e-6, "norm(K)")
     c, _ = module(queries, module.init_state(garbage, values, valid))
-    assert (a - c).abs().max().item() <= 1e-6
+    assert_exact(c, a, "garbage in padding")
 
 
 def test_empty_document_is_rejected():
@@ -149,7 +149,7 @@ def test_step_after_reordering_uses_the_reordered_state():
     layer.reorder_cache(torch.tensor([1, 0]))
     swapped, _ = module.step(queries[[1, 0], :, 3:4], layer.state, position=3)
     straight, _ = module.step(queries[:, :, 3:4], state, position=3)
-    assert torch.allclose(swapped, straight[[1, 0]], atol=1e-6)
+    assert_exact(swapped, straight[[1, 0]], "reordered step")
 
 
 def test_projecting_values_first_equals_projecting_products():
@@ -161,7 +161,8 @@ def test_projecting_values_first_equals_projecting_products():
     state = fast.init_state(keys, values, valid)
     a, total_a = fast._raf_inputs(state.keys, state.values)
     b, total_b = clamped._raf_inputs(state.keys, state.values)
-    assert torch.allclose(a, b, atol=1e-4) and torch.allclose(total_a, total_b, atol=1e-4)
+    assert_exact(a, b, "RAF inputs")
+    assert_exact(total_a, total_b, "W K^T V")
 
 
 def test_clamped_products_keep_parallel_incremental_and_lean_paths_equal():
@@ -172,5 +173,6 @@ def test_clamped_products_keep_parallel_incremental_and_lean_paths_equal():
     incremental, _ = _incremental(module, queries, state)
     lean, _ = _incremental(module, queries, module.lean(state), _rows_of(keys, values))
     unclamped, _ = _module(segment_size=3, target_length=6)(queries, _module(segment_size=3, target_length=6).init_state(keys, values, valid))
-    assert (parallel - incremental).abs().max() <= 1e-5 and (parallel - lean).abs().max() <= 1e-5
+    assert_exact(incremental, parallel, "incremental")
+    assert_exact(lean, parallel, "lean")
     assert (parallel - unclamped).abs().max() > 1e-3  # the clamp changed something
