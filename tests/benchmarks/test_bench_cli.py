@@ -22,6 +22,7 @@ def quick_run(tmp_path_factory):
     return output
 
 
+@pytest.mark.slow
 def test_quick_run_writes_every_output_file(quick_run):
     for name in OUTPUT_FILES:
         assert (quick_run / name).is_file(), name
@@ -33,6 +34,7 @@ def test_quick_run_writes_every_output_file(quick_run):
     assert "encoder excluded" in report or "excludes the encoder" in report
 
 
+@pytest.mark.slow
 def test_every_record_is_well_formed(quick_run):
     rows = json.loads((quick_run / "bench.json").read_text())
     assert rows, "no records"
@@ -47,6 +49,7 @@ def test_every_record_is_well_formed(quick_run):
     assert len(read_records_json(quick_run / "bench.json")) == len(rows)  # the reader validates too
 
 
+@pytest.mark.slow
 def test_quick_run_measures_every_metric_and_variant(quick_run):
     records = read_records_json(quick_run / "bench.json")
     metrics = {r.metric for r in records}
@@ -60,6 +63,7 @@ def test_quick_run_measures_every_metric_and_variant(quick_run):
     assert all("encoder excluded" in r.note for r in records if r.metric == "generate_throughput")
 
 
+@pytest.mark.slow
 def test_quick_run_cache_bytes_follow_the_layouts(quick_run):
     records = read_records_json(quick_run / "bench.json")
     cache = {(r.variant, r.encoder_length): r.value for r in records if r.metric == "cross_attention_cache_bytes"}
@@ -83,6 +87,7 @@ def test_cuda_on_a_cpu_machine_is_a_clear_error(tmp_path, capsys):
     assert "no CUDA" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_quick_run_of_the_baselines_fills_their_columns(tmp_path):
     """xl, longt5 and linear are opt-in; linear has no segment size and appears in every segment row."""
     assert main(["bench", "--quick", "--output", str(tmp_path), "--no-progress", "--sections", "step", "memory",

@@ -22,6 +22,7 @@ TINY = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not DATA.is_dir(), reason="needs the shared xsum_sample data")
 def test_tiny_grid_writes_tables_plots_and_json_and_skips_finished_cells(tmp_path, monkeypatch, capsys):
     out = tmp_path / "cmp"
@@ -128,6 +129,7 @@ def test_seed_spread_uses_the_sample_standard_deviation():
     assert seed_spread([5.0]).std == 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not DATA.is_dir(), reason="needs the shared xsum_sample data")
 def test_a_trained_checkpoint_is_the_base_with_zero_base_steps(tmp_path):
     """The paper's protocol: convert a given full-attention checkpoint (here a local one; a hub id

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from srformer.experiments.aclsum import ComparisonSettings, run_aclsum_comparison
 
 
+@pytest.mark.slow
 def test_tiny_aclsum_comparison_writes_results_and_skips_finished_stages(tmp_path):
     settings = ComparisonSettings(
         base_steps=3, finetune_steps=2, max_test_examples=3, max_new_tokens=8, max_source_length=64,
