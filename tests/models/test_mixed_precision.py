@@ -13,14 +13,16 @@ import torch
 
 from srformer.attention.segmented_recurrent import SegmentedRecurrentAttention
 from tests.models.conftest import BUILDERS, converted, decoder_inputs, padded_batch
-from tests.tolerance import float32_tolerance, max_difference
 from tests.models.test_exactness import step_by_step_logits, teacher_forced_logits
+from tests.tolerance import float32_tolerance, max_difference
 
 SETTINGS = dict(variant="srformer", segment_size=8, target_length=12)
 ACTIVATION_SCALE = 300.0
-# Measured max |bf16 - fp32| / max |fp32|: T5 1.1% teacher-forced, 1.4% step by step; BART 1.4% both.
-# bf16 keeps 8 bits of mantissa (relative rounding 2^-9 = 0.2%) and every layer adds some.
-RELATIVE_TOLERANCE = 0.05
+# Not an exactness check: bf16 keeps 8 significant bits (unit roundoff u = 2^-9 ~= 0.2%), and the
+# logits pass through about 25 bf16-rounded operations in these 2+2-layer models (projections,
+# attention, feed-forward, norms, LM head), each adding up to u relative to the largest logit:
+# 25 u ~= 5%. (Seen on one CPU: 1.1-1.4%.) The recurrent term moves the logits by far more (below).
+RELATIVE_TOLERANCE = 25 * 2.0**-9
 
 
 def large_activation_model(family: str, **settings):
