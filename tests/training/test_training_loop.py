@@ -88,7 +88,7 @@ def test_interrupted_and_resumed_run_matches_uninterrupted(make_model, tmp_path,
     handle.remove()
     assert not victim.training
     state = json.loads((find_checkpoint(tmp_path / "split") / "trainer_state.json").read_text())
-    assert 0 < state["step"] < settings.max_steps
+    assert 0 < state["global_step"] < settings.max_steps
 
     resumed = make_model(seed=123, dropout=dropout)  # weights must come from the checkpoint
     result = train(resumed, tokenizer, features, tmp_path / "split", settings, resume=True, save_final=False)
@@ -109,8 +109,10 @@ def test_time_budget_stops_with_checkpoint_and_resume_matches(make_model, tmp_pa
     assert first.stopped_by == "time_budget"
     assert first.steps == 1
     state = json.loads((tmp_path / "split" / "checkpoint" / "trainer_state.json").read_text())
-    assert state["step"] == 1
-    assert state["loss_history"] == [[1, first.final_loss]]
+    assert state["global_step"] == 1
+    assert [(entry["step"], entry["loss"]) for entry in state["log_history"] if "loss" in entry] == [
+        (1, first.final_loss)
+    ]
 
     resumed = make_model(seed=7)
     second = train(resumed, tokenizer, features, tmp_path / "split", settings, resume=True, save_final=False)
