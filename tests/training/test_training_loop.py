@@ -208,3 +208,17 @@ def test_rejects_bad_features(make_model, tmp_path, tokenizer):
     with pytest.raises(ValueError, match="labels"):
         train(make_model(), tokenizer, [{"input_ids": [3, 1]}], tmp_path, settings)
     assert not any(tmp_path.iterdir())
+
+
+def test_an_accumulated_step_logs_the_mean_of_its_micro_batch_losses(make_model, tmp_path, tokenizer, features):
+    """T5 takes **kwargs but ignores the Trainer's num_items_in_batch; the Trainer must still divide by the
+    accumulation steps (else loss and gradients are doubled here). The same two first batches, taken as one
+    accumulated step and as two steps with a learning rate too small to move any float32 weight, give the
+    same mean loss up to the rounding of one float32 addition and halving (< 1e-6 relative)."""
+    accumulated = train(make_model(), tokenizer, features, tmp_path / "accumulated",
+                        settings_for(max_steps=1, warmup_steps=0, batch_size=2, gradient_accumulation_steps=2,
+                                     log_every=1), save_final=False)
+    separate = train(make_model(), tokenizer, features, tmp_path / "separate",
+                     settings_for(max_steps=2, warmup_steps=0, batch_size=2, log_every=2, save_every=2,
+                                  learning_rate=1e-30), save_final=False)
+    assert accumulated.final_loss == pytest.approx(separate.final_loss, rel=1e-6)

@@ -14,9 +14,10 @@ from typing import Any
 
 from torch.utils.data import Dataset
 from transformers import DataCollatorForSeq2Seq, PreTrainedModel, PreTrainedTokenizerBase, PrinterCallback
+from transformers.utils import logging as transformers_logging
 
 from srformer.training.checkpoint import RUN_STATE_NAME, TRAINER_STATE_NAME, find_checkpoint
-from srformer.training.distributed import check_mixed_precision, process_state
+from srformer.training.distributed import check_backend, check_mixed_precision, process_state
 from srformer.training.settings import TrainingSettings
 from srformer.training.trainer import RunControl, SRformerTrainer, training_arguments
 
@@ -185,8 +186,9 @@ def train(
         ValueError: If ``train_features`` is empty or an example lacks ``input_ids``/``labels``; or if
             ``resume`` is False and ``output_dir`` already holds a checkpoint (pass ``resume=True`` /
             ``--resume``, or choose another output directory); or for ``mixed_precision="fp16"``
-            on a CPU (see :func:`check_mixed_precision`).
-        ImportError, ValueError: From transformers for a DeepSpeed/FSDP setup it cannot run.
+            on a CPU (see :func:`check_mixed_precision`); or for DeepSpeed without its package, FSDP on a
+            CPU (see :func:`check_backend`), or DeepSpeed/FSDP that accelerate did not apply (not launched
+            as several accelerator processes).
         FileNotFoundError, RuntimeError: From checkpoint loading when the checkpoint does not fit.
     """
     call_start = time.monotonic()
@@ -200,6 +202,7 @@ def train(
         warnings.warn(f"resume=True but {output_dir} holds no checkpoint; starting a fresh run.", stacklevel=2)
     state = process_state()
     check_mixed_precision(settings.mixed_precision, state.device)
+    check_backend(settings, state.device)
 
     saved: dict[str, Any] = {}
     saved_trainer_state: dict[str, Any] = {}
@@ -223,6 +226,15 @@ def train(
         callbacks=[control],
     )
     trainer.remove_callback(PrinterCallback)  # RunControl logs each window through `logging` instead
+    for requested, enabled, option in ((settings.deepspeed is not None, trainer.is_deepspeed_enabled, "--deepspeed"),
+                                       (settings.fsdp, trainer.is_fsdp_enabled, "--fsdp")):
+        if requested and not enabled:  # accelerate ignores both outside a multi-process accelerator launch
+            raise ValueError(f"{option} was not applied by accelerate (distributed type "
+                             f"{trainer.accelerator.distributed_type}); launch one process per GPU with "
+                             "accelerate launch, torchrun or deepspeed.")
+    bars_were_enabled = transformers_logging.is_progress_bar_enabled()
+    if not settings.progress:  # also transformers' "Writing model shards" bar of every checkpoint
+        transformers_logging.disable_progress_bar()
     try:
         if existing is not None and int(saved_trainer_state["global_step"]) >= settings.max_steps:
             logger.info("Checkpoint %s already reached max_steps=%d; not training.", existing, settings.max_steps)
@@ -260,6 +272,8 @@ def train(
             trainer.accelerator.wait_for_everyone()
     finally:
         model.eval()
+        if bars_were_enabled:
+            transformers_logging.enable_progress_bar()
 
     return TrainingResult(
         steps=steps, seconds=seconds, final_loss=final_loss, loss_history=loss_history, stopped_by=control.stopped_by

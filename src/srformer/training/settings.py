@@ -57,13 +57,16 @@ class TrainingSettings:
         batch_size: Examples per batch and per process (>= 1).
         gradient_accumulation_steps: Batches accumulated per optimizer step (>= 1).
         max_grad_norm: Global gradient-norm clipping threshold (> 0), or 0 to disable clipping.
-        save_every: Interval between checkpoints (steps, >= 1). A checkpoint is also written at the end.
-        log_every: Interval between loss-history entries and progress-bar updates (steps, >= 1).
-        seed: Seed for Python/NumPy/torch RNGs and data shuffling (0 <= seed < 2**32). Epoch ``e`` is
-            shuffled with a generator seeded ``seed + e``.
-        progress: Whether to show a tqdm progress bar.
+        save_every: Interval between checkpoints (steps, >= 1; ``TrainingArguments.save_steps``). A checkpoint is
+            also written at the end.
+        log_every: Interval between loss-history entries (steps, >= 1; ``TrainingArguments.logging_steps``); a
+            checkpoint and the end of training close a window early.
+        seed: Seed for Python/NumPy/torch RNGs and data shuffling (0 <= seed < 2**32; ``TrainingArguments.seed``
+            and ``data_seed``). Epoch ``e`` is shuffled with a generator seeded ``seed + e``.
+        progress: Whether to show the Trainer's tqdm progress bar (False also hides transformers' bars while
+            checkpoints are written).
         mixed_precision: ``"no"`` (float32), ``"bf16"`` or ``"fp16"``: the forward pass runs under autocast in
-            that dtype (``Accelerator(mixed_precision=...)``; fp16 adds loss scaling). The weights, the optimizer
+            that dtype (``TrainingArguments(bf16=True)`` / ``(fp16=True)``; fp16 adds loss scaling). The weights, the optimizer
             and SRformer's ``K^T V`` products, ``norm(K)`` and RAF state stay float32. fp16 needs a GPU; on a CPU
             only ``"bf16"`` works.
         gradient_checkpointing: Recompute each layer's activations in the backward pass instead of storing them

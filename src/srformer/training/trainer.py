@@ -81,6 +81,7 @@ def training_arguments(settings: TrainingSettings, output_dir: str | os.PathLike
         report_to=list(settings.report_to) or "none",
         use_cpu=use_cpu,
         remove_unused_columns=False,
+        ddp_find_unused_parameters=False,  # every parameter of every variant gets a gradient in each step
         dataloader_num_workers=0,
     )
 
