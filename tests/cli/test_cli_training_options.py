@@ -11,12 +11,11 @@ from argparse import Namespace
 import pytest
 import torch
 
-from srformer.training import TrainingSettings, loop
-from srformer.training.trainer import training_arguments as training_arguments_of
-
 from srformer.cli.main import main
 from srformer.cli.train_command import mixed_precision
 from srformer.data.pairs import load_aclsum
+from srformer.training import TrainingSettings, loop
+from srformer.training.trainer import training_arguments as training_arguments_of
 
 
 @pytest.fixture(scope="module")

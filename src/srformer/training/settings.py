@@ -66,9 +66,9 @@ class TrainingSettings:
         progress: Whether to show the Trainer's tqdm progress bar (False also hides transformers' bars while
             checkpoints are written).
         mixed_precision: ``"no"`` (float32), ``"bf16"`` or ``"fp16"``: the forward pass runs under autocast in
-            that dtype (``TrainingArguments(bf16=True)`` / ``(fp16=True)``; fp16 adds loss scaling). The weights, the optimizer
-            and SRformer's ``K^T V`` products, ``norm(K)`` and RAF state stay float32. fp16 needs a GPU; on a CPU
-            only ``"bf16"`` works.
+            that dtype (``TrainingArguments(bf16=True)`` / ``(fp16=True)``; fp16 adds loss scaling). The weights, the
+            optimizer and SRformer's ``K^T V`` products, ``norm(K)`` and RAF state stay float32. fp16 needs a GPU;
+            on a CPU only ``"bf16"`` works.
         gradient_checkpointing: Recompute each layer's activations in the backward pass instead of storing them
             (``TrainingArguments(activation_checkpointing=True)``, non-reentrant): less memory, about one more
             forward pass of time, the same loss and gradients. The model keeps it enabled after training.
