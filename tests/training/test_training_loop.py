@@ -88,7 +88,7 @@ def test_interrupted_and_resumed_run_matches_uninterrupted(make_model, tmp_path,
     handle.remove()
     assert not victim.training
     state = json.loads((find_checkpoint(tmp_path / "split") / "trainer_state.json").read_text())
-    assert 0 < state["step"] < settings.max_steps
+    assert 0 < state["global_step"] < settings.max_steps
 
     resumed = make_model(seed=123, dropout=dropout)  # weights must come from the checkpoint
     result = train(resumed, tokenizer, features, tmp_path / "split", settings, resume=True, save_final=False)
@@ -109,8 +109,10 @@ def test_time_budget_stops_with_checkpoint_and_resume_matches(make_model, tmp_pa
     assert first.stopped_by == "time_budget"
     assert first.steps == 1
     state = json.loads((tmp_path / "split" / "checkpoint" / "trainer_state.json").read_text())
-    assert state["step"] == 1
-    assert state["loss_history"] == [[1, first.final_loss]]
+    assert state["global_step"] == 1
+    assert [(entry["step"], entry["loss"]) for entry in state["log_history"] if "loss" in entry] == [
+        (1, first.final_loss)
+    ]
 
     resumed = make_model(seed=7)
     second = train(resumed, tokenizer, features, tmp_path / "split", settings, resume=True, save_final=False)
@@ -206,3 +208,17 @@ def test_rejects_bad_features(make_model, tmp_path, tokenizer):
     with pytest.raises(ValueError, match="labels"):
         train(make_model(), tokenizer, [{"input_ids": [3, 1]}], tmp_path, settings)
     assert not any(tmp_path.iterdir())
+
+
+def test_an_accumulated_step_logs_the_mean_of_its_micro_batch_losses(make_model, tmp_path, tokenizer, features):
+    """T5 takes **kwargs but ignores the Trainer's num_items_in_batch; the Trainer must still divide by the
+    accumulation steps (else loss and gradients are doubled here). The same two first batches, taken as one
+    accumulated step and as two steps with a learning rate too small to move any float32 weight, give the
+    same mean loss up to the rounding of one float32 addition and halving (< 1e-6 relative)."""
+    accumulated = train(make_model(), tokenizer, features, tmp_path / "accumulated",
+                        settings_for(max_steps=1, warmup_steps=0, batch_size=2, gradient_accumulation_steps=2,
+                                     log_every=1), save_final=False)
+    separate = train(make_model(), tokenizer, features, tmp_path / "separate",
+                     settings_for(max_steps=2, warmup_steps=0, batch_size=2, log_every=2, save_every=2,
+                                  learning_rate=1e-30), save_final=False)
+    assert accumulated.final_loss == pytest.approx(separate.final_loss, rel=1e-6)

@@ -1,4 +1,4 @@
-"""``srformer train``: convert a model to a cross-attention variant and fine-tune it."""
+"""``srformer train``: convert a model to a cross-attention variant and fine-tune it (on ``Seq2SeqTrainer``)."""
 
 from __future__ import annotations
 
@@ -40,6 +40,16 @@ def add_parser(subparsers) -> None:
         "--gradient-checkpointing", action="store_true",
         help="recompute activations in the backward pass (less memory, same gradients, slower)",
     )
+    scale = parser.add_argument_group(
+        "scaling past one machine (passed unchanged to transformers' Seq2SeqTrainingArguments; launch with "
+        "accelerate launch / torchrun / deepspeed)")
+    scale.add_argument("--deepspeed", metavar="CONFIG.json", default=None,
+                       help="DeepSpeed config file (TrainingArguments.deepspeed; needs the deepspeed package)")
+    scale.add_argument("--fsdp", action="store_true", help="train with PyTorch FSDP (TrainingArguments.fsdp)")
+    scale.add_argument("--fsdp-config", metavar="CONFIG.json", default=None,
+                       help="FSDP config file (TrainingArguments.fsdp_config); implies --fsdp")
+    parser.add_argument("--report-to", nargs="+", default=[], metavar="NAME",
+                        help="logging integrations of the Trainer, e.g. tensorboard wandb (default: none)")
     parser.add_argument("--no-progress", action="store_true")
     parser.set_defaults(run=run)
 
@@ -57,7 +67,8 @@ def run(args) -> int:
         warmup_steps=args.warmup_steps, batch_size=args.batch_size,
         gradient_accumulation_steps=args.gradient_accumulation_steps, save_every=args.save_every,
         seed=args.seed, progress=not args.no_progress, mixed_precision=mixed_precision(args),
-        gradient_checkpointing=args.gradient_checkpointing,
+        gradient_checkpointing=args.gradient_checkpointing, deepspeed=args.deepspeed, fsdp=args.fsdp,
+        fsdp_config=args.fsdp_config, report_to=tuple(args.report_to),
     )
     result = train_summarizer(spec, pairs, args.output, settings, resume=args.resume)
     if not process_state().is_main_process:  # one report per run, not per process

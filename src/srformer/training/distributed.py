@@ -1,12 +1,14 @@
 """Process setup for multi-process training under ``torchrun`` or ``accelerate launch``.
 
-Distributed work itself (process group, data sharding, gradient all-reduce, gathering) is done by
-accelerate; this module only makes sure accelerate sees the processes the launcher started, and
-checks the mixed-precision mode against the device before any work.
+Distributed work itself (process group, data sharding, gradient all-reduce, gathering, DeepSpeed and
+FSDP) is done by transformers' Trainer through accelerate; this module only makes sure accelerate sees
+the processes the launcher started, and checks the mixed-precision mode and the scaling backend
+against the device before any work.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import torch
@@ -14,9 +16,9 @@ from accelerate import PartialState
 from accelerate.state import AcceleratorState
 from accelerate.utils import DistributedType
 
-from srformer.training.settings import MIXED_PRECISION_MODES
+from srformer.training.settings import MIXED_PRECISION_MODES, TrainingSettings
 
-__all__ = ["check_mixed_precision", "launched_world_size", "process_state"]
+__all__ = ["check_backend", "check_mixed_precision", "launched_world_size", "process_state"]
 
 
 def launched_world_size() -> int:
@@ -80,4 +82,30 @@ def check_mixed_precision(mixed_precision: str, device: torch.device) -> None:
             "--mixed-precision fp16 needs a CUDA GPU, but this process trains on the CPU "
             f"(torch.cuda.is_available() is {torch.cuda.is_available()}). Use --mixed-precision bf16 "
             "(bfloat16 autocast works on CPUs) or --mixed-precision no (float32)."
+        )
+
+
+def check_backend(settings: TrainingSettings, device: torch.device) -> None:
+    """Reject a DeepSpeed/FSDP request that cannot take effect on ``device``, before any work is done.
+
+    Args:
+        settings: the run's settings (``deepspeed``, ``fsdp``).
+        device: the device training will run on (e.g. ``process_state().device``).
+
+    Raises:
+        ValueError: ``settings.deepspeed`` is set but the ``deepspeed`` package is not installed; or
+            ``settings.fsdp`` on a CPU: accelerate shards only over GPU (or other accelerator) processes
+            and would silently train CPU processes with plain DDP instead. The message names the option
+            and the fix.
+    """
+    if settings.deepspeed is not None and importlib.util.find_spec("deepspeed") is None:
+        raise ValueError(
+            f"--deepspeed {settings.deepspeed} needs the deepspeed package, which is not installed "
+            "(pip install deepspeed); or train without --deepspeed."
+        )
+    if settings.fsdp and torch.device(device).type == "cpu":
+        raise ValueError(
+            "--fsdp needs GPUs: this process trains on the CPU, where accelerate does not shard and would "
+            "silently train with plain DDP. Drop --fsdp/--fsdp-config (several CPU processes under torchrun "
+            "already train data-parallel)."
         )

@@ -1,4 +1,4 @@
-"""The training loop (:func:`train`) and its result (:class:`TrainingResult`)."""
+"""Training on ``transformers.Seq2SeqTrainer`` (:func:`train`) and its result (:class:`TrainingResult`)."""
 
 from __future__ import annotations
 
@@ -12,18 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-from accelerate import Accelerator
-from accelerate.state import AcceleratorState
-from accelerate.utils import set_seed
-from torch.utils.data import DataLoader, Dataset
-from tqdm.auto import tqdm
-from transformers import DataCollatorForSeq2Seq, PreTrainedModel, PreTrainedTokenizerBase
-from transformers import get_linear_schedule_with_warmup
+from torch.utils.data import Dataset
+from transformers import DataCollatorForSeq2Seq, PreTrainedModel, PreTrainedTokenizerBase, PrinterCallback
+from transformers.utils import logging as transformers_logging
 
-from srformer.training.checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
-from srformer.training.distributed import check_mixed_precision, process_state
+from srformer.training.checkpoint import RUN_STATE_NAME, TRAINER_STATE_NAME, find_checkpoint
+from srformer.training.distributed import check_backend, check_mixed_precision, process_state
 from srformer.training.settings import TrainingSettings
+from srformer.training.trainer import RunControl, SRformerTrainer, training_arguments
 
 __all__ = ["SUMMARY_NAME", "TrainingResult", "train"]
 
@@ -55,8 +51,9 @@ class TrainingResult:
         seconds: Wall-clock time of training in total, summed over all resumed calls (seconds).
         final_loss: Mean training loss of the last logging window, or ``None`` if no step was taken.
         loss_history: ``(step, loss)`` pairs: mean loss per optimizer step over each window of
-            ``settings.log_every`` steps, keyed by the window's last step (plus a final, possibly shorter
-            window when training stops).
+            ``settings.log_every`` steps, keyed by the window's last step (the Trainer's ``log_history``
+            entries with a ``loss``). A checkpoint and the end of training close the current window early,
+            so the history does not depend on where a run was interrupted and resumed.
         stopped_by: ``"max_steps"`` or ``"time_budget"``.
     """
 
@@ -90,15 +87,6 @@ def _check_features(train_features: Sequence[dict[str, list[int]]]) -> None:
             raise ValueError(f"train_features[{index}] lacks {missing}; expected keys {list(_FEATURE_KEYS)}")
 
 
-def _parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    decay, no_decay = [], []
-    for parameter in model.parameters():
-        if parameter.requires_grad:
-            (decay if parameter.ndim >= 2 else no_decay).append(parameter)
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return [group for group in groups if group["params"]]
-
-
 def _warn_on_changed_settings(saved: dict[str, Any], settings: TrainingSettings) -> None:
     current = settings.to_dict()
     changed = [
@@ -118,42 +106,6 @@ def _write_json(path: Path, payload: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(payload, indent=2), encoding="utf-8")
     os.replace(tmp, path)
-
-
-def _make_accelerator(settings: TrainingSettings) -> Accelerator:
-    """An ``Accelerator`` with the run's accumulation and mixed precision (after :func:`process_state`).
-
-    accelerate keeps one process-wide state and refuses a second ``Accelerator`` of another
-    mixed-precision mode; that part of the state (not the process group) is reset here, so that
-    one process may run several trainings with different modes (tests, experiments).
-    """
-    state = process_state()
-    check_mixed_precision(settings.mixed_precision, state.device)
-    shared = AcceleratorState._shared_state
-    if shared and shared.get("_mixed_precision") != settings.mixed_precision:
-        AcceleratorState._reset_state(reset_partial_state=False)
-    return Accelerator(
-        gradient_accumulation_steps=settings.gradient_accumulation_steps, mixed_precision=settings.mixed_precision
-    )
-
-
-def enable_gradient_checkpointing(model: PreTrainedModel) -> None:
-    """Turn on activation (gradient) checkpointing of a Hugging Face model, in place.
-
-    Uses ``activation_checkpointing_enable()`` where transformers has it (recent 5.x releases, which
-    deprecate the old name), else ``gradient_checkpointing_enable()``, with non-reentrant
-    ``torch.utils.checkpoint``. In training
-    mode the model then passes no cache between layers; SRformer cross attention rebuilds its
-    per-sequence state in the recomputation, so loss and gradients are unchanged (tested).
-
-    Raises:
-        ValueError: the model does not support gradient checkpointing (from transformers).
-    """
-    enable = getattr(model, "activation_checkpointing_enable", None)
-    if enable is not None:
-        enable(activation_checkpointing_kwargs={"use_reentrant": False})
-    else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def refuse_to_overwrite(output_dir: str | os.PathLike, resume: bool) -> Path | None:
@@ -182,47 +134,49 @@ def train(
     resume: bool = False,
     save_final: bool = True,
 ) -> TrainingResult:
-    """Fine-tune a seq2seq ``model`` on tokenized features, with atomic checkpoints and exact resumption.
+    """Fine-tune a seq2seq ``model`` with ``transformers.Seq2SeqTrainer``, with atomic checkpoints and exact resumption.
 
-    The model is trained in place (moved to the accelerator's device), in train mode, and put back in
-    eval mode when the call returns or raises. Batches are padded with
-    ``DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)`` (labels padded with
-    -100, ``decoder_input_ids`` derived from the labels by the model). Epoch ``e`` is shuffled by a
-    ``torch.Generator`` seeded ``settings.seed + e``. One optimizer step (AdamW, gradients clipped to
-    ``settings.max_grad_norm``, linear schedule with warm-up over ``settings.max_steps``) is taken every
-    ``settings.gradient_accumulation_steps`` batches and at the end of every epoch. Training stops after
-    ``settings.max_steps`` steps or, if set, once ``settings.time_budget_seconds`` of this call have
-    elapsed (checked after each step).
+    The model is trained in place (moved to the Trainer's device) and put back in eval mode when the call
+    returns or raises. :func:`srformer.training.trainer.training_arguments` maps ``settings`` onto
+    ``Seq2SeqTrainingArguments``; :class:`srformer.training.trainer.SRformerTrainer` trains. Batches are
+    padded with ``DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)`` (labels padded
+    with -100, ``decoder_input_ids`` derived from the labels by the model). Epoch ``e`` is shuffled with the
+    seed ``settings.seed + e`` (accelerate's seedable sampler). One optimizer step (the Trainer's AdamW,
+    weight decay on matrices only, gradients clipped to ``settings.max_grad_norm``, linear schedule with
+    warm-up over ``settings.max_steps``) is taken every ``settings.gradient_accumulation_steps`` batches and
+    at the end of every epoch; its loss is the mean of the micro-batches' mean token losses. Training stops
+    after ``settings.max_steps`` steps or, if set, once ``settings.time_budget_seconds`` of this call have
+    elapsed (checked after each step, on all processes together).
 
-    A checkpoint (see :mod:`srformer.training.checkpoint`) is written to ``output_dir / "checkpoint"``
-    every ``settings.save_every`` steps and when training stops. With ``resume=True`` the latest
-    checkpoint is restored — weights, optimizer, scheduler, RNG states, step, epoch, position inside
-    the epoch (already seen batches are skipped), elapsed time and loss history — so that on CPU an
-    interrupted and resumed run ends with exactly the same weights as an uninterrupted one, provided
-    the settings are unchanged. If the checkpoint already reached ``settings.max_steps``, no step is
-    taken.
+    A checkpoint in the Trainer's format (see :mod:`srformer.training.checkpoint`) is swapped in atomically
+    as ``output_dir / "checkpoint"`` every ``settings.save_every`` steps and when training stops. With
+    ``resume=True`` the latest complete checkpoint is restored by the Trainer
+    (``train(resume_from_checkpoint=...)``: weights, optimizer, scheduler, every process's RNG state, step,
+    position in the data order, log history) and srformer's ``run_state.json`` (elapsed time, token counts),
+    so that on CPU an interrupted and resumed run ends with exactly the same weights as an uninterrupted
+    one, provided the settings are unchanged (a change is warned about). If the checkpoint already reached
+    ``settings.max_steps``, no step is taken: its weights are loaded.
 
-    Multiple processes (``torchrun`` or ``accelerate launch``, see :func:`process_state`): every
-    process must call this function with the same features; accelerate gives each process its own
-    batches of one shared shuffled order (``batch_size`` is per process, the global batch is
-    ``batch_size x processes x gradient_accumulation_steps``) and averages the gradients. Only the
-    main process writes the trainer state, the final model and ``training_summary.json``; every
-    process saves its own RNG state into the checkpoint. Losses and token counts are reduced over
-    all processes. A run may be resumed with the same number of processes.
-
-    ``settings.mixed_precision`` runs the forward pass under bf16/fp16 autocast (accelerate);
-    ``settings.gradient_checkpointing`` enables activation checkpointing on ``model``.
+    Multiple processes (``torchrun`` or ``accelerate launch``, see :func:`process_state`): every process
+    calls this function with the same features; the Trainer gives each process its own batches of one
+    shared shuffled order (``batch_size`` is per process, the global batch is ``batch_size x processes x
+    gradient_accumulation_steps``) and averages the gradients. Only the main process writes the trainer
+    state, the final model and ``training_summary.json``; every process saves its own RNG state into the
+    checkpoint. Logged losses are averaged and token counts summed over all processes. Resume with the same
+    number of processes. ``settings.deepspeed`` / ``settings.fsdp_config`` are passed to the Trainer
+    unchanged.
 
     Args:
         model: A Hugging Face seq2seq model returning ``.loss`` when given ``labels``.
-        tokenizer: Its tokenizer (used for padding and saved with the final model).
+        tokenizer: Its tokenizer (used for padding and saved with the checkpoints and the final model).
         train_features: Tokenized, unpadded examples, each a dict with ``input_ids`` and ``labels``
             (lists of token ids) and optionally ``attention_mask``; other keys are ignored.
         output_dir: Directory for the checkpoint, the final model and ``training_summary.json``.
         settings: Hyper-parameters, see :class:`TrainingSettings`.
         resume: Continue from the checkpoint in ``output_dir``; if there is none, warn and start fresh.
-        save_final: When done, save the model (``save_pretrained``), the tokenizer and
-            ``training_summary.json`` (steps, seconds, final_loss, tokens seen) into ``output_dir``.
+        save_final: When done, save the model (``Trainer.save_model``: ``save_pretrained``, tokenizer,
+            ``training_args.bin``) and ``training_summary.json`` (steps, seconds, final_loss, tokens seen,
+            epochs, stopped_by) into ``output_dir``.
 
     Returns:
         A :class:`TrainingResult`.
@@ -232,7 +186,9 @@ def train(
         ValueError: If ``train_features`` is empty or an example lacks ``input_ids``/``labels``; or if
             ``resume`` is False and ``output_dir`` already holds a checkpoint (pass ``resume=True`` /
             ``--resume``, or choose another output directory); or for ``mixed_precision="fp16"``
-            on a CPU (see :func:`check_mixed_precision`).
+            on a CPU (see :func:`check_mixed_precision`); or for DeepSpeed without its package, FSDP on a
+            CPU (see :func:`check_backend`), or DeepSpeed/FSDP that accelerate did not apply (not launched
+            as several accelerator processes).
         FileNotFoundError, RuntimeError: From checkpoint loading when the checkpoint does not fit.
     """
     call_start = time.monotonic()
@@ -244,187 +200,81 @@ def train(
     existing = refuse_to_overwrite(output_dir, resume)
     if resume and existing is None:
         warnings.warn(f"resume=True but {output_dir} holds no checkpoint; starting a fresh run.", stacklevel=2)
+    state = process_state()
+    check_mixed_precision(settings.mixed_precision, state.device)
+    check_backend(settings, state.device)
 
-    accelerator = _make_accelerator(settings)
-    set_seed(settings.seed)
-    if settings.gradient_checkpointing:
-        enable_gradient_checkpointing(model)
-
-    collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)
-    # The generator drives both the shuffling and the DataLoader's base seed, so the global RNG (used by
-    # dropout and restored from checkpoints) is not consumed by data loading.
-    generator = torch.Generator()
-    generator.manual_seed(settings.seed)
-    loader = DataLoader(
-        _FeatureDataset(train_features),
-        batch_size=settings.batch_size,
-        shuffle=True,
-        generator=generator,
-        collate_fn=collator,
-    )
-    optimizer = torch.optim.AdamW(
-        _parameter_groups(model, settings.weight_decay), lr=settings.learning_rate, weight_decay=settings.weight_decay
-    )
-    # accelerate steps a prepared scheduler once per process at every optimizer step, so the schedule is
-    # stretched by the number of processes to span `max_steps` optimizer steps.
-    scale = accelerator.num_processes
-    scheduler = get_linear_schedule_with_warmup(
-        optimizer, num_warmup_steps=settings.warmup_steps * scale, num_training_steps=settings.max_steps * scale
-    )
-    model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
-    batches_per_epoch = len(loader)
-
-    step = 0
-    epoch = 0
-    batches_seen = 0
-    previous_seconds = 0.0
-    loss_history: list[tuple[int, float]] = []
-    window_loss_sum = 0.0
-    window_steps = 0
-    input_tokens = 0
-    target_tokens = 0
+    saved: dict[str, Any] = {}
+    saved_trainer_state: dict[str, Any] = {}
     if existing is not None:
-        state = load_checkpoint(accelerator, existing)
-        _warn_on_changed_settings(state.get("settings", {}), settings)
-        step = int(state["step"])
-        epoch = int(state["epoch"])
-        batches_seen = int(state["batches_seen_in_epoch"])
-        previous_seconds = float(state["elapsed_seconds"])
-        loss_history = [(int(s), float(value)) for s, value in state["loss_history"]]
-        window_loss_sum = float(state.get("window_loss_sum", 0.0))
-        window_steps = int(state.get("window_steps", 0))
-        input_tokens = int(state.get("input_tokens", 0))
-        target_tokens = int(state.get("target_tokens", 0))
-        logger.info("Resumed from %s at step %d (epoch %d, batch %d).", existing, step, epoch, batches_seen)
-        if step >= settings.max_steps:
-            logger.info("Checkpoint already reached max_steps=%d; not training.", settings.max_steps)
-    last_saved_step = step
+        saved = json.loads((existing / RUN_STATE_NAME).read_text(encoding="utf-8"))
+        saved_trainer_state = json.loads((existing / TRAINER_STATE_NAME).read_text(encoding="utf-8"))
+        _warn_on_changed_settings(saved.get("settings", {}), settings)
 
-    def elapsed() -> float:
-        return previous_seconds + (time.monotonic() - call_start)
-
-    def trainer_state() -> dict[str, Any]:
-        return {
-            "step": step,
-            "epoch": epoch,
-            "batches_seen_in_epoch": batches_seen,
-            "elapsed_seconds": elapsed(),
-            "loss_history": [[s, value] for s, value in loss_history],
-            "settings": settings.to_dict(),
-            "window_loss_sum": window_loss_sum,
-            "window_steps": window_steps,
-            "input_tokens": input_tokens,
-            "target_tokens": target_tokens,
-        }
-
-    def flush_window() -> None:
-        nonlocal window_loss_sum, window_steps
-        if window_steps:
-            loss_history.append((step, window_loss_sum / window_steps))
-            window_loss_sum, window_steps = 0.0, 0
-
-    stopped_by = "max_steps"
-    progress = tqdm(
-        total=settings.max_steps,
-        initial=min(step, settings.max_steps),
-        desc="training",
-        unit="step",
-        disable=not (settings.progress and accelerator.is_local_main_process),
+    control = RunControl(settings.time_budget_seconds, call_start)
+    trainer = SRformerTrainer(
+        settings=settings,
+        run_dir=output_dir,
+        elapsed_before=float(saved.get("elapsed_seconds", 0.0)),
+        call_start=call_start,
+        tokens_before=(int(saved.get("input_tokens", 0)), int(saved.get("target_tokens", 0))),
+        model=model,
+        args=training_arguments(settings, output_dir, use_cpu=state.device.type == "cpu"),
+        train_dataset=_FeatureDataset(train_features),
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
+        processing_class=tokenizer,
+        callbacks=[control],
     )
-    model.train()
+    trainer.remove_callback(PrinterCallback)  # RunControl logs each window through `logging` instead
+    for requested, enabled, option in ((settings.deepspeed is not None, trainer.is_deepspeed_enabled, "--deepspeed"),
+                                       (settings.fsdp, trainer.is_fsdp_enabled, "--fsdp")):
+        if requested and not enabled:  # accelerate ignores both outside a multi-process accelerator launch
+            raise ValueError(f"{option} was not applied by accelerate (distributed type "
+                             f"{trainer.accelerator.distributed_type}); launch one process per GPU with "
+                             "accelerate launch, torchrun or deepspeed.")
+    bars_were_enabled = transformers_logging.is_progress_bar_enabled()
+    if not settings.progress:  # also transformers' "Writing model shards" bar of every checkpoint
+        transformers_logging.disable_progress_bar()
     try:
-        done = step >= settings.max_steps
-        micro_losses: list[torch.Tensor] = []
-        micro_input_tokens = torch.zeros((), dtype=torch.long, device=accelerator.device)
-        micro_target_tokens = torch.zeros((), dtype=torch.long, device=accelerator.device)
-        while not done:
-            if batches_seen >= batches_per_epoch:  # only after resuming with a changed data set
-                epoch, batches_seen = epoch + 1, 0
-            generator.manual_seed(settings.seed + epoch)
-            epoch_loader = accelerator.skip_first_batches(loader, batches_seen) if batches_seen else loader
-            for batch in epoch_loader:
-                with accelerator.accumulate(model):
-                    loss = model(**batch).loss
-                    accelerator.backward(loss)
-                    if accelerator.sync_gradients and settings.max_grad_norm > 0:
-                        accelerator.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
-                    optimizer.step()
-                    scheduler.step()
-                    optimizer.zero_grad()
-                batches_seen += 1
-                micro_losses.append(loss.detach().float())
-                mask = batch.get("attention_mask")
-                micro_input_tokens += mask.sum() if mask is not None else batch["input_ids"].numel()
-                micro_target_tokens += (batch["labels"] != -100).sum()
-                if not accelerator.sync_gradients:
-                    continue
-
-                # One optimizer step is complete.
-                step += 1
-                if batches_seen >= batches_per_epoch:
-                    epoch, batches_seen = epoch + 1, 0
-                step_loss = accelerator.reduce(torch.stack(micro_losses).mean(), reduction="mean").item()
-                input_tokens += int(accelerator.reduce(micro_input_tokens, reduction="sum").item())
-                target_tokens += int(accelerator.reduce(micro_target_tokens, reduction="sum").item())
-                micro_losses = []
-                micro_input_tokens.zero_()
-                micro_target_tokens.zero_()
-                window_loss_sum += step_loss
-                window_steps += 1
-                progress.update(1)
-                if step % settings.log_every == 0:
-                    flush_window()
-                    learning_rate = scheduler.get_last_lr()[0]
-                    progress.set_postfix(loss=f"{loss_history[-1][1]:.4f}", lr=f"{learning_rate:.2e}")
-                    logger.info("step %d: loss %.4f, lr %.3e", step, loss_history[-1][1], learning_rate)
-
-                if step >= settings.max_steps:
-                    stopped_by, done = "max_steps", True
-                elif settings.time_budget_seconds is not None:
-                    over = time.monotonic() - call_start >= settings.time_budget_seconds
-                    # All processes must agree on stopping.
-                    flag = torch.tensor(float(over), device=accelerator.device)
-                    if accelerator.reduce(flag, reduction="sum").item() > 0:
-                        stopped_by, done = "time_budget", True
-                        logger.info("Time budget of %.1f s reached at step %d.", settings.time_budget_seconds, step)
-                if done:
-                    flush_window()
-                    break
-                if step % settings.save_every == 0:
-                    save_checkpoint(accelerator, output_dir, trainer_state())
-                    last_saved_step = step
-
-        if step != last_saved_step:
-            save_checkpoint(accelerator, output_dir, trainer_state())
-        seconds = elapsed()
+        if existing is not None and int(saved_trainer_state["global_step"]) >= settings.max_steps:
+            logger.info("Checkpoint %s already reached max_steps=%d; not training.", existing, settings.max_steps)
+            trainer._load_from_checkpoint(str(existing))
+            steps = int(saved_trainer_state["global_step"])
+            log_history = saved_trainer_state["log_history"]
+            epochs = float(saved_trainer_state.get("epoch") or 0.0)
+        else:
+            if existing is not None:
+                logger.info("Resuming from %s at step %d.", existing, saved_trainer_state["global_step"])
+            trainer.train(resume_from_checkpoint=str(existing) if existing is not None else None)
+            steps = trainer.state.global_step
+            log_history = trainer.state.log_history
+            epochs = float(trainer.state.epoch or 0.0)
+        loss_history = [(int(entry["step"]), float(entry["loss"])) for entry in log_history if "loss" in entry]
         final_loss = loss_history[-1][1] if loss_history else None
+        seconds = trainer.elapsed()
 
         if save_final:
-            accelerator.wait_for_everyone()
-            unwrapped = accelerator.unwrap_model(model)
-            unwrapped.save_pretrained(
-                output_dir, is_main_process=accelerator.is_main_process, state_dict=accelerator.get_state_dict(model)
-            )
-            if accelerator.is_main_process:
-                tokenizer.save_pretrained(output_dir)
+            trainer.save_model(str(output_dir))
+            if trainer.is_world_process_zero():
                 _write_json(
                     output_dir / SUMMARY_NAME,
                     {
-                        "steps": step,
+                        "steps": steps,
                         "seconds": seconds,
                         "final_loss": final_loss,
-                        "tokens_seen": input_tokens + target_tokens,
-                        "input_tokens": input_tokens,
-                        "target_tokens": target_tokens,
-                        "epochs": epoch + batches_seen / batches_per_epoch,
-                        "stopped_by": stopped_by,
+                        "tokens_seen": trainer.input_tokens + trainer.target_tokens,
+                        "input_tokens": trainer.input_tokens,
+                        "target_tokens": trainer.target_tokens,
+                        "epochs": epochs,
+                        "stopped_by": control.stopped_by,
                     },
                 )
-            accelerator.wait_for_everyone()
+            trainer.accelerator.wait_for_everyone()
     finally:
-        progress.close()
         model.eval()
+        if bars_were_enabled:
+            transformers_logging.enable_progress_bar()
 
     return TrainingResult(
-        steps=step, seconds=seconds, final_loss=final_loss, loss_history=list(loss_history), stopped_by=stopped_by
+        steps=steps, seconds=seconds, final_loss=final_loss, loss_history=loss_history, stopped_by=control.stopped_by
     )

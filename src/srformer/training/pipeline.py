@@ -23,7 +23,7 @@ from srformer.data.features import encode_pairs
 from srformer.data.pairs import SummaryPair
 from srformer.models.convert import convert, is_converted, srformer_config_of
 from srformer.models.factory import load_model, load_tokenizer
-from srformer.training.distributed import check_mixed_precision, process_state
+from srformer.training.distributed import check_backend, check_mixed_precision, process_state
 from srformer.training.loop import TrainingResult, refuse_to_overwrite, train
 from srformer.training.settings import TrainingSettings
 
@@ -186,11 +186,13 @@ def train_summarizer(
     Raises:
         ValueError: bad shapes (see :func:`check_shapes`); ``resume`` with a run of another
             variant, model or lengths; an existing checkpoint without ``resume`` (from :func:`train`);
-            ``settings.mixed_precision == "fp16"`` on a CPU.
+            ``settings.mixed_precision == "fp16"`` on a CPU; DeepSpeed without its package or FSDP on a
+            CPU (:func:`srformer.training.distributed.check_backend`).
     """
     check_shapes(spec)
     state = process_state()
     check_mixed_precision(settings.mixed_precision, state.device)
+    check_backend(settings, state.device)
     output = Path(output_dir)
     refuse_to_overwrite(output, resume)  # before any work and before the run file is written
     previous = read_run(output)

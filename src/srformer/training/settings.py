@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["MIXED_PRECISION_MODES", "TrainingSettings"]
 
-#: Values of :attr:`TrainingSettings.mixed_precision`, as accelerate's ``Accelerator(mixed_precision=...)`` spells them.
+#: Values of :attr:`TrainingSettings.mixed_precision` (``"bf16"``/``"fp16"`` become ``TrainingArguments(bf16=True)``
+#: / ``(fp16=True)``).
 MIXED_PRECISION_MODES: tuple[str, ...] = ("no", "bf16", "fp16")
 
 # numpy's legacy seeding (used by ``accelerate.utils.set_seed``) only accepts 0 <= seed < 2**32.
@@ -55,18 +57,28 @@ class TrainingSettings:
         batch_size: Examples per batch and per process (>= 1).
         gradient_accumulation_steps: Batches accumulated per optimizer step (>= 1).
         max_grad_norm: Global gradient-norm clipping threshold (> 0), or 0 to disable clipping.
-        save_every: Interval between checkpoints (steps, >= 1). A checkpoint is also written at the end.
-        log_every: Interval between loss-history entries and progress-bar updates (steps, >= 1).
-        seed: Seed for Python/NumPy/torch RNGs and data shuffling (0 <= seed < 2**32). Epoch ``e`` is
-            shuffled with a generator seeded ``seed + e``.
-        progress: Whether to show a tqdm progress bar.
+        save_every: Interval between checkpoints (steps, >= 1; ``TrainingArguments.save_steps``). A checkpoint is
+            also written at the end.
+        log_every: Interval between loss-history entries (steps, >= 1; ``TrainingArguments.logging_steps``); a
+            checkpoint and the end of training close a window early.
+        seed: Seed for Python/NumPy/torch RNGs and data shuffling (0 <= seed < 2**32; ``TrainingArguments.seed``
+            and ``data_seed``). Epoch ``e`` is shuffled with a generator seeded ``seed + e``.
+        progress: Whether to show the Trainer's tqdm progress bar (False also hides transformers' bars while
+            checkpoints are written).
         mixed_precision: ``"no"`` (float32), ``"bf16"`` or ``"fp16"``: the forward pass runs under autocast in
-            that dtype (``Accelerator(mixed_precision=...)``; fp16 adds loss scaling). The weights, the optimizer
-            and SRformer's ``K^T V`` products, ``norm(K)`` and RAF state stay float32. fp16 needs a GPU; on a CPU
-            only ``"bf16"`` works.
+            that dtype (``TrainingArguments(bf16=True)`` / ``(fp16=True)``; fp16 adds loss scaling). The weights, the
+            optimizer and SRformer's ``K^T V`` products, ``norm(K)`` and RAF state stay float32. fp16 needs a GPU;
+            on a CPU only ``"bf16"`` works.
         gradient_checkpointing: Recompute each layer's activations in the backward pass instead of storing them
-            (``model.activation_checkpointing_enable()``): less memory, about one more forward pass of time, the
-            same loss and gradients. The model keeps it enabled after training.
+            (``TrainingArguments(activation_checkpointing=True)``, non-reentrant): less memory, about one more
+            forward pass of time, the same loss and gradients. The model keeps it enabled after training.
+        deepspeed: Path of a DeepSpeed JSON config, passed unchanged as ``TrainingArguments(deepspeed=...)`` (needs
+            the ``deepspeed`` package and, in practice, GPUs), or ``None``.
+        fsdp: Train with PyTorch FSDP (``TrainingArguments(fsdp=True)``), configured by ``fsdp_config``.
+        fsdp_config: Path of an FSDP JSON config (``TrainingArguments(fsdp_config=...)``; implies ``fsdp``), or
+            ``None`` for transformers' defaults.
+        report_to: Logging integrations of ``TrainingArguments(report_to=...)`` (e.g. ``("tensorboard",)``);
+            empty for none.
 
     Raises:
         ValueError: On construction, when a field has the wrong type or is out of range; the message
@@ -87,6 +99,10 @@ class TrainingSettings:
     progress: bool = True
     mixed_precision: str = "no"
     gradient_checkpointing: bool = False
+    deepspeed: str | None = None
+    fsdp: bool = False
+    fsdp_config: str | None = None
+    report_to: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _require_int("max_steps", self.max_steps, 1)
@@ -117,6 +133,22 @@ class TrainingSettings:
             raise ValueError(
                 f"TrainingSettings.gradient_checkpointing must be a bool, got {self.gradient_checkpointing!r}"
             )
+
+        for name in ("deepspeed", "fsdp_config"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, str) and os.path.isfile(value)):
+                raise ValueError(f"TrainingSettings.{name} must be the path of a JSON config file, got {value!r} "
+                                 "(no such file)")
+        if not isinstance(self.fsdp, bool):
+            raise ValueError(f"TrainingSettings.fsdp must be a bool, got {self.fsdp!r}")
+        if self.fsdp_config is not None:
+            self.fsdp = True
+        if self.deepspeed is not None and self.fsdp:
+            raise ValueError("TrainingSettings.deepspeed and TrainingSettings.fsdp exclude each other: choose "
+                             "DeepSpeed (--deepspeed) or FSDP (--fsdp / --fsdp-config)")
+        if isinstance(self.report_to, str) or not all(isinstance(name, str) for name in self.report_to):
+            raise ValueError(f"TrainingSettings.report_to must be a tuple of integration names, got {self.report_to!r}")
+        self.report_to = tuple(self.report_to)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the settings as a JSON-serializable ``dict`` (field name -> value)."""
