@@ -83,7 +83,15 @@ def launch(launcher: list[str], args: list[str]) -> subprocess.CompletedProcess:
 
 def test_two_processes_with_resume_equal_one_process_on_the_same_global_batch(base_model, tmp_path):
     single, ddp = tmp_path / "single", tmp_path / "ddp"
-    assert main([*train_args(base_model, single), "--gradient-accumulation-steps", "2"]) == 0
+    # Equality by construction, on any CPU: every run uses one thread (as the launched processes do), so each
+    # micro-batch's float32 gradient is the same sequence of operations in both setups; the two halves then
+    # meet in one addition (commutative in IEEE arithmetic) and a division by 2 (exact).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert main([*train_args(base_model, single), "--gradient-accumulation-steps", "2"]) == 0
+    finally:
+        torch.set_num_threads(threads)
 
     accelerate = ["accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
                   "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port())]

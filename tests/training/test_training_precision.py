@@ -9,6 +9,7 @@ import torch
 
 import srformer
 from srformer.training import TrainingSettings, train
+from tests.tolerance import assert_exact
 
 
 def converted_model(make_model):
@@ -62,13 +63,16 @@ def test_fp16_on_cpu_is_a_clear_error_before_any_work(make_model, tokenizer, fea
 
 
 def test_gradient_checkpointing_training_matches_plain_training(make_model, tokenizer, features, tmp_path):
-    plain = converted_model(make_model)
+    # float64: the recomputation sums gradient contributions in another order than the plain step, so
+    # the runs agree to rounding only (tests/tolerance.py); in float32 that rounding, magnified by
+    # AdamW's division by sqrt(v) for near-zero gradients, depends on the CPU (8e-5 relative seen).
+    plain = converted_model(make_model).double()
     train(plain, tokenizer, features, tmp_path / "plain", settings_for(), save_final=False)
-    checkpointed = converted_model(make_model)
+    checkpointed = converted_model(make_model).double()
     train(checkpointed, tokenizer, features, tmp_path / "gc", settings_for(gradient_checkpointing=True), save_final=False)
     assert checkpointed.decoder.gradient_checkpointing and not plain.decoder.gradient_checkpointing
     for (name, a), b in zip(plain.state_dict().items(), checkpointed.state_dict().values(), strict=True):
-        assert torch.allclose(a, b, rtol=0, atol=1e-6), name  # measured: identical
+        assert_exact(b, a, name)
 
 
 @pytest.mark.parametrize(("kwargs", "field"), [({"mixed_precision": "fp8"}, "mixed_precision"),
