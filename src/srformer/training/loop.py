@@ -233,8 +233,9 @@ def train(
                              f"{trainer.accelerator.distributed_type}); launch one process per GPU with "
                              "accelerate launch, torchrun or deepspeed.")
     bars_were_enabled = transformers_logging.is_progress_bar_enabled()
-    if not settings.progress:  # also transformers' "Writing model shards" bar of every checkpoint
-        transformers_logging.disable_progress_bar()
+    # transformers' own bars (a one-line "Writing model shards" bar at every checkpoint) only interleave with
+    # the Trainer's training bar, which is a plain tqdm bar and stays (unless --no-progress).
+    transformers_logging.disable_progress_bar()
     try:
         if existing is not None and int(saved_trainer_state["global_step"]) >= settings.max_steps:
             logger.info("Checkpoint %s already reached max_steps=%d; not training.", existing, settings.max_steps)
