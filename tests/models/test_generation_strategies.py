@@ -324,7 +324,9 @@ def test_continuing_from_returned_past_key_values(family, variant, lean_cache):
     first = generate(model, ids, mask, max_new_tokens=6)
     assert all(first.past_key_values.is_updated.values())
     # transformers' contract for encoder-decoder models: the full decoder sequence with a decoder
-    # attention mask covering it (generate() then feeds only the tokens the cache lacks).
+    # attention mask covering it (generate() then feeds only the token the cache lacks). Without the
+    # mask it feeds the whole sequence again, and given only the new token it prepends the decoder
+    # start token: both change an unconverted model's logits too.
     resumed = generate(
         model, ids, mask, max_new_tokens=NEW_TOKENS - 6, decoder_input_ids=first.sequences,
         decoder_attention_mask=torch.ones_like(first.sequences), past_key_values=first.past_key_values,
