@@ -48,6 +48,41 @@ def key_padding_from_mask(mask: torch.Tensor | None, key_length: int) -> torch.T
     return valid
 
 
+def reject_attention_weights(module: torch.nn.Module, output_attentions: bool | None) -> None:
+    """Refuse a request for cross-attention weights that a converted layer cannot honour.
+
+    transformers returns attention weights (``cross_attentions`` among them) only under the
+    ``eager`` implementation; under ``sdpa`` it warns and returns none for any layer, converted or
+    not, so that case passes through unchanged. An SRformer layer never forms one distribution over
+    all encoder positions (``O_S`` attends to one segment, ``O_R``/linear attention is not a softmax),
+    so instead of silently returning no ``cross_attentions`` it raises.
+
+    Args:
+        module: the converted cross-attention module (its ``config`` is the model's
+            ``PretrainedConfig``; its ``srformer`` child holds the variant).
+        output_attentions: the ``output_attentions`` flag transformers passes to attention modules.
+
+    Raises:
+        ValueError: if ``output_attentions`` is set and the model runs the eager attention
+            implementation. The message names the layer, the variant and the ways out.
+    """
+    if not output_attentions:
+        return
+    implementation = getattr(getattr(module, "config", None), "_attn_implementation", None)
+    if implementation != "eager":
+        return
+    layer = getattr(module, "layer_idx", None)
+    variant = getattr(getattr(module, "srformer", None), "config", None)
+    variant = getattr(variant, "variant", "?")
+    raise ValueError(
+        f"output_attentions=True with attn_implementation='eager' asks every layer for attention weights, but the "
+        f"cross attention of decoder layer {layer} is SRformer variant {variant!r}, which forms no attention "
+        "distribution over the encoder positions, so converted models cannot return `cross_attentions`. "
+        "Call the model or generate() without output_attentions (output_hidden_states=True works), or look at "
+        "attention maps on the unconverted model."
+    )
+
+
 def run_cross_attention(
     attention: CrossAttentionModule,
     queries: torch.Tensor,

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from srformer.attention.variants import CrossAttentionModule
-from srformer.models.cross_attention import run_cross_attention
+from srformer.models.cross_attention import reject_attention_weights, run_cross_attention
 
 
 class SRformerT5AttentionMixin:
@@ -20,7 +20,9 @@ class SRformerT5AttentionMixin:
     key_value_proj_dim; T5 scale 1). Called as
     ``(hidden_states, mask, key_value_states, position_bias, past_key_values, **kwargs)`` and
     returns ``(output, position_bias, None)``: T5 cross attention has no relative position bias,
-    so ``position_bias`` is passed through unused, and attention weights are not materialised.
+    so ``position_bias`` is passed through unused, and attention weights are not materialised
+    (``output_attentions=True`` under the eager implementation raises, see
+    :func:`~srformer.models.cross_attention.reject_attention_weights`).
 
     Shapes: hidden_states (B, q, d_model), key_value_states (B, k, d_model), output (B, q, d_model).
     """
@@ -30,6 +32,7 @@ class SRformerT5AttentionMixin:
     def forward(self, hidden_states, mask=None, key_value_states=None, position_bias=None, past_key_values=None, **kwargs):
         if key_value_states is None:
             raise RuntimeError("An SRformer module replaces decoder cross attention only; it got no encoder states.")
+        reject_attention_weights(self, kwargs.get("output_attentions"))
         batch, q_len = hidden_states.shape[:2]
         head_dim = self.key_value_proj_dim
         queries = self.q(hidden_states).view(batch, q_len, -1, head_dim).transpose(1, 2)
@@ -67,6 +70,7 @@ class SRformerBartAttentionMixin:
     def forward(self, hidden_states, key_value_states=None, past_key_values=None, attention_mask=None, **kwargs):
         if key_value_states is None:
             raise RuntimeError("An SRformer module replaces decoder cross attention only; it got no encoder states.")
+        reject_attention_weights(self, kwargs.get("output_attentions"))
         batch, q_len = hidden_states.shape[:2]
         queries = self.q_proj(hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)
 
