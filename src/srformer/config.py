@@ -149,7 +149,7 @@ class SRformerConfig:
                 "set lean_cache=False."
             )
 
-    def same_model(self, other: "SRformerConfig") -> bool:
+    def same_model(self, other: SRformerConfig) -> bool:
         """True if ``other`` describes the same model, ignoring the runtime options
         ``strict_schedule`` and ``lean_cache``."""
         runtime = {"strict_schedule": False, "lean_cache": False}
@@ -160,7 +160,7 @@ class SRformerConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "SRformerConfig":
+    def from_dict(cls, data: dict) -> SRformerConfig:
         """Inverse of :meth:`to_dict`.
 
         Raises:

@@ -5,8 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 from transformers import (
-    GPT2Config, GPT2LMHeadModel, MarianConfig, MarianMTModel, MBartConfig, MBartForConditionalGeneration,
-    MT5Config, MT5ForConditionalGeneration, PegasusConfig, PegasusForConditionalGeneration,
+    GPT2Config,
+    GPT2LMHeadModel,
+    MarianConfig,
+    MarianMTModel,
+    MBartConfig,
+    MBartForConditionalGeneration,
+    MT5Config,
+    MT5ForConditionalGeneration,
+    PegasusConfig,
+    PegasusForConditionalGeneration,
 )
 
 import srformer

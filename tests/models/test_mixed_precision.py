@@ -13,8 +13,8 @@ import torch
 
 from srformer.attention.segmented_recurrent import SegmentedRecurrentAttention
 from tests.models.conftest import BUILDERS, converted, decoder_inputs, padded_batch
-from tests.tolerance import float32_tolerance, max_difference
 from tests.models.test_exactness import step_by_step_logits, teacher_forced_logits
+from tests.tolerance import float32_tolerance, max_difference
 
 SETTINGS = dict(variant="srformer", segment_size=8, target_length=12)
 ACTIVATION_SCALE = 300.0

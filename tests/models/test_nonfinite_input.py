@@ -9,7 +9,7 @@ from transformers.modeling_outputs import BaseModelOutput
 
 import srformer.models.cross_attention as cross_attention
 from srformer.models import cross_attention_modules
-from tests.models.conftest import converted, decoder_inputs, padded_batch, BUILDERS
+from tests.models.conftest import BUILDERS, converted, decoder_inputs, padded_batch
 
 SETTINGS = dict(variant="srformer", segment_size=8, target_length=12)
 

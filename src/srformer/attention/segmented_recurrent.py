@@ -41,8 +41,8 @@ with one learnable scalar ``a`` per layer.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable
 
 import torch
 from torch import nn

@@ -10,8 +10,8 @@ therefore applies to every state tensor, not only to the keys and values (``docs
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
-from typing import Callable
 
 import torch
 from transformers.cache_utils import DynamicLayer
@@ -127,7 +127,7 @@ class CrossAttentionState:
                 return tensor
         raise ValueError("A cross-attention state holds neither keys, positions nor a linear-attention product.")
 
-    def map_batch(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> "CrossAttentionState":
+    def map_batch(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> CrossAttentionState:
         """A new state with ``fn`` applied to every tensor (all have the batch on axis 0)."""
         changes = {}
         for field in fields(self):

@@ -118,7 +118,7 @@ class BenchRecord:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "BenchRecord":
+    def from_dict(cls, data: dict) -> BenchRecord:
         """Inverse of :meth:`to_dict`.
 
         Raises:

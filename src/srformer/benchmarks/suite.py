@@ -158,7 +158,7 @@ class SuiteSettings:
             raise ValueError(f"Unknown model shape {self.model_shape!r}; known shapes are {', '.join(MODEL_SHAPES)}.")
 
     @classmethod
-    def quick(cls, **overrides) -> "SuiteSettings":
+    def quick(cls, **overrides) -> SuiteSettings:
         """The ``--quick`` settings (CI): a t5-tiny-sized model, k in {64, 128}, s = 16, batch 1,
         one repeat, a few positions and tokens; ``overrides`` replace any field."""
         quick = dict(

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from srformer.data.pairs import SummaryPair
 from srformer.evaluation.evaluate import evaluate_summarizer, load_summarizer

@@ -8,13 +8,13 @@ finding the decoder step, and keeping the per-sequence state inside the ``Encode
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from transformers.cache_utils import DynamicLayer, EncoderDecoderCache
 
-from srformer.attention.variants import CrossAttentionModule
 from srformer.attention.state import SRformerCacheLayer
+from srformer.attention.variants import CrossAttentionModule
 
 
 def key_padding_from_mask(mask: torch.Tensor | None, key_length: int) -> torch.Tensor | None:

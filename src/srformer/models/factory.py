@@ -7,10 +7,19 @@ every checkpoint, so evaluation and generation use the same vocabulary.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
-from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, BartConfig, BartForConditionalGeneration
-from transformers import PreTrainedModel, PreTrainedTokenizerBase, T5Config, T5ForConditionalGeneration
+from transformers import (
+    AutoConfig,
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    BartConfig,
+    BartForConditionalGeneration,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    T5Config,
+    T5ForConditionalGeneration,
+)
 
 from srformer.data.tokenizer import train_unigram_tokenizer
 from srformer.models.convert import from_pretrained, srformer_config_of
