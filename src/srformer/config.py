@@ -140,9 +140,13 @@ class SRformerConfig:
                     f"with recurrence=True (got variant={self.variant!r}, recurrence={self.recurrence})."
                 )
             if not 0.0 < self.mix_init < 1.0:
-                raise ValueError(f"`mix_init` is the initial sigma of Eq. 10 and must lie in (0, 1), got {self.mix_init!r}.")
+                raise ValueError(
+                    f"`mix_init` is the initial sigma of Eq. 10 and must lie in (0, 1), got {self.mix_init!r}."
+                )
             if self.ablation == "recurrent_only":
-                raise ValueError("`mix_init` mixes O_S and O_R; ablation 'recurrent_only' has no O_S. Use one or the other.")
+                raise ValueError(
+                    "`mix_init` mixes O_S and O_R; ablation 'recurrent_only' has no O_S. Use one or the other."
+                )
         if self.lean_cache and self.variant not in LEAN_VARIANTS and self.variant != "full":
             raise ValueError(
                 f"`lean_cache` is implemented for the variants {', '.join(LEAN_VARIANTS)}, not {self.variant!r}; "

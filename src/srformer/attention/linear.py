@@ -50,7 +50,9 @@ class LinearCrossAttention(nn.Module):
         self.scale = float(scale)
 
     @autocast_off
-    def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> CrossAttentionState:
+    def init_state(
+        self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None
+    ) -> CrossAttentionState:
         """``phi(K)^T V`` and ``sum_j phi(K_j)`` over real positions.
 
         Args:
@@ -59,8 +61,8 @@ class LinearCrossAttention(nn.Module):
             key_valid: (B, k) bool, True at real encoder positions; None when nothing is padded.
 
         Returns:
-            A state with ``linear_kv`` (B, H, d, d) and ``linear_key_sum`` (B, H, d), in float32 or the keys' dtype when wider; it
-            holds no encoder-length tensor.
+            A state with ``linear_kv`` (B, H, d, d) and ``linear_key_sum`` (B, H, d), in float32 or the keys' dtype
+            when wider; it holds no encoder-length tensor.
 
         Raises:
             ValueError: if an example has no real encoder token (an empty document).

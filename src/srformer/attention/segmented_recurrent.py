@@ -115,7 +115,9 @@ class SegmentedRecurrentAttention(nn.Module):
 
     # ------------------------------------------------------------------ state
     @autocast_off
-    def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> CrossAttentionState:
+    def init_state(
+        self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None
+    ) -> CrossAttentionState:
         """Build the per-sequence state (standard layout) from the projected encoder keys/values.
 
         Cost, once per sequence: O(k*d^2) per head for the ``K_j^T V_j`` products (one einsum),
@@ -228,7 +230,9 @@ class SegmentedRecurrentAttention(nn.Module):
         j = torch.arange(max_segments, device=segments.device)[None, :]
         m = segments[:, None]
         first_step = torch.div(j * self.config.target_length + m - 1, m, rounding_mode="floor")  # ceil(j T / m)
-        return (j < m) & ((torch.div(first_step * m, self.config.target_length, rounding_mode="floor") == j) | (j == m - 1))
+        # segment j is visited iff the schedule floor(t m / T) maps its first candidate step to j itself
+        attended_at_first_step = torch.div(first_step * m, self.config.target_length, rounding_mode="floor") == j
+        return (j < m) & (attended_at_first_step | (j == m - 1))
 
     def _check_schedule(self, segments: torch.Tensor) -> None:
         target = self.config.target_length
@@ -407,5 +411,6 @@ class SegmentedRecurrentAttention(nn.Module):
             changed = (segment != state.last_segment)[:, None, None, None]
             membrane, raf_output = self.raf.fire(state.membrane, raf_input)
             raf_output = torch.where(changed, raf_output, state.raf_output)
-            new_state = replace(new_state, membrane=torch.where(changed, membrane, state.membrane), raf_output=raf_output)
+            membrane = torch.where(changed, membrane, state.membrane)
+            new_state = replace(new_state, membrane=membrane, raf_output=raf_output)
         return raf_output * (self.scale / state.key_norm[:, :, None, :]), new_state

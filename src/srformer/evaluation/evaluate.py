@@ -23,7 +23,9 @@ def load_summarizer(checkpoint: str | os.PathLike):
     """
     path = Path(checkpoint)
     if not path.exists() and (path.is_absolute() or str(checkpoint).startswith((".", "~"))):
-        raise FileNotFoundError(f"Checkpoint {checkpoint} does not exist; pass the --output directory of `srformer train`.")
+        raise FileNotFoundError(
+            f"Checkpoint {checkpoint} does not exist; pass the --output directory of `srformer train`."
+        )
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
     model = load_model(str(checkpoint))
     model.eval()

@@ -85,7 +85,7 @@ def evaluate_stage(
     )
     predictions_file.write_text(
         "".join(json.dumps({"id": p.id, "prediction": s, "reference": p.summary}) + "\n"
-                for p, s in zip(test_pairs, predictions))
+                for p, s in zip(test_pairs, predictions, strict=True))
     )
     write_metrics_json(metrics_file, metrics)
     return metrics, predictions

@@ -39,10 +39,7 @@ def key_padding_from_mask(mask: torch.Tensor | None, key_length: int) -> torch.T
             "load the model with attn_implementation='sdpa' or 'eager'."
         )
     rows = mask if mask.dim() == 2 else mask[:, 0, 0, :]
-    if rows.dtype == torch.bool:
-        valid = rows
-    else:
-        valid = rows > torch.finfo(rows.dtype).min / 2
+    valid = rows if rows.dtype == torch.bool else rows > torch.finfo(rows.dtype).min / 2
     if valid.shape[-1] != key_length:
         raise ValueError(f"Encoder mask covers {valid.shape[-1]} positions but the encoder output has {key_length}.")
     return valid
