@@ -156,8 +156,9 @@ class SRformerConfig:
     def same_model(self, other: SRformerConfig) -> bool:
         """True if ``other`` describes the same model, ignoring the runtime options
         ``strict_schedule`` and ``lean_cache``."""
-        runtime = {"strict_schedule": False, "lean_cache": False}
-        return replace(self, **runtime) == replace(other, **runtime)
+        return replace(self, strict_schedule=False, lean_cache=False) == replace(
+            other, strict_schedule=False, lean_cache=False
+        )
 
     def to_dict(self) -> dict:
         """Plain-JSON form, stored as ``model.config.srformer``."""
