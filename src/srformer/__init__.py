@@ -5,4 +5,7 @@ from srformer.models.convert import convert, from_pretrained
 
 __version__ = "0.1.0"
 
-__all__ = ["ABLATIONS", "NAMED_SETTINGS", "VARIANTS", "SRformerConfig", "__version__", "convert", "from_pretrained", "named_config"]
+__all__ = [
+    "ABLATIONS", "NAMED_SETTINGS", "VARIANTS", "SRformerConfig", "__version__",
+    "convert", "from_pretrained", "named_config",
+]

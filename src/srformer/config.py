@@ -140,27 +140,32 @@ class SRformerConfig:
                     f"with recurrence=True (got variant={self.variant!r}, recurrence={self.recurrence})."
                 )
             if not 0.0 < self.mix_init < 1.0:
-                raise ValueError(f"`mix_init` is the initial sigma of Eq. 10 and must lie in (0, 1), got {self.mix_init!r}.")
+                raise ValueError(
+                    f"`mix_init` is the initial sigma of Eq. 10 and must lie in (0, 1), got {self.mix_init!r}."
+                )
             if self.ablation == "recurrent_only":
-                raise ValueError("`mix_init` mixes O_S and O_R; ablation 'recurrent_only' has no O_S. Use one or the other.")
+                raise ValueError(
+                    "`mix_init` mixes O_S and O_R; ablation 'recurrent_only' has no O_S. Use one or the other."
+                )
         if self.lean_cache and self.variant not in LEAN_VARIANTS and self.variant != "full":
             raise ValueError(
                 f"`lean_cache` is implemented for the variants {', '.join(LEAN_VARIANTS)}, not {self.variant!r}; "
                 "set lean_cache=False."
             )
 
-    def same_model(self, other: "SRformerConfig") -> bool:
+    def same_model(self, other: SRformerConfig) -> bool:
         """True if ``other`` describes the same model, ignoring the runtime options
         ``strict_schedule`` and ``lean_cache``."""
-        runtime = {"strict_schedule": False, "lean_cache": False}
-        return replace(self, **runtime) == replace(other, **runtime)
+        return replace(self, strict_schedule=False, lean_cache=False) == replace(
+            other, strict_schedule=False, lean_cache=False
+        )
 
     def to_dict(self) -> dict:
         """Plain-JSON form, stored as ``model.config.srformer``."""
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "SRformerConfig":
+    def from_dict(cls, data: dict) -> SRformerConfig:
         """Inverse of :meth:`to_dict`.
 
         Raises:

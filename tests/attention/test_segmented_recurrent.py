@@ -51,7 +51,8 @@ def _rows_of(keys, values):
 @settings(max_examples=40, deadline=None)
 @given(
     batch=st.integers(1, 3), heads=st.integers(1, 3), d=st.sampled_from([2, 4, 8]), k=st.integers(1, 20),
-    q=st.integers(1, 12), s=st.integers(1, 8), target=st.integers(1, 16), variant=st.sampled_from(["segmented", "srformer"]),
+    q=st.integers(1, 12), s=st.integers(1, 8), target=st.integers(1, 16),
+    variant=st.sampled_from(["segmented", "srformer"]),
     data=st.data(),
 )
 def test_parallel_equals_incremental_for_random_shapes_and_padding(batch, heads, d, k, q, s, target, variant, data):
@@ -126,12 +127,13 @@ def test_cache_layer_reorders_every_state_tensor_across_examples():
     layer = SRformerCacheLayer(state)
     perm = torch.tensor([2, 0, 1])
     layer.reorder_cache(perm)
-    for name in ("keys", "values", "positions", "lengths", "num_segments", "last_segment", "raf_readout", "segment_table", "segment_valid",
-                 "raf_total", "key_norm"):
+    for name in ("keys", "values", "positions", "lengths", "num_segments", "last_segment", "raf_readout",
+                 "segment_table", "segment_valid", "raf_total", "key_norm"):
         assert torch.equal(getattr(layer.state, name), getattr(state, name)[perm]), name
     assert layer.keys is layer.state.keys
     layer.batch_repeat_interleave(2)
-    assert layer.state.raf_readout.shape[0] == 6 and torch.equal(layer.state.lengths, state.lengths[perm].repeat_interleave(2))
+    assert layer.state.raf_readout.shape[0] == 6
+    assert torch.equal(layer.state.lengths, state.lengths[perm].repeat_interleave(2))
     layer.batch_select_indices(torch.tensor([0, 5]))
     assert torch.equal(layer.state.raf_readout, state.raf_readout[perm][[0, 2]])
     lean = SRformerCacheLayer(module.lean(state))
@@ -172,7 +174,8 @@ def test_clamped_products_keep_parallel_incremental_and_lean_paths_equal():
     parallel, _ = module(queries, state)
     incremental, _ = _incremental(module, queries, state)
     lean, _ = _incremental(module, queries, module.lean(state), _rows_of(keys, values))
-    unclamped, _ = _module(segment_size=3, target_length=6)(queries, _module(segment_size=3, target_length=6).init_state(keys, values, valid))
+    plain = _module(segment_size=3, target_length=6)
+    unclamped, _ = plain(queries, plain.init_state(keys, values, valid))
     assert_exact(incremental, parallel, "incremental")
     assert_exact(lean, parallel, "lean")
     assert (parallel - unclamped).abs().max() > 1e-3  # the clamp changed something

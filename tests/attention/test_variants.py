@@ -80,7 +80,10 @@ def _reference(module, query, keys, values, t):
             if j == i:
                 out_i = out
                 break
-    norm = torch.ones(d, dtype=torch.float64) if config.ablation == "no_norm" else K.pow(2).sum(0).sqrt() + config.norm_eps
+    if config.ablation == "no_norm":
+        norm = torch.ones(d, dtype=torch.float64)
+    else:
+        norm = K.pow(2).sum(0).sqrt() + config.norm_eps
     recurrent = (module.scale * q) @ out_i / norm
     if output is None:
         return recurrent
@@ -165,7 +168,9 @@ def test_cache_layer_reorders_every_state_tensor(name):
         assert len(held) >= 4
         for field, tensor in held.items():
             assert torch.equal(getattr(layer.state, field), tensor[perm]), field
-        swapped, _ = module.step(queries[perm][:, :, 2:3], layer.state, position=2, project_rows=_rows_of(keys[perm], values[perm]))
+        swapped, _ = module.step(
+            queries[perm][:, :, 2:3], layer.state, position=2, project_rows=_rows_of(keys[perm], values[perm])
+        )
         straight, _ = module.step(queries[:, :, 2:3], original, position=2, project_rows=_rows_of(keys, values))
         assert_exact(swapped, straight[perm], "reordered step")
 

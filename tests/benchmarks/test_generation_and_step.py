@@ -12,7 +12,9 @@ from srformer.benchmarks.variants import build_model, first_cross_attention, qui
 K, BATCH, TOKENS = 48, 2, 5
 
 
-@pytest.mark.parametrize("variant", ["full-sdpa", "srformer", "srformer-lean", "segmented-lean", "xl", "longt5", "linear"])
+@pytest.mark.parametrize(
+    "variant", ["full-sdpa", "srformer", "srformer-lean", "segmented-lean", "xl", "longt5", "linear"]
+)
 def test_cache_bytes(variant):
     model = build_model("t5-tiny", variant, segment_size=16, target_length=16)
     outputs, mask = random_encoder_outputs(BATCH, K, model.config.d_model)

@@ -9,10 +9,11 @@ from tokenizers.pre_tokenizers import Whitespace
 
 from srformer.evaluation import GenerationResult, generate_summaries
 
-WORDS = (
-    "the a cat dog fox bird sat ran jumped flew on over under mat log fence tree quick brown "
-    "lazy small big red today yesterday and then it was very happy sad summarize : ."
-).split()
+WORDS = [
+    "the", "a", "cat", "dog", "fox", "bird", "sat", "ran", "jumped", "flew", "on", "over", "under", "mat", "log",
+    "fence", "tree", "quick", "brown", "lazy", "small", "big", "red", "today", "yesterday", "and", "then", "it",
+    "was", "very", "happy", "sad", "summarize", ":", ".",
+]
 
 DOCUMENTS = [
     "the cat sat on the mat .",

@@ -6,7 +6,6 @@ from rouge_score import rouge_scorer
 
 from srformer.evaluation import ROUGE_KEYS, RougeResult, score_summaries, split_sentences
 
-
 # --- split_sentences ---------------------------------------------------------------------------
 
 
@@ -115,7 +114,7 @@ def test_bootstrap_interval_is_ordered_and_reproducible():
     for key, (low, mid, high) in intervals.items():
         assert low <= mid <= high, key
         assert low <= means[key] <= high, key
-        assert 0.0 <= low and high <= 100.0
+        assert low >= 0.0 and high <= 100.0
     assert result.bootstrap(n_samples=200, seed=3) == intervals
     assert result.bootstrap(n_samples=200, seed=4) != intervals
 

@@ -33,7 +33,8 @@ def test_tiny_grid_writes_tables_plots_and_json_and_skips_finished_cells(tmp_pat
     keys = sorted(cell["key"] for cell in results["cells"])
     # full once per seed; srformer and xl per segment size and seed; the ablation next to srformer at s = 32
     assert keys == sorted(
-        [f"full-seed{k}" for k in (0, 1)] + [f"{n}-s{s}-seed{k}" for n in ("srformer", "xl") for s in (8, 32) for k in (0, 1)]
+        [f"full-seed{k}" for k in (0, 1)]
+        + [f"{n}-s{s}-seed{k}" for n in ("srformer", "xl") for s in (8, 32) for k in (0, 1)]
         + [f"ablation-II-s32-seed{k}" for k in (0, 1)]
     )
     for cell in results["cells"]:
@@ -45,12 +46,16 @@ def test_tiny_grid_writes_tables_plots_and_json_and_skips_finished_cells(tmp_pat
         if cell["name"] == "ablation-II":
             assert saved["ablation"] == "no_norm"
     groups = {(g["name"], g["segment_size"]): g for g in results["groups"]}
-    assert set(groups) == {("full", None), ("srformer", 8), ("srformer", 32), ("xl", 8), ("xl", 32), ("ablation-II", 32)}
+    assert set(groups) == {
+        ("full", None), ("srformer", 8), ("srformer", 32), ("xl", 8), ("xl", 32), ("ablation-II", 32)
+    }
     assert all(g["rouge1"]["num_seeds"] == 2 and g["seeds"] == [0, 1] for g in groups.values())
     paired = {(p["other"], p["segment_size"]) for p in results["paired"]}
     assert paired == {("full", 8), ("full", 32), ("xl", 8), ("xl", 32), ("ablation-II", 32)}
     table = (out / "results.md").read_text()
-    for heading in ("Table 2 shape", "Figure 4 shape", "Table 3 shape", "(II) no norm(K)", "**Segment size 8**", " / 5 |"):
+    for heading in (
+        "Table 2 shape", "Figure 4 shape", "Table 3 shape", "(II) no norm(K)", "**Segment size 8**", " / 5 |"
+    ):
         assert heading in table
     assert (out / "figure4.png").stat().st_size > 5000 and (out / "table3.png").stat().st_size > 5000
     assert "cells; results in" in capsys.readouterr().out
@@ -58,13 +63,19 @@ def test_tiny_grid_writes_tables_plots_and_json_and_skips_finished_cells(tmp_pat
     # Re-run: nothing is trained again. Then lose one cell: only that cell is re-run.
     trained = []
     original = compare_module.train_stage
-    monkeypatch.setattr(compare_module, "train_stage", lambda spec, pairs, output, settings: trained.append(output.name) or original(spec, pairs, output, settings))
+
+    def recording_train_stage(spec, pairs, output, settings):
+        trained.append(output.name)
+        return original(spec, pairs, output, settings)
+
+    monkeypatch.setattr(compare_module, "train_stage", recording_train_stage)
     assert main(args) == 0
     assert trained == ["base"]  # train_stage finds the finished base and returns; finished cells are not asked
     shutil.rmtree(out / "cells" / "xl-s8-seed1")
     assert main(args) == 0
     assert trained == ["base", "base", "xl-s8-seed1"]
-    rerun = {g["name"] + str(g["segment_size"]): g["rouge1"] for g in json.loads((out / "results.json").read_text())["groups"]}
+    rerun_groups = json.loads((out / "results.json").read_text())["groups"]
+    rerun = {g["name"] + str(g["segment_size"]): g["rouge1"] for g in rerun_groups}
     assert rerun == {g["name"] + str(g["segment_size"]): g["rouge1"] for g in results["groups"]}
 
 
@@ -115,7 +126,7 @@ def test_paired_difference_known_answers():
     same = paired_difference([1.0, 2.0, 3.0], [1.0, 2.0, 3.0])
     assert (same.mean, same.low, same.high, same.a_wins, same.b_wins) == (0.0, 0.0, 0.0, 0.0, 0.0)
     shifted = paired_difference([3.0, 5.0, 9.0, 4.0], [1.0, 3.0, 7.0, 2.0])  # +2 on every document
-    assert shifted.mean == pytest.approx(2.0) and shifted.low == pytest.approx(2.0) and shifted.high == pytest.approx(2.0)
+    assert (shifted.mean, shifted.low, shifted.high) == pytest.approx((2.0, 2.0, 2.0))
     assert shifted.a_wins == 1.0 and shifted.significant
     noisy = paired_difference([1.0, 0.0] * 20, [0.0, 1.0] * 20)
     assert noisy.mean == 0.0 and noisy.low < 0 < noisy.high and not noisy.significant
@@ -141,7 +152,8 @@ def test_a_trained_checkpoint_is_the_base_with_zero_base_steps(tmp_path):
     common[common.index("--segment-sizes") + 1 : common.index("--seeds")] = ["8"]
     assert main(["compare", "--output", str(first), *common, "--ablations"]) == 0
     second = tmp_path / "second"
-    assert main(["compare", "--output", str(second), *common, "--ablations", "--model", str(first / "base"), "--base-steps", "0"]) == 0
+    reuse_base = ["--model", str(first / "base"), "--base-steps", "0"]
+    assert main(["compare", "--output", str(second), *common, "--ablations", *reuse_base]) == 0
     assert not (second / "base").exists()
     run = json.loads((second / "cells" / "srformer-s8-seed0" / "srformer_run.json").read_text())
     assert run["model"] == str(first / "base")

@@ -11,7 +11,13 @@ import copy
 
 import pytest
 import torch
-from transformers import BartConfig, BartForConditionalGeneration, GenerationConfig, T5Config, T5ForConditionalGeneration
+from transformers import (
+    BartConfig,
+    BartForConditionalGeneration,
+    GenerationConfig,
+    T5Config,
+    T5ForConditionalGeneration,
+)
 
 import srformer
 

@@ -5,8 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 from transformers import (
-    GPT2Config, GPT2LMHeadModel, MarianConfig, MarianMTModel, MBartConfig, MBartForConditionalGeneration,
-    MT5Config, MT5ForConditionalGeneration, PegasusConfig, PegasusForConditionalGeneration,
+    GPT2Config,
+    GPT2LMHeadModel,
+    MarianConfig,
+    MarianMTModel,
+    MBartConfig,
+    MBartForConditionalGeneration,
+    MT5Config,
+    MT5ForConditionalGeneration,
+    PegasusConfig,
+    PegasusForConditionalGeneration,
 )
 
 import srformer
@@ -50,13 +58,17 @@ def test_save_and_load_round_trip_gives_identical_logits(family, variant, tmp_pa
     assert type(loaded) is type(model)
     assert srformer.models.srformer_config_of(loaded) == srformer.models.srformer_config_of(model)
     assert srformer.models.srformer_config_of(loaded).variant == variant
-    assert_exact(teacher_forced_logits(loaded, ids, mask, dec), teacher_forced_logits(model, ids, mask, dec), "reloaded")
+    assert_exact(
+        teacher_forced_logits(loaded, ids, mask, dec), teacher_forced_logits(model, ids, mask, dec), "reloaded"
+    )
 
 
 def test_loading_as_another_variant_is_an_error(tmp_path):
     converted(BUILDERS["t5"](), **SETTINGS).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="variant 'srformer'.*but variant 'segmented'"):
-        srformer.from_pretrained(str(tmp_path), srformer.SRformerConfig(variant="segmented", segment_size=4, target_length=12))
+        srformer.from_pretrained(
+            str(tmp_path), srformer.SRformerConfig(variant="segmented", segment_size=4, target_length=12)
+        )
 
 
 def test_checkpoint_missing_raf_weights_is_an_error(tmp_path):
@@ -136,9 +148,10 @@ def _tiny_family_models():
     common_bart = dict(vocab_size=96, d_model=32, encoder_layers=1, decoder_layers=2, encoder_attention_heads=4,
                        decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
                        dropout=0.0, attention_dropout=0.0, pad_token_id=1, eos_token_id=2, decoder_start_token_id=2)
+    mt5 = dict(vocab_size=96, d_model=32, d_ff=32, num_layers=1, num_decoder_layers=2, num_heads=4, d_kv=8,
+               dropout_rate=0.0, decoder_start_token_id=0)
     return {
-        "mt5": MT5ForConditionalGeneration(MT5Config(vocab_size=96, d_model=32, d_ff=32, num_layers=1, num_decoder_layers=2,
-                                                     num_heads=4, d_kv=8, dropout_rate=0.0, decoder_start_token_id=0)),
+        "mt5": MT5ForConditionalGeneration(MT5Config(**mt5)),
         "mbart": MBartForConditionalGeneration(MBartConfig(**common_bart)),
         "pegasus": PegasusForConditionalGeneration(PegasusConfig(**common_bart)),
         "marian": MarianMTModel(MarianConfig(**common_bart)),

@@ -47,7 +47,9 @@ def test_srformer_with_recurrence_off_and_one_segment_equals_full(family):
     ids, mask = padded_batch(base)
     dec = decoder_inputs(base, ids.shape[0], 10)
     model = converted(base, variant="srformer", segment_size=64, target_length=16, recurrence=False)
-    assert_exact(teacher_forced_logits(model, ids, mask, dec), teacher_forced_logits(base, ids, mask, dec), "no recurrence")
+    assert_exact(
+        teacher_forced_logits(model, ids, mask, dec), teacher_forced_logits(base, ids, mask, dec), "no recurrence"
+    )
 
 
 def test_small_segments_change_the_output(family):
@@ -56,7 +58,8 @@ def test_small_segments_change_the_output(family):
     ids, mask = padded_batch(base)
     dec = decoder_inputs(base, ids.shape[0], 10)
     model = converted(base, variant="srformer", segment_size=4, target_length=16)
-    assert (teacher_forced_logits(model, ids, mask, dec) - teacher_forced_logits(base, ids, mask, dec)).abs().max() > 1e-3
+    difference = teacher_forced_logits(model, ids, mask, dec) - teacher_forced_logits(base, ids, mask, dec)
+    assert difference.abs().max() > 1e-3
 
 
 def test_recurrent_term_is_large_in_these_tests(family):
@@ -64,18 +67,23 @@ def test_recurrent_term_is_large_in_these_tests(family):
     base = BUILDERS[family]()
     ids, mask = padded_batch(base)
     dec = decoder_inputs(base, ids.shape[0], 10)
-    segmented = teacher_forced_logits(converted(base, variant="segmented", segment_size=4, target_length=16), ids, mask, dec)
-    recurrent = teacher_forced_logits(converted(base, variant="srformer", segment_size=4, target_length=16), ids, mask, dec)
+    schedule = dict(segment_size=4, target_length=16)
+    segmented = teacher_forced_logits(converted(base, variant="segmented", **schedule), ids, mask, dec)
+    recurrent = teacher_forced_logits(converted(base, variant="srformer", **schedule), ids, mask, dec)
     assert (segmented - recurrent).abs().max().item() > 0.1
 
 
 @pytest.mark.parametrize("lean_cache", [False, True])
 @pytest.mark.parametrize("variant", ["segmented", "srformer"])
 @pytest.mark.parametrize("segment_size,target_length", [(4, 16), (3, 5), (8, 40)])
-def test_parallel_path_equals_incremental_path_with_padded_sources(family, variant, segment_size, target_length, lean_cache):
+def test_parallel_path_equals_incremental_path_with_padded_sources(
+    family, variant, segment_size, target_length, lean_cache
+):
     """(3, 5) has more segments than target length: segments are skipped by the schedule."""
     base = BUILDERS[family]()
-    model = converted(base, variant=variant, segment_size=segment_size, target_length=target_length, lean_cache=lean_cache)
+    model = converted(
+        base, variant=variant, segment_size=segment_size, target_length=target_length, lean_cache=lean_cache
+    )
     ids, mask = padded_batch(base)
     dec = decoder_inputs(base, ids.shape[0], 14)
     with pytest.warns(UserWarning) if target_length < 8 else _nothing():

@@ -19,7 +19,8 @@ def loss_and_gradients(model, ids, mask, labels, *, checkpointing: bool):
     model = copy.deepcopy(model)
     if checkpointing:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)  # transformers 5.x renames it activation_checkpointing_enable
+            # transformers 5.x renames it activation_checkpointing_enable
+            warnings.simplefilter("ignore", FutureWarning)
             model.gradient_checkpointing_enable()
     calls = []
     for _, _, module in cross_attention_modules(model):

@@ -38,7 +38,8 @@ def test_lean_state_holds_no_encoder_length_float_tensor(family):
     ids, mask = padded_batch(model)
     with torch.no_grad():
         out = model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_inputs(model, 3, 1), use_cache=True)
-    layers = [layer for layer in out.past_key_values.cross_attention_cache.layers if isinstance(layer, SRformerCacheLayer)]
+    cross_layers = out.past_key_values.cross_attention_cache.layers
+    layers = [layer for layer in cross_layers if isinstance(layer, SRformerCacheLayer)]
     assert len(layers) == 2
     for layer in layers:
         state = layer.state

@@ -117,7 +117,9 @@ def test_bf16_generate_gives_finite_scores(family, lean_cache):
     assert all(torch.isfinite(score[score > -float("inf")]).all() for score in out.scores)
 
 
-@pytest.mark.parametrize("name", ["xl", "longt5", "linear", "ablation-I", "ablation-II", "ablation-III", "ablation-IV", "srformer-sigma"])
+@pytest.mark.parametrize(
+    "name", ["xl", "longt5", "linear", "ablation-I", "ablation-II", "ablation-III", "ablation-IV", "srformer-sigma"]
+)
 def test_every_named_variant_under_bf16_autocast_stays_close_to_float32(family, name):
     """At ordinary activations (measured: every variant within 0.3-2.4% of the largest logit, full
     attention 0.3-0.5%). Not with the encoder output scaled 300x: there the unmodified T5 itself is

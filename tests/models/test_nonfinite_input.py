@@ -9,7 +9,7 @@ from transformers.modeling_outputs import BaseModelOutput
 
 import srformer.models.cross_attention as cross_attention
 from srformer.models import cross_attention_modules
-from tests.models.conftest import converted, decoder_inputs, padded_batch, BUILDERS
+from tests.models.conftest import BUILDERS, converted, decoder_inputs, padded_batch
 
 SETTINGS = dict(variant="srformer", segment_size=8, target_length=12)
 
@@ -71,11 +71,12 @@ def test_raf_threshold_trained_to_zero_is_named(family):
     with torch.no_grad():
         layer1.srformer.raf.threshold.zero_()
     ids, mask = padded_batch(model)
-    with pytest.raises(ValueError, match=r"SRformer cross attention of decoder layer 1: the recurrent state .* "
-                                         r"\(RAF threshold 0, leak 1\): the learnable RAF threshold has been trained to "
-                                         r"zero or below.*Lower the learning rate"):
-        with torch.no_grad():
-            model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_inputs(model, ids.shape[0], 6))
+    message = (
+        r"SRformer cross attention of decoder layer 1: the recurrent state .* \(RAF threshold 0, leak 1\): "
+        r"the learnable RAF threshold has been trained to zero or below.*Lower the learning rate"
+    )
+    with pytest.raises(ValueError, match=message), torch.no_grad():
+        model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_inputs(model, ids.shape[0], 6))
 
 
 def test_finite_inputs_pass_and_the_check_runs_once_per_sequence_and_layer(family, monkeypatch):

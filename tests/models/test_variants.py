@@ -42,7 +42,9 @@ def test_each_variant_computes_something_different(family, name):
     base = BUILDERS[family]()
     ids, mask = padded_batch(base)
     dec = decoder_inputs(base, ids.shape[0], 14)
-    logits = {other: teacher_forced_logits(_model(family, other), ids, mask, dec) for other in ("segmented", "srformer")}
+    logits = {
+        other: teacher_forced_logits(_model(family, other), ids, mask, dec) for other in ("segmented", "srformer")
+    }
     logits["full"] = teacher_forced_logits(base, ids, mask, dec)
     mine = teacher_forced_logits(_model(family, name), ids, mask, dec)
     for other, reference in logits.items():
@@ -55,7 +57,8 @@ def test_xl_with_one_segment_covering_the_input_equals_full_attention(family):
     ids, mask = padded_batch(base)
     dec = decoder_inputs(base, ids.shape[0], 10)
     full = teacher_forced_logits(base, ids, mask, dec)
-    assert_exact(teacher_forced_logits(_model(family, "xl", segment_size=ids.shape[1]), ids, mask, dec), full, "xl one segment")
+    one_segment = _model(family, "xl", segment_size=ids.shape[1])
+    assert_exact(teacher_forced_logits(one_segment, ids, mask, dec), full, "xl one segment")
 
 
 def _generate(model, ids, mask, **kwargs):
@@ -69,11 +72,13 @@ def test_greedy_beam_and_sampling_with_cache_equal_without(family, name):
     model = _model(family, name)
     ids, mask = padded_batch(model)
     for kwargs in (dict(num_beams=1), dict(num_beams=3, num_return_sequences=3)):
-        assert torch.equal(_generate(model, ids, mask, use_cache=True, **kwargs), _generate(model, ids, mask, use_cache=False, **kwargs))
+        cached = _generate(model, ids, mask, use_cache=True, **kwargs)
+        assert torch.equal(cached, _generate(model, ids, mask, use_cache=False, **kwargs))
     torch.manual_seed(3)
     sampled = _generate(model, ids, mask, do_sample=True, top_k=0, num_return_sequences=2, use_cache=True)
     torch.manual_seed(3)
-    assert torch.equal(sampled, _generate(model, ids, mask, do_sample=True, top_k=0, num_return_sequences=2, use_cache=False))
+    uncached = _generate(model, ids, mask, do_sample=True, top_k=0, num_return_sequences=2, use_cache=False)
+    assert torch.equal(sampled, uncached)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -98,7 +103,9 @@ def test_save_load_round_trip_and_variant_guard(name, tmp_path):
     model.save_pretrained(tmp_path)
     loaded = srformer.from_pretrained(str(tmp_path))
     assert srformer.models.srformer_config_of(loaded) == srformer.models.srformer_config_of(model)
-    assert_exact(teacher_forced_logits(loaded, ids, mask, dec), teacher_forced_logits(model, ids, mask, dec), "reloaded")
+    assert_exact(
+        teacher_forced_logits(loaded, ids, mask, dec), teacher_forced_logits(model, ids, mask, dec), "reloaded"
+    )
     other = "srformer" if name != "srformer" else "ablation-II"
     with pytest.raises(ValueError, match="was requested"):
         srformer.from_pretrained(str(tmp_path), srformer.named_config(other, segment_size=4, target_length=12))

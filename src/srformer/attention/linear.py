@@ -19,7 +19,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from srformer.attention.schedule import real_lengths
-from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off
+from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, required
 from srformer.config import SRformerConfig
 
 
@@ -50,7 +50,9 @@ class LinearCrossAttention(nn.Module):
         self.scale = float(scale)
 
     @autocast_off
-    def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> CrossAttentionState:
+    def init_state(
+        self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None
+    ) -> CrossAttentionState:
         """``phi(K)^T V`` and ``sum_j phi(K_j)`` over real positions.
 
         Args:
@@ -59,8 +61,8 @@ class LinearCrossAttention(nn.Module):
             key_valid: (B, k) bool, True at real encoder positions; None when nothing is padded.
 
         Returns:
-            A state with ``linear_kv`` (B, H, d, d) and ``linear_key_sum`` (B, H, d), in float32 or the keys' dtype when wider; it
-            holds no encoder-length tensor.
+            A state with ``linear_kv`` (B, H, d, d) and ``linear_key_sum`` (B, H, d), in float32 or the keys' dtype
+            when wider; it holds no encoder-length tensor.
 
         Raises:
             ValueError: if an example has no real encoder token (an empty document).
@@ -69,7 +71,7 @@ class LinearCrossAttention(nn.Module):
         lengths, padded = real_lengths(key_valid, batch, k, keys.device)
         wide = accumulation_dtype(keys.dtype)
         features = feature_map(keys.to(wide))
-        if padded:
+        if padded and key_valid is not None:  # real_lengths reports padding only for a given mask
             features = features * key_valid.to(device=keys.device, dtype=features.dtype)[:, None, :, None]
         return CrossAttentionState(
             lengths=lengths,
@@ -80,9 +82,11 @@ class LinearCrossAttention(nn.Module):
         )
 
     def _read(self, queries: torch.Tensor, state: CrossAttentionState) -> torch.Tensor:
-        features = feature_map(queries.to(state.linear_kv.dtype))  # (B, H, q, d)
-        numerator = torch.matmul(features, state.linear_kv)
-        denominator = (features * state.linear_key_sum[:, :, None, :]).sum(dim=-1, keepdim=True) + self.config.norm_eps
+        linear_kv = required(state.linear_kv, "linear_kv")
+        key_sum = required(state.linear_key_sum, "linear_key_sum")
+        features = feature_map(queries.to(linear_kv.dtype))  # (B, H, q, d)
+        numerator = torch.matmul(features, linear_kv)
+        denominator = (features * key_sum[:, :, None, :]).sum(dim=-1, keepdim=True) + self.config.norm_eps
         return (numerator / denominator).to(queries.dtype)
 
     def forward(

@@ -55,7 +55,9 @@ def compaction_order(key_valid: torch.Tensor) -> torch.Tensor:
     return torch.argsort((~key_valid).to(torch.int8), dim=1, stable=True)
 
 
-def real_lengths(key_valid: torch.Tensor | None, batch: int, key_length: int, device: torch.device) -> tuple[torch.Tensor, bool]:
+def real_lengths(
+    key_valid: torch.Tensor | None, batch: int, key_length: int, device: torch.device
+) -> tuple[torch.Tensor, bool]:
     """Real (unpadded) encoder length of each example, rejecting empty documents.
 
     One host sync per sequence (never per decoding step).

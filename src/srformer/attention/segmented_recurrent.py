@@ -41,8 +41,8 @@ with one learnable scalar ``a`` per layer.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Callable
 
 import torch
 from torch import nn
@@ -51,7 +51,7 @@ from torch.nn import functional as F
 from srformer.attention.raf import RecurrentAccumulateAndFire
 from srformer.attention.schedule import compaction_order, num_segments, real_lengths, segment_index
 from srformer.attention.softmax_context import SOFTMAX_VARIANTS, global_tokens, parallel_context, step_context
-from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off
+from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, required
 from srformer.config import LEAN_VARIANTS, SRformerConfig
 
 
@@ -115,7 +115,9 @@ class SegmentedRecurrentAttention(nn.Module):
 
     # ------------------------------------------------------------------ state
     @autocast_off
-    def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> CrossAttentionState:
+    def init_state(
+        self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None
+    ) -> CrossAttentionState:
         """Build the per-sequence state (standard layout) from the projected encoder keys/values.
 
         Cost, once per sequence: O(k*d^2) per head for the ``K_j^T V_j`` products (one einsum),
@@ -140,7 +142,7 @@ class SegmentedRecurrentAttention(nn.Module):
         device = keys.device
         # Compaction is skipped when nothing is padded.
         lengths, padded_input = real_lengths(key_valid, batch, k, device)
-        if not padded_input:
+        if not padded_input or key_valid is None:  # real_lengths reports padding only for a given mask
             order = torch.arange(k, device=device).expand(batch, k)
         else:
             order = compaction_order(key_valid.to(device=device, dtype=torch.bool))
@@ -161,6 +163,7 @@ class SegmentedRecurrentAttention(nn.Module):
         self._check_schedule(segments)
 
         target = self.config.target_length
+        segment_valid = position_valid.view(batch, max_segments, s)
         state = CrossAttentionState(
             keys=keys,
             values=values,
@@ -169,12 +172,10 @@ class SegmentedRecurrentAttention(nn.Module):
             num_segments=segments,
             last_segment=torch.full((batch,), -1, dtype=torch.long, device=device),
             segment_table=segment_index(torch.arange(target + 1, device=device), segments, target),
-            segment_valid=position_valid.view(batch, max_segments, s),
+            segment_valid=segment_valid,
         )
         if self.config.variant == "longt5":
-            state.global_keys, state.global_values, state.global_valid = global_tokens(
-                keys, values, state.segment_valid
-            )
+            state.global_keys, state.global_values, state.global_valid = global_tokens(keys, values, segment_valid)
         if self.has_recurrence:
             raf_inputs, state.raf_total = self._raf_inputs(keys, values)
             if self.raf is None:  # ablation III: P_j itself
@@ -228,7 +229,9 @@ class SegmentedRecurrentAttention(nn.Module):
         j = torch.arange(max_segments, device=segments.device)[None, :]
         m = segments[:, None]
         first_step = torch.div(j * self.config.target_length + m - 1, m, rounding_mode="floor")  # ceil(j T / m)
-        return (j < m) & ((torch.div(first_step * m, self.config.target_length, rounding_mode="floor") == j) | (j == m - 1))
+        # segment j is visited iff the schedule floor(t m / T) maps its first candidate step to j itself
+        attended_at_first_step = torch.div(first_step * m, self.config.target_length, rounding_mode="floor") == j
+        return (j < m) & (attended_at_first_step | (j == m - 1))
 
     def _check_schedule(self, segments: torch.Tensor) -> None:
         target = self.config.target_length
@@ -256,9 +259,9 @@ class SegmentedRecurrentAttention(nn.Module):
         lean = replace(state, keys=None, values=None, raf_readout=None)
         if self.raf is None:  # no recurrence, or ablation III (its output is recomputed at each step)
             return lean
-        batch, heads, max_segments, d, _ = state.raf_readout.shape
+        batch, heads, max_segments, d, _ = required(state.raf_readout, "raf_readout").shape
         # The RAF inputs are not kept in the standard layout; rebuild them for the visited prefix.
-        raf_inputs, _ = self._raf_inputs(state.keys, state.values)
+        raf_inputs, _ = self._raf_inputs(required(state.keys, "keys"), required(state.values, "values"))
         done = self._visited(state.num_segments, max_segments)
         done &= torch.arange(max_segments, device=done.device)[None, :] <= state.last_segment[:, None]
         zeros = raf_inputs.new_zeros(batch, heads, d, d)
@@ -315,10 +318,12 @@ class SegmentedRecurrentAttention(nn.Module):
         if self.has_recurrence:
             # Q_t . out_j for every segment j in one batched matmul (q*M*d numbers per head, less than
             # materialising a (d, d) block per query), then keep each query's own segment.
-            all_segments = torch.einsum("bhqd,bhmde->bhqme", queries.to(state.raf_readout.dtype), state.raf_readout)
+            raf_readout = required(state.raf_readout, "raf_readout")
+            all_segments = torch.einsum("bhqd,bhmde->bhqme", queries.to(raf_readout.dtype), raf_readout)
             pick = segments_of_query[:, None, :, None, None].expand(batch, heads, q, 1, d)
             recurrent = torch.take_along_dim(all_segments, pick, dim=3)[:, :, :, 0]
             output = self._combine(output, recurrent.to(queries.dtype))
+        assert output is not None, "every variant has softmax or recurrent attention (SRformerConfig checks)"
         return output, replace(state, last_segment=segments_of_query[:, -1])
 
     # ------------------------------------------------------------------ incremental path
@@ -356,14 +361,16 @@ class SegmentedRecurrentAttention(nn.Module):
         batch = queries.shape[0]
         s = self.config.segment_size
         device = queries.device
-        segment = state.segment_table[:, min(position, self.config.target_length)]  # (B,) i(t)
+        segment_table = required(state.segment_table, "segment_table")
+        segment = segment_table[:, min(position, self.config.target_length)]  # (B,) i(t)
         rows = torch.arange(batch, device=device)
         if state.is_lean:
             if project_rows is None:
                 raise ValueError("A lean SRformer state needs `project_rows` to project its segment.")
-            allowed = state.segment_valid[rows, segment]  # (B, s)
-            max_segments = state.positions.shape[1] // s
-            encoder_positions = state.positions.view(batch, max_segments, s)[rows, segment].to(torch.int64)
+            allowed = required(state.segment_valid, "segment_valid")[rows, segment]  # (B, s)
+            positions = required(state.positions, "positions")
+            max_segments = positions.shape[1] // s
+            encoder_positions = positions.view(batch, max_segments, s)[rows, segment].to(torch.int64)
             keys, values = project_rows(encoder_positions)
             row_mask = allowed[:, None, :, None].to(keys.dtype)
             keys, values = keys * row_mask, values * row_mask
@@ -380,8 +387,10 @@ class SegmentedRecurrentAttention(nn.Module):
             if state.is_lean:
                 readout, new_state = self._lean_readout(keys, values, segment, state, new_state)
             else:
-                readout = state.raf_readout[rows, :, segment]  # scale * RAF_out_i / norm(K), (B, H, d, d)
+                # scale * RAF_out_i / norm(K), (B, H, d, d)
+                readout = required(state.raf_readout, "raf_readout")[rows, :, segment]
             output = self._combine(output, torch.matmul(queries.to(readout.dtype), readout).to(queries.dtype))
+        assert output is not None, "every variant has softmax or recurrent attention (SRformerConfig checks)"
         return output, new_state
 
     @autocast_off
@@ -400,12 +409,15 @@ class SegmentedRecurrentAttention(nn.Module):
         products = torch.einsum("bhsd,bhse->bhde", keys.to(wide), values.to(wide))  # K_i^T V_i
         if self.config.kv_clamp is not None:
             products = products.clamp(-self.config.kv_clamp, self.config.kv_clamp)
-        raf_input = self._recurrent_input(state.raf_total, self._project(products))  # W P_i (ablation III: no W)
+        # W P_i (ablation III: no W)
+        raf_input = self._recurrent_input(required(state.raf_total, "raf_total"), self._project(products))
         if self.raf is None:  # ablation III: the output depends only on the segment
             raf_output = raf_input
         else:
             changed = (segment != state.last_segment)[:, None, None, None]
-            membrane, raf_output = self.raf.fire(state.membrane, raf_input)
-            raf_output = torch.where(changed, raf_output, state.raf_output)
-            new_state = replace(new_state, membrane=torch.where(changed, membrane, state.membrane), raf_output=raf_output)
-        return raf_output * (self.scale / state.key_norm[:, :, None, :]), new_state
+            previous_membrane = required(state.membrane, "membrane")
+            membrane, raf_output = self.raf.fire(previous_membrane, raf_input)
+            raf_output = torch.where(changed, raf_output, required(state.raf_output, "raf_output"))
+            membrane = torch.where(changed, membrane, previous_membrane)
+            new_state = replace(new_state, membrane=membrane, raf_output=raf_output)
+        return raf_output * (self.scale / required(state.key_norm, "key_norm")[:, :, None, :]), new_state

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from srformer.attention.state import CrossAttentionState, accumulation_dtype
+from srformer.attention.state import CrossAttentionState, accumulation_dtype, required
 
 #: Variants whose softmax term is computed here.
 SOFTMAX_VARIANTS: tuple[str, ...] = ("segmented", "srformer", "xl", "longt5")
@@ -66,7 +66,7 @@ def parallel_context(
         the keys appear twice, the second copy detached and allowed only for segment ``i(t) - 1``,
         so the memory segment gets no gradient; without gradients the copy is skipped.
     """
-    keys, values = state.keys, state.values
+    keys, values = required(state.keys, "keys"), required(state.values, "values")
     n = keys.shape[2]
     key_positions = torch.arange(n, device=keys.device)
     key_segment = torch.div(key_positions, segment_size, rounding_mode="floor")[None, None, :]  # (1, 1, n)
@@ -85,10 +85,10 @@ def parallel_context(
         return keys, values, current | previous
     if variant == "longt5":
         q = segments_of_query.shape[1]
-        global_valid = state.global_valid[:, None, :].expand(-1, q, -1)
+        global_valid = required(state.global_valid, "global_valid")[:, None, :].expand(-1, q, -1)
         return (
-            torch.cat([keys, state.global_keys], dim=2),
-            torch.cat([values, state.global_values], dim=2),
+            torch.cat([keys, required(state.global_keys, "global_keys")], dim=2),
+            torch.cat([values, required(state.global_values, "global_values")], dim=2),
             torch.cat([current, global_valid], dim=2),
         )
     raise ValueError(f"Variant {variant!r} has no segment-based softmax context; expected one of {SOFTMAX_VARIANTS}.")
@@ -109,18 +109,20 @@ def step_context(
         ``(keys, values, allowed)``: (B, H, n, d) twice and (B, n) bool with ``n`` = s (segmented,
         srformer), 2s (xl) or s + M (longt5).
     """
-    batch, heads, padded, d = state.keys.shape
+    all_keys, all_values = required(state.keys, "keys"), required(state.values, "values")
+    segment_valid = required(state.segment_valid, "segment_valid")
+    batch, heads, padded, d = all_keys.shape
     max_segments = padded // segment_size
     rows = torch.arange(batch, device=segment.device)
-    key_blocks = state.keys.view(batch, heads, max_segments, segment_size, d)
-    value_blocks = state.values.view(batch, heads, max_segments, segment_size, d)
+    key_blocks = all_keys.view(batch, heads, max_segments, segment_size, d)
+    value_blocks = all_values.view(batch, heads, max_segments, segment_size, d)
     keys, values = key_blocks[rows, :, segment], value_blocks[rows, :, segment]  # (B, H, s, d)
-    allowed = state.segment_valid[rows, segment]  # (B, s)
+    allowed = segment_valid[rows, segment]  # (B, s)
     if variant in ("segmented", "srformer"):
         return keys, values, allowed
     if variant == "xl":
         previous = (segment - 1).clamp(min=0)
-        previous_allowed = state.segment_valid[rows, previous] & (segment > 0)[:, None]
+        previous_allowed = segment_valid[rows, previous] & (segment > 0)[:, None]
         return (
             torch.cat([keys, key_blocks[rows, :, previous]], dim=2),
             torch.cat([values, value_blocks[rows, :, previous]], dim=2),
@@ -128,8 +130,8 @@ def step_context(
         )
     if variant == "longt5":
         return (
-            torch.cat([keys, state.global_keys], dim=2),
-            torch.cat([values, state.global_values], dim=2),
-            torch.cat([allowed, state.global_valid], dim=1),
+            torch.cat([keys, required(state.global_keys, "global_keys")], dim=2),
+            torch.cat([values, required(state.global_values, "global_values")], dim=2),
+            torch.cat([allowed, required(state.global_valid, "global_valid")], dim=1),
         )
     raise ValueError(f"Variant {variant!r} has no segment-based softmax context; expected one of {SOFTMAX_VARIANTS}.")

@@ -10,8 +10,8 @@ therefore applies to every state tensor, not only to the keys and values (``docs
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
-from typing import Callable
 
 import torch
 from transformers.cache_utils import DynamicLayer
@@ -46,6 +46,30 @@ def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
         ``torch.promote_types(dtype, torch.float32)``.
     """
     return torch.promote_types(dtype, torch.float32)
+
+
+def required(tensor: torch.Tensor | None, name: str) -> torch.Tensor:
+    """A field of a :class:`CrossAttentionState` that the caller's variant and layout must hold.
+
+    Fields are None in the layouts and variants that do not use them (see the class's attributes);
+    one missing where it is needed means the state was built by another module.
+
+    Args:
+        tensor: the field's value.
+        name: the field's name, for the message.
+
+    Returns:
+        ``tensor``, known not to be None.
+
+    Raises:
+        ValueError: if ``tensor`` is None.
+    """
+    if tensor is None:
+        raise ValueError(
+            f"The cross-attention state has no `{name}`: it was built by another variant or in the other layout "
+            "(standard vs lean_cache). Build it with this module's init_state() (start generation with a fresh cache)."
+        )
+    return tensor
 
 
 @dataclass
@@ -127,7 +151,7 @@ class CrossAttentionState:
                 return tensor
         raise ValueError("A cross-attention state holds neither keys, positions nor a linear-attention product.")
 
-    def map_batch(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> "CrossAttentionState":
+    def map_batch(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> CrossAttentionState:
         """A new state with ``fn`` applied to every tensor (all have the batch on axis 0)."""
         changes = {}
         for field in fields(self):
@@ -154,6 +178,8 @@ class SRformerCacheLayer(DynamicLayer):
     device queries) keeps working; every batch operation is applied to the whole state.
     """
 
+    state: CrossAttentionState | None
+
     def __init__(self, state: CrossAttentionState) -> None:
         super().__init__()
         self.set_state(state)
@@ -172,17 +198,30 @@ class SRformerCacheLayer(DynamicLayer):
             "it is filled once per sequence by the SRformer attention module."
         )
 
+    def held_state(self) -> CrossAttentionState:
+        """The held state.
+
+        Raises:
+            RuntimeError: after :meth:`reset`, until the next forward pass builds a new state.
+        """
+        if self.state is None:
+            raise RuntimeError(
+                "This SRformer cross-attention cache layer was reset and holds no state; run a forward pass "
+                "(the next one rebuilds the state from the encoder output) before using it."
+            )
+        return self.state
+
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         """Reorder every state tensor for beam search."""
-        self.set_state(self.state.map_batch(lambda x: x.index_select(0, beam_idx.to(x.device))))
+        self.set_state(self.held_state().map_batch(lambda x: x.index_select(0, beam_idx.to(x.device))))
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         """Repeat every state tensor ``repeats`` times along the batch axis."""
-        self.set_state(self.state.map_batch(lambda x: x.repeat_interleave(repeats, dim=0)))
+        self.set_state(self.held_state().map_batch(lambda x: x.repeat_interleave(repeats, dim=0)))
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         """Keep only ``indices`` of the batch axis in every state tensor."""
-        self.set_state(self.state.map_batch(lambda x: x[indices, ...]))
+        self.set_state(self.held_state().map_batch(lambda x: x[indices, ...]))
 
     def crop(self, tokens_to_remove: int) -> None:
         """Cross-attention state does not grow with decoder tokens: nothing to crop."""
@@ -190,14 +229,15 @@ class SRformerCacheLayer(DynamicLayer):
     def offload(self) -> None:
         """Move the state to the CPU."""
         device = self.device
-        self.set_state(self.state.map_batch(lambda x: x.to("cpu", non_blocking=True)))
+        self.set_state(self.held_state().map_batch(lambda x: x.to("cpu", non_blocking=True)))
         self.device = device
 
     def prefetch(self) -> None:
         """Move the state back to the layer's device."""
-        if self.keys.device != self.device:
+        state = self.held_state()
+        if state.anchor().device != self.device:
             device = self.device
-            self.set_state(self.state.map_batch(lambda x: x.to(device, non_blocking=True)))
+            self.set_state(state.map_batch(lambda x: x.to(device, non_blocking=True)))
 
     def reset(self) -> None:
         """Drop the state (the next forward pass rebuilds it from the encoder output)."""

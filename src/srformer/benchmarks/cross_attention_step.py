@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers import DynamicCache, EncoderDecoderCache
+from transformers import Cache, DynamicCache, EncoderDecoderCache, PretrainedConfig
 from transformers.masking_utils import create_bidirectional_mask
 
-from srformer.attention.state import SRformerCacheLayer
+from srformer.attention.state import CrossAttentionState, SRformerCacheLayer
 from srformer.benchmarks.flops import count_flops
 from srformer.benchmarks.timing import TimingSummary, repeat_samples, time_call
 
@@ -40,32 +40,37 @@ class CrossAttentionStepRun:
         seed: seed of the random decoder hidden state (B, 1, d_model) fed at every position.
 
     Raises:
-        ValueError: if ``positions < 1`` or ``module.layer_idx`` is None.
+        ValueError: if ``positions < 1``, ``module.layer_idx`` is None or ``module.config`` is not a
+            model config.
     """
 
     def __init__(self, module: nn.Module, encoder_states: torch.Tensor, *, positions: int, seed: int = 0) -> None:
         if positions < 1:
             raise ValueError(f"`positions` must be >= 1, got {positions}.")
-        if getattr(module, "layer_idx", None) is None:
+        layer_idx = getattr(module, "layer_idx", None)
+        if not isinstance(layer_idx, int):
             raise ValueError("The cross-attention module needs a `layer_idx` to use a cache.")
+        config = getattr(module, "config", None)
+        if not isinstance(config, PretrainedConfig):
+            raise ValueError("The cross-attention module needs its model's `config` (a T5Attention has one).")
         self.module = module
         self.encoder_states = encoder_states
         self.positions = positions
-        self.layer_idx = module.layer_idx
+        self.layer_idx = layer_idx
         self.device = encoder_states.device
         batch, k, d_model = encoder_states.shape
         generator = torch.Generator().manual_seed(seed)
         self.hidden = torch.randn(batch, 1, d_model, generator=generator).to(self.device, encoder_states.dtype)
         self.mask = create_bidirectional_mask(
-            config=module.config,
+            config=config,
             inputs_embeds=self.hidden,
             attention_mask=torch.ones(batch, k, dtype=torch.long, device=self.device),
             encoder_hidden_states=encoder_states,
         )
         self._dummy = torch.zeros(batch, 1, 1, 1, device=self.device, dtype=encoder_states.dtype)
-        self._cross_cache = None
-        self._filled_state = None
-        self._position_bias = None
+        self._cross_cache: Cache | None = None
+        self._filled_state: CrossAttentionState | None = None
+        self._position_bias: torch.Tensor | None = None
         self.cache: EncoderDecoderCache | None = None
 
     def _new_cache(self) -> EncoderDecoderCache:
@@ -92,26 +97,26 @@ class CrossAttentionStepRun:
             encoder positions and, for a converted module, the state build.
         """
         self._cross_cache = None  # a fresh cross-attention cache: reusing a filled one would skip the fill
-        self.cache = self._new_cache()
+        cache = self.cache = self._new_cache()
         (_, position_bias, _), seconds = time_call(
-            lambda: self.module(
-                self.hidden, self.mask, key_value_states=self.encoder_states, past_key_values=self.cache
-            ),
+            lambda: self.module(self.hidden, self.mask, key_value_states=self.encoder_states, past_key_values=cache),
             self.device,
         )
         self._position_bias = None if hasattr(self.module, "srformer") else position_bias
-        self._cross_cache = self.cache.cross_attention_cache
+        self._cross_cache = cache.cross_attention_cache
         layer = self._cross_cache.layers[self.layer_idx]
         self._filled_state = layer.state if isinstance(layer, SRformerCacheLayer) else None
         return seconds
 
-    def _restore(self) -> None:
+    def _restore(self) -> EncoderDecoderCache:
         if self._cross_cache is None:
             self.fill()
-        if self._filled_state is not None:
-            self._cross_cache.layers[self.layer_idx].set_state(self._filled_state)
-        self.cache = self._new_cache()
-        self.cache.is_updated[self.layer_idx] = True
+        layer = self._cross_cache.layers[self.layer_idx] if self._cross_cache is not None else None
+        if self._filled_state is not None and isinstance(layer, SRformerCacheLayer):
+            layer.set_state(self._filled_state)
+        cache = self.cache = self._new_cache()
+        cache.is_updated[self.layer_idx] = True
+        return cache
 
     @torch.no_grad()
     def run(self) -> float:
@@ -121,19 +126,19 @@ class CrossAttentionStepRun:
             The summed wall-clock time of the ``n`` single-token calls in seconds (each call
             synchronised; the cache bookkeeping between calls is not timed).
         """
-        self._restore()
+        cache = self._restore()
         total = 0.0
         for _ in range(self.positions):
-            self.cache.self_attention_cache.update(self._dummy, self._dummy, self.layer_idx)
+            cache.self_attention_cache.update(self._dummy, self._dummy, self.layer_idx)
             total += time_call(self._call, self.device)[1]
         return total
 
     @torch.no_grad()
     def run_untimed(self) -> None:
         """Run positions ``t = 1 .. n`` without timing (for FLOP counting)."""
-        self._restore()
+        cache = self._restore()
         for _ in range(self.positions):
-            self.cache.self_attention_cache.update(self._dummy, self._dummy, self.layer_idx)
+            cache.self_attention_cache.update(self._dummy, self._dummy, self.layer_idx)
             self._call()
 
 

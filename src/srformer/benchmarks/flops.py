@@ -96,7 +96,7 @@ def table1_memory(variant: str, *, q: int, k: int, d: int, s: int) -> int:
     raise ValueError(f"Unknown Table 1 variant {variant!r}; use one of {', '.join(TABLE1_VARIANTS)}.")
 
 
-def in_thousands(count: int) -> int:
+def in_thousands(count: float) -> int:
     """``count / 1000`` rounded to the nearest integer (half up), as Table 1's "Example (K)" columns."""
     return int((count + 500) // 1000)
 

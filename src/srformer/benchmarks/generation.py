@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from transformers import EncoderDecoderCache, PreTrainedModel
+from transformers import Cache, EncoderDecoderCache, GenerationMixin, PreTrainedModel
+from transformers.generation.utils import GenerateEncoderDecoderOutput
 from transformers.modeling_outputs import BaseModelOutput
 
 from srformer.attention.state import SRformerCacheLayer
@@ -37,13 +38,20 @@ def random_encoder_outputs(
 
 def generate_fixed(
     model: PreTrainedModel, encoder_outputs: BaseModelOutput, attention_mask: torch.Tensor, new_tokens: int
-):
+) -> GenerateEncoderDecoderOutput:
     """Greedy ``generate()`` of exactly ``new_tokens`` tokens per sequence from precomputed encoder outputs.
 
     Returns:
         The ``GenerateEncoderDecoderOutput`` (``sequences`` (B, 1 + new_tokens) and ``past_key_values``).
+
+    Raises:
+        TypeError: for a model that cannot generate, or that is not an encoder-decoder model.
     """
-    return model.generate(
+    if not isinstance(model, GenerationMixin):
+        raise TypeError(f"{type(model).__name__} has no generate() (it is not a GenerationMixin).")
+    # transformers types generate() as taking `self: GenerativePreTrainedModel` under @torch.no_grad(), which mypy
+    # reads as a second `self` parameter
+    output = model.generate(  # type: ignore[misc]
         encoder_outputs=encoder_outputs,
         attention_mask=attention_mask,
         max_new_tokens=new_tokens,
@@ -53,10 +61,16 @@ def generate_fixed(
         use_cache=True,
         return_dict_in_generate=True,
     )
+    if not isinstance(output, GenerateEncoderDecoderOutput):
+        raise TypeError(
+            f"generate() of {type(model).__name__} returned a {type(output).__name__}; an encoder-decoder model "
+            "returns a GenerateEncoderDecoderOutput."
+        )
+    return output
 
 
 def cross_attention_cache_bytes(
-    cache: EncoderDecoderCache, encoder_hidden_states: torch.Tensor | None = None
+    cache: Cache | None, encoder_hidden_states: torch.Tensor | None = None
 ) -> int:
     """Bytes held for cross attention in a generation cache, summed over decoder layers.
 
@@ -85,9 +99,10 @@ def cross_attention_cache_bytes(
             if layer.state is not None:
                 total += layer.state.nbytes()
                 lean = lean or layer.state.reads_encoder_rows
-        elif getattr(layer, "is_initialized", False) and layer.keys is not None:
-            total += layer.keys.numel() * layer.keys.element_size()
-            total += layer.values.numel() * layer.values.element_size()
+        else:
+            keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+            if getattr(layer, "is_initialized", False) and keys is not None and values is not None:
+                total += keys.numel() * keys.element_size() + values.numel() * values.element_size()
     if lean:
         if encoder_hidden_states is None:
             raise ValueError(
@@ -159,23 +174,25 @@ def measure_generation(
         batch_size, encoder_length, model.config.d_model, device=device, seed=seed
     )
     warmups = [warmup_tokens or new_tokens] * warmup
-    last = {}
+    last_cache: Cache | None = None
+    last_peak: int | None = None
 
     def sample() -> float:
+        nonlocal last_cache, last_peak
         tokens = warmups.pop() if warmups else new_tokens
         with torch.no_grad():
             if device.type == "cuda":
                 (output, seconds), peak = cuda_peak_increase(
                     lambda: time_call(lambda: generate_fixed(model, encoder_outputs, mask, tokens), device), device
                 )
-                last["peak"] = peak
+                last_peak = peak
             else:
                 output, seconds = time_call(lambda: generate_fixed(model, encoder_outputs, mask, tokens), device)
         if output.sequences.shape[1] != tokens + 1:
             raise RuntimeError(f"generate() made {output.sequences.shape[1] - 1} tokens instead of {tokens}.")
-        last["cache"] = output.past_key_values
+        last_cache = output.past_key_values
         return seconds
 
     timing = repeat_samples(sample, repeats=repeats, warmup=warmup)
-    cache_bytes = cross_attention_cache_bytes(last.pop("cache"), encoder_outputs.last_hidden_state)
-    return GenerationMeasurement(timing, batch_size, new_tokens, cache_bytes, last.get("peak"))
+    cache_bytes = cross_attention_cache_bytes(last_cache, encoder_outputs.last_hidden_state)
+    return GenerationMeasurement(timing, batch_size, new_tokens, cache_bytes, last_peak)

@@ -30,14 +30,17 @@ import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import TypeVar
 
 import torch
+
+T = TypeVar("T")
 
 #: Environment given to the child process (see the module docstring).
 CHILD_ENVIRONMENT = {"MALLOC_MMAP_THRESHOLD_": "65536", "PYTHONWARNINGS": "ignore"}
 
 
-def cuda_peak_increase(fn: Callable[[], object], device: torch.device | str) -> tuple[object, int]:
+def cuda_peak_increase(fn: Callable[[], T], device: torch.device | str) -> tuple[T, int]:
     """Run ``fn()`` and measure its peak CUDA memory above the level before the call.
 
     Returns:

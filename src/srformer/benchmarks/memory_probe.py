@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import torch
+from transformers import T5ForConditionalGeneration
 
 from srformer.benchmarks.generation import generate_fixed, random_encoder_outputs
 from srformer.benchmarks.variants import build_model, quiet_schedule_warnings
@@ -33,6 +34,14 @@ def _status_kib(field: str) -> int | None:
     except OSError:
         return None
     return None
+
+
+def _status_bytes(field: str) -> int:
+    """``field`` of /proc/self/status in bytes, where resetting the peak showed that it is readable."""
+    kib = _status_kib(field)
+    if kib is None:
+        raise RuntimeError(f"/proc/self/status has no {field} line, although it had one when the peak was reset.")
+    return kib * 1024
 
 
 def _reset_peak() -> bool:
@@ -53,7 +62,7 @@ def _model_key(job: dict) -> tuple:
     return (job["shape"], job["variant"], job["segment_size"], job["target_length"])
 
 
-def _load(job: dict):
+def _load(job: dict) -> T5ForConditionalGeneration:
     model = build_model(job["shape"], job["variant"], segment_size=job["segment_size"],
                         target_length=job["target_length"])
     tiny_outputs, tiny_mask = random_encoder_outputs(1, 16, model.config.d_model)
@@ -65,11 +74,13 @@ def _load(job: dict):
 def main() -> int:
     """Measure the jobs read from standard input; print the JSON result line."""
     jobs = json.loads(sys.stdin.read())
-    peaks, model, loaded = [], None, None
+    peaks: list[int] = []
+    model: T5ForConditionalGeneration | None = None
+    loaded: tuple | None = None
     can_reset = None
     with quiet_schedule_warnings():
         for job in jobs:
-            if _model_key(job) != loaded:
+            if model is None or _model_key(job) != loaded:
                 model = None
                 gc.collect()
                 model, loaded = _load(job), _model_key(job)
@@ -83,13 +94,13 @@ def main() -> int:
             gc.collect()
             if can_reset:
                 _reset_peak()
-                before = _status_kib("VmRSS") * 1024
+                before = _status_bytes("VmRSS")
             else:
                 current = _status_kib("VmRSS")
                 before = current * 1024 if current is not None else _maxrss_bytes()
             with torch.no_grad():
                 output = generate_fixed(model, encoder_outputs, mask, job["new_tokens"])
-            peak = _status_kib("VmHWM") * 1024 if can_reset else _maxrss_bytes()
+            peak = _status_bytes("VmHWM") if can_reset else _maxrss_bytes()
             peaks.append(max(0, peak - before))
             del output, encoder_outputs, mask
             gc.collect()

@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import TypeGuard
 
 from srformer.config import SEGMENT_FREE_VARIANTS
 
@@ -118,7 +119,7 @@ class BenchRecord:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "BenchRecord":
+    def from_dict(cls, data: dict) -> BenchRecord:
         """Inverse of :meth:`to_dict`.
 
         Raises:
@@ -138,7 +139,7 @@ class BenchRecord:
         return cls(**data)
 
 
-def _is_int(value) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -83,13 +83,13 @@ def metric_rows(records: Sequence[BenchRecord], table: MetricTable) -> tuple[lis
     if not chosen:
         return [], []
     variants = [v for v in BENCH_VARIANTS if any(r.variant == v for r in chosen)]
-    sizes = sorted({r.segment_size for r in chosen if r.segment_size is not None}) or [None]
+    sizes: list[int | None] = [*sorted({r.segment_size for r in chosen if r.segment_size is not None})] or [None]
     values = {(r.variant, r.encoder_length, r.segment_size, r.batch_size): r.value for r in chosen}
     rows = []
     for k in sorted({r.encoder_length for r in chosen}):
         for batch in sorted({r.batch_size for r in chosen}):
             for s in sizes:
-                row = {"k": k, "s": "-" if s is None else s, "batch": batch}
+                row: dict[str, int | str] = {"k": k, "s": "-" if s is None else s, "batch": batch}
                 reference = values.get((REFERENCE, k, None, batch))
                 filled = False
                 for variant in variants:
@@ -116,7 +116,7 @@ def table1_rows(records: Sequence[BenchRecord]) -> list[dict]:
     keys = sorted({(k, s) for (v, k, s, m) in theory if s is not None})
     names = {"full": "full-sdpa", "segmented": "segmented", "srformer": "srformer"}
     for k, s in keys:
-        row = {"k": k, "s": s}
+        row: dict[str, int | str] = {"k": k, "s": s}
         for variant in ("full", "segmented", "srformer"):
             seg = None if variant == "full" else s
             comp = theory.get((variant, k, seg, "table1_computation"))

@@ -24,6 +24,8 @@ import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any
 
 import torch
 import transformers
@@ -71,6 +73,9 @@ FORWARD_FLOP_VARIANTS: tuple[str, ...] = ("full-sdpa", "full-eager", "segmented"
 CORE_VARIANT_NAMES: dict[str, str] = {"full": "full-sdpa", "segmented": "segmented", "srformer": "srformer"}
 
 GENERATE_NOTE = "encoder excluded: precomputed random encoder_outputs; greedy, min_new_tokens = max_new_tokens"
+
+#: One unit of the suite's work: a progress label and the call that measures and returns its records.
+Task = tuple[str, Callable[[], list[BenchRecord]]]
 
 
 @dataclass(frozen=True)
@@ -158,10 +163,10 @@ class SuiteSettings:
             raise ValueError(f"Unknown model shape {self.model_shape!r}; known shapes are {', '.join(MODEL_SHAPES)}.")
 
     @classmethod
-    def quick(cls, **overrides) -> "SuiteSettings":
+    def quick(cls, **overrides) -> SuiteSettings:
         """The ``--quick`` settings (CI): a t5-tiny-sized model, k in {64, 128}, s = 16, batch 1,
         one repeat, a few positions and tokens; ``overrides`` replace any field."""
-        quick = dict(
+        quick: dict[str, Any] = dict(
             encoder_lengths=(64, 128),
             segment_sizes=(16,),
             batch_sizes=(1,),
@@ -214,7 +219,7 @@ class _Context:
 
     def configurations(self, variants, *, largest_segment_only: bool = False) -> list[tuple[str, int | None]]:
         """(variant, segment size) pairs of the selected variants, in the settings' order."""
-        pairs = []
+        pairs: list[tuple[str, int | None]] = []
         all_sizes = (max(self.settings.segment_sizes),) if largest_segment_only else self.settings.segment_sizes
         for variant in self.settings.variants:
             if variant not in variants:
@@ -230,11 +235,11 @@ class _Context:
         )
 
 
-def _flop_tasks(ctx: _Context) -> list[tuple[str, Callable[[], list[BenchRecord]]]]:
+def _flop_tasks(ctx: _Context) -> list[Task]:
     settings = ctx.settings
     _, d = head_count_and_dim(settings.model_shape)
     q = settings.target_length
-    tasks = []
+    tasks: list[Task] = []
 
     def table1_and_core(k: int) -> list[BenchRecord]:
         records = []
@@ -261,9 +266,11 @@ def _flop_tasks(ctx: _Context) -> list[tuple[str, Callable[[], list[BenchRecord]
         records = []
         encoder_outputs, _ = random_encoder_outputs(1, k, MODEL_SHAPES[settings.model_shape]["d_model"],
                                                     device=ctx.device, seed=settings.seed)
+        encoder_states = encoder_outputs.last_hidden_state
+        assert encoder_states is not None, "random_encoder_outputs sets last_hidden_state"
         for variant, s in ctx.configurations(FORWARD_FLOP_VARIANTS):
             module = first_cross_attention(ctx.model(variant, s))
-            flops = cross_attention_forward_flops(module, encoder_outputs.last_hidden_state, q, seed=settings.seed)
+            flops = cross_attention_forward_flops(module, encoder_states, q, seed=settings.seed)
             records.append(ctx.record(variant, k, s, 1, "cross_attention_forward_flops", flops, "FLOPs", q=q,
                                       note="FlopCounterMode, one layer, teacher forced, projections included"))
         return records
@@ -282,17 +289,17 @@ def _flop_tasks(ctx: _Context) -> list[tuple[str, Callable[[], list[BenchRecord]
         return records
 
     for k in settings.encoder_lengths:
-        tasks.append((f"flops: Table 1 and attention core, k={k}", lambda k=k: table1_and_core(k)))
-        tasks.append((f"flops: module forward, k={k}", lambda k=k: module_forward(k)))
+        tasks.append((f"flops: Table 1 and attention core, k={k}", partial(table1_and_core, k)))
+        tasks.append((f"flops: module forward, k={k}", partial(module_forward, k)))
     for q5 in settings.figure5_measured_qs:
-        tasks.append((f"flops: Figure 5, q={q5}", lambda q5=q5: figure5(q5)))
+        tasks.append((f"flops: Figure 5, q={q5}", partial(figure5, q5)))
     return tasks
 
 
-def _step_tasks(ctx: _Context) -> list[tuple[str, Callable[[], list[BenchRecord]]]]:
+def _step_tasks(ctx: _Context) -> list[Task]:
     settings = ctx.settings
     d_model = MODEL_SHAPES[settings.model_shape]["d_model"]
-    tasks = []
+    tasks: list[Task] = []
 
     def step(k: int, batch: int, variant: str, s: int | None, encoder: dict, last: bool) -> list[BenchRecord]:
         if "states" not in encoder:
@@ -328,13 +335,13 @@ def _step_tasks(ctx: _Context) -> list[tuple[str, Callable[[], list[BenchRecord]
             for index, (variant, s) in enumerate(pairs):
                 last = index == len(pairs) - 1
                 tasks.append((f"step: {variant} k={k} s={s} B={batch}",
-                              lambda k=k, b=batch, v=variant, s=s, e=encoder, z=last: step(k, b, v, s, e, z)))
+                              partial(step, k, batch, variant, s, encoder, last)))
     return tasks
 
 
-def _generate_tasks(ctx: _Context) -> list[tuple[str, Callable[[], list[BenchRecord]]]]:
+def _generate_tasks(ctx: _Context) -> list[Task]:
     settings = ctx.settings
-    tasks = []
+    tasks: list[Task] = []
 
     def generate(k: int, batch: int, variant: str, s: int | None) -> list[BenchRecord]:
         tokens, repeats, warmup = settings.new_tokens, settings.repeats, settings.warmup
@@ -375,16 +382,16 @@ def _generate_tasks(ctx: _Context) -> list[tuple[str, Callable[[], list[BenchRec
         for batch in settings.batch_sizes:
             if large and pairs:
                 tasks.append((f"generate: warm-up k={k} B={batch}",
-                              lambda k=k, b=batch, p=pairs[0]: shared_warmup(k, b, *p)))
+                              partial(shared_warmup, k, batch, *pairs[0])))
             for variant, s in pairs:
                 tasks.append((f"generate: {variant} k={k} s={s} B={batch}",
-                              lambda k=k, b=batch, v=variant, s=s: generate(k, b, v, s)))
+                              partial(generate, k, batch, variant, s)))
     return tasks
 
 
-def _training_tasks(ctx: _Context) -> list[tuple[str, Callable[[], list[BenchRecord]]]]:
+def _training_tasks(ctx: _Context) -> list[Task]:
     settings = ctx.settings
-    tasks = []
+    tasks: list[Task] = []
 
     def train(k: int, variant: str, s: int | None, single: bool) -> list[BenchRecord]:
         repeats, warmup = min(settings.training_repeats, settings.repeats), settings.warmup
@@ -416,14 +423,14 @@ def _training_tasks(ctx: _Context) -> list[tuple[str, Callable[[], list[BenchRec
             if len(settings.segment_sizes) > 1:
                 ctx.log(f"training: k={k} on the CPU: s={max(settings.segment_sizes)} only, one timed step per "
                         "variant after one shared warm-up step")
-            tasks.append((f"training: warm-up k={k}", lambda k=k, p=pairs[0]: shared_warmup(k, *p)))
+            tasks.append((f"training: warm-up k={k}", partial(shared_warmup, k, *pairs[0])))
         for variant, s in pairs:
             tasks.append((f"training: {variant} k={k} s={s}",
-                          lambda k=k, v=variant, s=s, z=single: train(k, v, s, z)))
+                          partial(train, k, variant, s, single)))
     return tasks
 
 
-def _memory_tasks(ctx: _Context) -> list[tuple[str, Callable[[], list[BenchRecord]]]]:
+def _memory_tasks(ctx: _Context) -> list[Task]:
     settings = ctx.settings
     if not ctx.on_cpu:
         ctx.log("memory: measured on CUDA with the generation runs (torch.cuda.max_memory_allocated)")
@@ -452,7 +459,7 @@ def _memory_tasks(ctx: _Context) -> list[tuple[str, Callable[[], list[BenchRecor
     pairs = [(v, segment if variant_spec(v).uses_segments else None) for v in settings.variants]
     if settings.memory_one_process:
         return [(f"memory: all variants s={segment} B={batch} (one child process)", lambda: probe(pairs))]
-    return [(f"memory: {v} s={s} B={batch} (child process)", lambda p=(v, s): probe([p])) for v, s in pairs]
+    return [(f"memory: {v} s={s} B={batch} (child process)", partial(probe, [(v, s)])) for v, s in pairs]
 
 
 _TASK_BUILDERS = {
@@ -507,7 +514,7 @@ def run_suite(
             if segments_exceed_target(k, s, settings.target_length):
                 messages(f"note: k={k}, s={s}: {-(-k // s)} segments > T={settings.target_length}; the schedule "
                          "skips segments (paper Sec. 4.2: s should be >= k/T); timed anyway")
-    tasks = []
+    tasks: list[Task] = []
     for section in SECTIONS:
         if section in settings.sections:
             tasks.extend(_TASK_BUILDERS[section](ctx))

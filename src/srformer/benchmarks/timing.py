@@ -11,8 +11,11 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
+
+T = TypeVar("T")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -38,7 +41,7 @@ def synchronize(device: torch.device | str) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_call(fn: Callable[[], object], device: torch.device | str) -> tuple[object, float]:
+def time_call(fn: Callable[[], T], device: torch.device | str) -> tuple[T, float]:
     """Run ``fn()`` once and measure it.
 
     Returns:

@@ -13,6 +13,7 @@ import contextlib
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -92,7 +93,9 @@ def t5_config(shape: str, attn_implementation: str = "sdpa") -> T5Config:
     if shape not in MODEL_SHAPES:
         raise ValueError(f"Unknown model shape {shape!r}; known shapes are {', '.join(MODEL_SHAPES)}.")
     settings = {key: value for key, value in MODEL_SHAPES[shape].items() if key != "family"}
-    config = T5Config(decoder_start_token_id=0, pad_token_id=0, eos_token_id=1, **settings)
+    # decoder_start_token_id is a generation setting the config takes as an extra keyword (not in its typed signature)
+    generation: dict[str, Any] = {"decoder_start_token_id": 0}
+    config = T5Config(pad_token_id=0, eos_token_id=1, **generation, **settings)
     config._attn_implementation = attn_implementation
     return config
 
@@ -147,7 +150,8 @@ def build_model(
                 lean_cache=spec.lean_cache,
             ),
         )
-    return model.to(device).eval()
+    # transformers declares PreTrainedModel.to with @wraps(nn.Module.to), so its annotation keeps an unbound `self`
+    return model.to(device).eval()  # type: ignore[arg-type]
 
 
 def first_cross_attention(model: nn.Module) -> nn.Module:

@@ -19,13 +19,17 @@ def add_parser(subparsers) -> None:
         value = getattr(defaults, field.name)
         kind = type(value) if value is not None else int
         parser.add_argument(f"--{field.name.replace('_', '-')}", type=kind, default=value)
-    parser.add_argument("--variants", nargs="+", default=list(defaults.variants), choices=["full", "segmented", "srformer"])
+    parser.add_argument(
+        "--variants", nargs="+", default=list(defaults.variants), choices=["full", "segmented", "srformer"]
+    )
     parser.add_argument("--no-progress", action="store_true")
     parser.set_defaults(run=run)
 
 
 def run(args) -> int:
-    values = {f.name: getattr(args, f.name) for f in fields(ComparisonSettings) if f.name not in ("variants", "progress")}
+    values = {
+        f.name: getattr(args, f.name) for f in fields(ComparisonSettings) if f.name not in ("variants", "progress")
+    }
     settings = ComparisonSettings(**values, variants=tuple(args.variants), progress=not args.no_progress)
     run_aclsum_comparison(args.output, settings)
     return 0

@@ -11,7 +11,8 @@ def add_variant_arguments(parser: argparse.ArgumentParser, *, variant_required: 
     """``--variant`` (a variant, ablation or mix name of :data:`srformer.config.NAMED_SETTINGS`),
     ``--segment-size`` (tokens), ``--target-length`` (tokens)."""
     parser.add_argument("--variant", choices=list(NAMED_SETTINGS), required=variant_required,
-                        help="cross-attention variant, or an ablation (ablation-I..IV) / the Eq. 10 mix (srformer-sigma)")
+                        help="cross-attention variant, or an ablation (ablation-I..IV) / the Eq. 10 mix "
+                             "(srformer-sigma)")
     parser.add_argument("--segment-size", type=int, default=64, help="encoder tokens per segment (s)")
     parser.add_argument("--target-length", type=int, default=128, help="fixed decoder length T of the segment schedule")
 

@@ -12,7 +12,9 @@ from srformer.training.pipeline import read_run
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("evaluate", help="generate summaries and score them with ROUGE")
-    parser.add_argument("--checkpoint", required=True, help="a `srformer train` output directory (or any seq2seq checkpoint)")
+    parser.add_argument(
+        "--checkpoint", required=True, help="a `srformer train` output directory (or any seq2seq checkpoint)"
+    )
     add_data_arguments(parser)
     parser.add_argument("--output", required=True, help="metrics JSON path")
     parser.add_argument("--max-examples", type=int, default=None)
@@ -39,7 +41,10 @@ def run(args) -> int:
         from pathlib import Path
 
         Path(args.predictions).write_text(
-            "".join(json.dumps({"id": p.id, "prediction": s, "reference": p.summary}) + "\n" for p, s in zip(pairs, predictions))
+            "".join(
+                json.dumps({"id": p.id, "prediction": s, "reference": p.summary}) + "\n"
+                for p, s in zip(pairs, predictions, strict=True)
+            )
         )
     row = {"variant": metrics["variant"], "segment_size": metrics["segment_size"] or "-",
            **{k: metrics[k] for k in ROUGE_KEYS}, "examples": metrics["num_examples"], "seconds": metrics["seconds"]}

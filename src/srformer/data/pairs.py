@@ -373,7 +373,7 @@ def _iter_csv_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
             while True:
                 try:
                     if reader.line_num == 0:
-                        reader.fieldnames  # read the header row first, so first_line counts it
+                        _ = reader.fieldnames  # reading the property consumes the header row; first_line counts it
                     first_line = reader.line_num + 1
                     row_no, row = next(rows)
                 except StopIteration:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
+from typing import Any
 
 from transformers import AutoTokenizer
 
@@ -23,7 +24,9 @@ def load_summarizer(checkpoint: str | os.PathLike):
     """
     path = Path(checkpoint)
     if not path.exists() and (path.is_absolute() or str(checkpoint).startswith((".", "~"))):
-        raise FileNotFoundError(f"Checkpoint {checkpoint} does not exist; pass the --output directory of `srformer train`.")
+        raise FileNotFoundError(
+            f"Checkpoint {checkpoint} does not exist; pass the --output directory of `srformer train`."
+        )
     tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
     model = load_model(str(checkpoint))
     model.eval()
@@ -42,7 +45,7 @@ def evaluate_summarizer(
     source_prefix: str = "",
     progress: bool = True,
     no_repeat_ngram_size: int = 0,
-) -> tuple[dict, list[str]]:
+) -> tuple[dict[str, Any], list[str]]:
     """Generate a summary per document and score it against the reference with ROUGE.
 
     Returns:
@@ -59,17 +62,17 @@ def evaluate_summarizer(
     """
     if not pairs:
         raise ValueError("No examples to evaluate.")
+    extra: dict[str, Any] = {"no_repeat_ngram_size": no_repeat_ngram_size} if no_repeat_ngram_size else {}
     generated = generate_summaries(
         model, tokenizer, [p.document for p in pairs], max_source_length=max_source_length,
         max_new_tokens=max_new_tokens, batch_size=batch_size, num_beams=num_beams,
-        source_prefix=source_prefix, progress=progress,
-        **({"no_repeat_ngram_size": no_repeat_ngram_size} if no_repeat_ngram_size else {}),
+        source_prefix=source_prefix, progress=progress, **extra,
     )
     rouge = score_summaries(generated.summaries, [p.summary for p in pairs])
     means = rouge.mean()
     intervals = rouge.bootstrap()
     settings = srformer_config_of(model)
-    metrics = {key: means[key] for key in ROUGE_KEYS}
+    metrics: dict[str, Any] = {key: means[key] for key in ROUGE_KEYS}
     metrics["rouge_ci"] = {key: [intervals[key][0], intervals[key][2]] for key in ROUGE_KEYS}
     metrics.update(
         num_examples=len(pairs),

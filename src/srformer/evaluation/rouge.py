@@ -65,10 +65,7 @@ def split_sentences(text: str) -> list[str]:
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
-    if "\n" in text:
-        pieces = text.splitlines()
-    else:
-        pieces = _SENTENCE_BOUNDARY.split(text.strip())
+    pieces = text.splitlines() if "\n" in text else _SENTENCE_BOUNDARY.split(text.strip())
     return [piece.strip() for piece in pieces if piece.strip()]
 
 

@@ -82,14 +82,17 @@ def run_aclsum_comparison(output_dir: str | Path, settings: ComparisonSettings |
     def spec(model: str, variant: str) -> RunSpec:
         return RunSpec(
             model=model,
-            srformer=SRformerConfig(variant=variant, segment_size=settings.segment_size, target_length=settings.target_length),
+            srformer=SRformerConfig(
+                variant=variant, segment_size=settings.segment_size, target_length=settings.target_length
+            ),
             max_source_length=settings.max_source_length, max_target_length=settings.max_target_length,
             vocab_size=settings.vocab_size, data="aclsum:train",
         )
 
     base_dir = output / "base"
     print(f"[1/{1 + len(settings.variants)}] base model with full attention -> {base_dir}")
-    train_stage(spec(settings.model, "full"), train_pairs, base_dir, training(settings.base_steps, settings.base_learning_rate))
+    base_training = training(settings.base_steps, settings.base_learning_rate)
+    train_stage(spec(settings.model, "full"), train_pairs, base_dir, base_training)
 
     rows = []
     for number, variant in enumerate(settings.variants, start=2):

@@ -26,9 +26,9 @@ resumes from its last checkpoint.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -253,7 +253,9 @@ def _run_cell(
             and same_decoding(metrics, num_beams=settings.num_beams, max_new_tokens=settings.max_new_tokens,
                               no_repeat_ngram_size=settings.no_repeat_ngram_size)
         ):
-            return CellResult(cell, metrics, saved["finetune_seconds"], saved["per_document"], saved["distinct_outputs"])
+            return CellResult(
+                cell, metrics, saved["finetune_seconds"], saved["per_document"], saved["distinct_outputs"]
+            )
     # Otherwise training and decoding are each skipped when already done (with these settings).
     summary = train_stage(
         _spec(settings, base_model, cell.name, cell.segment_size), train_pairs, run_dir,
@@ -317,7 +319,10 @@ def summarize(results: Sequence[CellResult], settings: CompareSettings) -> dict:
                 "reference": REFERENCE,
                 "other": name,
                 "segment_size": size,
-                **{key: paired_difference(reference_docs[key], other_docs[key]).to_dict() for key in ("rouge1", "rouge2", "rougeL")},
+                **{
+                    key: paired_difference(reference_docs[key], other_docs[key]).to_dict()
+                    for key in ("rouge1", "rouge2", "rougeL")
+                },
             })
     return {
         "settings": asdict(settings),

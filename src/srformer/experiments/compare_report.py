@@ -48,7 +48,8 @@ def _delta(payload: dict, name: str, size: int) -> tuple[str, str]:
         return "-", "-"
     r1 = row["rouge1"]
     mark = " *" if r1["significant"] else ""
-    return f"{r1['mean']:+.2f} ({_interval(r1['low'], r1['high'])}){mark}", f"{100 * r1['a_wins']:.0f}% / {100 * r1['b_wins']:.0f}%"
+    difference = f"{r1['mean']:+.2f} ({_interval(r1['low'], r1['high'])}){mark}"
+    return difference, f"{100 * r1['a_wins']:.0f}% / {100 * r1['b_wins']:.0f}%"
 
 
 def table2(payload: dict) -> str:
@@ -88,7 +89,9 @@ def figure4_table(payload: dict) -> str:
     for name in settings["variants"]:
         row = {"variant": name}
         for size in sizes:
-            group = next((g for g in payload["groups"] if g["name"] == name and g["segment_size"] in (size, None)), None)
+            group = next(
+                (g for g in payload["groups"] if g["name"] == name and g["segment_size"] in (size, None)), None
+            )
             row[f"s = {size}"] = _spread(group, "rouge1") if group else "-"
         rows.append(row)
     return format_table(rows, ["variant", *[f"s = {s}" for s in sizes]])
@@ -133,9 +136,11 @@ def plot_figure4(payload: dict, path: Path) -> Path:
             ax.axhline(mean, color=color, linestyle="--", label=name)
             ax.axhspan(mean - std, mean + std, color=color, alpha=0.12)
             continue
-        points = sorted((g["segment_size"], g["rouge1"]["mean"], g["rouge1"]["std"]) for g in groups if g["segment_size"] in sizes)
+        points = sorted(
+            (g["segment_size"], g["rouge1"]["mean"], g["rouge1"]["std"]) for g in groups if g["segment_size"] in sizes
+        )
         if points:
-            xs, means, stds = zip(*points)
+            xs, means, stds = zip(*points, strict=True)
             ax.errorbar(xs, means, yerr=stds, marker="o", capsize=3, color=color, label=name)
     ax.set_xscale("log", base=2)
     ax.set_xticks(sizes, [str(s) for s in sizes])

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from srformer.data.pairs import SummaryPair
 from srformer.evaluation.evaluate import evaluate_summarizer, load_summarizer
@@ -85,7 +85,7 @@ def evaluate_stage(
     )
     predictions_file.write_text(
         "".join(json.dumps({"id": p.id, "prediction": s, "reference": p.summary}) + "\n"
-                for p, s in zip(test_pairs, predictions))
+                for p, s in zip(test_pairs, predictions, strict=True))
     )
     write_metrics_json(metrics_file, metrics)
     return metrics, predictions

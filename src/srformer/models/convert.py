@@ -11,9 +11,10 @@ from __future__ import annotations
 import importlib
 from dataclasses import replace
 from functools import cache
+from typing import Any, cast
 
 from torch import nn
-from transformers import AutoConfig, AutoModelForSeq2SeqLM, PreTrainedModel
+from transformers import AutoConfig, AutoModelForSeq2SeqLM, PretrainedConfig, PreTrainedModel
 
 from srformer.attention.variants import build_cross_attention
 from srformer.config import SRformerConfig
@@ -132,7 +133,8 @@ def convert(model: PreTrainedModel, config: SRformerConfig, *, _loading: bool = 
         for _, _, module in targets:
             mixin = _mixin_for(module)
             weight = projection_weight(module)
-            module.__class__ = _converted_class(type(module), mixin)
+            module_class: type = type(module)  # a class is hashable (the lru cache's key)
+            module.__class__ = _converted_class(module_class, mixin)
             module.add_module(
                 "srformer",
                 build_cross_attention(config, head_dim_of(module), attention_scale_of(module)).to(
@@ -157,8 +159,9 @@ def set_runtime_options(model: PreTrainedModel, **options) -> PreTrainedModel:
         raise ValueError("This model is not converted; call srformer.convert(model, SRformerConfig(...)) first.")
     updated = replace(current, **options)
     for _, _, module in cross_attention_modules(model):
-        if hasattr(module, "srformer"):
-            module.srformer.config = updated
+        attention = getattr(module, "srformer", None)
+        if attention is not None:
+            attention.config = updated
     model.config.srformer = updated.to_dict()
     return model
 
@@ -207,12 +210,17 @@ def from_pretrained(path: str, srformer_config: SRformerConfig | None = None, **
 
     effective = srformer_config or stored  # runtime options (lean_cache, strict_schedule) may differ
 
-    def converting_init(self, config, *args, **init_kwargs):
+    def converting_init(self: PreTrainedModel, config: PretrainedConfig, *args: Any, **init_kwargs: Any) -> None:
         base.__init__(self, config, *args, **init_kwargs)
         convert(self, effective, _loading=True)
 
-    loader = type(base.__name__, (base,), {"__init__": converting_init, "__module__": base.__module__})
-    model, info = loader.from_pretrained(path, output_loading_info=True, **kwargs)
+    loader = cast(
+        type[PreTrainedModel],
+        type(base.__name__, (base,), {"__init__": converting_init, "__module__": base.__module__}),
+    )
+    # With output_loading_info=True this is a (model, loading info) pair; transformers annotates only the model.
+    loaded: Any = loader.from_pretrained(path, output_loading_info=True, **kwargs)
+    model, info = loaded
     missing = [key for key in info.get("missing_keys", []) if ".srformer." in key]
     if missing:
         raise ValueError(
@@ -227,10 +235,10 @@ def from_pretrained(path: str, srformer_config: SRformerConfig | None = None, **
 _CONFIG_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "trust_remote_code")
 
 
-def _model_class(architecture: str) -> type:
+def _model_class(architecture: str) -> type[PreTrainedModel]:
     import transformers
 
     cls = getattr(transformers, architecture, None)
-    if cls is None:
+    if not (isinstance(cls, type) and issubclass(cls, PreTrainedModel)):
         raise ValueError(f"Unknown model architecture {architecture!r} in the checkpoint config.")
     return cls

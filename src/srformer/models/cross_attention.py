@@ -8,13 +8,13 @@ finding the decoder step, and keeping the per-sequence state inside the ``Encode
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from transformers.cache_utils import DynamicLayer, EncoderDecoderCache
 
+from srformer.attention.state import CrossAttentionState, SRformerCacheLayer
 from srformer.attention.variants import CrossAttentionModule
-from srformer.attention.state import SRformerCacheLayer
 
 
 def key_padding_from_mask(mask: torch.Tensor | None, key_length: int) -> torch.Tensor | None:
@@ -39,10 +39,7 @@ def key_padding_from_mask(mask: torch.Tensor | None, key_length: int) -> torch.T
             "load the model with attn_implementation='sdpa' or 'eager'."
         )
     rows = mask if mask.dim() == 2 else mask[:, 0, 0, :]
-    if rows.dtype == torch.bool:
-        valid = rows
-    else:
-        valid = rows > torch.finfo(rows.dtype).min / 2
+    valid = rows if rows.dtype == torch.bool else rows > torch.finfo(rows.dtype).min / 2
     if valid.shape[-1] != key_length:
         raise ValueError(f"Encoder mask covers {valid.shape[-1]} positions but the encoder output has {key_length}.")
     return valid
@@ -121,7 +118,8 @@ def run_cross_attention(
             :func:`check_finite_state`).
     """
     q_len = queries.shape[2]
-    cache = None
+    cache: EncoderDecoderCache | None = None
+    cache_index = 0  # the layer's index in the cache; read only when there is a cache
     if past_key_values is not None:
         if not isinstance(past_key_values, EncoderDecoderCache):
             raise ValueError(
@@ -129,11 +127,11 @@ def run_cross_attention(
             )
         if layer_idx is None:
             raise ValueError("SRformer cross attention with a cache needs the module's `layer_idx`.")
-        cache = past_key_values
+        cache, cache_index = past_key_values, layer_idx
 
-    state = None
-    if cache is not None and cache.is_updated.get(layer_idx):
-        layer = cache.cross_attention_cache.layers[layer_idx]
+    state: CrossAttentionState | None = None
+    if cache is not None and cache.is_updated.get(cache_index):
+        layer = cache.cross_attention_cache.layers[cache_index]
         if not isinstance(layer, SRformerCacheLayer) or layer.state is None:
             raise RuntimeError(
                 "The cross-attention cache of this layer was filled by another attention module; "
@@ -147,7 +145,7 @@ def run_cross_attention(
         state = attention.init_state(keys, values, key_padding_from_mask(mask, keys.shape[2]))  # float32-or-wider state
         check_finite_state(key_value_states, keys, values, state, layer_idx, attention)
 
-    start = 0 if cache is None else cache.self_attention_cache.get_seq_length(layer_idx) - q_len
+    start = 0 if cache is None else cache.self_attention_cache.get_seq_length(cache_index) - q_len
     if cache is not None and q_len == 1:
 
         def project_rows(positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -161,16 +159,17 @@ def run_cross_attention(
     if cache is not None:
         if attention.config.lean_cache and not state.is_lean:
             state = attention.lean(state)
-        _store_state(cache, layer_idx, state)
+        _store_state(cache, cache_index, state)
     return output
 
 
-def _store_state(cache: EncoderDecoderCache, layer_idx: int, state) -> None:
+def _store_state(cache: EncoderDecoderCache, layer_idx: int, state: CrossAttentionState) -> None:
     layers = cache.cross_attention_cache.layers
     while len(layers) <= layer_idx:
         layers.append(DynamicLayer())
-    if isinstance(layers[layer_idx], SRformerCacheLayer):
-        layers[layer_idx].set_state(state)
+    layer = layers[layer_idx]
+    if isinstance(layer, SRformerCacheLayer):
+        layer.set_state(state)
     else:
         layers[layer_idx] = SRformerCacheLayer(state)
     cache.is_updated[layer_idx] = True

@@ -7,10 +7,20 @@ every checkpoint, so evaluation and generation use the same vocabulary.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
+from typing import Any
 
-from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, BartConfig, BartForConditionalGeneration
-from transformers import PreTrainedModel, PreTrainedTokenizerBase, T5Config, T5ForConditionalGeneration
+from transformers import (
+    AutoConfig,
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    BartConfig,
+    BartForConditionalGeneration,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    T5Config,
+    T5ForConditionalGeneration,
+)
 
 from srformer.data.tokenizer import train_unigram_tokenizer
 from srformer.models.convert import from_pretrained, srformer_config_of
@@ -45,18 +55,23 @@ def build_named_model(name: str, tokenizer: PreTrainedTokenizerBase, *, max_posi
     settings = dict(NAMED_CONFIGS[name])
     family = settings.pop("family")
     vocab_size = len(tokenizer)
+    # Generation settings such as decoder_start_token_id are not fields of the config dataclasses, which
+    # accept them as extra keywords: passed through a dict, as their typed signatures do not list them.
+    generation: dict[str, Any]
     if family == "t5":
-        config = T5Config(
+        generation = {"decoder_start_token_id": tokenizer.pad_token_id}
+        t5_config = T5Config(
             vocab_size=vocab_size, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-            decoder_start_token_id=tokenizer.pad_token_id, dropout_rate=0.1, **settings,
+            dropout_rate=0.1, **generation, **settings,
         )
-        return T5ForConditionalGeneration(config)
-    config = BartConfig(
+        return T5ForConditionalGeneration(t5_config)
+    generation = {"decoder_start_token_id": tokenizer.eos_token_id, "forced_bos_token_id": None}
+    bart_config = BartConfig(
         vocab_size=vocab_size, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.eos_token_id,
-        forced_eos_token_id=None, forced_bos_token_id=None, max_position_embeddings=max_positions, **settings,
+        bos_token_id=tokenizer.eos_token_id, forced_eos_token_id=None, max_position_embeddings=max_positions,
+        **generation, **settings,
     )
-    return BartForConditionalGeneration(config)
+    return BartForConditionalGeneration(bart_config)
 
 
 def load_tokenizer(

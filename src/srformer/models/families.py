@@ -1,12 +1,14 @@
 """SRformer replacements for the cross-attention modules of T5-style and BART-style models.
 
 A converted module keeps its class's projections (and their pretrained weights) and gains a
-``srformer`` child (built by :func:`~srformer.attention.variants.build_cross_attention`). Its class becomes a subclass of the
-original class, so ``isinstance`` checks inside transformers (output recorders, weight init)
+``srformer`` child (built by :func:`~srformer.attention.variants.build_cross_attention`). Its class becomes a
+subclass of the original class, so ``isinstance`` checks inside transformers (output recorders, weight init)
 still hold.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch import nn
@@ -28,8 +30,26 @@ class SRformerT5AttentionMixin:
     """
 
     srformer: CrossAttentionModule
+    # provided by the T5Attention-style class the mixin is combined with
+    q: nn.Linear
+    k: nn.Linear
+    v: nn.Linear
+    o: nn.Linear
+    n_heads: int
+    key_value_proj_dim: int
+    layer_idx: int | None
+    dropout: float
+    training: bool
 
-    def forward(self, hidden_states, mask=None, key_value_states=None, position_bias=None, past_key_values=None, **kwargs):
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        key_value_states: torch.Tensor | None = None,
+        position_bias: torch.Tensor | None = None,
+        past_key_values: Any = None,
+        **kwargs: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, None]:
         if key_value_states is None:
             raise RuntimeError("An SRformer module replaces decoder cross attention only; it got no encoder states.")
         reject_attention_weights(self, kwargs.get("output_attentions"))
@@ -37,7 +57,7 @@ class SRformerT5AttentionMixin:
         head_dim = self.key_value_proj_dim
         queries = self.q(hidden_states).view(batch, q_len, -1, head_dim).transpose(1, 2)
 
-        def project(states):
+        def project(states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             keys = self.k(states).view(states.shape[0], -1, self.n_heads, head_dim).transpose(1, 2)
             values = self.v(states).view(states.shape[0], -1, self.n_heads, head_dim).transpose(1, 2)
             return keys, values
@@ -66,15 +86,32 @@ class SRformerBartAttentionMixin:
     """
 
     srformer: CrossAttentionModule
+    # provided by the BartAttention-style class the mixin is combined with
+    q_proj: nn.Linear
+    k_proj: nn.Linear
+    v_proj: nn.Linear
+    out_proj: nn.Linear
+    num_heads: int
+    head_dim: int
+    layer_idx: int | None
+    dropout: float
+    training: bool
 
-    def forward(self, hidden_states, key_value_states=None, past_key_values=None, attention_mask=None, **kwargs):
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        key_value_states: torch.Tensor | None = None,
+        past_key_values: Any = None,
+        attention_mask: torch.Tensor | None = None,
+        **kwargs: Any,
+    ) -> tuple[torch.Tensor, None]:
         if key_value_states is None:
             raise RuntimeError("An SRformer module replaces decoder cross attention only; it got no encoder states.")
         reject_attention_weights(self, kwargs.get("output_attentions"))
         batch, q_len = hidden_states.shape[:2]
         queries = self.q_proj(hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)
 
-        def project(states):
+        def project(states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             keys = self.k_proj(states).view(states.shape[0], -1, self.num_heads, self.head_dim).transpose(1, 2)
             values = self.v_proj(states).view(states.shape[0], -1, self.num_heads, self.head_dim).transpose(1, 2)
             return keys, values
@@ -100,9 +137,19 @@ def attention_scale_of(module: nn.Module) -> float:
 
 def head_dim_of(module: nn.Module) -> int:
     """``d`` of a T5-style (``key_value_proj_dim``) or BART-style (``head_dim``) attention module."""
-    return getattr(module, "key_value_proj_dim", None) or module.head_dim
+    head_dim = getattr(module, "key_value_proj_dim", None) or getattr(module, "head_dim", None)
+    if not isinstance(head_dim, int):
+        raise TypeError(
+            f"{type(module).__name__} has neither an int `key_value_proj_dim` (T5) nor `head_dim` (BART); "
+            "it is not a supported cross-attention module."
+        )
+    return head_dim
 
 
 def projection_weight(module: nn.Module) -> torch.Tensor:
     """The query projection weight (for device and dtype)."""
-    return module.q.weight if hasattr(module, "q") else module.q_proj.weight
+    projection = module.q if hasattr(module, "q") else module.q_proj
+    weight = getattr(projection, "weight", None)
+    if not isinstance(weight, torch.Tensor):
+        raise TypeError(f"{type(module).__name__}'s query projection has no `weight` tensor.")
+    return weight
