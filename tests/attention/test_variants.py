@@ -37,7 +37,7 @@ def _fire(mem, x, leak, threshold):
 def _reference(module, query, keys, values, t):
     """Output for one query (d,) at decoder position t of one example's real keys/values (n, d),
     computed per segment in float64 straight from the equations."""
-    config = module.config
+    config = module.settings
     q, K, V = query.double(), keys.double(), values.double()
     n, d = K.shape
     if config.variant == "linear":
@@ -112,7 +112,7 @@ def test_parallel_incremental_lean_and_padding_match_the_reference(name, segment
     incremental, final_incremental = _incremental(module, queries, state)
     assert (parallel - incremental).abs().max().item() <= tol
     assert torch.equal(final.last_segment, final_incremental.last_segment)
-    if module.config.variant in LEAN_VARIANTS:
+    if module.settings.variant in LEAN_VARIANTS:
         lean, _ = _incremental(module, queries, module.lean(state), _rows_of(keys, values))
         assert (parallel - lean).abs().max().item() <= tol
     left = torch.stack([torch.roll(valid[b], 11 - n) for b, n in enumerate(lengths)])  # left padding
@@ -159,7 +159,7 @@ def test_cache_layer_reorders_every_state_tensor(name):
     queries, keys, values, valid = _inputs(3, 2, 7, 3, 4, [7, 4, 2])
     state = module.init_state(keys, values, valid)
     _, state = _incremental(module, queries, state)
-    states = [state] + ([module.lean(state)] if module.config.variant in LEAN_VARIANTS else [])
+    states = [state] + ([module.lean(state)] if module.settings.variant in LEAN_VARIANTS else [])
     perm = torch.tensor([2, 0, 1])
     for original in states:
         layer = SRformerCacheLayer(original)

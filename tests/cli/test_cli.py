@@ -81,8 +81,8 @@ def test_resume_continues_and_refuses_another_variant(trained, data_files, capsy
     ],
 )
 def test_bad_shapes_are_rejected_before_training(data_files, tmp_path, capsys, extra, message):
-    args = ["train", "--data", str(data_files / "train.jsonl"), "--variant", "srformer", "--output", str(tmp_path / "x"),
-            *TRAIN_ARGS, *extra]
+    args = ["train", "--data", str(data_files / "train.jsonl"), "--variant", "srformer",
+            "--output", str(tmp_path / "x"), *TRAIN_ARGS, *extra]
     assert main(args) == 2
     assert message in capsys.readouterr().err
 
@@ -90,12 +90,13 @@ def test_bad_shapes_are_rejected_before_training(data_files, tmp_path, capsys, e
 def test_missing_field_and_empty_document_are_clear_errors(tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"document": "   ", "summary": "s"}) + "\n")
-    assert main(["train", "--data", str(bad), "--variant", "full", "--output", str(tmp_path / "o"), "--model", "t5-tiny"]) == 2
+    assert main(["train", "--data", str(bad), "--variant", "full", "--output", str(tmp_path / "o"),
+                 "--model", "t5-tiny"]) == 2
     assert "empty" in capsys.readouterr().err
     other = tmp_path / "other.jsonl"
     other.write_text(json.dumps({"document": "a text", "summary": "s"}) + "\n")
-    assert main(["train", "--data", str(other), "--variant", "full", "--output", str(tmp_path / "o"), "--model", "t5-tiny",
-                 "--summary-field", "abstract"]) == 2
+    assert main(["train", "--data", str(other), "--variant", "full", "--output", str(tmp_path / "o"),
+                 "--model", "t5-tiny", "--summary-field", "abstract"]) == 2
     assert "abstract" in capsys.readouterr().err
 
 

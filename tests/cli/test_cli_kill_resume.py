@@ -67,7 +67,8 @@ def one_thread():
 def test_sigkill_after_a_checkpoint_then_resume_matches_an_uninterrupted_run(base_model, tmp_path, one_thread):
     run = tmp_path / "killed"
     victim = subprocess.Popen([sys.executable, "-m", "srformer.cli.main", *train_args(base_model, run)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
         deadline = time.monotonic() + 120
         while not (run / "checkpoint" / "trainer_state.json").is_file():
@@ -91,7 +92,8 @@ def test_sigkill_after_a_checkpoint_then_resume_matches_an_uninterrupted_run(bas
     reference = tmp_path / "uninterrupted"
     assert main(train_args(base_model, reference)) == 0
 
-    resumed_weights, reference_weights = load_file(run / "model.safetensors"), load_file(reference / "model.safetensors")
+    resumed_weights = load_file(run / "model.safetensors")
+    reference_weights = load_file(reference / "model.safetensors")
     assert resumed_weights.keys() == reference_weights.keys()
     difference = max((resumed_weights[k] - reference_weights[k]).abs().max().item() for k in reference_weights)
     print(f"max |resumed - uninterrupted| = {difference}")

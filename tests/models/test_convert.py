@@ -15,6 +15,7 @@ from transformers import (
     MT5ForConditionalGeneration,
     PegasusConfig,
     PegasusForConditionalGeneration,
+    PretrainedConfig,
 )
 
 import srformer
@@ -169,3 +170,14 @@ def test_other_supported_families_convert_and_stay_exact(name):
     model = converted(base, **SETTINGS)
     parallel = teacher_forced_logits(model, ids, mask, dec)
     assert_exact(step_by_step_logits(model, ids, mask, dec), parallel, "incremental vs parallel")
+
+
+def test_every_submodule_config_is_the_models_pretrained_config(family):
+    """transformers' convention (and its own tests, e.g. ``_attn_implementation`` lookups): a
+    submodule's ``.config`` is the model's ``PretrainedConfig``; srformer's settings live in ``.settings``."""
+    model = converted(BUILDERS[family](), variant="srformer", segment_size=4, target_length=12)
+    for name, module in model.named_modules():
+        config = getattr(module, "config", None)
+        assert config is None or isinstance(config, PretrainedConfig), name
+    for _, _, module in cross_attention_modules(model):
+        assert module.srformer.settings == srformer.models.srformer_config_of(model)

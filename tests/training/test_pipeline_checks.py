@@ -11,8 +11,8 @@ from srformer.training.pipeline import RunSpec, warn_single_segment_documents
 
 
 def spec(variant: str = "srformer", segment_size: int = 64) -> RunSpec:
-    return RunSpec(model="t5-tiny", srformer=SRformerConfig(variant=variant, segment_size=segment_size, target_length=128),
-                   max_source_length=512)
+    settings = SRformerConfig(variant=variant, segment_size=segment_size, target_length=128)
+    return RunSpec(model="t5-tiny", srformer=settings, max_source_length=512)
 
 
 def features(*lengths: int) -> list[dict[str, list[int]]]:

@@ -38,7 +38,8 @@ def test_bf16_training_runs_under_autocast_and_tracks_float32(make_model, tokeni
 
     model = converted_model(make_model)
     autocast = record_autocast(model)
-    result = train(model, tokenizer, features, tmp_path / "bf16", settings_for(mixed_precision="bf16"), save_final=False)
+    result = train(model, tokenizer, features, tmp_path / "bf16", settings_for(mixed_precision="bf16"),
+                   save_final=False)
 
     assert reference_autocast and not any(reference_autocast)
     assert autocast and all(autocast)
@@ -56,8 +57,8 @@ def test_bf16_training_runs_under_autocast_and_tracks_float32(make_model, tokeni
 
 
 def test_fp16_on_cpu_is_a_clear_error_before_any_work(make_model, tokenizer, features, tmp_path):
-    with pytest.raises(ValueError, match=r"--mixed-precision fp16 needs a CUDA GPU, but this process trains on the CPU.*"
-                                         r"Use --mixed-precision bf16"):
+    with pytest.raises(ValueError, match=r"--mixed-precision fp16 needs a CUDA GPU, but this process trains on the "
+                                         r"CPU.*Use --mixed-precision bf16"):
         train(make_model(), tokenizer, features, tmp_path / "run", settings_for(mixed_precision="fp16"))
     assert not (tmp_path / "run").exists()
 
@@ -69,7 +70,8 @@ def test_gradient_checkpointing_training_matches_plain_training(make_model, toke
     plain = converted_model(make_model).double()
     train(plain, tokenizer, features, tmp_path / "plain", settings_for(), save_final=False)
     checkpointed = converted_model(make_model).double()
-    train(checkpointed, tokenizer, features, tmp_path / "gc", settings_for(gradient_checkpointing=True), save_final=False)
+    train(checkpointed, tokenizer, features, tmp_path / "gc", settings_for(gradient_checkpointing=True),
+          save_final=False)
     assert checkpointed.decoder.gradient_checkpointing and not plain.decoder.gradient_checkpointing
     for (name, a), b in zip(plain.state_dict().items(), checkpointed.state_dict().values(), strict=True):
         assert_exact(b, a, name)

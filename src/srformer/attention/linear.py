@@ -45,7 +45,7 @@ class LinearCrossAttention(nn.Module):
         super().__init__()
         if config.variant != "linear":
             raise ValueError(f"LinearCrossAttention implements variant 'linear', got {config.variant!r}.")
-        self.config = config
+        self.settings = config
         self.head_dim = head_dim
         self.scale = float(scale)
 
@@ -86,7 +86,7 @@ class LinearCrossAttention(nn.Module):
         key_sum = required(state.linear_key_sum, "linear_key_sum")
         features = feature_map(queries.to(linear_kv.dtype))  # (B, H, q, d)
         numerator = torch.matmul(features, linear_kv)
-        denominator = (features * key_sum[:, :, None, :]).sum(dim=-1, keepdim=True) + self.config.norm_eps
+        denominator = (features * key_sum[:, :, None, :]).sum(dim=-1, keepdim=True) + self.settings.norm_eps
         return (numerator / denominator).to(queries.dtype)
 
     def forward(

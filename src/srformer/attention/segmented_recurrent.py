@@ -65,6 +65,9 @@ class SegmentedRecurrentAttention(nn.Module):
         scale: the wrapped model's attention scale (T5: 1.0, BART: head_dim^-0.5), used by the
             softmax of ``O_S`` and multiplied into ``Q`` for ``O_R``.
 
+    The settings are kept as ``.settings``: by transformers' convention the ``.config`` of any
+    submodule is the model's ``PretrainedConfig``.
+
     Raises:
         ValueError: for another variant (``full`` keeps the model's own module; ``linear`` is
             :class:`~srformer.attention.linear.LinearCrossAttention`).
@@ -78,7 +81,7 @@ class SegmentedRecurrentAttention(nn.Module):
                 f"SegmentedRecurrentAttention computes the variants {SOFTMAX_VARIANTS}, not {config.variant!r}; "
                 "use srformer.attention.build_cross_attention(config, ...) to get the right module."
             )
-        self.config = config
+        self.settings = config
         self.head_dim = head_dim
         self.raf = None
         if self.has_recurrence and config.ablation != "no_raf":
@@ -92,12 +95,12 @@ class SegmentedRecurrentAttention(nn.Module):
     @property
     def has_recurrence(self) -> bool:
         """True when ``O_R`` is part of the output (variant ``srformer`` with recurrence on)."""
-        return self.config.variant == "srformer" and self.config.recurrence
+        return self.settings.variant == "srformer" and self.settings.recurrence
 
     @property
     def has_softmax(self) -> bool:
         """True when a softmax term (``O_S`` or a baseline's) is part of the output (not ablation I)."""
-        return self.config.ablation != "recurrent_only"
+        return self.settings.ablation != "recurrent_only"
 
     def _project(self, products: torch.Tensor) -> torch.Tensor:
         """``W x`` on the last axis, or ``x`` itself under ablation III (no RAF, no ``W``)."""
@@ -138,7 +141,7 @@ class SegmentedRecurrentAttention(nn.Module):
                 ``strict_schedule``, if an example has more segments than ``target_length``.
         """
         batch, heads, k, d = keys.shape
-        s = self.config.segment_size
+        s = self.settings.segment_size
         device = keys.device
         # Compaction is skipped when nothing is padded.
         lengths, padded_input = real_lengths(key_valid, batch, k, device)
@@ -162,7 +165,7 @@ class SegmentedRecurrentAttention(nn.Module):
         values = values * mask
         self._check_schedule(segments)
 
-        target = self.config.target_length
+        target = self.settings.target_length
         segment_valid = position_valid.view(batch, max_segments, s)
         state = CrossAttentionState(
             keys=keys,
@@ -174,7 +177,7 @@ class SegmentedRecurrentAttention(nn.Module):
             segment_table=segment_index(torch.arange(target + 1, device=device), segments, target),
             segment_valid=segment_valid,
         )
-        if self.config.variant == "longt5":
+        if self.settings.variant == "longt5":
             state.global_keys, state.global_values, state.global_valid = global_tokens(keys, values, segment_valid)
         if self.has_recurrence:
             raf_inputs, state.raf_total = self._raf_inputs(keys, values)
@@ -183,10 +186,10 @@ class SegmentedRecurrentAttention(nn.Module):
             else:
                 zeros = raf_inputs.new_zeros(batch, heads, d, d)
                 raf_outputs, _, _ = self.raf.scan(raf_inputs, self._visited(segments, max_segments), zeros, zeros)
-            if self.config.ablation == "no_norm":  # ablation II
+            if self.settings.ablation == "no_norm":  # ablation II
                 state.key_norm = raf_inputs.new_ones(batch, heads, d)
             else:
-                state.key_norm = keys.to(raf_inputs.dtype).pow(2).sum(dim=2).sqrt() + self.config.norm_eps
+                state.key_norm = keys.to(raf_inputs.dtype).pow(2).sum(dim=2).sqrt() + self.settings.norm_eps
             state.raf_readout = raf_outputs * (self.scale / state.key_norm[:, :, None, None, :])
         return state
 
@@ -202,15 +205,15 @@ class SegmentedRecurrentAttention(nn.Module):
         products are clamped before ``W``, as the BART authors did.
         """
         batch, heads, _, d = keys.shape
-        shape = (batch, heads, -1, self.config.segment_size, d)
+        shape = (batch, heads, -1, self.settings.segment_size, d)
         wide = accumulation_dtype(keys.dtype)
         keys_wide = keys.to(wide).view(shape)
-        if self.config.kv_clamp is None:
+        if self.settings.kv_clamp is None:
             projected_values = self._project(values.to(wide)).view(shape)
             segment_products = torch.einsum("bhmsd,bhmse->bhmde", keys_wide, projected_values)  # W K_j^T V_j
             total = segment_products.sum(dim=2, keepdim=True)
         else:
-            c = self.config.kv_clamp
+            c = self.settings.kv_clamp
             segment_products = torch.einsum("bhmsd,bhmse->bhmde", keys_wide, values.to(wide).view(shape))
             total = self._project(segment_products.sum(dim=2, keepdim=True).clamp(-c, c))
             segment_products = self._project(segment_products.clamp(-c, c))
@@ -219,7 +222,7 @@ class SegmentedRecurrentAttention(nn.Module):
     def _recurrent_input(self, total: torch.Tensor, segment_products: torch.Tensor) -> torch.Tensor:
         """The RAF input from ``W K^T V`` and ``W K_i^T V_i`` (any matching shapes): ``W P_i`` (Eq. 16),
         or ``W K_i^T V_i`` itself under ablation IV."""
-        if self.config.ablation == "segment_products":
+        if self.settings.ablation == "segment_products":
             return segment_products
         return total - segment_products
 
@@ -228,21 +231,21 @@ class SegmentedRecurrentAttention(nn.Module):
         segments when an input has more segments than ``target_length``)."""
         j = torch.arange(max_segments, device=segments.device)[None, :]
         m = segments[:, None]
-        first_step = torch.div(j * self.config.target_length + m - 1, m, rounding_mode="floor")  # ceil(j T / m)
+        first_step = torch.div(j * self.settings.target_length + m - 1, m, rounding_mode="floor")  # ceil(j T / m)
         # segment j is visited iff the schedule floor(t m / T) maps its first candidate step to j itself
-        attended_at_first_step = torch.div(first_step * m, self.config.target_length, rounding_mode="floor") == j
+        attended_at_first_step = torch.div(first_step * m, self.settings.target_length, rounding_mode="floor") == j
         return (j < m) & (attended_at_first_step | (j == m - 1))
 
     def _check_schedule(self, segments: torch.Tensor) -> None:
-        target = self.config.target_length
+        target = self.settings.target_length
         worst = int(segments.max())
         if worst > target:
             message = (
-                f"An encoder input has {worst} segments of {self.config.segment_size} tokens but target_length is "
+                f"An encoder input has {worst} segments of {self.settings.segment_size} tokens but target_length is "
                 f"{target}: segments after step {target} are never attended by segmented attention. "
                 "Increase `segment_size` (to at least input_length / target_length) or `target_length`."
             )
-            if self.config.strict_schedule:
+            if self.settings.strict_schedule:
                 raise ValueError(message)
             warnings.warn(message, stacklevel=3)
 
@@ -254,8 +257,8 @@ class SegmentedRecurrentAttention(nn.Module):
         RAF membrane/output after ``state.last_segment`` (recomputed by one recurrence over the
         segments visited so far), from which later steps fire RAF incrementally.
         """
-        if self.config.variant not in LEAN_VARIANTS:
-            raise ValueError(f"The lean cache layout is not implemented for variant {self.config.variant!r}.")
+        if self.settings.variant not in LEAN_VARIANTS:
+            raise ValueError(f"The lean cache layout is not implemented for variant {self.settings.variant!r}.")
         lean = replace(state, keys=None, values=None, raf_readout=None)
         if self.raf is None:  # no recurrence, or ablation III (its output is recomputed at each step)
             return lean
@@ -300,12 +303,12 @@ class SegmentedRecurrentAttention(nn.Module):
             raise ValueError("The parallel path needs a standard-layout state; rebuild it with init_state().")
         batch, heads, q, d = queries.shape
         positions = torch.arange(start_position, start_position + q, device=queries.device)
-        segments_of_query = segment_index(positions, state.num_segments, self.config.target_length)  # (B, q)
+        segments_of_query = segment_index(positions, state.num_segments, self.settings.target_length)  # (B, q)
 
         output = None
         if self.has_softmax:
             keys, values, allowed = parallel_context(
-                self.config.variant, state, segments_of_query, self.config.segment_size
+                self.settings.variant, state, segments_of_query, self.settings.segment_size
             )
             output = F.scaled_dot_product_attention(
                 queries,
@@ -359,10 +362,10 @@ class SegmentedRecurrentAttention(nn.Module):
             ValueError: a lean state without ``project_rows``.
         """
         batch = queries.shape[0]
-        s = self.config.segment_size
+        s = self.settings.segment_size
         device = queries.device
         segment_table = required(state.segment_table, "segment_table")
-        segment = segment_table[:, min(position, self.config.target_length)]  # (B,) i(t)
+        segment = segment_table[:, min(position, self.settings.target_length)]  # (B,) i(t)
         rows = torch.arange(batch, device=device)
         if state.is_lean:
             if project_rows is None:
@@ -375,7 +378,7 @@ class SegmentedRecurrentAttention(nn.Module):
             row_mask = allowed[:, None, :, None].to(keys.dtype)
             keys, values = keys * row_mask, values * row_mask
         elif self.has_softmax:  # ablation I reads no keys in the standard layout
-            keys, values, allowed = step_context(self.config.variant, state, segment, s)
+            keys, values, allowed = step_context(self.settings.variant, state, segment, s)
         output = None
         if self.has_softmax:
             output = F.scaled_dot_product_attention(
@@ -407,8 +410,8 @@ class SegmentedRecurrentAttention(nn.Module):
         (B, H, s, d) are the current segment's, zero at padding."""
         wide = accumulation_dtype(keys.dtype)
         products = torch.einsum("bhsd,bhse->bhde", keys.to(wide), values.to(wide))  # K_i^T V_i
-        if self.config.kv_clamp is not None:
-            products = products.clamp(-self.config.kv_clamp, self.config.kv_clamp)
+        if self.settings.kv_clamp is not None:
+            products = products.clamp(-self.settings.kv_clamp, self.settings.kv_clamp)
         # W P_i (ablation III: no W)
         raf_input = self._recurrent_input(required(state.raf_total, "raf_total"), self._project(products))
         if self.raf is None:  # ablation III: the output depends only on the segment

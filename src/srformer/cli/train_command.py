@@ -7,8 +7,8 @@ import os
 from srformer.cli.arguments import add_data_arguments, add_variant_arguments
 from srformer.cli.data_source import load_data
 from srformer.config import named_config
-from srformer.training.pipeline import RunSpec, train_summarizer
 from srformer.training.distributed import process_state
+from srformer.training.pipeline import RunSpec, train_summarizer
 from srformer.training.settings import MIXED_PRECISION_MODES, TrainingSettings
 
 

@@ -161,7 +161,7 @@ def set_runtime_options(model: PreTrainedModel, **options) -> PreTrainedModel:
     for _, _, module in cross_attention_modules(model):
         attention = getattr(module, "srformer", None)
         if attention is not None:
-            attention.config = updated
+            attention.settings = updated
     model.config.srformer = updated.to_dict()
     return model
 

@@ -45,7 +45,7 @@ def key_padding_from_mask(mask: torch.Tensor | None, key_length: int) -> torch.T
     return valid
 
 
-def reject_attention_weights(module: torch.nn.Module, output_attentions: bool | None) -> None:
+def reject_attention_weights(module: object, output_attentions: bool | None) -> None:
     """Refuse a request for cross-attention weights that a converted layer cannot honour.
 
     transformers returns attention weights (``cross_attentions`` among them) only under the
@@ -69,7 +69,7 @@ def reject_attention_weights(module: torch.nn.Module, output_attentions: bool | 
     if implementation != "eager":
         return
     layer = getattr(module, "layer_idx", None)
-    variant = getattr(getattr(module, "srformer", None), "config", None)
+    variant = getattr(getattr(module, "srformer", None), "settings", None)
     variant = getattr(variant, "variant", "?")
     raise ValueError(
         f"output_attentions=True with attn_implementation='eager' asks every layer for attention weights, but the "
@@ -157,7 +157,7 @@ def run_cross_attention(
         output, state = attention(queries, state, start_position=start, dropout=dropout)
 
     if cache is not None:
-        if attention.config.lean_cache and not state.is_lean:
+        if attention.settings.lean_cache and not state.is_lean:
             state = attention.lean(state)
         _store_state(cache, cache_index, state)
     return output

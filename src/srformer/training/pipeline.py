@@ -11,9 +11,9 @@ import json
 import math
 import os
 import warnings
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import torch
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
@@ -86,7 +86,8 @@ def check_shapes(spec: RunSpec) -> None:
         raise ValueError(
             f"--target-length {cfg.target_length} is smaller than the number of segments ({segments} = "
             f"ceil({spec.max_source_length} / {cfg.segment_size})): later segments would never be attended. "
-            f"Use --segment-size >= {math.ceil(spec.max_source_length / cfg.target_length)} or a larger --target-length."
+            f"Use --segment-size >= {math.ceil(spec.max_source_length / cfg.target_length)} "
+            "or a larger --target-length."
         )
 
 
@@ -146,6 +147,7 @@ def prepare_model(
     Raises:
         ValueError: if ``spec.model`` is already an SRformer model of other settings.
     """
+    tokenizer: PreTrainedTokenizerBase
     if tokenizer_dir is not None:
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     else:
@@ -155,7 +157,7 @@ def prepare_model(
     model = load_model(spec.model, tokenizer)
     if is_converted(model):
         existing = srformer_config_of(model)
-        if existing != spec.srformer:
+        if existing is not None and existing != spec.srformer:
             raise ValueError(
                 f"{spec.model} is already an SRformer model of variant {existing.variant!r} ({existing.to_dict()}); "
                 f"it cannot be trained as {spec.srformer.to_dict()}. Start from the full-attention model instead."

@@ -76,7 +76,7 @@ def training_arguments(settings: TrainingSettings, output_dir: str | os.PathLike
         activation_checkpointing=settings.gradient_checkpointing,
         activation_checkpointing_kwargs={"use_reentrant": False} if settings.gradient_checkpointing else None,
         deepspeed=settings.deepspeed,
-        fsdp=True if settings.fsdp else None,
+        fsdp=True if settings.fsdp else None,  # type: ignore[arg-type]  # documented as True, annotated str | None
         fsdp_config=settings.fsdp_config,
         report_to=list(settings.report_to) or "none",
         use_cpu=use_cpu,
@@ -104,6 +104,8 @@ class RunControl(TrainerCallback):
         self.stopped_by = "max_steps"
 
     def _over_budget(self, args) -> bool:
+        if self.time_budget_seconds is None:
+            return False
         over = time.monotonic() - self.call_start >= self.time_budget_seconds
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             flag = torch.tensor([float(over)], device=args.device)
