@@ -10,8 +10,8 @@ from srformer.probe.tasks import TASKS
 
 #: The ``--quick`` grid (CI): every task, both protocols, three variants, tiny budget.
 QUICK = dict(recall_sizes=(1, 2), size=2, lengths=(32, 48), segment_sizes=(16,),
-             variants=("full", "segmented", "srformer"), steps=8, finetune_steps=4, batch_size=4,
-             curriculum_start=16, eval_examples=8)
+             variants=("full", "segmented", "srformer"), steps=4, finetune_steps=2, batch_size=4,
+             curriculum_start=16, eval_examples=4)
 
 
 def add_parser(subparsers) -> None:
