@@ -78,7 +78,7 @@ def test_values_are_value_tokens_and_filler_is_filler():
     example = _make("recall", 4, 128, 16, seed=0)[0]
     words = _words(example)
     for p, w in enumerate(words):
-        assert w.startswith("w") or w.startswith("K") or (w.startswith("v") and words[p - 1].startswith("K"))
+        assert w.startswith(("w", "K")) or (w.startswith("v") and words[p - 1].startswith("K"))
 
 
 def test_bad_input_names_the_argument():

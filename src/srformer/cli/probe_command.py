@@ -9,9 +9,11 @@ from srformer.probe.runner import PROTOCOLS, ProbeSettings, run_probe
 from srformer.probe.tasks import TASKS
 
 #: The ``--quick`` grid (CI): every task, both protocols, three variants, tiny budget.
-QUICK = dict(recall_sizes=(1, 2), size=2, lengths=(32, 48), segment_sizes=(16,),
-             variants=("full", "segmented", "srformer"), steps=4, finetune_steps=2, batch_size=4,
-             curriculum_start=16, eval_examples=4)
+QUICK: dict = {
+    "recall_sizes": (1, 2), "size": 2, "lengths": (32, 48), "segment_sizes": (16,),
+    "variants": ("full", "segmented", "srformer"), "steps": 4, "finetune_steps": 2, "batch_size": 4,
+    "curriculum_start": 16, "eval_examples": 4,
+}
 
 
 def add_parser(subparsers) -> None:

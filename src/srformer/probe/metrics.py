@@ -10,7 +10,7 @@ needs nothing that exists, such as an ``aggregate`` count of 0).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -85,10 +85,10 @@ def score(predictions: Sequence[Sequence[int]], examples: Sequence[Example], *, 
             for kind in ("all", label):
                 seen[kind] = True
                 right[kind] = right[kind] and correct
-        for kind in exact:
+        for kind, counts in exact.items():
             if seen[kind]:
-                exact[kind][0] += right[kind]
-                exact[kind][1] += 1
+                counts[0] += right[kind]
+                counts[1] += 1
     return {
         "examples": len(examples),
         "token_accuracy": _fraction(hits[ON] + hits[OFF], totals[ON] + totals[OFF]),

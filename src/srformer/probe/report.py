@@ -4,12 +4,12 @@ number of facts ``n`` and against the document length ``k``."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 
 def _percent(value: float | None) -> str:
@@ -24,8 +24,10 @@ def markdown_table(records: Sequence[Mapping]) -> str:
     """One Markdown table row per record: accuracies in percent (token accuracy overall, on-segment,
     off-segment; exact match), off-segment gap recovered, chance, training seconds."""
     lines = [
-        "| task | n | k | s | variant | seed | token acc | on-seg acc | off-seg acc | exact match | "
-        "gap recovered (off) | chance | train s |",
+        (
+            "| task | n | k | s | variant | seed | token acc | on-seg acc | off-seg acc | exact match | "
+            "gap recovered (off) | chance | train s |"
+        ),
         "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in records:
@@ -92,10 +94,12 @@ def write_report(payload: Mapping, output: str | Path) -> list[Path]:
     parts = [
         "# Long-range probe (synthetic diagnostics)",
         "",
-        "Synthetic tasks with their own vocabulary; accuracies in % on scored target positions of held-out "
-        "examples (greedy decoding). On/off-segment: whether the document positions a target token needs lie "
-        "in the segment i(t) that segmented attention reads at that decoder step. Gap recovered = "
-        "(variant - segmented) / (full - segmented) of off-segment accuracy, same protocol, problem, s and seed.",
+        (
+            "Synthetic tasks with their own vocabulary; accuracies in % on scored target positions of held-out "
+            "examples (greedy decoding). On/off-segment: whether the document positions a target token needs lie "
+            "in the segment i(t) that segmented attention reads at that decoder step. Gap recovered = "
+            "(variant - segmented) / (full - segmented) of off-segment accuracy, same protocol, problem, s and seed."
+        ),
         "",
     ]
     for protocol in ("scratch", "convert"):

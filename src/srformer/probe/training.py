@@ -11,7 +11,7 @@ import math
 import random
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from transformers import PreTrainedModel, T5Config, T5ForConditionalGeneration
@@ -38,7 +38,7 @@ def build_model(vocabulary: ProbeVocabulary, shape: ModelShape, seed: int) -> T5
     """A randomly initialised ``T5ForConditionalGeneration`` (no dropout) sized for ``vocabulary``;
     ``seed`` sets the initialisation."""
     torch.manual_seed(seed)
-    config = T5Config(
+    config = T5Config(  # type: ignore[call-arg]
         vocab_size=len(vocabulary), pad_token_id=vocabulary.pad_id, eos_token_id=vocabulary.eos_id,
         decoder_start_token_id=vocabulary.pad_id, dropout_rate=0.0, d_model=shape.d_model, d_ff=shape.d_ff,
         num_layers=shape.num_layers, num_decoder_layers=shape.num_decoder_layers, num_heads=shape.num_heads,
@@ -145,7 +145,8 @@ def train_model(
     """
     if settings.steps < 1 or settings.batch_size < 1:
         raise ValueError(f"steps and batch_size must be positive, got {settings.steps} and {settings.batch_size}.")
-    decay, no_decay = [], []
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
     for name, parameter in model.named_parameters():
         (no_decay if parameter.ndim < 2 or "norm" in name else decay).append(parameter)
     optimizer = torch.optim.AdamW(
@@ -188,8 +189,10 @@ def predict(model: PreTrainedModel, examples: Sequence[Example], vocabulary: Pro
     for first in range(0, len(examples), batch_size):
         chunk = examples[first:first + batch_size]
         batch = collate(chunk, vocabulary)
-        output = model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                                max_new_tokens=width + 1, min_new_tokens=width, num_beams=1, do_sample=False)
+        output = model.generate(  # type: ignore[operator]
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=width + 1,
+            min_new_tokens=width, num_beams=1, do_sample=False,
+        )
         for row, example in zip(output[:, 1:].tolist(), chunk):
             predictions.append(row[: len(example.target)])
     model.train()
