@@ -49,3 +49,26 @@ def test_gap_recovered_on_records():
 def test_settings_validation(bad, match):
     with pytest.raises(ValueError, match=match):
         ProbeSettings(**bad)
+
+
+def _mtimes(output):
+    return {str(p.relative_to(output)): p.stat().st_mtime_ns for p in (output / "cells").rglob("cell.json")}
+
+
+def test_rerun_skips_finished_cells_and_redoes_cells_of_another_budget(tmp_path):
+    from srformer.probe.runner import run_probe
+    from srformer.probe.training import ModelShape
+
+    tiny = ModelShape(d_model=16, d_ff=32, num_layers=1, num_decoder_layers=1, num_heads=2, d_kv=8)
+    settings = ProbeSettings(tasks=("recall",), recall_sizes=(2,), lengths=(32,), segment_sizes=(8,),
+                             variants=("full", "segmented"), steps=2, finetune_steps=2, batch_size=2,
+                             curriculum_start=16, eval_examples=2, shape=tiny, progress=False)
+    run_probe(tmp_path, settings)
+    first = _mtimes(tmp_path)
+    assert len(first) == 4
+    run_probe(tmp_path, settings)
+    assert _mtimes(tmp_path) == first
+    run_probe(tmp_path, ProbeSettings(**{**settings.__dict__, "finetune_steps": 3}))
+    again = _mtimes(tmp_path)
+    changed = {key for key in first if again[key] != first[key]}
+    assert changed == {key for key in first if key.startswith("cells/convert/")}

@@ -9,8 +9,8 @@ Protocols:
   control that just trains longer) and fine-tuned for ``finetune_steps`` steps at the final length.
   Every variant gets the same fine-tuning budget.
 
-A finished cell writes ``cell.json`` and is skipped on a re-run; the ``scratch`` full-attention model
-is saved (``bases/<problem>-seed<seed>/model.pt``, a state dict) for the ``convert`` cells.
+A finished cell writes ``cell.json`` and is skipped on a re-run with the same budget
+(:func:`cell_budget`); the ``scratch`` full-attention model is saved (``bases/<problem>-seed<seed>/model.pt``, a state dict) for the ``convert`` cells.
 """
 
 from __future__ import annotations
@@ -159,11 +159,38 @@ def _train_settings(settings: ProbeSettings, protocol: str) -> TrainSettings:
                          curriculum_start=0, curriculum_ramp=0.0)
 
 
+def cell_budget(settings: ProbeSettings, protocol: str) -> dict:
+    """What a cell's result depends on besides its key: training budget, evaluation size, model shape,
+    vocabulary and every segment size (they set ``T``). A saved cell with another budget is re-run; a
+    ``convert`` cell also records its base's budget."""
+    budget = {
+        "train": asdict(_train_settings(settings, protocol)), "eval_examples": settings.eval_examples,
+        "shape": asdict(settings.shape), "vocabulary": asdict(settings.vocabulary),
+        "segment_sizes": list(settings.segment_sizes),
+    }
+    if protocol == "convert":
+        budget["base"] = cell_budget(settings, "scratch")
+    return budget
+
+
+def _saved(path: Path, budget: dict) -> dict | None:
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text())
+    if record.get("budget") == budget:
+        return record
+    tqdm.write(f"{path} was made with other settings; running it again.")
+    return None
+
+
 def run_cell(cell: ProbeCell, settings: ProbeSettings, output: Path) -> dict:
-    """Train and score one cell (or read its saved record). Returns the record written to ``cell.json``."""
+    """Train and score one cell, or read its saved record when it was made with the same budget
+    (:func:`cell_budget`). Returns the record written to ``cell.json``."""
     record_file = output / "cells" / cell.key / "cell.json"
-    if record_file.is_file():
-        return json.loads(record_file.read_text())
+    budget = cell_budget(settings, cell.protocol)
+    saved = _saved(record_file, budget)
+    if saved is not None:
+        return saved
     spec = TaskSpec(cell.task, cell.n)
     segment_size = cell.segment_size or min(settings.segment_sizes)
     target_length = max(schedule_length(spec, cell.length, s) for s in settings.segment_sizes)
@@ -173,7 +200,9 @@ def run_cell(cell: ProbeCell, settings: ProbeSettings, output: Path) -> dict:
         model = convert(build_model(vocabulary, settings.shape, cell.seed), config)
     else:
         base = _base_dir(output, cell) / "model.pt"
-        if not base.is_file():
+        if not base.is_file() or _saved(_base_dir(output, cell) / "budget.json", budget["base"]) is None:
+            (output / "cells" / replace(cell, protocol="scratch", name="full", segment_size=None).key
+             / "cell.json").unlink(missing_ok=True)
             run_cell(replace(cell, protocol="scratch", name="full", segment_size=None), settings, output)
         model = build_model(vocabulary, settings.shape, cell.seed)
         model.load_state_dict(torch.load(base, weights_only=True))
@@ -192,6 +221,7 @@ def run_cell(cell: ProbeCell, settings: ProbeSettings, output: Path) -> dict:
     if cell.protocol == "scratch" and cell.name == "full":
         _base_dir(output, cell).mkdir(parents=True, exist_ok=True)
         torch.save(model.state_dict(), _base_dir(output, cell) / "model.pt")
+        write_metrics_json(_base_dir(output, cell) / "budget.json", {"budget": budget})
     examples = generate_examples(spec, vocabulary, count=settings.eval_examples, length=cell.length,
                                  segment_size=segment_size, target_length=target_length,
                                  seed=10_000 + cell.seed)
@@ -201,7 +231,7 @@ def run_cell(cell: ProbeCell, settings: ProbeSettings, output: Path) -> dict:
     record = {
         **asdict(cell), "key": cell.key, "target_length": target_length, "chance": vocabulary.chance(cell.task),
         "metrics": metrics, "train_seconds": summary["seconds"], "final_loss": summary["final_loss"],
-        "steps": train.steps, "eval_seconds": time.perf_counter() - started,
+        "steps": train.steps, "eval_seconds": time.perf_counter() - started, "budget": budget,
         "sample": [{"document_tokens": len(e.source), "target": vocabulary.decode(e.target),
                     "prediction": vocabulary.decode(p)} for e, p in zip(examples[:3], predictions[:3])],
     }
