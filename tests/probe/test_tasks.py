@@ -51,7 +51,7 @@ def test_target_recovered_from_document(task, length, s, n):
             assert target == expected
             assert [p for p, _ in (marked if task == "copy" else marked[::-1])] == [q[0] for q in example.needed]
         elif task == "recall":
-            facts = {words[p]: (p + 1, words[p + 1]) for p, w in enumerate(words) if w.startswith("K")}
+            facts = {w.split("=")[0]: (p, w.split("=")[1]) for p, w in enumerate(words) if "=" in w}
             assert sorted(facts) == sorted(f"K{j}" for j in range(n))
             expected = []
             for j in range(n):
@@ -74,11 +74,11 @@ def test_copy_places_each_marked_value_in_its_scheduled_segment():
             assert p // s == min(j * m // T, m - 1)
 
 
-def test_values_are_value_tokens_and_filler_is_filler():
+def test_recall_document_is_filler_and_facts():
     example = _make("recall", 4, 128, 16, seed=0)[0]
     words = _words(example)
-    for p, w in enumerate(words):
-        assert w.startswith(("w", "K")) or (w.startswith("v") and words[p - 1].startswith("K"))
+    assert sum("=" in w for w in words) == 4
+    assert all(w.startswith("w") or "=" in w for w in words)
 
 
 def test_bad_input_names_the_argument():
@@ -89,7 +89,7 @@ def test_bad_input_names_the_argument():
     with pytest.raises(ValueError, match="num_keys"):
         _make("recall", VOCAB.num_keys + 1, 4096, 32, seed=0)
     with pytest.raises(ValueError, match="at least"):
-        _make("recall", 8, 10, 4, seed=0)
+        _make("recall", 8, 7, 4, seed=0)
     with pytest.raises(ValueError, match="segment"):
         _make("copy", 8, 64, 1, seed=0)  # one-token segments cannot hold '<mark> v'
     with pytest.raises(ValueError, match="num_values"):
@@ -99,8 +99,9 @@ def test_bad_input_names_the_argument():
 
 
 def test_vocabulary_round_trip():
-    text = "w3 K0 v5 <mark> c1 #2"
+    text = "w3 K0 v5 <mark> c1 #2 K3=v7"
     assert VOCAB.decode(VOCAB.encode(text) + [VOCAB.eos_id, VOCAB.ids["w1"]]) == text
     assert len(set(VOCAB.tokens)) == len(VOCAB)
+    assert VOCAB.tokens[VOCAB.fact_id(3, 7)] == "K3=v7"
     assert VOCAB.chance("recall") == 1 / VOCAB.num_values
     assert VOCAB.chance("aggregate") == 1 / (VOCAB.max_count + 1)

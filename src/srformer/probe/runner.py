@@ -64,13 +64,13 @@ class ProbeSettings:
     variants: tuple[str, ...] = tuple(NAMED_SETTINGS)
     protocols: tuple[str, ...] = PROTOCOLS
     seeds: tuple[int, ...] = (0,)
-    steps: int = 1500
-    finetune_steps: int = 300
-    batch_size: int = 16
+    steps: int = 300
+    finetune_steps: int = 100
+    batch_size: int = 32
     learning_rate: float = 1e-3
     finetune_learning_rate: float = 5e-4
     curriculum_start: int = 64
-    curriculum_ramp: float = 0.7
+    curriculum_ramp: float = 0.8
     eval_examples: int = 256
     shape: ModelShape = field(default_factory=ModelShape)
     vocabulary: ProbeVocabulary = field(default_factory=ProbeVocabulary)
