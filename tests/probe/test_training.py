@@ -21,6 +21,13 @@ def test_curriculum_grows_linearly_then_stays():
     assert curriculum_length(3, 100, start=64, final=512, ramp=0.0) == 512
 
 
+def test_curriculum_holds_the_start_length_first():
+    lengths = [curriculum_length(step, 100, start=64, final=512, ramp=0.25, hold=0.5) for step in range(100)]
+    assert lengths[:50] == [64] * 50 and lengths[75:] == [512] * 25
+    assert lengths == sorted(lengths) and 64 < lengths[60] < 512
+    assert curriculum_length(99, 100, start=64, final=512, ramp=0.0, hold=0.5) == 512
+
+
 def test_batches_are_a_function_of_seed_and_step():
     kwargs = {"batch_size": 3, "length": 40, "segment_size": 8, "target_length": 9}
     spec = TaskSpec("recall", 4)

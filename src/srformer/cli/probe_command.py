@@ -42,7 +42,7 @@ def add_parser(subparsers) -> None:
     for name in ("steps", "finetune_steps", "batch_size", "eval_examples", "curriculum_start"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=None,
                             help=f"default {getattr(defaults, name)}")
-    for name in ("learning_rate", "finetune_learning_rate", "curriculum_ramp"):
+    for name in ("learning_rate", "finetune_learning_rate", "curriculum_hold", "curriculum_ramp"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=float, default=None,
                             help=f"default {getattr(defaults, name)}")
     parser.add_argument("--no-progress", action="store_true")
@@ -51,7 +51,7 @@ def add_parser(subparsers) -> None:
 
 _TUPLES = ("tasks", "recall_sizes", "lengths", "segment_sizes", "variants", "protocols", "seeds")
 _SCALARS = ("size", "steps", "finetune_steps", "batch_size", "eval_examples", "curriculum_start", "learning_rate",
-            "finetune_learning_rate", "curriculum_ramp")
+            "finetune_learning_rate", "curriculum_hold", "curriculum_ramp")
 
 
 def settings_from_args(args) -> ProbeSettings:

@@ -48,7 +48,7 @@ class ProbeSettings:
         seeds: model initialisation and data-stream seeds.
         steps: training steps of a ``scratch`` cell.
         finetune_steps: fine-tuning steps of a ``convert`` cell.
-        batch_size, learning_rate, finetune_learning_rate, curriculum_start, curriculum_ramp: see
+        batch_size, learning_rate, finetune_learning_rate, curriculum_start, curriculum_hold, curriculum_ramp: see
             :class:`srformer.probe.training.TrainSettings`.
         eval_examples: held-out examples per cell (their own seeded stream).
         shape: the T5 architecture.
@@ -64,13 +64,14 @@ class ProbeSettings:
     variants: tuple[str, ...] = tuple(NAMED_SETTINGS)
     protocols: tuple[str, ...] = PROTOCOLS
     seeds: tuple[int, ...] = (0,)
-    steps: int = 300
+    steps: int = 400
     finetune_steps: int = 100
     batch_size: int = 32
     learning_rate: float = 1e-3
     finetune_learning_rate: float = 5e-4
     curriculum_start: int = 64
-    curriculum_ramp: float = 0.8
+    curriculum_hold: float = 0.5
+    curriculum_ramp: float = 0.3
     eval_examples: int = 256
     shape: ModelShape = field(default_factory=ModelShape)
     vocabulary: ProbeVocabulary = field(default_factory=ProbeVocabulary)
@@ -153,7 +154,8 @@ def _train_settings(settings: ProbeSettings, protocol: str) -> TrainSettings:
     if protocol == "scratch":
         return TrainSettings(steps=settings.steps, batch_size=settings.batch_size,
                              learning_rate=settings.learning_rate, warmup=min(100, settings.steps // 10),
-                             curriculum_start=settings.curriculum_start, curriculum_ramp=settings.curriculum_ramp)
+                             curriculum_start=settings.curriculum_start, curriculum_hold=settings.curriculum_hold,
+                             curriculum_ramp=settings.curriculum_ramp)
     return TrainSettings(steps=settings.finetune_steps, batch_size=settings.batch_size,
                          learning_rate=settings.finetune_learning_rate, warmup=min(50, settings.finetune_steps // 10),
                          curriculum_start=0, curriculum_ramp=0.0)

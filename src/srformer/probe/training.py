@@ -47,13 +47,18 @@ def build_model(vocabulary: ProbeVocabulary, shape: ModelShape, seed: int) -> T5
     return T5ForConditionalGeneration(config)
 
 
-def curriculum_length(step: int, steps: int, *, start: int, final: int, ramp: float, multiple: int = 8) -> int:
-    """Document length (tokens) of the batch at ``step``: linear from ``start`` to ``final`` over the
-    first ``ramp`` fraction of ``steps``, then ``final``; rounded down to a multiple of ``multiple``
-    (never below ``start``)."""
-    if ramp <= 0 or start >= final:
+def curriculum_length(step: int, steps: int, *, start: int, final: int, ramp: float, hold: float = 0.0,
+                      multiple: int = 8) -> int:
+    """Document length (tokens) of the batch at ``step``: ``start`` for the first ``hold`` fraction of
+    ``steps``, then linear from ``start`` to ``final`` over the next ``ramp`` fraction, then ``final``;
+    rounded down to a multiple of ``multiple`` (never below ``start``)."""
+    if start >= final or (ramp <= 0 and hold <= 0):
         return final
-    fraction = min(1.0, step / max(1.0, ramp * steps))
+    if step < hold * steps:
+        return start
+    if ramp <= 0:
+        return final
+    fraction = min(1.0, (step - hold * steps) / max(1.0, ramp * steps))
     length = start + (final - start) * fraction
     return max(start, min(final, int(length) // multiple * multiple))
 
@@ -84,7 +89,9 @@ class TrainSettings:
         warmup: warm-up steps (linear), then linear decay to 10% of the peak.
         curriculum_start: document length (tokens) of the first batch; the length grows linearly to
             the cell's length over ``curriculum_ramp`` of the steps. 0 = no curriculum.
-        curriculum_ramp: fraction of ``steps`` over which the length grows.
+        curriculum_hold: fraction of ``steps`` spent at ``curriculum_start`` before the length grows
+            (the lookup is learned there, where steps are cheap).
+        curriculum_ramp: fraction of ``steps`` over which the length then grows.
         weight_decay: AdamW weight decay.
     """
 
@@ -93,6 +100,7 @@ class TrainSettings:
     learning_rate: float = 1e-3
     warmup: int = 100
     curriculum_start: int = 64
+    curriculum_hold: float = 0.0
     curriculum_ramp: float = 0.5
     weight_decay: float = 0.0
 
@@ -160,7 +168,7 @@ def train_model(
     start = settings.curriculum_start or length
     for step in range(settings.steps):
         current = curriculum_length(step, settings.steps, start=min(start, length), final=length,
-                                    ramp=settings.curriculum_ramp)
+                                    ramp=settings.curriculum_ramp, hold=settings.curriculum_hold)
         examples = batch_examples(spec, vocabulary, seed=seed, step=step, batch_size=settings.batch_size,
                                   length=current, segment_size=segment_size, target_length=target_length)
         loss = model(**collate(examples, vocabulary)).loss
