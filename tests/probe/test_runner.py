@@ -62,7 +62,7 @@ def test_rerun_skips_finished_cells_and_redoes_cells_of_another_budget(tmp_path)
     tiny = ModelShape(d_model=16, d_ff=32, num_layers=1, num_decoder_layers=1, num_heads=2, d_kv=8)
     settings = ProbeSettings(tasks=("recall",), recall_sizes=(2,), lengths=(32,), segment_sizes=(8,),
                              variants=("full", "segmented"), steps=2, finetune_steps=2, batch_size=2,
-                             curriculum_start=16, eval_examples=2, shape=tiny, progress=False)
+                             curriculum_start=32, eval_examples=2, shape=tiny, progress=False)
     run_probe(tmp_path, settings)
     first = _mtimes(tmp_path)
     assert len(first) == 4

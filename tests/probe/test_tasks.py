@@ -52,13 +52,12 @@ def test_target_recovered_from_document(task, length, s, n):
             assert [p for p, _ in (marked if task == "copy" else marked[::-1])] == [q[0] for q in example.needed]
         elif task == "recall":
             facts = {w.split("=")[0]: (p, w.split("=")[1]) for p, w in enumerate(words) if "=" in w}
-            assert sorted(facts) == sorted(f"K{j}" for j in range(n))
-            expected = []
-            for j in range(n):
-                expected += [f"K{j}", facts[f"K{j}"][1]]
-            assert target == expected
+            assert sorted(facts) == sorted(f"K{j}" for j in range(VOCAB.num_keys))
+            queried = target[0::2]
+            assert len(queried) == n and queried == sorted(queried, key=lambda k: int(k[1:]))
+            assert target[1::2] == [facts[key][1] for key in queried]
             assert example.scored == tuple(j % 2 == 1 for j in range(2 * n))
-            assert [q for q in example.needed if q] == [(facts[f"K{j}"][0],) for j in range(n)]
+            assert [q for q in example.needed if q] == [(facts[key][0],) for key in queried]
         else:
             counts = [sum(w == f"c{c}" for w in words) for c in range(n)]
             assert target == [f"#{c}" for c in counts]
@@ -77,7 +76,7 @@ def test_copy_places_each_marked_value_in_its_scheduled_segment():
 def test_recall_document_is_filler_and_facts():
     example = _make("recall", 4, 128, 16, seed=0)[0]
     words = _words(example)
-    assert sum("=" in w for w in words) == 4
+    assert sum("=" in w for w in words) == VOCAB.num_keys
     assert all(w.startswith("w") or "=" in w for w in words)
 
 
@@ -89,7 +88,7 @@ def test_bad_input_names_the_argument():
     with pytest.raises(ValueError, match="num_keys"):
         _make("recall", VOCAB.num_keys + 1, 4096, 32, seed=0)
     with pytest.raises(ValueError, match="at least"):
-        _make("recall", 8, 7, 4, seed=0)
+        _make("recall", 8, VOCAB.num_keys - 1, 4, seed=0)
     with pytest.raises(ValueError, match="segment"):
         _make("copy", 8, 64, 1, seed=0)  # one-token segments cannot hold '<mark> v'
     with pytest.raises(ValueError, match="num_values"):

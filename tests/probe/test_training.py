@@ -29,7 +29,7 @@ def test_curriculum_holds_the_start_length_first():
 
 
 def test_batches_are_a_function_of_seed_and_step():
-    kwargs = {"batch_size": 3, "length": 40, "segment_size": 8, "target_length": 9}
+    kwargs = {"batch_size": 3, "length": 64, "segment_size": 8, "target_length": 9}
     spec = TaskSpec("recall", 4)
     assert batch_examples(spec, VOCAB, seed=1, step=5, **kwargs) == batch_examples(spec, VOCAB, seed=1, step=5, **kwargs)
     assert batch_examples(spec, VOCAB, seed=1, step=5, **kwargs) != batch_examples(spec, VOCAB, seed=1, step=6, **kwargs)
@@ -48,11 +48,11 @@ def test_training_runs_and_prediction_has_target_length():
     model = build_model(VOCAB, TINY, seed=0)
     before = [p.detach().clone() for p in model.parameters()]
     spec = TaskSpec("recall", 2)
-    summary = train_model(model, spec, VOCAB, TrainSettings(steps=2, batch_size=2, warmup=1, curriculum_start=16),
-                          length=32, segment_size=8, target_length=5, seed=0)
+    summary = train_model(model, spec, VOCAB, TrainSettings(steps=2, batch_size=2, warmup=1, curriculum_start=40),
+                          length=48, segment_size=8, target_length=5, seed=0)
     assert summary["steps"] == 2 and summary["final_loss"] > 0
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
-    examples = batch_examples(spec, VOCAB, seed=9, step=0, batch_size=3, length=32, segment_size=8, target_length=5)
+    examples = batch_examples(spec, VOCAB, seed=9, step=0, batch_size=3, length=48, segment_size=8, target_length=6)
     assert [len(p) for p in predict(model, examples, VOCAB)] == [4, 4, 4]
 
 

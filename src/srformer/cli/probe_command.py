@@ -12,7 +12,7 @@ from srformer.probe.tasks import TASKS
 QUICK: dict = {
     "recall_sizes": (1, 2), "size": 2, "lengths": (32, 48), "segment_sizes": (16,),
     "variants": ("full", "segmented", "srformer"), "steps": 4, "finetune_steps": 2, "batch_size": 4,
-    "curriculum_start": 16, "eval_examples": 4,
+    "curriculum_start": 32, "eval_examples": 4,
 }
 
 

@@ -96,7 +96,7 @@ def write_report(payload: Mapping, output: str | Path) -> list[Path]:
         "",
         (
             "Synthetic tasks with their own vocabulary; accuracies in % on scored target positions of held-out "
-            "examples (greedy decoding). On/off-segment: whether the document positions a target token needs lie "
+            "examples (teacher-forced argmax: the decoder is given the true target prefix, so recall's query keys). On/off-segment: whether the document positions a target token needs lie "
             "in the segment i(t) that segmented attention reads at that decoder step. Gap recovered = "
             "(variant - segmented) / (full - segmented) of off-segment accuracy, same protocol, problem, s and seed."
         ),

@@ -15,10 +15,11 @@ Tasks (``n`` is the task's size):
   attention sees what it needs at every step.
 - ``reverse``: the same documents; the target is the marked values in reverse order, so target
   ``j`` needs the value placed in segment ``i(n - 1 - j)``, off the scheduled segment almost always.
-- ``recall``: ``n`` facts at random positions in the filler, in random order; a fact is one token
-  ``K{q}=v{x}`` that states "key ``q`` has value ``x``". The target is ``K0 v_0 K1 v_1 ... K{n-1} v_{n-1}``:
-  the key tokens of the target are fixed by the task (fed back to the decoder, they act as the
-  queries), so only the value positions are scored; each needs the position of its fact.
+- ``recall``: one fact per key (``num_keys`` facts) at random positions in the filler; a fact is one
+  token ``K{q}=v{x}`` that states "key ``q`` has value ``x``". The target queries ``n`` random keys, in
+  increasing key order: ``K{a} v_a K{b} v_b ...``. The key tokens of the target are the queries (given to
+  the decoder, never scored); only the value positions are scored; each needs the position of its fact.
+  Every key is stored but only ``n`` are asked, so the encoder cannot know which facts matter.
 - ``aggregate``: ``n`` classes; class ``c`` occurs a uniform random number of times in
   ``[0, max_count]`` at random positions; the target is one count token per class, in class order.
   A count needs every occurrence of its class (a count of 0 needs the whole document to check
@@ -31,7 +32,9 @@ With two-token facts ``K_q v`` in synthetic filler it plateaued the same way (ab
 steps at k=64, i.e. one of the n=4 values present, not the one bound to the key): binding a value to
 its neighbouring key is an encoder skill (a previous-token head) that is the same for every
 cross-attention variant. A one-token fact removes it, so the probe measures what differs between
-variants: finding one position among ``k`` by content. See docs/probe.md.
+variants: finding one position among ``k`` by content. With only the ``n`` queried facts in the
+document, segmented attention solved recall off-segment (the full-attention encoder copied the few
+facts into every segment); storing a fact for every key defeats that. See docs/probe.md.
 """
 
 from __future__ import annotations
@@ -184,7 +187,7 @@ class TaskSpec:
             raise ValueError(
                 f"aggregate with n={self.n} needs n <= num_classes={vocabulary.num_classes}; raise num_classes."
             )
-        needed = {"copy": 2 * self.n, "reverse": 2 * self.n, "recall": self.n,
+        needed = {"copy": 2 * self.n, "reverse": 2 * self.n, "recall": vocabulary.num_keys,
                   "aggregate": self.n * vocabulary.max_count}[self.task]
         if length < needed:
             raise ValueError(
@@ -281,13 +284,14 @@ def generate_example(rng: random.Random, spec: TaskSpec, vocabulary: ProbeVocabu
         return Example(tuple(source), tuple(values[j] for j in order), tuple((positions[j],) for j in order))
     if spec.task == "recall":
         source = _filler(rng, vocabulary, length)
-        positions = rng.sample(range(length), spec.n)  # positions[q]: where the fact of key q sits
-        values = rng.choices(range(vocabulary.num_values), k=spec.n)
-        target, needed, scored = [], [], []
+        positions = rng.sample(range(length), vocabulary.num_keys)  # positions[q]: the fact of key q
+        values = rng.choices(range(vocabulary.num_values), k=vocabulary.num_keys)
         for key, (position, value) in enumerate(zip(positions, values)):
             source[position] = vocabulary.fact_id(key, value)
-            target += [vocabulary.key_ids[key], vocabulary.value_ids[value]]
-            needed += [(), (position,)]
+        target, needed, scored = [], [], []
+        for key in sorted(rng.sample(range(vocabulary.num_keys), spec.n)):
+            target += [vocabulary.key_ids[key], vocabulary.value_ids[values[key]]]
+            needed += [(), (positions[key],)]
             scored += [False, True]
         return Example(tuple(source), tuple(target), tuple(needed), tuple(scored))
     # aggregate

@@ -190,18 +190,19 @@ def train_model(
 @torch.inference_mode()
 def predict(model: PreTrainedModel, examples: Sequence[Example], vocabulary: ProbeVocabulary, *,
             batch_size: int = 64) -> list[list[int]]:
-    """Greedy predictions (token ids, decoder start removed, cut at the target length) for ``examples``."""
+    """Teacher-forced predictions: the argmax token at every target position given the true target prefix
+    (token ids, one list per example, as long as its target).
+
+    Teacher forcing is what lets ``recall`` give its query keys to the decoder: the key tokens are inputs,
+    never predictions. A previous value token carries no information about the next one (values are
+    independent), so for the scored positions this equals decoding with the keys forced.
+    """
     model.eval()
-    width = max(len(e.target) for e in examples)
     predictions: list[list[int]] = []
     for first in range(0, len(examples), batch_size):
         chunk = examples[first:first + batch_size]
-        batch = collate(chunk, vocabulary)
-        output = model.generate(  # type: ignore[operator]
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], max_new_tokens=width + 1,
-            min_new_tokens=width, num_beams=1, do_sample=False,
-        )
-        for row, example in zip(output[:, 1:].tolist(), chunk):
+        logits = model(**collate(chunk, vocabulary)).logits
+        for row, example in zip(logits.argmax(dim=-1).tolist(), chunk):
             predictions.append(row[: len(example.target)])
     model.train()
     return predictions
