@@ -1,4 +1,4 @@
-"""``srformer`` command line: train, evaluate, summarize, the ACLSum main job, compare and bench."""
+"""``srformer`` command line: train, evaluate, summarize, the ACLSum main job, compare, bench and probe."""
 
 from __future__ import annotations
 
@@ -10,11 +10,14 @@ from srformer.cli import (
     bench_command,
     compare_command,
     evaluate_command,
+    probe_command,
     summarize_command,
     train_command,
 )
 
-COMMANDS = (train_command, evaluate_command, summarize_command, aclsum_command, compare_command, bench_command)
+COMMANDS = (
+    train_command, evaluate_command, summarize_command, aclsum_command, compare_command, bench_command, probe_command,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

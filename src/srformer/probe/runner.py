@@ -1,0 +1,297 @@
+"""The probe grid: cells of (protocol, task, size, length, variant, segment size, seed), resumable.
+
+Protocols:
+
+- ``scratch``: every variant is a T5 initialised with the cell's seed, converted with
+  :func:`srformer.convert` and trained for ``steps`` steps with the length curriculum.
+- ``convert`` (the paper's protocol, Sec. 4.1): the ``scratch`` full-attention model of the same task,
+  size, length and seed is the base; it is converted to every variant (``full`` included, as the
+  control that just trains longer) and fine-tuned for ``finetune_steps`` steps at the final length.
+  Every variant gets the same fine-tuning budget.
+
+A finished cell writes ``cell.json`` and is skipped on a re-run with the same budget
+(:func:`cell_budget`); the ``scratch`` full-attention model is saved (``bases/<problem>-seed<seed>/model.pt``, a state dict) for the ``convert`` cells.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from srformer.config import NAMED_SETTINGS, SEGMENT_FREE, named_config
+from srformer.evaluation.report import write_metrics_json
+from srformer.models.convert import convert
+from srformer.probe.metrics import gap_recovered, score
+from srformer.probe.tasks import TASKS, ProbeVocabulary, TaskSpec, generate_examples
+from srformer.probe.training import ModelShape, TrainSettings, build_model, predict, train_model
+
+PROTOCOLS: tuple[str, ...] = ("scratch", "convert")
+
+
+@dataclass
+class ProbeSettings:
+    """The grid and the budget (lengths in tokens, steps are optimizer steps).
+
+    Attributes:
+        tasks: task names (:data:`srformer.probe.tasks.TASKS`).
+        recall_sizes: ``n`` values of ``recall`` (the capacity curve).
+        size: ``n`` of ``copy``, ``reverse`` and ``aggregate``.
+        lengths: document lengths ``k``.
+        segment_sizes: ``s`` values (segment-free variants run once).
+        variants: names of :data:`srformer.config.NAMED_SETTINGS`, as ``srformer compare`` takes them.
+        protocols: :data:`PROTOCOLS` to run.
+        seeds: model initialisation and data-stream seeds.
+        steps: training steps of a ``scratch`` cell.
+        finetune_steps: fine-tuning steps of a ``convert`` cell.
+        batch_size, learning_rate, finetune_learning_rate, curriculum_start, curriculum_hold, curriculum_ramp: see
+            :class:`srformer.probe.training.TrainSettings`.
+        eval_examples: held-out examples per cell (their own seeded stream).
+        shape: the T5 architecture.
+        vocabulary: the probe vocabulary.
+        progress: show progress bars.
+    """
+
+    tasks: tuple[str, ...] = TASKS
+    recall_sizes: tuple[int, ...] = (1, 2, 4, 8)
+    size: int = 4
+    lengths: tuple[int, ...] = (512,)
+    segment_sizes: tuple[int, ...] = (32,)
+    variants: tuple[str, ...] = tuple(NAMED_SETTINGS)
+    protocols: tuple[str, ...] = PROTOCOLS
+    seeds: tuple[int, ...] = (0,)
+    steps: int = 400
+    finetune_steps: int = 100
+    batch_size: int = 32
+    learning_rate: float = 1e-3
+    finetune_learning_rate: float = 5e-4
+    curriculum_start: int = 64
+    curriculum_hold: float = 0.5
+    curriculum_ramp: float = 0.3
+    eval_examples: int = 256
+    shape: ModelShape = field(default_factory=ModelShape)
+    vocabulary: ProbeVocabulary = field(default_factory=ProbeVocabulary)
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        unknown = [t for t in self.tasks if t not in TASKS]
+        if unknown:
+            raise ValueError(f"Unknown probe tasks {unknown}: choose from {', '.join(TASKS)}.")
+        names = [n for n in self.variants if n not in NAMED_SETTINGS]
+        if names:
+            raise ValueError(f"Unknown variant names {names}: choose from {', '.join(NAMED_SETTINGS)}.")
+        protocols = [p for p in self.protocols if p not in PROTOCOLS]
+        if protocols:
+            raise ValueError(f"Unknown protocols {protocols}: choose from {', '.join(PROTOCOLS)}.")
+        for name in ("tasks", "variants", "protocols", "seeds", "lengths", "segment_sizes"):
+            if not getattr(self, name):
+                raise ValueError(f"`{name}` is empty: give at least one value.")
+        if "recall" in self.tasks and not self.recall_sizes:
+            raise ValueError("`recall_sizes` is empty: give at least one recall size.")
+        for name in ("steps", "finetune_steps", "batch_size", "eval_examples", "size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}.")
+        if any(s < 1 for s in self.segment_sizes) or any(k < 2 for k in self.lengths):
+            raise ValueError("segment sizes must be >= 1 and lengths >= 2 tokens.")
+
+
+@dataclass(frozen=True)
+class ProbeCell:
+    """One training run: a named setting on one task instance, under one protocol."""
+
+    protocol: str
+    task: str
+    n: int
+    length: int
+    name: str
+    segment_size: int | None
+    seed: int
+
+    @property
+    def problem(self) -> str:
+        return f"{self.task}-n{self.n}-k{self.length}"
+
+    @property
+    def key(self) -> str:
+        size = "" if self.segment_size is None else f"-s{self.segment_size}"
+        return f"{self.protocol}/{self.problem}/{self.name}{size}-seed{self.seed}"
+
+
+def schedule_length(spec: TaskSpec, length: int, segment_size: int) -> int:
+    """The schedule's ``T`` for a cell: the target length with ``</s>``, at least the number of segments
+    ``ceil(k / s)`` so that every segment is some step's segment."""
+    return max(spec.target_tokens + 1, -(-length // segment_size))
+
+
+def grid_cells(settings: ProbeSettings) -> list[ProbeCell]:
+    """Every cell in run order: problems outermost; within a problem ``scratch`` before ``convert``
+    (whose base is the ``scratch`` full model), and ``full`` first."""
+    names = sorted(settings.variants, key=lambda n: n != "full")
+    cells = []
+    for task in settings.tasks:
+        sizes = settings.recall_sizes if task == "recall" else (settings.size,)
+        for n in sizes:
+            for length in settings.lengths:
+                for seed in settings.seeds:
+                    for protocol in PROTOCOLS:
+                        if protocol not in settings.protocols:
+                            continue
+                        for name in names:
+                            for s in ([None] if name in SEGMENT_FREE else settings.segment_sizes):
+                                cells.append(ProbeCell(protocol, task, n, length, name, s, seed))
+    return list(dict.fromkeys(cells))
+
+
+def _base_dir(output: Path, cell: ProbeCell) -> Path:
+    return output / "bases" / f"{cell.problem}-seed{cell.seed}"
+
+
+def _train_settings(settings: ProbeSettings, protocol: str) -> TrainSettings:
+    if protocol == "scratch":
+        return TrainSettings(steps=settings.steps, batch_size=settings.batch_size,
+                             learning_rate=settings.learning_rate, warmup=min(100, settings.steps // 10),
+                             curriculum_start=settings.curriculum_start, curriculum_hold=settings.curriculum_hold,
+                             curriculum_ramp=settings.curriculum_ramp)
+    return TrainSettings(steps=settings.finetune_steps, batch_size=settings.batch_size,
+                         learning_rate=settings.finetune_learning_rate, warmup=min(50, settings.finetune_steps // 10),
+                         curriculum_start=0, curriculum_ramp=0.0)
+
+
+def cell_budget(settings: ProbeSettings, protocol: str) -> dict:
+    """What a cell's result depends on besides its key: training budget, evaluation size, model shape,
+    vocabulary and every segment size (they set ``T``). A saved cell with another budget is re-run; a
+    ``convert`` cell also records its base's budget."""
+    budget = {
+        "train": asdict(_train_settings(settings, protocol)), "eval_examples": settings.eval_examples,
+        "shape": asdict(settings.shape), "vocabulary": asdict(settings.vocabulary),
+        "segment_sizes": list(settings.segment_sizes),
+    }
+    if protocol == "convert":
+        budget["base"] = cell_budget(settings, "scratch")
+    return budget
+
+
+def _saved(path: Path, budget: dict) -> dict | None:
+    if not path.is_file():
+        return None
+    record = json.loads(path.read_text())
+    if record.get("budget") == budget:
+        return record
+    tqdm.write(f"{path} was made with other settings; running it again.")
+    return None
+
+
+def run_cell(cell: ProbeCell, settings: ProbeSettings, output: Path) -> dict:
+    """Train and score one cell, or read its saved record when it was made with the same budget
+    (:func:`cell_budget`). Returns the record written to ``cell.json``."""
+    record_file = output / "cells" / cell.key / "cell.json"
+    budget = cell_budget(settings, cell.protocol)
+    saved = _saved(record_file, budget)
+    if saved is not None:
+        return saved
+    spec = TaskSpec(cell.task, cell.n)
+    segment_size = cell.segment_size or min(settings.segment_sizes)
+    target_length = max(schedule_length(spec, cell.length, s) for s in settings.segment_sizes)
+    config = named_config(cell.name, segment_size=segment_size, target_length=target_length)
+    vocabulary = settings.vocabulary
+    if cell.protocol == "scratch":
+        model = convert(build_model(vocabulary, settings.shape, cell.seed), config)
+    else:
+        base = _base_dir(output, cell) / "model.pt"
+        if not base.is_file() or _saved(_base_dir(output, cell) / "budget.json", budget["base"]) is None:
+            (output / "cells" / replace(cell, protocol="scratch", name="full", segment_size=None).key
+             / "cell.json").unlink(missing_ok=True)
+            run_cell(replace(cell, protocol="scratch", name="full", segment_size=None), settings, output)
+        model = build_model(vocabulary, settings.shape, cell.seed)
+        model.load_state_dict(torch.load(base, weights_only=True))
+        model = convert(model, config)
+    train = _train_settings(settings, cell.protocol)
+    bar = tqdm(total=train.steps, desc=cell.key, unit="step", leave=False, disable=not settings.progress)
+
+    def on_step(step: int, loss: float, length: int) -> None:
+        bar.update(1)
+        if step % 10 == 0:
+            bar.set_postfix(loss=f"{loss:.3f}", k=length)
+
+    summary = train_model(model, spec, vocabulary, train, length=cell.length, segment_size=segment_size,
+                          target_length=target_length, seed=cell.seed, on_step=on_step)
+    bar.close()
+    if cell.protocol == "scratch" and cell.name == "full":
+        _base_dir(output, cell).mkdir(parents=True, exist_ok=True)
+        torch.save(model.state_dict(), _base_dir(output, cell) / "model.pt")
+        write_metrics_json(_base_dir(output, cell) / "budget.json", {"budget": budget})
+    examples = generate_examples(spec, vocabulary, count=settings.eval_examples, length=cell.length,
+                                 segment_size=segment_size, target_length=target_length,
+                                 seed=10_000 + cell.seed)
+    started = time.perf_counter()
+    predictions = predict(model, examples, vocabulary)
+    metrics = score(predictions, examples, segment_size=segment_size, target_length=target_length)
+    record = {
+        **asdict(cell), "key": cell.key, "target_length": target_length, "chance": vocabulary.chance(cell.task),
+        "metrics": metrics, "train_seconds": summary["seconds"], "final_loss": summary["final_loss"],
+        "steps": train.steps, "eval_seconds": time.perf_counter() - started, "budget": budget,
+        "sample": [{"document_tokens": len(e.source), "target": vocabulary.decode(e.target),
+                    "prediction": vocabulary.decode(p)} for e, p in zip(examples[:3], predictions[:3])],
+    }
+    write_metrics_json(record_file, record)
+    return record
+
+
+def _reference(records: list[dict], record: dict, name: str) -> dict | None:
+    for other in records:
+        if (other["name"] == name and other["protocol"] == record["protocol"] and other["task"] == record["task"]
+                and other["n"] == record["n"] and other["length"] == record["length"]
+                and other["seed"] == record["seed"]
+                and (name in SEGMENT_FREE or other["segment_size"] == record["segment_size"])):
+            return other
+    return None
+
+
+def add_gap_recovered(records: list[dict]) -> None:
+    """Add ``gap_recovered`` (token accuracy, overall and off-segment) to every segmented record, against
+    ``segmented`` and ``full`` of the same protocol, problem, segment size and seed (in place)."""
+    for record in records:
+        record["gap_recovered"] = {}
+        if record["segment_size"] is None:
+            continue
+        segmented = _reference(records, record, "segmented")
+        full = next((r for r in records if r["name"] == "full" and r["protocol"] == record["protocol"]
+                     and r["task"] == record["task"] and r["n"] == record["n"] and r["length"] == record["length"]
+                     and r["seed"] == record["seed"]), None)
+        if segmented is None or full is None:
+            continue
+        for key in ("token_accuracy", "off_token_accuracy"):
+            record["gap_recovered"][key] = gap_recovered(
+                record["metrics"][key], segmented["metrics"][key], full["metrics"][key]
+            )
+
+
+def run_probe(output_dir: str | Path, settings: ProbeSettings | None = None) -> dict:
+    """Run (or finish) the grid and write ``results.json``, ``results.md`` and the plots.
+
+    Returns:
+        The content of ``results.json``: ``{"settings", "records", "seconds"}``.
+    """
+    from srformer.probe.report import write_report
+
+    settings = settings or ProbeSettings()
+    output = Path(output_dir)
+    output.mkdir(parents=True, exist_ok=True)
+    cells = grid_cells(settings)
+    started = time.perf_counter()
+    records = []
+    overall = tqdm(total=len(cells), desc="probe grid", unit="cell", disable=not settings.progress)
+    for cell in cells:
+        overall.set_postfix_str(cell.key)
+        records.append(run_cell(cell, settings, output))
+        overall.update(1)
+    overall.close()
+    add_gap_recovered(records)
+    payload = {"settings": asdict(settings), "records": records, "seconds": time.perf_counter() - started}
+    write_metrics_json(output / "results.json", payload)
+    write_report(payload, output)
+    return payload

@@ -1,0 +1,208 @@
+"""A small self-contained training loop for the probe: fresh examples at every step, a length curriculum.
+
+Plain PyTorch: AdamW, linear warm-up then linear decay, gradients clipped to norm 1, no dropout.
+Every batch is generated from a stream seeded by ``(seed, step)``, so a run never sees a fixed small
+training set and a resumed run draws the same batches as an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+
+import torch
+from transformers import PreTrainedModel, T5Config, T5ForConditionalGeneration
+
+from srformer.probe.tasks import Example, ProbeVocabulary, TaskSpec, generate_example
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A T5 architecture for the probe (sizes in units; ``d_kv`` is the head_dim).
+
+    The default is t5-tiny's shape (:data:`srformer.models.factory.NAMED_CONFIGS`).
+    """
+
+    d_model: int = 128
+    d_ff: int = 512
+    num_layers: int = 2
+    num_decoder_layers: int = 2
+    num_heads: int = 4
+    d_kv: int = 32
+
+
+def build_model(vocabulary: ProbeVocabulary, shape: ModelShape, seed: int) -> T5ForConditionalGeneration:
+    """A randomly initialised ``T5ForConditionalGeneration`` (no dropout) sized for ``vocabulary``;
+    ``seed`` sets the initialisation."""
+    torch.manual_seed(seed)
+    config = T5Config(  # type: ignore[call-arg]
+        vocab_size=len(vocabulary), pad_token_id=vocabulary.pad_id, eos_token_id=vocabulary.eos_id,
+        decoder_start_token_id=vocabulary.pad_id, dropout_rate=0.0, d_model=shape.d_model, d_ff=shape.d_ff,
+        num_layers=shape.num_layers, num_decoder_layers=shape.num_decoder_layers, num_heads=shape.num_heads,
+        d_kv=shape.d_kv,
+    )
+    return T5ForConditionalGeneration(config)
+
+
+def curriculum_length(step: int, steps: int, *, start: int, final: int, ramp: float, hold: float = 0.0,
+                      multiple: int = 8) -> int:
+    """Document length (tokens) of the batch at ``step``: ``start`` for the first ``hold`` fraction of
+    ``steps``, then linear from ``start`` to ``final`` over the next ``ramp`` fraction, then ``final``;
+    rounded down to a multiple of ``multiple`` (never below ``start``)."""
+    if start >= final or (ramp <= 0 and hold <= 0):
+        return final
+    if step < hold * steps:
+        return start
+    if ramp <= 0:
+        return final
+    fraction = min(1.0, (step - hold * steps) / max(1.0, ramp * steps))
+    length = start + (final - start) * fraction
+    return max(start, min(final, int(length) // multiple * multiple))
+
+
+def collate(examples: Sequence[Example], vocabulary: ProbeVocabulary) -> dict[str, torch.Tensor]:
+    """Batch tensors: ``input_ids`` (B, k), ``attention_mask`` (B, k), ``labels`` (B, L+1) with ``</s>``
+    appended and ``-100`` padding (targets of one task and size have the same length)."""
+    length = max(len(e.source) for e in examples)
+    width = max(len(e.target) for e in examples) + 1
+    input_ids = torch.full((len(examples), length), vocabulary.pad_id, dtype=torch.long)
+    mask = torch.zeros((len(examples), length), dtype=torch.long)
+    labels = torch.full((len(examples), width), -100, dtype=torch.long)
+    for b, example in enumerate(examples):
+        input_ids[b, : len(example.source)] = torch.tensor(example.source)
+        mask[b, : len(example.source)] = 1
+        labels[b, : len(example.target) + 1] = torch.tensor([*example.target, vocabulary.eos_id])
+    return {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Budget of one training (or fine-tuning) run.
+
+    Args:
+        steps: optimizer steps.
+        batch_size: examples per step.
+        learning_rate: peak AdamW learning rate.
+        warmup: warm-up steps (linear), then linear decay to 10% of the peak.
+        curriculum_start: document length (tokens) of the first batch; the length grows linearly to
+            the cell's length over ``curriculum_ramp`` of the steps. 0 = no curriculum.
+        curriculum_hold: fraction of ``steps`` spent at ``curriculum_start`` before the length grows
+            (the lookup is learned there, where steps are cheap).
+        curriculum_ramp: fraction of ``steps`` over which the length then grows.
+        weight_decay: AdamW weight decay.
+    """
+
+    steps: int = 3000
+    batch_size: int = 32
+    learning_rate: float = 1e-3
+    warmup: int = 100
+    curriculum_start: int = 64
+    curriculum_hold: float = 0.0
+    curriculum_ramp: float = 0.5
+    weight_decay: float = 0.0
+
+
+def _lr_factor(step: int, settings: TrainSettings) -> float:
+    if step < settings.warmup:
+        return (step + 1) / settings.warmup
+    remaining = max(1, settings.steps - settings.warmup)
+    return max(0.1, 1.0 - 0.9 * (step - settings.warmup) / remaining)
+
+
+def batch_examples(spec: TaskSpec, vocabulary: ProbeVocabulary, *, seed: int, step: int, batch_size: int, length: int,
+                   segment_size: int, target_length: int) -> list[Example]:
+    """The training batch of ``step``: a pure function of ``(seed, step)`` and the shapes."""
+    rng = random.Random(f"probe-train:{seed}:{step}")
+    return [generate_example(rng, spec, vocabulary, length=length, segment_size=segment_size,
+                             target_length=target_length) for _ in range(batch_size)]
+
+
+def train_model(
+    model: PreTrainedModel,
+    spec: TaskSpec,
+    vocabulary: ProbeVocabulary,
+    settings: TrainSettings,
+    *,
+    length: int,
+    segment_size: int,
+    target_length: int,
+    seed: int,
+    on_step: Callable[[int, float, int], None] | None = None,
+) -> dict:
+    """Train ``model`` in place on fresh batches of ``spec``.
+
+    Args:
+        model: a (possibly converted) seq2seq model.
+        spec: task and size.
+        vocabulary: token ids.
+        settings: budget.
+        length: final document length ``k`` in tokens.
+        segment_size: ``s`` in tokens (used to place ``copy``/``reverse`` tokens).
+        target_length: the schedule's ``T``.
+        seed: the data stream (and nothing else; the model's initialisation is the caller's).
+        on_step: called as ``on_step(step, loss, length)`` after every step (progress bars).
+
+    Returns:
+        ``{"steps", "seconds", "final_loss"}`` (mean loss of the last 50 steps).
+
+    Raises:
+        ValueError: if ``steps`` or ``batch_size`` is not positive.
+    """
+    if settings.steps < 1 or settings.batch_size < 1:
+        raise ValueError(f"steps and batch_size must be positive, got {settings.steps} and {settings.batch_size}.")
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
+    for name, parameter in model.named_parameters():
+        (no_decay if parameter.ndim < 2 or "norm" in name else decay).append(parameter)
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": settings.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=settings.learning_rate,
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, settings))
+    model.train()
+    losses: list[float] = []
+    started = time.perf_counter()
+    start = settings.curriculum_start or length
+    for step in range(settings.steps):
+        current = curriculum_length(step, settings.steps, start=min(start, length), final=length,
+                                    ramp=settings.curriculum_ramp, hold=settings.curriculum_hold)
+        examples = batch_examples(spec, vocabulary, seed=seed, step=step, batch_size=settings.batch_size,
+                                  length=current, segment_size=segment_size, target_length=target_length)
+        loss = model(**collate(examples, vocabulary)).loss
+        value = loss.item()
+        if not math.isfinite(value):
+            raise FloatingPointError(f"Probe training loss became {value} at step {step}; lower the learning rate.")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        losses.append(value)
+        if on_step is not None:
+            on_step(step, value, current)
+    tail = losses[-50:]
+    return {"steps": settings.steps, "seconds": time.perf_counter() - started, "final_loss": sum(tail) / len(tail)}
+
+
+@torch.inference_mode()
+def predict(model: PreTrainedModel, examples: Sequence[Example], vocabulary: ProbeVocabulary, *,
+            batch_size: int = 64) -> list[list[int]]:
+    """Teacher-forced predictions: the argmax token at every target position given the true target prefix
+    (token ids, one list per example, as long as its target).
+
+    Teacher forcing is what lets ``recall`` give its query keys to the decoder: the key tokens are inputs,
+    never predictions. A previous value token carries no information about the next one (values are
+    independent), so for the scored positions this equals decoding with the keys forced.
+    """
+    model.eval()
+    predictions: list[list[int]] = []
+    for first in range(0, len(examples), batch_size):
+        chunk = examples[first:first + batch_size]
+        logits = model(**collate(chunk, vocabulary)).logits
+        for row, example in zip(logits.argmax(dim=-1).tolist(), chunk):
+            predictions.append(row[: len(example.target)])
+    model.train()
+    return predictions

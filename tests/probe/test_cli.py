@@ -1,0 +1,63 @@
+"""``srformer probe --quick``: the CLI runs the whole (tiny) grid and writes well-formed outputs; a re-run
+skips finished cells."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from PIL import Image
+
+from srformer.cli.main import main
+from srformer.cli.probe_command import QUICK
+from srformer.probe.runner import PROTOCOLS, ProbeSettings, grid_cells
+from srformer.probe.tasks import TASKS
+
+
+def _check_fraction(value) -> None:
+    assert value is None or (isinstance(value, float) and 0.0 <= value <= 1.0 and math.isfinite(value))
+
+
+def test_quick_probe_writes_well_formed_outputs(tmp_path, capsys):
+    output = tmp_path / "probe"
+    assert main(["probe", "--quick", "--output", str(output), "--no-progress"]) == 0
+    payload = json.loads((output / "results.json").read_text())
+    records = payload["records"]
+    expected = grid_cells(ProbeSettings(**QUICK))
+    assert [r["key"] for r in records] == [c.key for c in expected]
+    assert {r["task"] for r in records} == set(TASKS)
+    assert {r["protocol"] for r in records} == set(PROTOCOLS)
+    for record in records:
+        metrics = record["metrics"]
+        for key in ("token_accuracy", "exact_match", "on_token_accuracy", "off_token_accuracy",
+                    "on_exact_match", "off_exact_match"):
+            _check_fraction(metrics[key])
+        assert metrics["examples"] == QUICK["eval_examples"]
+        assert metrics["on_positions"] + metrics["off_positions"] > 0
+        assert (metrics["on_positions"] == 0) == (metrics["on_token_accuracy"] is None)
+        assert record["steps"] == (QUICK["steps"] if record["protocol"] == "scratch" else QUICK["finetune_steps"])
+        assert 0.0 < record["chance"] < 1.0 and math.isfinite(record["final_loss"])
+        assert (record["segment_size"] is None) == (record["name"] == "full")
+        if record["name"] == "srformer":
+            assert set(record["gap_recovered"]) == {"token_accuracy", "off_token_accuracy"}
+    table = (output / "results.md").read_text()
+    assert "## Protocol: scratch" in table and "## Protocol: convert" in table
+    assert sum(line.startswith("| recall |") for line in table.splitlines()) == sum(
+        r["task"] == "recall" for r in records
+    )
+    for name in ("recall_vs_n.png", "recall_vs_length.png"):
+        with Image.open(output / name) as image:
+            assert image.format == "PNG" and image.size[0] > 100 and image.size[1] > 100
+    assert (output / "bases").is_dir()
+
+    # A re-run finds every cell finished: the records are read back, not retrained.
+    before = {p: p.stat().st_mtime_ns for p in (output / "cells").rglob("cell.json")}
+    assert main(["probe", "--quick", "--output", str(output), "--no-progress"]) == 0
+    assert {p: p.stat().st_mtime_ns for p in (output / "cells").rglob("cell.json")} == before
+    assert len(json.loads((output / "results.json").read_text())["records"]) == len(records)
+    assert "cells; results in" in capsys.readouterr().out
+
+
+def test_probe_rejects_bad_grid(tmp_path, capsys):
+    assert main(["probe", "--quick", "--output", str(tmp_path), "--steps", "0"]) == 2
+    assert "steps" in capsys.readouterr().err

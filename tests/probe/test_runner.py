@@ -1,0 +1,74 @@
+"""Probe grid: cells, the schedule length, gap recovered on records, settings validation."""
+
+from __future__ import annotations
+
+import pytest
+
+from srformer.config import NAMED_SETTINGS
+from srformer.probe.runner import ProbeSettings, add_gap_recovered, grid_cells, schedule_length
+from srformer.probe.tasks import TaskSpec
+
+
+def test_default_variants_are_the_compare_names():
+    assert ProbeSettings().variants == tuple(NAMED_SETTINGS)
+
+
+def test_grid_runs_full_first_and_segment_free_once():
+    settings = ProbeSettings(tasks=("recall",), recall_sizes=(4,), lengths=(128,), segment_sizes=(16, 32),
+                             variants=("segmented", "full", "linear"))
+    cells = grid_cells(settings)
+    assert [c.protocol for c in cells] == ["scratch"] * 4 + ["convert"] * 4
+    assert [(c.name, c.segment_size) for c in cells[:4]] == [("full", None), ("segmented", 16), ("segmented", 32),
+                                                            ("linear", None)]
+    assert len({c.key for c in cells}) == len(cells)
+
+
+def test_schedule_length_covers_target_and_segments():
+    assert schedule_length(TaskSpec("recall", 4), 512, 32) == 16
+    assert schedule_length(TaskSpec("recall", 16), 512, 32) == 33
+
+
+def _record(name, s, off):
+    return {"name": name, "segment_size": s, "protocol": "scratch", "task": "recall", "n": 4, "length": 512,
+            "seed": 0, "metrics": {"token_accuracy": off, "off_token_accuracy": off}}
+
+
+def test_gap_recovered_on_records():
+    records = [_record("full", None, 0.9), _record("segmented", 32, 0.1), _record("srformer", 32, 0.5),
+               _record("segmented", 16, 0.1)]
+    add_gap_recovered(records)
+    assert records[2]["gap_recovered"]["off_token_accuracy"] == pytest.approx(0.5)
+    assert records[1]["gap_recovered"]["off_token_accuracy"] == pytest.approx(0.0)
+    assert records[0]["gap_recovered"] == {}
+
+
+@pytest.mark.parametrize("bad,match", [
+    ({"tasks": ("sort",)}, "tasks"), ({"variants": ("fast",)}, "variant"), ({"protocols": ("x",)}, "protocols"),
+    ({"seeds": ()}, "seeds"), ({"steps": 0}, "steps"), ({"segment_sizes": (0,)}, "segment"),
+])
+def test_settings_validation(bad, match):
+    with pytest.raises(ValueError, match=match):
+        ProbeSettings(**bad)
+
+
+def _mtimes(output):
+    return {str(p.relative_to(output)): p.stat().st_mtime_ns for p in (output / "cells").rglob("cell.json")}
+
+
+def test_rerun_skips_finished_cells_and_redoes_cells_of_another_budget(tmp_path):
+    from srformer.probe.runner import run_probe
+    from srformer.probe.training import ModelShape
+
+    tiny = ModelShape(d_model=16, d_ff=32, num_layers=1, num_decoder_layers=1, num_heads=2, d_kv=8)
+    settings = ProbeSettings(tasks=("recall",), recall_sizes=(2,), lengths=(32,), segment_sizes=(8,),
+                             variants=("full", "segmented"), steps=2, finetune_steps=2, batch_size=2,
+                             curriculum_start=32, eval_examples=2, shape=tiny, progress=False)
+    run_probe(tmp_path, settings)
+    first = _mtimes(tmp_path)
+    assert len(first) == 4
+    run_probe(tmp_path, settings)
+    assert _mtimes(tmp_path) == first
+    run_probe(tmp_path, ProbeSettings(**{**settings.__dict__, "finetune_steps": 3}))
+    again = _mtimes(tmp_path)
+    changed = {key for key in first if again[key] != first[key]}
+    assert changed == {key for key in first if key.startswith("cells/convert/")}
