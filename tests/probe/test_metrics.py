@@ -16,7 +16,7 @@ def _independent_labels(example: Example, s: int, T: int) -> list[str | None]:
     """The paper's schedule written out from scratch: m = ceil(k / s), i(t) = min(floor(t m / T), m - 1)."""
     m = math.ceil(len(example.source) / s)
     labels = []
-    for t, (needed, scored) in enumerate(zip(example.needed, example.scored)):
+    for t, (needed, scored) in enumerate(zip(example.needed, example.scored, strict=True)):
         if not scored:
             labels.append(None)
             continue

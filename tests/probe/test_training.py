@@ -7,7 +7,14 @@ import torch
 
 from srformer.probe.tasks import ProbeVocabulary, TaskSpec
 from srformer.probe.training import (
-    ModelShape, TrainSettings, batch_examples, build_model, collate, curriculum_length, predict, train_model,
+    ModelShape,
+    TrainSettings,
+    batch_examples,
+    build_model,
+    collate,
+    curriculum_length,
+    predict,
+    train_model,
 )
 
 VOCAB = ProbeVocabulary()
@@ -31,8 +38,9 @@ def test_curriculum_holds_the_start_length_first():
 def test_batches_are_a_function_of_seed_and_step():
     kwargs = {"batch_size": 3, "length": 64, "segment_size": 8, "target_length": 9}
     spec = TaskSpec("recall", 4)
-    assert batch_examples(spec, VOCAB, seed=1, step=5, **kwargs) == batch_examples(spec, VOCAB, seed=1, step=5, **kwargs)
-    assert batch_examples(spec, VOCAB, seed=1, step=5, **kwargs) != batch_examples(spec, VOCAB, seed=1, step=6, **kwargs)
+    first = batch_examples(spec, VOCAB, seed=1, step=5, **kwargs)
+    assert first == batch_examples(spec, VOCAB, seed=1, step=5, **kwargs)
+    assert first != batch_examples(spec, VOCAB, seed=1, step=6, **kwargs)
 
 
 def test_collate_appends_eos_and_masks_padding():
@@ -51,7 +59,7 @@ def test_training_runs_and_prediction_has_target_length():
     summary = train_model(model, spec, VOCAB, TrainSettings(steps=2, batch_size=2, warmup=1, curriculum_start=40),
                           length=48, segment_size=8, target_length=5, seed=0)
     assert summary["steps"] == 2 and summary["final_loss"] > 0
-    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     examples = batch_examples(spec, VOCAB, seed=9, step=0, batch_size=3, length=48, segment_size=8, target_length=6)
     assert [len(p) for p in predict(model, examples, VOCAB)] == [4, 4, 4]
 

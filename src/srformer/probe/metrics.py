@@ -38,7 +38,7 @@ def segment_labels(examples: Sequence[Example], *, segment_size: int, target_len
         m = num_segments(torch.tensor([len(example.source)]), segment_size)
         scheduled = segment_index(torch.arange(len(example.target)), m, target_length)[0].tolist()
         row: list[str | None] = []
-        for j, (needed, scored) in enumerate(zip(example.needed, example.scored)):
+        for j, (needed, scored) in enumerate(zip(example.needed, example.scored, strict=True)):
             if not scored:
                 row.append(None)
             elif needed and all(p // segment_size == scheduled[j] for p in needed):
@@ -73,7 +73,7 @@ def score(predictions: Sequence[Sequence[int]], examples: Sequence[Example], *, 
     hits = {ON: 0, OFF: 0}
     totals = {ON: 0, OFF: 0}
     exact = {"all": [0, 0], ON: [0, 0], OFF: [0, 0]}  # [examples right, examples counted]
-    for prediction, example, row in zip(predictions, examples, labels):
+    for prediction, example, row in zip(predictions, examples, labels, strict=True):
         right = {"all": True, ON: True, OFF: True}
         seen = {"all": False, ON: False, OFF: False}
         for j, label in enumerate(row):

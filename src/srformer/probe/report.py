@@ -3,8 +3,8 @@ number of facts ``n`` and against the document length ``k``."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import matplotlib
 
@@ -62,7 +62,7 @@ def plot_recall(records: Sequence[Mapping], path: str | Path, *, axis: str, fixe
     path = Path(path)
     protocols = sorted({r["protocol"] for r in records})
     fig, axes = plt.subplots(1, max(1, len(protocols)), figsize=(6 * max(1, len(protocols)), 4.5), squeeze=False)
-    for ax, protocol in zip(axes[0], protocols):
+    for ax, protocol in zip(axes[0], protocols, strict=False):
         recall = [r for r in records if r["task"] == "recall" and r["protocol"] == protocol]
         for label, points in _series(recall, axis, fixed).items():
             ax.plot([x for x, _ in points], [100 * y for _, y in points], marker="o", label=label)
@@ -96,7 +96,8 @@ def write_report(payload: Mapping, output: str | Path) -> list[Path]:
         "",
         (
             "Synthetic tasks with their own vocabulary; accuracies in % on scored target positions of held-out "
-            "examples (teacher-forced argmax: the decoder is given the true target prefix, so recall's query keys). On/off-segment: whether the document positions a target token needs lie "
+            "examples (teacher-forced argmax: the decoder is given the true target prefix, so recall's query "
+            "keys). On/off-segment: whether the document positions a target token needs lie "
             "in the segment i(t) that segmented attention reads at that decoder step. Gap recovered = "
             "(variant - segmented) / (full - segmented) of off-segment accuracy, same protocol, problem, s and seed."
         ),

@@ -10,7 +10,8 @@ Protocols:
   Every variant gets the same fine-tuning budget.
 
 A finished cell writes ``cell.json`` and is skipped on a re-run with the same budget
-(:func:`cell_budget`); the ``scratch`` full-attention model is saved (``bases/<problem>-seed<seed>/model.pt``, a state dict) for the ``convert`` cells.
+(:func:`cell_budget`); the ``scratch`` full-attention model is saved
+(``bases/<problem>-seed<seed>/model.pt``, a state dict) for the ``convert`` cells.
 """
 
 from __future__ import annotations
@@ -235,7 +236,7 @@ def run_cell(cell: ProbeCell, settings: ProbeSettings, output: Path) -> dict:
         "metrics": metrics, "train_seconds": summary["seconds"], "final_loss": summary["final_loss"],
         "steps": train.steps, "eval_seconds": time.perf_counter() - started, "budget": budget,
         "sample": [{"document_tokens": len(e.source), "target": vocabulary.decode(e.target),
-                    "prediction": vocabulary.decode(p)} for e, p in zip(examples[:3], predictions[:3])],
+                    "prediction": vocabulary.decode(p)} for e, p in zip(examples[:3], predictions[:3], strict=True)],
     }
     write_metrics_json(record_file, record)
     return record

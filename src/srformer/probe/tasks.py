@@ -256,7 +256,7 @@ def _marked(rng: random.Random, spec: TaskSpec, vocabulary: ProbeVocabulary, len
             )
         positions.extend(p + 1 for p in _pair_slots(rng, start, stop, by_segment[segment]))
     values = rng.choices(vocabulary.value_ids, k=spec.n)
-    for position, value in zip(positions, values):
+    for position, value in zip(positions, values, strict=True):
         source[position - 1] = vocabulary.mark_id
         source[position] = value
     return source, values, positions
@@ -286,7 +286,7 @@ def generate_example(rng: random.Random, spec: TaskSpec, vocabulary: ProbeVocabu
         source = _filler(rng, vocabulary, length)
         positions = rng.sample(range(length), vocabulary.num_keys)  # positions[q]: the fact of key q
         values = rng.choices(range(vocabulary.num_values), k=vocabulary.num_keys)
-        for key, (position, value) in enumerate(zip(positions, values)):
+        for key, (position, value) in enumerate(zip(positions, values, strict=True)):
             source[position] = vocabulary.fact_id(key, value)
         target, needed, scored = [], [], []
         for key in sorted(rng.sample(range(vocabulary.num_keys), spec.n)):

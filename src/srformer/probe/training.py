@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import dataclass
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 from transformers import PreTrainedModel, T5Config, T5ForConditionalGeneration
@@ -202,7 +202,7 @@ def predict(model: PreTrainedModel, examples: Sequence[Example], vocabulary: Pro
     for first in range(0, len(examples), batch_size):
         chunk = examples[first:first + batch_size]
         logits = model(**collate(chunk, vocabulary)).logits
-        for row, example in zip(logits.argmax(dim=-1).tolist(), chunk):
+        for row, example in zip(logits.argmax(dim=-1).tolist(), chunk, strict=True):
             predictions.append(row[: len(example.target)])
     model.train()
     return predictions
