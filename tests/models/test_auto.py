@@ -74,6 +74,12 @@ def test_auto_model_for_seq2seq_lm_reloads_the_converted_model(family, variant, 
         assert type(loaded) is type(model), name
         assert_same_converted_model(loaded, model, name)
         assert_exact(teacher_forced_logits(loaded.eval(), ids, mask, dec), expected, name)
+        # transformers records hidden states by model class: the re-classed and reloaded models return them
+        with torch.no_grad():
+            states = [m(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, use_cache=False,
+                        output_hidden_states=True).decoder_hidden_states for m in (model, loaded)]
+        assert states[0] is not None and len(states[0]) == len(states[1]) == 3, name
+        assert_exact(torch.stack(states[1]), torch.stack(states[0]), f"{name}: decoder hidden states")
 
 
 @pytest.mark.parametrize("variant", ["segmented", "srformer"])
@@ -129,7 +135,8 @@ def test_summarization_pipeline_loads_the_converted_model(tmp_path):
 
     from srformer.data.tokenizer import train_unigram_tokenizer
 
-    tokenizer = train_unigram_tokenizer(["a short text to train a tokenizer on"] * 8, vocab_size=64)
+    texts = ["a short text to train a tokenizer on, with some more words"] * 20
+    tokenizer = train_unigram_tokenizer(texts, vocab_size=100)
     converted_checkpoint(BUILDERS["t5"](), "srformer", tmp_path)
     summarizer = pipeline("summarization", model=str(tmp_path), tokenizer=tokenizer)
     assert is_converted(summarizer.model)

@@ -22,6 +22,7 @@ family's own ``_init_weights``.
 
 from __future__ import annotations
 
+import importlib
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +60,19 @@ from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING
 from srformer.attention.linear import LinearCrossAttention
 from srformer.attention.raf import RecurrentAccumulateAndFire, ScaledLinear
 from srformer.attention.segmented_recurrent import SegmentedRecurrentAttention
+
+
+def _recordable_outputs_registry() -> Any:
+    """transformers' registry of recordable outputs (``output_hidden_states``, ...) keyed by model class, or
+    None for a transformers version that records outputs another way."""
+    try:
+        module = importlib.import_module("transformers.utils.output_capturing")
+    except ImportError:
+        return None
+    return getattr(module, "_CAN_RECORD_REGISTRY", None)
+
+
+_CAN_RECORD_REGISTRY = _recordable_outputs_registry()
 
 # mypy sees the mixin as a PreTrainedModel (for super()._init_weights); at run time it is a plain mixin
 # placed before the transformers class in each srformer class's bases.
@@ -291,6 +305,17 @@ def _made_class(model_class: type) -> type[PreTrainedModel]:
         f"SRformer{model_class.__name__}", (SRformerModelMixin, model_class), {"__module__": __name__}
     )
     return made
+
+
+def adopt_class(module: PreTrainedModel, model_class: type[PreTrainedModel]) -> None:
+    """Re-class ``module`` (a built ``PreTrainedModel``) to ``model_class``, a subclass of its class.
+
+    transformers' output recording (``output_hidden_states=True``, ...) looks a model's recordable outputs up
+    by its class in a registry that ``PreTrainedModel.__init__`` fills; a module re-classed without running
+    ``__init__`` is entered there the same way, else its hidden states would silently not be returned."""
+    module.__class__ = model_class
+    if _CAN_RECORD_REGISTRY is not None:
+        _CAN_RECORD_REGISTRY[module] = module._can_record_outputs
 
 
 def _register() -> None:

@@ -22,7 +22,12 @@ from transformers import AutoConfig, AutoModelForSeq2SeqLM, PreTrainedModel
 
 from srformer.attention.variants import build_cross_attention
 from srformer.config import SRformerConfig
-from srformer.models.auto import srformer_config_class, srformer_model_class
+from srformer.models.auto import (
+    adopt_class,
+    initialize_srformer_module,
+    srformer_config_class,
+    srformer_model_class,
+)
 from srformer.models.families import (
     SRformerBartAttentionMixin,
     SRformerT5AttentionMixin,
@@ -146,15 +151,18 @@ def convert(model: PreTrainedModel, config: SRformerConfig, *, _loading: bool = 
             weight = projection_weight(module)
             module_class: type = type(module)  # a class is hashable (the lru cache's key)
             module.__class__ = _converted_class(module_class, mixin)
-            attention = build_cross_attention(config, head_dim_of(module), attention_scale_of(module)).to(
-                device=weight.device, dtype=weight.dtype
-            )
-            module.add_module("srformer", attention)
+            # Built without storage and initialised below through the model's _init_weights: one draw per
+            # parameter, in the dtype of construction (float32), then cast to the model's dtype.
+            with torch.device("meta"):
+                attention = build_cross_attention(config, head_dim_of(module), attention_scale_of(module))
+            module.add_module("srformer", attention.to_empty(device=weight.device))
             added.append(attention)
     model.config.srformer = config.to_dict()
     if added:
         _adopt_srformer_classes(model)
         _initialize_added_modules(model, added)
+        for attention, (_, _, module) in zip(added, targets, strict=True):
+            attention.to(dtype=projection_weight(module).dtype)
     return model
 
 
@@ -179,14 +187,14 @@ def _adopt_srformer_classes(model: PreTrainedModel) -> None:
         if isinstance(module, PreTrainedModel) and (
             module is model or any(holder.startswith(name + ".") for holder in holders)
         ):
-            module.__class__ = srformer_model_class(type(module))
+            adopt_class(module, srformer_model_class(type(module)))
 
 
 def _initialize_added_modules(model: PreTrainedModel, added: Sequence[nn.Module]) -> None:
     """Initialise the new cross-attention modules through the ``_initialize_weights`` of the innermost
     ``PreTrainedModel`` holding each (transformers' own path, which marks them initialised, so a later
-    ``init_weights()`` leaves them alone). Modules on the meta device are left to ``to_empty()`` +
-    ``init_weights()`` or to loading."""
+    ``init_weights()`` leaves them alone), children first as transformers does. Modules on the meta device
+    (the model was built there) are left to ``to_empty()`` + ``init_weights()`` or to loading."""
     owners: dict[str, PreTrainedModel] = {}
     new = {id(module) for module in added}
     for name, module in model.named_modules():
@@ -194,10 +202,13 @@ def _initialize_added_modules(model: PreTrainedModel, added: Sequence[nn.Module]
             owners[name] = module
         if id(module) not in new or any(p.is_meta for p in module.parameters()):
             continue
-        owner = owners[max((prefix for prefix in owners if not prefix or name.startswith(prefix + ".")), key=len)]
+        prefixes = [prefix for prefix in owners if not prefix or name.startswith(prefix + ".")]
         with torch.no_grad():
             for child in reversed(list(module.modules())):  # children first, as transformers' smart_apply
-                owner._initialize_weights(child)
+                if prefixes:
+                    owners[max(prefixes, key=len)]._initialize_weights(child)
+                else:  # no PreTrainedModel around it: srformer's scheme directly
+                    initialize_srformer_module(child)
 
 
 def set_runtime_options(model: PreTrainedModel, **options) -> PreTrainedModel:
