@@ -55,4 +55,22 @@ def test_linear_init_scale_multiplies_the_default_initialisation():
     full = RecurrentAccumulateAndFire(8).linear.weight
     torch.manual_seed(0)
     small = RecurrentAccumulateAndFire(8, linear_init_scale=1e-3).linear.weight
-    assert torch.equal(small, full * 1e-3)  # one multiplication of the same numbers
+    # Both are one uniform draw u of the same generator state, mapped to -b + 2 b u in float32 with the bound b
+    # = 1/sqrt(8) and 1e-3/sqrt(8): each mapping (and the product full * 1e-3) rounds a few times at magnitude
+    # <= 2b, so they agree to well within 16 float32 unit roundoffs of the small bound.
+    bound = 1e-3 / 8**0.5
+    assert small.abs().max() <= bound
+    assert (small - full * 1e-3).abs().max() <= 16 * 2.0**-24 * bound
+
+
+def test_reset_parameters_restores_the_initial_values_after_meta_construction():
+    """Built on the meta device (no storage), then given memory with to_empty(): reset_parameters of the
+    neuron and of W restore the eager initial values (leak, threshold exactly; W inside its bound)."""
+    eager = RecurrentAccumulateAndFire(8, leak_init=0.7, threshold_init=0.2, linear_init_scale=1e-3)
+    with torch.device("meta"):
+        raf = RecurrentAccumulateAndFire(8, leak_init=0.7, threshold_init=0.2, linear_init_scale=1e-3)
+    raf.to_empty(device="cpu")
+    raf.reset_parameters()
+    raf.linear.reset_parameters()
+    assert torch.equal(raf.leak, eager.leak) and torch.equal(raf.threshold, eager.threshold)
+    assert raf.linear.weight.abs().max() <= 1e-3 / 8**0.5

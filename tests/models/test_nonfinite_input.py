@@ -3,6 +3,8 @@ once per sequence and layer (never per decoding step)."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from transformers.modeling_outputs import BaseModelOutput
@@ -94,3 +96,24 @@ def test_finite_inputs_pass_and_the_check_runs_once_per_sequence_and_layer(famil
         out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=8, min_new_tokens=8, num_beams=2)
     assert out.shape[1] >= 9
     assert len(calls) == 2  # two decoder layers, one check each for the whole generate() call
+
+
+def test_the_error_reports_the_raf_neuron_without_a_torch_warning_when_gradients_are_on(family):
+    """The error path reads the RAF threshold and leak, parameters that require grad: during training (grad
+    enabled) that must raise the ValueError alone, not also torch's requires_grad-to-scalar UserWarning."""
+    model = converted(BUILDERS[family](), **SETTINGS).train()
+    _, _, layer0 = cross_attention_modules(model)[0]
+    with torch.no_grad():
+        layer0.srformer.raf.threshold.zero_()
+    ids, mask = padded_batch(model)
+    warn_always = torch.is_warn_always_enabled()
+    torch.set_warn_always(True)  # torch gives this warning once per process unless told otherwise
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            message = r"decoder layer 0: the recurrent state .* \(RAF threshold 0, leak 1\)"
+            with pytest.raises(ValueError, match=message):
+                model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_inputs(model, ids.shape[0], 6))
+    finally:
+        torch.set_warn_always(warn_always)
+    assert not [str(w.message) for w in caught if "requires_grad" in str(w.message)]

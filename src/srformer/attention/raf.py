@@ -2,8 +2,34 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
+
+
+class ScaledLinear(nn.Linear):
+    """The RAF weight ``W``: a bias-free ``Linear(d, d)`` initialised uniform in ``±init_scale / sqrt(d)``,
+    that is PyTorch's default ``nn.Linear`` initialisation (``kaiming_uniform_(a=sqrt(5))``, bound
+    ``1 / sqrt(d)``) times ``init_scale`` (``SRformerConfig.raf_linear_init_scale``).
+
+    A class of its own so that a converted model's ``_init_weights`` (transformers' initialisation path:
+    ``init_weights()``, meta-device loading, missing keys) recognises it and keeps srformer's scale
+    instead of the model's own ``nn.Linear`` scheme (T5: std ``initializer_factor``, BART: ``init_std``).
+
+    Args:
+        features: ``d``, input and output size.
+        init_scale: factor on the default bound, > 0.
+    """
+
+    def __init__(self, features: int, init_scale: float = 1.0) -> None:
+        self.init_scale = float(init_scale)  # read by reset_parameters, which nn.Linear.__init__ calls
+        super().__init__(features, features, bias=False)
+
+    def reset_parameters(self) -> None:
+        """Draw ``W`` uniform in ``±init_scale / sqrt(d)`` (in place; a no-op on the meta device)."""
+        bound = self.init_scale / math.sqrt(self.in_features)
+        nn.init.uniform_(self.weight, -bound, bound)
 
 
 class RecurrentAccumulateAndFire(nn.Module):
@@ -27,17 +53,28 @@ class RecurrentAccumulateAndFire(nn.Module):
         threshold_init: initial threshold (Appendix A.2: 0.1), must be > 0.
         linear_init_scale: factor on PyTorch's default initialisation of ``W`` (1.0 = Appendix A.2;
             see :class:`srformer.SRformerConfig` for why the package default is 1e-3).
+
+    The initial values are kept (``leak_init``, ``threshold_init``, ``linear.init_scale``) so that
+    :meth:`reset_parameters` and the converted model's ``_init_weights`` can restore them, e.g. after
+    construction on the meta device.
     """
 
     def __init__(
         self, head_dim: int, leak_init: float = 1.0, threshold_init: float = 0.1, linear_init_scale: float = 1.0
     ) -> None:
         super().__init__()
-        self.linear = nn.Linear(head_dim, head_dim, bias=False)
-        with torch.no_grad():
-            self.linear.weight.mul_(linear_init_scale)
-        self.leak = nn.Parameter(torch.tensor(float(leak_init)))
-        self.threshold = nn.Parameter(torch.tensor(float(threshold_init)))
+        self.leak_init = float(leak_init)
+        self.threshold_init = float(threshold_init)
+        self.linear = ScaledLinear(head_dim, linear_init_scale)
+        self.leak = nn.Parameter(torch.empty(()))
+        self.threshold = nn.Parameter(torch.empty(()))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Set ``leak`` and ``threshold`` to their initial values (in place). ``W`` is reset by
+        :meth:`ScaledLinear.reset_parameters` of ``self.linear``, as each module resets its own parameters."""
+        nn.init.constant_(self.leak, self.leak_init)
+        nn.init.constant_(self.threshold, self.threshold_init)
 
     def project(self, partial_products: torch.Tensor) -> torch.Tensor:
         """``x = W P`` for any number of leading axes.

@@ -1,4 +1,8 @@
-"""Hugging Face model integration: conversion, loading, and the converted attention modules."""
+"""Hugging Face model integration: conversion, loading, and the converted attention modules.
+
+Importing this package registers srformer's model types (``srformer_t5``, ``srformer_bart``, ...) with
+transformers' Auto classes (:mod:`srformer.models.auto`).
+"""
 
 from srformer.models.convert import (
     SUPPORTED_MODELS,

@@ -1,23 +1,33 @@
 """One-call conversion of a Hugging Face seq2seq model, and loading converted checkpoints.
 
 ``convert(model, SRformerConfig(...))`` swaps every decoder cross-attention module for its SRformer
-version in place, keeping all pretrained weights, and records the settings in
-``model.config.srformer``. ``model.save_pretrained(dir)`` then writes the settings and the RAF
-weights, and :func:`from_pretrained` rebuilds the same converted model.
+version in place, keeping all pretrained weights, records the settings in ``model.config.srformer`` and
+gives the model srformer's own model type and class (see :mod:`srformer.models.auto`).
+``model.save_pretrained(dir)`` then writes the settings and the RAF weights, and :func:`from_pretrained`,
+``AutoModelForSeq2SeqLM.from_pretrained`` and ``AutoModel.from_pretrained`` rebuild the same converted model.
 """
 
 from __future__ import annotations
 
 import importlib
+import warnings
+from collections.abc import Sequence
 from dataclasses import replace
 from functools import cache
-from typing import Any, cast
+from typing import Any
 
+import torch
 from torch import nn
-from transformers import AutoConfig, AutoModelForSeq2SeqLM, PretrainedConfig, PreTrainedModel
+from transformers import AutoConfig, AutoModelForSeq2SeqLM, PreTrainedModel
 
 from srformer.attention.variants import build_cross_attention
 from srformer.config import SRformerConfig
+from srformer.models.auto import (
+    adopt_class,
+    initialize_srformer_module,
+    srformer_config_class,
+    srformer_model_class,
+)
 from srformer.models.families import (
     SRformerBartAttentionMixin,
     SRformerT5AttentionMixin,
@@ -92,9 +102,14 @@ def convert(model: PreTrainedModel, config: SRformerConfig, *, _loading: bool = 
     """Replace every decoder cross attention of ``model`` by the variant in ``config``, in place.
 
     Pretrained weights are kept (the modules are re-classed, not rebuilt); the ``srformer``
-    variants add a RAF neuron per layer (``srformer`` only). The settings are stored in
-    ``model.config.srformer`` so that ``save_pretrained``/:func:`from_pretrained` round-trip.
-    The ``full`` variant leaves the attention unchanged and only records the settings.
+    variants add a RAF neuron per layer (``srformer`` only), initialised through the model's
+    ``_init_weights`` with srformer's own scheme. The settings are stored in ``model.config.srformer``.
+    For every variant but ``full``, the config gets srformer's model type of its family
+    (``srformer_t5``, ``srformer_bart``, ...) and the model srformer's class of its transformers class
+    (``SRformerT5ForConditionalGeneration``, ...; a subclass, so ``isinstance`` checks still hold), so that
+    ``save_pretrained`` followed by :func:`from_pretrained` or transformers' ``AutoModelForSeq2SeqLM`` /
+    ``AutoModel`` rebuilds the converted model (see :mod:`srformer.models.auto`). The ``full`` variant
+    leaves the model unchanged (its class, config class and attention) and only records the settings.
 
     Args:
         model: a ``T5ForConditionalGeneration``, ``BartForConditionalGeneration`` or another
@@ -129,20 +144,71 @@ def convert(model: PreTrainedModel, config: SRformerConfig, *, _loading: bool = 
         raise ValueError(
             f"Cannot convert {type(model).__name__}: it has {what}. Supported: {SUPPORTED_MODELS}."
         )
+    added = []
     if config.variant != "full":
         for _, _, module in targets:
             mixin = _mixin_for(module)
             weight = projection_weight(module)
             module_class: type = type(module)  # a class is hashable (the lru cache's key)
             module.__class__ = _converted_class(module_class, mixin)
-            module.add_module(
-                "srformer",
-                build_cross_attention(config, head_dim_of(module), attention_scale_of(module)).to(
-                    device=weight.device, dtype=weight.dtype
-                ),
-            )
+            # Built without storage and initialised below through the model's _init_weights: one draw per
+            # parameter, in the dtype of construction (float32), then cast to the model's dtype.
+            with torch.device("meta"):
+                attention = build_cross_attention(config, head_dim_of(module), attention_scale_of(module))
+            module.add_module("srformer", attention.to_empty(device=weight.device))
+            added.append(attention)
     model.config.srformer = config.to_dict()
+    if added:
+        _adopt_srformer_classes(model)
+        _initialize_added_modules(model, added)
+        for attention, (_, _, module) in zip(added, targets, strict=True):
+            attention.to(dtype=projection_weight(module).dtype)
     return model
+
+
+def _adopt_srformer_classes(model: PreTrainedModel) -> None:
+    """Give the config srformer's model type of its family and re-class the model, and every inner
+    ``PreTrainedModel`` holding converted cross attention (``T5Stack``, ``BartModel``, ``BartDecoder``: their
+    ``_init_weights`` initialise the modules under them), to srformer's subclasses."""
+    config_class = srformer_config_class(type(model.config))
+    if config_class is None:
+        warnings.warn(
+            f"srformer has no model type for {type(model.config).__name__}: after save_pretrained, transformers' "
+            "Auto classes would load this checkpoint without SRformer cross attention. Load it with "
+            "srformer.from_pretrained(path).",
+            UserWarning,
+            stacklevel=3,
+        )
+    else:
+        model.config.__class__ = config_class
+    converted = SRformerT5AttentionMixin | SRformerBartAttentionMixin
+    holders = {name for name, module in model.named_modules() if isinstance(module, converted)}
+    for name, module in model.named_modules():
+        if isinstance(module, PreTrainedModel) and (
+            module is model or any(holder.startswith(name + ".") for holder in holders)
+        ):
+            adopt_class(module, srformer_model_class(type(module)))
+
+
+def _initialize_added_modules(model: PreTrainedModel, added: Sequence[nn.Module]) -> None:
+    """Initialise the new cross-attention modules through the ``_initialize_weights`` of the innermost
+    ``PreTrainedModel`` holding each (transformers' own path, which marks them initialised, so a later
+    ``init_weights()`` leaves them alone), children first as transformers does. Modules on the meta device
+    (the model was built there) are left to ``to_empty()`` + ``init_weights()`` or to loading."""
+    owners: dict[str, PreTrainedModel] = {}
+    new = {id(module) for module in added}
+    for name, module in model.named_modules():
+        if isinstance(module, PreTrainedModel):
+            owners[name] = module
+        if id(module) not in new or any(p.is_meta for p in module.parameters()):
+            continue
+        prefixes = [prefix for prefix in owners if not prefix or name.startswith(prefix + ".")]
+        with torch.no_grad():
+            for child in reversed(list(module.modules())):  # children first, as transformers' smart_apply
+                if prefixes:
+                    owners[max(prefixes, key=len)]._initialize_weights(child)
+                else:  # no PreTrainedModel around it: srformer's scheme directly
+                    initialize_srformer_module(child)
 
 
 def set_runtime_options(model: PreTrainedModel, **options) -> PreTrainedModel:
@@ -176,11 +242,17 @@ def srformer_config_of(model_or_config) -> SRformerConfig | None:
 def from_pretrained(path: str, srformer_config: SRformerConfig | None = None, **kwargs) -> PreTrainedModel:
     """Load a model saved after :func:`convert` (or convert a plain checkpoint in one call).
 
+    Converted checkpoints of this version also load through ``AutoModelForSeq2SeqLM.from_pretrained`` and
+    ``AutoModel.from_pretrained`` once srformer is imported. Checkpoints saved by srformer 0.1.0 before it
+    had model types of its own (``model_type`` ``t5``/``bart``/... with an ``srformer`` entry) load here only,
+    with a warning: save the returned model again to get a checkpoint the Auto classes load.
+
     Args:
         path: a local directory or a Hugging Face hub id.
         srformer_config: for an SRformer checkpoint, the settings you expect (an error if they
-            differ from the stored ones); for a plain checkpoint, the settings to convert to.
-        **kwargs: passed to ``AutoModelForSeq2SeqLM.from_pretrained`` (e.g. ``torch_dtype``).
+            differ from the stored ones; the runtime options ``lean_cache``/``strict_schedule`` may
+            differ and are applied); for a plain checkpoint, the settings to convert to.
+        **kwargs: passed to the model class's ``from_pretrained`` (e.g. ``dtype``, ``device_map``).
 
     Returns:
         The converted model, in eval mode.
@@ -202,24 +274,30 @@ def from_pretrained(path: str, srformer_config: SRformerConfig | None = None, **
     if srformer_config is not None and not srformer_config.same_model(stored):
         raise ValueError(
             f"{path} holds an SRformer checkpoint of variant {stored.variant!r} with settings {stored.to_dict()}, "
-            f"but variant {srformer_config.variant!r} with settings {srformer_config.to_dict()} was requested. "
-            "Load it without `srformer_config`, or convert the original full-attention model to the other variant."
+            f"but variant {srformer_config.variant!r} with settings {srformer_config.to_dict()} "
+            "was requested. Load it without `srformer_config`, or convert the original full-attention model to the "
+            "other variant."
         )
-    architecture = (hf_config.architectures or [None])[0]
-    base = type(AutoModelForSeq2SeqLM.from_config(hf_config)) if architecture is None else _model_class(architecture)
-
     effective = srformer_config or stored  # runtime options (lean_cache, strict_schedule) may differ
-
-    def converting_init(self: PreTrainedModel, config: PretrainedConfig, *args: Any, **init_kwargs: Any) -> None:
-        base.__init__(self, config, *args, **init_kwargs)
-        convert(self, effective, _loading=True)
-
-    loader = cast(
-        type[PreTrainedModel],
-        type(base.__name__, (base,), {"__init__": converting_init, "__module__": base.__module__}),
-    )
+    hf_config.srformer = effective.to_dict()
+    architecture = (hf_config.architectures or [None])[0]
+    base = _model_class(architecture) if architecture else type(AutoModelForSeq2SeqLM.from_config(hf_config))
+    if effective.variant == "full":  # a plain model that records its settings
+        model = base.from_pretrained(path, config=hf_config, **kwargs)
+        model.eval()
+        return model
+    own_config = srformer_config_class(type(hf_config))
+    if own_config is not None and not isinstance(hf_config, own_config):
+        warnings.warn(
+            f"{path} was saved by an srformer version without model types of its own (model_type "
+            f"{hf_config.model_type!r}), so transformers' Auto classes load it without SRformer cross attention. "
+            "Save the returned model again (model.save_pretrained(path)) to upgrade the checkpoint.",
+            UserWarning,
+            stacklevel=2,
+        )
+        hf_config.__class__ = own_config
     # With output_loading_info=True this is a (model, loading info) pair; transformers annotates only the model.
-    loaded: Any = loader.from_pretrained(path, output_loading_info=True, **kwargs)
+    loaded: Any = srformer_model_class(base).from_pretrained(path, config=hf_config, output_loading_info=True, **kwargs)
     model, info = loaded
     missing = [key for key in info.get("missing_keys", []) if ".srformer." in key]
     if missing:
@@ -227,7 +305,6 @@ def from_pretrained(path: str, srformer_config: SRformerConfig | None = None, **
             f"{path} is marked as SRformer variant {stored.variant!r} but lacks its weights {missing[:3]}...; "
             "the checkpoint was probably saved from another variant."
         )
-    model.__class__ = base
     model.eval()
     return model
 
@@ -236,9 +313,11 @@ _CONFIG_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "trust_r
 
 
 def _model_class(architecture: str) -> type[PreTrainedModel]:
+    """The transformers class of an ``architectures`` entry: ``T5ForConditionalGeneration`` for itself and
+    for srformer's ``SRformerT5ForConditionalGeneration``."""
     import transformers
 
-    cls = getattr(transformers, architecture, None)
+    cls = getattr(transformers, architecture.removeprefix("SRformer"), None)
     if not (isinstance(cls, type) and issubclass(cls, PreTrainedModel)):
         raise ValueError(f"Unknown model architecture {architecture!r} in the checkpoint config.")
     return cls

@@ -239,15 +239,18 @@ def check_finite_state(
     if not finite[1]:
         raise ValueError(
             f"SRformer cross attention of {layer}: the projected encoder keys/values overflowed to NaN/inf "
-            f"although the encoder output is finite (largest |value| {float(encoder_states.abs().max()):.3g}). "
+            "although the encoder output is finite "
+            f"(largest |value| {float(encoder_states.detach().abs().max()):.3g}). "
             f"{precision}, or clamp the encoder activations before cross attention."
         )
     raf = getattr(attention, "raf", None)
     threshold, leak = getattr(raf, "threshold", None), getattr(raf, "leak", None)
     neuron = ""
     if isinstance(threshold, torch.Tensor) and isinstance(leak, torch.Tensor):
-        neuron = f" (RAF threshold {float(threshold):.3g}, leak {float(leak):.3g})"
-        if float(threshold) <= 1e-6:
+        # detached: float() of a parameter that requires grad adds a torch UserWarning to this error
+        threshold_value, leak_value = float(threshold.detach()), float(leak.detach())
+        neuron = f" (RAF threshold {threshold_value:.3g}, leak {leak_value:.3g})"
+        if threshold_value <= 1e-6:
             neuron += (
                 ": the learnable RAF threshold has been trained to zero or below, so membrane / threshold is "
                 "infinite. Lower the learning rate, or start from a larger raf_threshold_init"
