@@ -64,6 +64,7 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.mark.slow
 def test_sigkill_after_a_checkpoint_then_resume_matches_an_uninterrupted_run(base_model, tmp_path, one_thread):
     run = tmp_path / "killed"
     victim = subprocess.Popen([sys.executable, "-m", "srformer.cli.main", *train_args(base_model, run)],

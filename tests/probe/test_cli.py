@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 from PIL import Image
 
 from srformer.cli.main import main
@@ -18,6 +19,7 @@ def _check_fraction(value) -> None:
     assert value is None or (isinstance(value, float) and 0.0 <= value <= 1.0 and math.isfinite(value))
 
 
+@pytest.mark.slow
 def test_quick_probe_writes_well_formed_outputs(tmp_path, capsys):
     output = tmp_path / "probe"
     assert main(["probe", "--quick", "--output", str(output), "--no-progress"]) == 0

@@ -81,6 +81,7 @@ def launch(launcher: list[str], args: list[str]) -> subprocess.CompletedProcess:
     return completed
 
 
+@pytest.mark.slow
 def test_two_processes_with_resume_equal_one_process_on_the_same_global_batch(base_model, tmp_path):
     single, ddp = tmp_path / "single", tmp_path / "ddp"
     # Equality by construction, on any CPU: every run uses one thread (as the launched processes do), so each
