@@ -196,7 +196,7 @@ class SegmentedRecurrentAttention(nn.Module):
             segment_products, total = self._segment_products(keys, values)  # (B, M, H, d, d), (B, 1, H, d, d)
             state.raf_total = total[:, 0]
             visited = self._visited(segments, max_segments)
-            if torch.is_grad_enabled() and segment_products.requires_grad:
+            if torch.is_grad_enabled() and segment_products.requires_grad:  # training: the autograd formulation
                 raf_inputs = self._recurrent_input(total, segment_products)
                 if self.raf is None:  # ablation III: P_j itself
                     raf_outputs = raf_inputs
@@ -500,9 +500,8 @@ def _segment_major(
     With ``key_valid`` each example's real positions are moved to the front first (one
     ``index_select`` of whole (H, d) rows; padding rows read position 0 and the caller zeroes them);
     without it, positions after ``k`` are zero rows. The (B, M) axes always flatten to a view, so a
-    step or a query reads its segment's block with one ``index_select``. Nothing is copied when
-    nothing is compacted or padded and the projection is laid out as transformers' (``(B, k, H, d)``
-    memory seen as (B, H, k, d)).
+    step or a query reads its segment's block with one ``index_select``. The blocks are contiguous:
+    one copy of the keys and one of the values (transformers' projections are (B, k, H, d) memory).
 
     Returns:
         ``(keys, values, order)``: the blocks, and (B, M*s) long, the encoder position of each
@@ -527,10 +526,8 @@ def _segment_major(
             rows_values = F.pad(rows_values, (0, 0, 0, 0, 0, padded - k))
 
     def blocks(rows: torch.Tensor) -> torch.Tensor:
-        grouped = rows.reshape(batch, max_segments, segment_size, heads, d).transpose(2, 3)
-        block = heads * segment_size * d
-        if grouped.stride(1) != block or grouped.stride(0) != max_segments * block:
-            grouped = grouped.contiguous()
-        return grouped
+        # contiguous: every later kernel (the batched K_j^T V_j matmul, W, norm(K), the finiteness check,
+        # a step's block reads) then runs on dense memory without copies of its own
+        return rows.reshape(batch, max_segments, segment_size, heads, d).transpose(2, 3).contiguous()
 
     return blocks(rows_keys), blocks(rows_values), order
