@@ -270,3 +270,25 @@ def test_state_built_without_autograd_equals_the_autograd_build(settings):
     tracked = module.init_state(keys.clone().requires_grad_(True), values, valid)
     for name in ("raf_readout", "raf_total", "key_norm"):
         assert_exact(getattr(fast, name), getattr(tracked, name).detach(), name)
+
+
+@pytest.mark.parametrize("variant", ["segmented", "srformer"])
+def test_lean_layout_projects_once_per_segment_change(variant):
+    """Eager lean steps project the segment's encoder rows only when some row's segment changes, and
+    reuse the kept keys/values/readout otherwise (same outputs as the standard layout)."""
+    module = _module(variant, segment_size=3, target_length=12)
+    queries, keys, values, valid = _inputs(2, 2, 12, 14, 4, [12, 9])
+    state = module.init_state(keys, values, valid)
+    calls = []
+    rows = _rows_of(keys, values)
+
+    def counting_rows(positions):
+        calls.append(positions)
+        return rows(positions)
+
+    lean, _ = _incremental(module, queries, module.lean(state), counting_rows)
+    standard, _ = _incremental(module, queries, state)
+    assert_exact(lean, standard, "lean with reuse")
+    table = state.segment_table[:, torch.clamp(torch.arange(14), max=12)]  # (B, q) i(t)
+    changes = 1 + int((table[:, 1:] != table[:, :-1]).any(dim=0).sum())  # the first step, then every change
+    assert len(calls) == changes < 14

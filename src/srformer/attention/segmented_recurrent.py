@@ -433,16 +433,10 @@ class SegmentedRecurrentAttention(nn.Module):
         segment = self._segment_at(state, position)  # (B,) i(t)
         segment_valid = required(state.segment_valid, "segment_valid")
         index = block_index(segment[:, None], segment_valid.shape[1])  # (B,) flat block index
+        new_state = replace(state, last_segment=segment)
+        readout = None
         if state.is_lean:
-            if project_rows is None:
-                raise ValueError("A lean SRformer state needs `project_rows` to project its segment.")
-            allowed = segment_valid.flatten(0, 1).index_select(0, index)  # (B, s)
-            positions = required(state.positions, "positions")
-            encoder_positions = positions.view(index.shape[0] * segment_valid.shape[1], -1).index_select(0, index)
-            keys, values = project_rows(encoder_positions.to(torch.int64))
-            # real rows only (an empty example's attendable positions are padding rows of the encoder output)
-            row_mask = (allowed & (state.lengths > 0)[:, None])[:, None, :, None].to(keys.dtype)
-            keys, values = keys * row_mask, values * row_mask
+            keys, values, allowed, readout, new_state = self._lean_segment(state, new_state, index, project_rows)
         elif self.has_softmax:  # ablation I reads no keys in the standard layout
             keys, values, allowed = step_context(self.settings.variant, state, index, segment)
         output = None
@@ -451,16 +445,58 @@ class SegmentedRecurrentAttention(nn.Module):
                 queries, keys.to(queries.dtype), values.to(queries.dtype), attn_mask=allowed[:, None, None, :],
                 scale=self.scale,
             )
-        new_state = replace(state, last_segment=segment)
         if self.has_recurrence:
-            if state.is_lean:
-                readout, new_state = self._lean_readout(keys, values, segment, state, new_state)
-            else:
-                # scale * RAF_out_i / norm(K), (B, H, d, d)
+            if readout is None:  # standard layout: scale * RAF_out_i / norm(K), (B, H, d, d)
                 readout = required(state.raf_readout, "raf_readout").flatten(0, 1).index_select(0, index)
             output = self._combine(output, torch.matmul(queries.to(readout.dtype), readout).to(queries.dtype))
         assert output is not None, "every variant has softmax or recurrent attention (SRformerConfig checks)"
         return output, new_state
+
+    def _lean_segment(
+        self,
+        state: CrossAttentionState,
+        new_state: CrossAttentionState,
+        index: torch.Tensor,
+        project_rows: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, CrossAttentionState]:
+        """Lean layout: the current segment's keys, values, mask and readout.
+
+        They are projected (and RAF fired) once per segment change and kept in the state; a step in
+        the same segment as the previous one reuses them. Eager mode decides this on the host (one
+        sync per step); under ``torch.compile``/``torch.export`` every step projects (sync-free, the
+        same numbers).
+
+        Returns:
+            ``(keys, values, allowed, readout, new_state)``: (B, H, s, d) twice, (B, s) bool, the
+            (B, H, d, d) readout (None without recurrence) and the updated state.
+
+        Raises:
+            ValueError: without ``project_rows``.
+        """
+        segment = new_state.last_segment
+        keys, values, allowed = state.segment_keys, state.segment_values, state.segment_allowed
+        if (
+            keys is not None and values is not None and allowed is not None and not tracing()
+            and not bool((segment != state.last_segment).any())  # same segment for every row: reuse
+        ):
+            return keys, values, allowed, state.segment_readout, new_state
+        if project_rows is None:
+            raise ValueError("A lean SRformer state needs `project_rows` to project its segment.")
+        segment_valid = required(state.segment_valid, "segment_valid")
+        allowed = segment_valid.flatten(0, 1).index_select(0, index)  # (B, s)
+        positions = required(state.positions, "positions")
+        encoder_positions = positions.view(index.shape[0] * segment_valid.shape[1], -1).index_select(0, index)
+        keys, values = project_rows(encoder_positions.to(torch.int64))
+        # real rows only (an empty example's attendable positions are padding rows of the encoder output)
+        row_mask = (allowed & (state.lengths > 0)[:, None])[:, None, :, None].to(keys.dtype)
+        keys, values = keys * row_mask, values * row_mask
+        readout = None
+        if self.has_recurrence:
+            readout, new_state = self._lean_readout(keys, values, segment, state, new_state)
+        new_state = replace(
+            new_state, segment_keys=keys, segment_values=values, segment_allowed=allowed, segment_readout=readout
+        )
+        return keys, values, allowed, readout, new_state
 
     @autocast_off
     def _lean_readout(

@@ -109,6 +109,11 @@ class CrossAttentionState:
         key_norm: (B, H, d) accumulation-dtype ``norm(K) + eps`` over real positions (Eq. 13), or None.
         membrane: lean layout: (B, H, d, d) accumulation-dtype RAF membrane potential; None otherwise.
         raf_output: lean layout: (B, H, d, d) accumulation-dtype RAF output of the current segment; None otherwise.
+        segment_keys: lean layout: (B, H, s, d) the current segment's projected keys (zero at padding),
+            kept from the step that entered the segment; None before the first step and otherwise.
+        segment_values: lean layout: (B, H, s, d) the current segment's projected values.
+        segment_allowed: lean layout: (B, s) bool, the current segment's attendable positions.
+        segment_readout: lean layout with recurrence: (B, H, d, d) accumulation-dtype readout of the current segment.
         global_keys: ``longt5``: (B, H, M, d) mean of each segment's real keys; None otherwise.
         global_values: ``longt5``: (B, H, M, d) mean of each segment's real values; None otherwise.
         global_valid: ``longt5``: (B, M) bool, segments holding a real token; None otherwise.
@@ -129,6 +134,10 @@ class CrossAttentionState:
     key_norm: torch.Tensor | None = None
     membrane: torch.Tensor | None = None
     raf_output: torch.Tensor | None = None
+    segment_keys: torch.Tensor | None = None
+    segment_values: torch.Tensor | None = None
+    segment_allowed: torch.Tensor | None = None
+    segment_readout: torch.Tensor | None = None
     global_keys: torch.Tensor | None = None
     global_values: torch.Tensor | None = None
     global_valid: torch.Tensor | None = None
