@@ -7,8 +7,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from srformer.attention.schedule import segment_index
 from srformer.attention.segmented_recurrent import SegmentedRecurrentAttention
 from srformer.attention.state import SRformerCacheLayer
+from srformer.attention.variants import build_cross_attention
 from srformer.config import SRformerConfig
 from tests.tolerance import assert_exact, exact_tolerance
 
@@ -102,11 +104,31 @@ def test_recurrent_term_excludes_padding_from_kv_and_norm():
     assert_exact(c, a, "garbage in padding")
 
 
-def test_empty_document_is_rejected():
-    module = _module()
-    _, keys, values, valid = _inputs(2, 1, 5, 1, 4, [5, 0])
-    with pytest.raises(ValueError, match="empty documents"):
-        module.init_state(keys, values, valid)
+@pytest.mark.parametrize("variant", ["segmented", "srformer", "xl", "longt5", "linear"])
+def test_empty_row_attends_an_empty_memory_and_leaves_other_rows_alone(variant):
+    """An all-zero mask row (an empty document) gives the output of an empty memory, 0, on the
+    parallel, incremental and lean paths, with finite gradients; the other rows equal running them alone."""
+    module = build_cross_attention(
+        SRformerConfig(variant=variant, segment_size=3, target_length=6, raf_linear_init_scale=1.0), 4, 0.5
+    ).double()
+    queries, keys, values, valid = _inputs(3, 2, 8, 7, 4, [8, 0, 5])
+    keys.requires_grad_(True)
+    state = module.init_state(keys, values, valid)
+    parallel, _ = module(queries, state)
+    assert torch.isfinite(parallel).all()
+    assert torch.equal(parallel[1], torch.zeros_like(parallel[1]))
+    parallel.sum().backward()
+    assert torch.isfinite(keys.grad).all()
+    with torch.no_grad():
+        incremental, _ = _incremental(module, queries, state)
+        assert_exact(incremental, parallel.detach(), "incremental")
+        if variant in ("segmented", "srformer"):
+            lean, _ = _incremental(module, queries, module.lean(state), _rows_of(keys, values))
+            assert_exact(lean, parallel.detach(), "lean")
+        for b, n in ((0, 8), (2, 5)):
+            alone_state = module.init_state(keys[b : b + 1, :, :n], values[b : b + 1, :, :n], None)
+            alone, _ = module(queries[b : b + 1], alone_state)
+            assert_exact(parallel[b : b + 1].detach(), alone, f"row {b} alone")
 
 
 def test_too_many_segments_warns_or_raises_when_strict():
@@ -179,3 +201,94 @@ def test_clamped_products_keep_parallel_incremental_and_lean_paths_equal():
     assert_exact(incremental, parallel, "incremental")
     assert_exact(lean, parallel, "lean")
     assert (parallel - unclamped).abs().max() > 1e-3  # the clamp changed something
+
+
+def _dense_reference(module, queries, state):
+    """The parallel path as one masked softmax over all M*s compacted keys (the formulation before
+    per-query segment blocks): same function, O(q*k*d) per head instead of O(q*s*d)."""
+    batch, max_segments, heads, s, d = state.keys.shape
+    keys = state.keys.permute(0, 2, 1, 3, 4).reshape(batch, heads, max_segments * s, d)
+    values = state.values.permute(0, 2, 1, 3, 4).reshape(batch, heads, max_segments * s, d)
+    q = queries.shape[2]
+    segments = segment_index(torch.arange(q), state.num_segments, module.settings.target_length)  # (B, q)
+    key_segment = torch.arange(max_segments * s) // s
+    valid = state.segment_valid.reshape(batch, 1, max_segments * s)
+    allowed = (key_segment == segments[:, :, None]) & valid
+    variant = module.settings.variant
+    if variant == "xl":
+        keys, values = torch.cat([keys, keys.detach()], 2), torch.cat([values, values.detach()], 2)
+        allowed = torch.cat([allowed, (key_segment == segments[:, :, None] - 1) & valid], 2)
+    if variant == "longt5":
+        keys, values = torch.cat([keys, state.global_keys], 2), torch.cat([values, state.global_values], 2)
+        allowed = torch.cat([allowed, state.global_valid[:, None, :].expand(-1, q, -1)], 2)
+    output = torch.nn.functional.scaled_dot_product_attention(
+        queries, keys, values, attn_mask=allowed[:, None], scale=module.scale
+    )
+    if module.has_recurrence:
+        every = torch.einsum("bhqd,bmhde->bhqme", queries, state.raf_readout)  # Q_t . out_j for every j
+        pick = segments[:, None, :, None, None].expand(batch, heads, q, 1, d)
+        output = module._combine(output, torch.take_along_dim(every, pick, dim=3)[:, :, :, 0])
+    return output
+
+
+@pytest.mark.filterwarnings("ignore:An encoder input has")
+@pytest.mark.parametrize("variant", ["segmented", "srformer", "xl", "longt5"])
+def test_per_query_segment_blocks_equal_a_dense_masked_softmax_with_gradients(variant):
+    """Training pays for its segment only (each query gathers its own (H, s, d) block): outputs and
+    gradients (queries, keys, values, RAF parameters) equal the dense masked softmax over all keys."""
+    module = _module(variant, segment_size=3, target_length=7, scale=0.5)
+    queries, keys, values, valid = _inputs(3, 2, 11, 9, 4, [11, 7, 2])
+    weights = torch.randn(3, 2, 9, 4, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    inputs = [queries.requires_grad_(True), keys.requires_grad_(True), values.requires_grad_(True)]
+    parameters = [p for p in module.parameters()]
+
+    def output_and_gradients(forward):
+        output = forward(queries, module.init_state(keys, values, valid))
+        return output.detach(), torch.autograd.grad((output * weights).sum(), inputs + parameters)
+
+    blocks, block_gradients = output_and_gradients(lambda q, state: module(q, state)[0])
+    dense, dense_gradients = output_and_gradients(lambda q, state: _dense_reference(module, q, state))
+    assert_exact(blocks, dense, "output")
+    for name, a, b in zip(["queries", "keys", "values"] + [n for n, _ in module.named_parameters()],
+                          block_gradients, dense_gradients, strict=True):
+        assert_exact(a, b, f"gradient of {name}")
+
+
+@pytest.mark.filterwarnings("ignore:An encoder input has")
+@pytest.mark.parametrize("settings", [
+    {}, {"ablation": "no_raf"}, {"ablation": "segment_products"}, {"ablation": "no_norm"}, {"kv_clamp": 0.5},
+    {"target_length": 3},  # more segments than T: the schedule skips segments, RAF fires only where visited
+])
+def test_state_built_without_autograd_equals_the_autograd_build(settings):
+    """The no-grad build (readouts written over the products' buffer one segment at a time) and the
+    autograd build (RAF scan, then the factor) give the same state."""
+    settings = {"target_length": 8, **settings}
+    module = _module("srformer", segment_size=2, **settings)
+    _, keys, values, valid = _inputs(3, 2, 13, 1, 4, [13, 6, 0])
+    with torch.no_grad():
+        fast = module.init_state(keys, values, valid)
+    tracked = module.init_state(keys.clone().requires_grad_(True), values, valid)
+    for name in ("raf_readout", "raf_total", "key_norm"):
+        assert_exact(getattr(fast, name), getattr(tracked, name).detach(), name)
+
+
+@pytest.mark.parametrize("variant", ["segmented", "srformer"])
+def test_lean_layout_projects_once_per_segment_change(variant):
+    """Eager lean steps project the segment's encoder rows only when some row's segment changes, and
+    reuse the kept keys/values/readout otherwise (same outputs as the standard layout)."""
+    module = _module(variant, segment_size=3, target_length=12)
+    queries, keys, values, valid = _inputs(2, 2, 12, 14, 4, [12, 9])
+    state = module.init_state(keys, values, valid)
+    calls = []
+    rows = _rows_of(keys, values)
+
+    def counting_rows(positions):
+        calls.append(positions)
+        return rows(positions)
+
+    lean, _ = _incremental(module, queries, module.lean(state), counting_rows)
+    standard, _ = _incremental(module, queries, state)
+    assert_exact(lean, standard, "lean with reuse")
+    table = state.segment_table[:, torch.clamp(torch.arange(14), max=12)]  # (B, q) i(t)
+    changes = 1 + int((table[:, 1:] != table[:, :-1]).any(dim=0).sum())  # the first step, then every change
+    assert len(calls) == changes < 14

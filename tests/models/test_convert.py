@@ -21,7 +21,7 @@ from transformers import (
 
 import srformer
 from srformer.models import cross_attention_modules, is_converted
-from tests.models.conftest import BUILDERS, converted, decoder_inputs, padded_batch
+from tests.models.conftest import BUILDERS, converted, decoder_inputs, padded_batch, plain_generation_config
 from tests.models.test_exactness import step_by_step_logits, teacher_forced_logits
 from tests.tolerance import assert_exact
 
@@ -127,12 +127,31 @@ def test_bad_settings_give_clear_errors(kwargs, match):
         srformer.SRformerConfig(**kwargs)
 
 
-def test_empty_document_in_a_batch_is_a_clear_error(family):
-    model = converted(BUILDERS[family](), **SETTINGS)
+@pytest.mark.parametrize("variant", ["srformer", "segmented", "xl", "longt5", "linear"])
+def test_empty_document_in_a_batch_gives_finite_output_and_leaves_other_rows_alone(family, variant):
+    """An all-zero encoder mask row (as transformers' testers draw, or an empty input in a batch): its
+    cross attention is that of an empty memory (0), nothing raises, and the other rows equal running
+    them alone, in teacher forcing and in generate()."""
+    model = converted(BUILDERS[family](), **{**SETTINGS, "variant": variant})
     ids, mask = padded_batch(model)
     mask[1] = 0
-    with pytest.raises(ValueError, match="empty documents"):
-        model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_inputs(model, 3, 4))
+    decoder_ids = decoder_inputs(model, 3, 6)
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits
+        assert torch.isfinite(logits).all()
+        generated = model.generate(
+            input_ids=ids, attention_mask=mask, generation_config=plain_generation_config(model, max_new_tokens=5,
+                                                                                          min_new_tokens=5)
+        )
+        for row in (0, 2):
+            alone = model(input_ids=ids[row : row + 1], attention_mask=mask[row : row + 1],
+                          decoder_input_ids=decoder_ids[row : row + 1]).logits
+            assert_exact(logits[row : row + 1], alone, f"row {row} next to an empty row")
+            alone_generated = model.generate(
+                input_ids=ids[row : row + 1], attention_mask=mask[row : row + 1],
+                generation_config=plain_generation_config(model, max_new_tokens=5, min_new_tokens=5),
+            )
+            assert torch.equal(generated[row : row + 1], alone_generated)
 
 
 def test_gradients_reach_raf_parameters_and_projections(family):

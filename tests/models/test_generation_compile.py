@@ -1,46 +1,124 @@
-"""torch.compile of the decoder step inside generate() on converted models.
+"""torch.compile (fullgraph) and torch.export of converted models: no graph break, no data-dependent host sync.
 
-transformers compiles the model's forward for the decoding steps when the cache is compileable
-(``cache_implementation="static"``) on an accelerator, or anywhere with
-``compile_config._compile_all_devices = True`` (its own switch, used here to run on CPU). The
-backend records the graphs dynamo captures and runs them as captured: this checks that the SRformer
-step traces (graph breaks allowed: ``fullgraph`` is not supported yet, see the README) and computes
-the same logits, without paying for inductor's code generation.
+Three entry points, each on tiny float64 T5 and BART models with real segmentation and a padded batch
+(see ``tests/models/test_generation_strategies.py``):
+
+* ``generate(cache_implementation="static", compile_config=CompileConfig(fullgraph=True))``: how
+  transformers compiles the decoding step. transformers only compiles on an accelerator unless
+  ``compile_config._compile_all_devices`` is set (its own switch, used here to run on CPU).
+* ``torch.compile(model, fullgraph=True)`` on the teacher-forced forward, gradients included.
+* ``torch.export.export`` of the converted model's teacher-forced forward.
+
+``fullgraph=True`` makes any graph break (a host sync such as ``int(tensor)``, a data-dependent
+branch) an error, so these tests fail on any sync left in the forward or step path. The backend is
+``aot_eager``: dynamo captures the whole graph and AOT autograd functionalises it (the same capture
+inductor compiles), then the captured ATen graph runs without code generation, so the tests stay fast;
+one slow test runs inductor itself. The compiled graphs run the same float64 ATen ops as eager, so
+compiled == eager to ``exact_tolerance`` (float64 rounding-order differences at most).
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 from transformers import CompileConfig
 
-from tests.models.test_generation_strategies import batch, generate, model_for, relative_tolerance
+from tests.models.conftest import decoder_inputs
+from tests.models.test_generation_strategies import batch, generate, model_for
+from tests.tolerance import FLOAT32_UNIT_ROUNDOFF, assert_exact, exact_tolerance, magnitude, max_difference
+
+CASES = [
+    ("t5", "srformer", False), ("bart", "srformer", False), ("t5", "segmented", False), ("bart", "segmented", False),
+    ("t5", "linear", False), ("bart", "linear", False), ("t5", "xl", False), ("bart", "longt5", False),
+    ("t5", "srformer", True), ("bart", "segmented", True),  # lean_cache layout
+]
+
+
+def _compiled_generate(model, backend: str):
+    ids, mask = batch(model)
+    compile_config = CompileConfig(backend=backend, fullgraph=True, mode=None, dynamic=False)
+    compile_config._compile_all_devices = True
+    torch._dynamo.reset()
+    counters.clear()
+    try:
+        compiled = generate(
+            model, ids, mask, max_new_tokens=5, cache_implementation="static", compile_config=compile_config,
+            output_logits=True,
+        )
+        graphs = counters["stats"]["unique_graphs"]
+    finally:
+        torch._dynamo.reset()
+    eager = generate(model, ids, mask, max_new_tokens=5, cache_implementation="static", output_logits=True)
+    return compiled, eager, graphs
+
+
+@pytest.mark.parametrize("family,variant,lean", CASES)
+def test_fullgraph_static_cache_generate_equals_eager(family, variant, lean):
+    model = model_for(family, variant, lean)
+    compiled, eager, graphs = _compiled_generate(model, "aot_eager")
+    assert graphs >= 1, "generate() did not compile the decoder step"
+    assert torch.equal(compiled.sequences, eager.sequences)
+    compiled_logits, eager_logits = torch.stack(compiled.logits, 1), torch.stack(eager.logits, 1)
+    # generate() reports float32 logits of the float64 model: the float64 results agree to exact_tolerance,
+    # and each side then rounds to float32 once (u32 relative each, so at most 2 u32 |logit| apart).
+    tolerance = exact_tolerance(eager_logits) + 2 * FLOAT32_UNIT_ROUNDOFF * magnitude(eager_logits)
+    assert max_difference(compiled_logits, eager_logits) <= tolerance
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("family,variant", [("t5", "srformer"), ("bart", "linear")])
-def test_compiled_decoder_step_equals_eager(family, variant):
+def test_fullgraph_static_cache_generate_with_inductor_equals_eager():
+    """inductor's generated C++ code (fused, reordered float64 arithmetic) for the SRformer step."""
+    model = model_for("t5", "srformer")
+    compiled, eager, graphs = _compiled_generate(model, "inductor")
+    assert graphs >= 1
+    assert torch.equal(compiled.sequences, eager.sequences)
+    compiled_logits, eager_logits = torch.stack(compiled.logits, 1), torch.stack(eager.logits, 1)
+    tolerance = exact_tolerance(eager_logits) + 2 * FLOAT32_UNIT_ROUNDOFF * magnitude(eager_logits)  # as above
+    assert max_difference(compiled_logits, eager_logits) <= tolerance
+
+
+def _teacher_forced_inputs(model):
+    ids, mask = batch(model, lengths=(24, 17, 9))
+    return dict(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_inputs(model, ids.shape[0], 13))
+
+
+@pytest.mark.parametrize("family,variant", [(f, v) for f, v, lean in CASES if not lean])
+def test_fullgraph_compiled_forward_and_gradients_equal_eager(family, variant):
     model = model_for(family, variant)
-    ids, mask = batch(model)
-    graphs = []
+    inputs = _teacher_forced_inputs(model)
+    parameters = [p for p in model.parameters() if p.requires_grad]
 
-    def recording_backend(graph_module, example_inputs):
-        graphs.append(graph_module)
-        return graph_module.forward
+    def loss_and_logits(**kwargs):
+        logits = model(**kwargs, use_cache=False).logits
+        return logits.pow(2).mean(), logits.detach()
 
-    compile_config = CompileConfig(backend=recording_backend, fullgraph=False, mode=None)
-    compile_config._compile_all_devices = True
+    def loss_and_gradients(function):
+        loss, logits = function(**inputs)
+        return logits, torch.autograd.grad(loss, parameters, allow_unused=True)
+
+    eager_logits, eager_gradients = loss_and_gradients(loss_and_logits)
     torch._dynamo.reset()
     try:
-        compiled = generate(
-            model, ids, mask, max_new_tokens=4, cache_implementation="static", compile_config=compile_config,
-            output_logits=True,
+        compiled_logits, compiled_gradients = loss_and_gradients(
+            torch.compile(loss_and_logits, fullgraph=True, backend="aot_eager")
         )
     finally:
         torch._dynamo.reset()
-    assert graphs, "generate() did not compile the decoder step"
-    eager = generate(model, ids, mask, max_new_tokens=4, cache_implementation="static", output_logits=True)
-    assert torch.equal(compiled.sequences, eager.sequences)
-    compiled_logits, eager_logits = torch.stack(compiled.logits, 1), torch.stack(eager.logits, 1)
-    tolerance = relative_tolerance(model) * eager_logits.abs().max().item()
-    assert (compiled_logits - eager_logits).abs().max().item() <= tolerance
+    assert_exact(compiled_logits, eager_logits, "logits")
+    for parameter_gradient, reference in zip(compiled_gradients, eager_gradients, strict=True):
+        if reference is None:
+            assert parameter_gradient is None
+        else:
+            assert_exact(parameter_gradient, reference, "gradient")
+
+
+@pytest.mark.parametrize("family,variant", [(f, v) for f, v, lean in CASES if not lean])
+def test_export_equals_eager(family, variant):
+    model = model_for(family, variant)
+    inputs = _teacher_forced_inputs(model)
+    with torch.no_grad():
+        eager = model(**inputs, use_cache=False).logits
+        program = torch.export.export(model, (), dict(inputs, use_cache=False))
+        exported = program.module()(**inputs, use_cache=False).logits
+    assert_exact(exported, eager, "exported logits")

@@ -24,8 +24,13 @@ from srformer.config import SRformerConfig
 
 
 def feature_map(x: torch.Tensor) -> torch.Tensor:
-    """``phi(x) = elu(x) + 1`` (Katharopoulos et al. 2020, Sec. 3.2), element-wise, always > 0."""
-    return F.elu(x) + 1.0
+    """``phi(x) = elu(x) + 1`` (Katharopoulos et al. 2020, Sec. 3.2), element-wise, always > 0.
+
+    ``x`` is made contiguous first: for a transposed input (transformers' projections are (B, n, H, d)
+    memory seen as (B, H, n, d)) AOT autograd (torch.compile, torch 2.13) mispredicts the strides of
+    elu's gradient and the compiled backward fails.
+    """
+    return F.elu(x.contiguous()) + 1.0
 
 
 class LinearCrossAttention(nn.Module):
@@ -55,6 +60,9 @@ class LinearCrossAttention(nn.Module):
     ) -> CrossAttentionState:
         """``phi(K)^T V`` and ``sum_j phi(K_j)`` over real positions.
 
+        An example whose mask is all zero (an empty document) has ``phi(K)^T V = 0`` and
+        ``sum_j phi(K_j) = 0``, so its output is that of an empty memory, 0.
+
         Args:
             keys: (B, H, k, d) projected encoder keys.
             values: (B, H, k, d) projected encoder values.
@@ -63,9 +71,6 @@ class LinearCrossAttention(nn.Module):
         Returns:
             A state with ``linear_kv`` (B, H, d, d) and ``linear_key_sum`` (B, H, d), in float32 or the keys' dtype
             when wider; it holds no encoder-length tensor.
-
-        Raises:
-            ValueError: if an example has no real encoder token (an empty document).
         """
         batch, _, k, _ = keys.shape
         lengths, padded = real_lengths(key_valid, batch, k, keys.device)
@@ -77,7 +82,7 @@ class LinearCrossAttention(nn.Module):
             lengths=lengths,
             num_segments=torch.ones_like(lengths),
             last_segment=torch.full_like(lengths, -1),
-            linear_kv=torch.einsum("bhkd,bhke->bhde", features, values.to(wide)),
+            linear_kv=torch.matmul(features.transpose(-1, -2), values.to(wide)),
             linear_key_sum=features.sum(dim=2),
         )
 
@@ -90,7 +95,12 @@ class LinearCrossAttention(nn.Module):
         return (numerator / denominator).to(queries.dtype)
 
     def forward(
-        self, queries: torch.Tensor, state: CrossAttentionState, *, start_position: int = 0, dropout: float = 0.0
+        self,
+        queries: torch.Tensor,
+        state: CrossAttentionState,
+        *,
+        start_position: int | torch.Tensor = 0,
+        dropout: float = 0.0,
     ) -> tuple[torch.Tensor, CrossAttentionState]:
         """Linear attention for ``q`` decoder positions at once.
 
@@ -105,7 +115,9 @@ class LinearCrossAttention(nn.Module):
         """
         return self._read(queries, state), state
 
-    def step(self, queries: torch.Tensor, state: CrossAttentionState, *, position: int, project_rows=None):
+    def step(
+        self, queries: torch.Tensor, state: CrossAttentionState, *, position: int | torch.Tensor, project_rows=None
+    ):
         """One decoder position: same as :meth:`forward` with q = 1, O(d^2) per head."""
         return self._read(queries, state), state
 

@@ -7,6 +7,8 @@ import math
 import torch
 from torch import nn
 
+from srformer.attention.schedule import tracing
+
 
 class ScaledLinear(nn.Linear):
     """The RAF weight ``W``: a bias-free ``Linear(d, d)`` initialised uniform in ``±init_scale / sqrt(d)``,
@@ -111,36 +113,55 @@ class RecurrentAccumulateAndFire(nn.Module):
         fires: torch.Tensor,
         membrane: torch.Tensor,
         output: torch.Tensor,
+        axis: int = 2,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Run the recurrence over the segment axis, firing only where ``fires`` is set.
 
-        This is the parallel (teacher-forced) path: the loop runs over at most ``m`` segments,
-        each step element-wise on (batch, heads, d, d) tensors.
+        This is the parallel (teacher-forced) path. The neuron is nonlinear (threshold and reset), so
+        segment ``j`` needs the membrane after segment ``j - 1``: the loop over at most ``m`` segments
+        cannot become one batched operation. Each iteration is five element-wise kernels on
+        (batch, heads, d, d) tensors (``leak * mem + x``, ``mem / threshold``, ``- 1``, the reset
+        ``where``), collecting ``y``; ``relu`` runs once over all segments afterwards.
 
         Args:
-            projected: (batch, heads, m, d, d) inputs ``W P_j`` for every segment ``j``.
+            projected: inputs ``W P_j`` for every segment ``j``, segment axis ``axis``: (batch, heads, m, d, d)
+                for ``axis=2``, (batch, m, heads, d, d) for ``axis=1``.
             fires: (batch, m) bool, True where example ``b`` visits segment ``j`` (and has not
                 fired for it yet); elsewhere the state is carried unchanged.
             membrane: (batch, heads, d, d) membrane before segment 0.
-            output: (batch, heads, d, d) RAF output before segment 0.
+            output: (batch, heads, d, d) RAF output before segment 0 (>= 0, as every RAF output).
+            axis: 1 or 2, the segment axis of ``projected`` and of the returned ``outputs``.
 
         Returns:
-            ``(outputs, membrane, output)``: ``outputs`` is (batch, heads, m, d, d), the RAF output
+            ``(outputs, membrane, output)``: ``outputs`` has the shape of ``projected``, the RAF output
             in force after segment ``j`` (the one a query attending segment ``j`` reads); then the
             final membrane and output.
         """
-        outputs = []
-        # One host sync per call: the common case (every example visits every segment) needs no masking.
-        every_segment_fires = bool(fires.all())
+        if axis not in (1, 2):
+            raise ValueError(f"axis must be 1 or 2 (the segment axis of `projected`), got {axis}.")
+        leak = self.leak.to(projected.dtype)
+        threshold = self.threshold.to(projected.dtype)
+        fire_shape = (-1, 1, 1, 1)
+        # Eager: one host sync per call, so that the common case (every example visits every segment)
+        # needs no masking; while tracing (compile/export) the masked form always runs, without a sync.
+        every_segment_fires = False if tracing() else bool(fires.all())
+        potentials = []  # y_j = mem_j / threshold - 1 before the reset; output_j = relu(y_j)
+        # relu(output) == output for the (non-negative) initial output, so it stands for y before segment 0.
+        potential = output
         # unbind once: indexing projected[:, :, j] per segment would make backward allocate a
         # full-size zero gradient for every segment.
-        for j, projected_j in enumerate(projected.unbind(dim=2)):
-            new_membrane, new_output = self.fire(membrane, projected_j)
+        for j, projected_j in enumerate(projected.unbind(dim=axis)):
+            new_membrane = torch.addcmul(projected_j, membrane, leak)  # leak * mem + x
+            new_potential = new_membrane / threshold - 1.0
+            new_membrane = torch.where(new_potential > 0, new_membrane - threshold, new_membrane)  # soft reset
             if every_segment_fires:
-                membrane, output = new_membrane, new_output
+                membrane, potential = new_membrane, new_potential
             else:
-                fire_j = fires[:, j, None, None, None]
+                fire_j = fires[:, j].view(fire_shape)
                 membrane = torch.where(fire_j, new_membrane, membrane)
-                output = torch.where(fire_j, new_output, output)
-            outputs.append(output)
-        return torch.stack(outputs, dim=2), membrane, output
+                potential = torch.where(fire_j, new_potential, potential)
+            potentials.append(potential)
+        if not potentials:  # no segment at all
+            return projected.new_zeros(projected.shape), membrane, output
+        outputs = torch.relu(torch.stack(potentials, dim=axis))
+        return outputs, membrane, outputs.select(axis, -1)

@@ -55,12 +55,23 @@ def compaction_order(key_valid: torch.Tensor) -> torch.Tensor:
     return torch.argsort((~key_valid).to(torch.int8), dim=1, stable=True)
 
 
+def tracing() -> bool:
+    """True while ``torch.compile`` or ``torch.export`` traces the code: the paths then skip every
+    data-dependent host decision (see :func:`real_lengths`) and run their sync-free form."""
+    return bool(torch.compiler.is_compiling())
+
+
 def real_lengths(
     key_valid: torch.Tensor | None, batch: int, key_length: int, device: torch.device
 ) -> tuple[torch.Tensor, bool]:
-    """Real (unpadded) encoder length of each example, rejecting empty documents.
+    """Real (unpadded) encoder length of each example, and whether compaction is needed.
 
-    One host sync per sequence (never per decoding step).
+    Eager: one host sync per sequence (never per decoding step) to skip compaction when nothing is
+    padded. Under ``torch.compile``/``torch.export`` (:func:`tracing`) there is no sync: any given
+    mask is compacted (the same result, one gather more).
+
+    An example whose mask is all zero (an empty document) has length 0; the attention modules
+    define its output as that of an empty memory, 0 (``docs/design.md``, "Empty encoder inputs").
 
     Args:
         key_valid: (batch, k) bool, True at real positions, or None when nothing is padded.
@@ -69,20 +80,12 @@ def real_lengths(
         device: device of the returned tensor.
 
     Returns:
-        ``(lengths, padded)``: (batch,) long lengths in tokens, and whether any example is shorter
-        than ``k``.
-
-    Raises:
-        ValueError: if an example has no real encoder token (an empty document).
+        ``(lengths, padded)``: (batch,) long lengths in tokens, and whether positions must be
+        compacted (an example shorter than ``k``; always True for a given mask while tracing).
     """
     if key_valid is None:
         return torch.full((batch,), key_length, dtype=torch.long, device=device), False
     lengths = key_valid.to(device=device, dtype=torch.bool).sum(dim=1)
-    shortest = int(lengths.min())
-    if shortest == 0:
-        bad = torch.nonzero(lengths == 0).flatten().tolist()
-        raise ValueError(
-            f"Encoder input of batch example(s) {bad} has no real token (attention mask all zero): "
-            "empty documents cannot be summarized; remove them from the input."
-        )
-    return lengths, shortest < key_length
+    if tracing():
+        return lengths, True
+    return lengths, bool(lengths.min() < key_length)

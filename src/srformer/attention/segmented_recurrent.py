@@ -49,8 +49,15 @@ from torch import nn
 from torch.nn import functional as F
 
 from srformer.attention.raf import RecurrentAccumulateAndFire
-from srformer.attention.schedule import compaction_order, num_segments, real_lengths, segment_index
-from srformer.attention.softmax_context import SOFTMAX_VARIANTS, global_tokens, parallel_context, step_context
+from srformer.attention.schedule import compaction_order, num_segments, real_lengths, segment_index, tracing
+from srformer.attention.softmax_context import (
+    SOFTMAX_VARIANTS,
+    block_index,
+    global_tokens,
+    parallel_softmax,
+    step_context,
+    take_blocks,
+)
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, required
 from srformer.config import LEAN_VARIANTS, SRformerConfig
 
@@ -110,7 +117,7 @@ class SegmentedRecurrentAttention(nn.Module):
         """``O_S + O_R`` (Eq. 11), ``sigma O_S + (1 - sigma) O_R`` (Eq. 10), or ``O_R`` (ablation I)."""
         if softmax_output is None:
             return recurrent
-        recurrent = recurrent.to(softmax_output.dtype)
+        recurrent = _cast(recurrent, softmax_output.dtype)
         if self.mix_logit is None:
             return softmax_output + recurrent
         sigma = torch.sigmoid(self.mix_logit).to(softmax_output.dtype)
@@ -123,8 +130,14 @@ class SegmentedRecurrentAttention(nn.Module):
     ) -> CrossAttentionState:
         """Build the per-sequence state (standard layout) from the projected encoder keys/values.
 
-        Cost, once per sequence: O(k*d^2) per head for the ``K_j^T V_j`` products (one einsum),
-        O(m*d^3) for ``W P_j`` and an m-step RAF recurrence (paper Table 1).
+        Cost, once per sequence: O(k*d^2) per head for ``W`` on the values and the ``K_j^T (V_j W^T)``
+        products (two batched matmuls), an m-step RAF recurrence on (d, d) matrices (paper Table 1),
+        and one copy of the keys/values into the segment-major layout (with compaction when padded).
+
+        An example whose mask is all zero (an empty document) is given one segment whose ``s``
+        positions hold zero keys and values and are all attendable: its softmax term averages zero
+        values and its recurrent term is RAF of a zero input, so its output is that of an empty
+        memory, 0, and the other rows are unaffected (``docs/design.md``, "Empty encoder inputs").
 
         Args:
             keys: (B, H, k, d) projected encoder keys.
@@ -132,41 +145,35 @@ class SegmentedRecurrentAttention(nn.Module):
             key_valid: (B, k) bool, True at real encoder positions; None when nothing is padded.
 
         Returns:
-            A :class:`CrossAttentionState` with keys/values, the segment table and masks, the
-            recurrent readout of every visited segment, ``raf_total`` and ``key_norm``; no segment
-            visited yet.
+            A :class:`CrossAttentionState` with segment-major keys/values (B, M, H, s, d), the
+            segment table and masks, the recurrent readout of every visited segment, ``raf_total``
+            and ``key_norm``; no segment visited yet.
 
         Raises:
-            ValueError: if an example has no real encoder token (an empty document), or, with
-                ``strict_schedule``, if an example has more segments than ``target_length``.
+            ValueError: with ``strict_schedule``, if an example has more segments than ``target_length``
+                (checked in eager mode only: the check needs a host sync).
         """
         batch, heads, k, d = keys.shape
         s = self.settings.segment_size
         device = keys.device
-        # Compaction is skipped when nothing is padded.
-        lengths, padded_input = real_lengths(key_valid, batch, k, device)
-        if not padded_input or key_valid is None:  # real_lengths reports padding only for a given mask
-            order = torch.arange(k, device=device).expand(batch, k)
-        else:
-            order = compaction_order(key_valid.to(device=device, dtype=torch.bool))
-            gather = order[:, None, :, None].expand(batch, heads, k, d)
-            keys = torch.gather(keys, 2, gather)
-            values = torch.gather(values, 2, gather)
-        segments = num_segments(lengths, s)
+        lengths, compact = real_lengths(key_valid, batch, k, device)
         max_segments = -(-k // s)
         padded = max_segments * s
-        if padded != k:
-            keys = F.pad(keys, (0, 0, 0, padded - k))
-            values = F.pad(values, (0, 0, 0, padded - k))
-            order = F.pad(order, (0, padded - k))
+        keys, values, order = _segment_major(keys, values, key_valid if compact else None, s)
         position_valid = torch.arange(padded, device=device)[None, :] < lengths[:, None]  # (B, M*s)
-        mask = position_valid[:, None, :, None].to(keys.dtype)
-        keys = keys * mask
-        values = values * mask
-        self._check_schedule(segments)
+        real_valid = position_valid.view(batch, max_segments, s)
+        if compact or padded != k:
+            mask = real_valid[:, :, None, :, None].to(keys.dtype)
+            keys, values = keys * mask, values * mask
+        empty = lengths == 0
+        segments = num_segments(lengths, s).clamp(min=1)  # an empty example has one (empty) segment
+        if not tracing():
+            self._check_schedule(segments)
+        # attendable positions: the real ones; all of segment 0 (zero keys/values) for an empty example
+        first_segment = torch.arange(max_segments, device=device)[None, :, None] == 0
+        segment_valid = real_valid | (empty[:, None, None] & first_segment)
 
         target = self.settings.target_length
-        segment_valid = position_valid.view(batch, max_segments, s)
         state = CrossAttentionState(
             keys=keys,
             values=values,
@@ -178,25 +185,93 @@ class SegmentedRecurrentAttention(nn.Module):
             segment_valid=segment_valid,
         )
         if self.settings.variant == "longt5":
-            state.global_keys, state.global_values, state.global_valid = global_tokens(keys, values, segment_valid)
+            state.global_keys, state.global_values, state.global_valid = global_tokens(keys, values, real_valid)
         if self.has_recurrence:
-            raf_inputs, state.raf_total = self._raf_inputs(keys, values)
-            if self.raf is None:  # ablation III: P_j itself
-                raf_outputs = raf_inputs
-            else:
-                zeros = raf_inputs.new_zeros(batch, heads, d, d)
-                raf_outputs, _, _ = self.raf.scan(raf_inputs, self._visited(segments, max_segments), zeros, zeros)
+            wide = accumulation_dtype(keys.dtype)
             if self.settings.ablation == "no_norm":  # ablation II
-                state.key_norm = raf_inputs.new_ones(batch, heads, d)
+                state.key_norm = torch.ones(batch, heads, d, dtype=wide, device=device)
+            else:  # (B, H, d); the norm's gradient is 0, not NaN, at an all-zero column (an empty example)
+                state.key_norm = torch.linalg.vector_norm(keys.to(wide), dim=(1, 3)) + self.settings.norm_eps
+            factor = self.scale / state.key_norm[:, :, None, :]  # (B, H, 1, d)
+            segment_products, total = self._segment_products(keys, values)  # (B, M, H, d, d), (B, 1, H, d, d)
+            state.raf_total = total[:, 0]
+            visited = self._visited(segments, max_segments)
+            if torch.is_grad_enabled() and segment_products.requires_grad:  # training: the autograd formulation
+                raf_inputs = self._recurrent_input(total, segment_products)
+                if self.raf is None:  # ablation III: P_j itself
+                    raf_outputs = raf_inputs
+                else:
+                    zeros = raf_inputs.new_zeros(batch, heads, d, d)
+                    raf_outputs, _, _ = self.raf.scan(raf_inputs, visited, zeros, zeros, axis=1)
+                state.raf_readout = raf_outputs * factor[:, None]
             else:
-                state.key_norm = keys.to(raf_inputs.dtype).pow(2).sum(dim=2).sqrt() + self.settings.norm_eps
-            state.raf_readout = raf_outputs * (self.scale / state.key_norm[:, :, None, None, :])
+                state.raf_readout = self._readout_in_place(segment_products, total[:, 0], visited, factor)
         return state
 
+    def _readout_in_place(
+        self, segment_products: torch.Tensor, total: torch.Tensor, visited: torch.Tensor, factor: torch.Tensor
+    ) -> torch.Tensor:
+        """The readouts ``scale * RAF_out_j / norm(K)`` of every segment without autograd, written over
+        ``segment_products`` (B, M, H, d, d) one segment at a time.
+
+        The same operations as the autograd path (:meth:`RecurrentAccumulateAndFire.scan`, then the
+        factor), in the same order, so the same numbers; but the RAF inputs, potentials and outputs of a
+        segment are (B, H, d, d) temporaries that stay in cache, and the only (B, M, H, d, d) tensor is
+        the products' buffer, read once and overwritten with the readouts (no stacked copies).
+
+        Args:
+            segment_products: ``W K_j^T V_j`` (clamped when ``kv_clamp`` is set), consumed.
+            total: (B, H, d, d) ``W K^T V``.
+            visited: (B, M) bool, the segments the schedule visits (:meth:`_visited`).
+            factor: (B, H, 1, d) ``scale / norm(K)``.
+
+        Returns:
+            ``segment_products``' storage holding the readouts.
+        """
+        batch, max_segments, heads, d, _ = segment_products.shape
+        every_segment_fires = False if tracing() else bool(visited.all())  # eager: one host sync
+        membrane = potential = segment_products.new_zeros(batch, heads, d, d)
+        raf = self.raf
+        if raf is not None:
+            leak = raf.leak.to(segment_products.dtype)
+            threshold = raf.threshold.to(segment_products.dtype)
+        for j in range(max_segments):
+            slot = segment_products[:, j]
+            raf_input = self._recurrent_input(total, slot)
+            if raf is None:  # ablation III: the readout is P_j itself
+                torch.mul(raf_input, factor, out=slot)
+                continue
+            new_membrane = torch.addcmul(raf_input, membrane, leak)  # leak * mem + x
+            new_potential = new_membrane / threshold - 1.0
+            new_membrane = torch.where(new_potential > 0, new_membrane - threshold, new_membrane)  # soft reset
+            if every_segment_fires:
+                membrane, potential = new_membrane, new_potential
+            else:
+                fire_j = visited[:, j].view(-1, 1, 1, 1)
+                membrane = torch.where(fire_j, new_membrane, membrane)
+                potential = torch.where(fire_j, new_potential, potential)
+            torch.mul(torch.relu(potential), factor, out=slot)
+        return segment_products
+
+    def _segment_products(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``W K_j^T V_j`` of every segment, (B, M, H, d, d), and ``W K^T V``, (B, 1, H, d, d), in the
+        accumulation dtype, from segment-major keys/values (B, M, H, s, d); clamped before ``W`` when
+        ``kv_clamp`` is set (see :meth:`_raf_inputs`)."""
+        wide = accumulation_dtype(keys.dtype)
+        keys_wide = keys.to(wide)
+        if self.settings.kv_clamp is None:
+            projected_values = self._project(values.to(wide))
+            segment_products = torch.matmul(keys_wide.transpose(-1, -2), projected_values)  # W K_j^T V_j
+            return segment_products, segment_products.sum(dim=1, keepdim=True)
+        c = self.settings.kv_clamp
+        segment_products = torch.matmul(keys_wide.transpose(-1, -2), values.to(wide))
+        total = self._project(segment_products.sum(dim=1, keepdim=True).clamp(-c, c))
+        return self._project(segment_products.clamp(-c, c)), total
+
     def _raf_inputs(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """RAF inputs ``x_j = W P_j`` of every segment, (B, H, M, d, d), and ``W K^T V``, (B, H, d, d),
+        """RAF inputs ``x_j = W P_j`` of every segment, (B, M, H, d, d), and ``W K^T V``, (B, H, d, d),
         in :func:`~srformer.attention.state.accumulation_dtype` (float32, or float64 for a float64
-        model) from compacted, zero-padded keys/values (B, H, M*s, d) (Eq. 14-16, A.2).
+        model) from segment-major, zero-padded keys/values (B, M, H, s, d) (Eq. 14-16, A.2).
         Under ablation III there is no ``W`` (``x_j = P_j``); under ablation IV ``x_j = W K_j^T V_j``.
 
         ``W`` acts on the last (value) axis, so ``(K_j^T V_j) W^T = K_j^T (V_j W^T)``: without a clamp
@@ -204,20 +279,8 @@ class SegmentedRecurrentAttention(nn.Module):
         instead of O(s*d^2 + d^3) (k*d^2 + m*d^3, 2.5x more at s = d/4). With ``kv_clamp`` the
         products are clamped before ``W``, as the BART authors did.
         """
-        batch, heads, _, d = keys.shape
-        shape = (batch, heads, -1, self.settings.segment_size, d)
-        wide = accumulation_dtype(keys.dtype)
-        keys_wide = keys.to(wide).view(shape)
-        if self.settings.kv_clamp is None:
-            projected_values = self._project(values.to(wide)).view(shape)
-            segment_products = torch.einsum("bhmsd,bhmse->bhmde", keys_wide, projected_values)  # W K_j^T V_j
-            total = segment_products.sum(dim=2, keepdim=True)
-        else:
-            c = self.settings.kv_clamp
-            segment_products = torch.einsum("bhmsd,bhmse->bhmde", keys_wide, values.to(wide).view(shape))
-            total = self._project(segment_products.sum(dim=2, keepdim=True).clamp(-c, c))
-            segment_products = self._project(segment_products.clamp(-c, c))
-        return self._recurrent_input(total, segment_products), total[:, :, 0]
+        segment_products, total = self._segment_products(keys, values)
+        return self._recurrent_input(total, segment_products), total[:, 0]
 
     def _recurrent_input(self, total: torch.Tensor, segment_products: torch.Tensor) -> torch.Tensor:
         """The RAF input from ``W K^T V`` and ``W K_i^T V_i`` (any matching shapes): ``W P_i`` (Eq. 16),
@@ -262,13 +325,13 @@ class SegmentedRecurrentAttention(nn.Module):
         lean = replace(state, keys=None, values=None, raf_readout=None)
         if self.raf is None:  # no recurrence, or ablation III (its output is recomputed at each step)
             return lean
-        batch, heads, max_segments, d, _ = required(state.raf_readout, "raf_readout").shape
+        batch, max_segments, heads, d, _ = required(state.raf_readout, "raf_readout").shape
         # The RAF inputs are not kept in the standard layout; rebuild them for the visited prefix.
         raf_inputs, _ = self._raf_inputs(required(state.keys, "keys"), required(state.values, "values"))
         done = self._visited(state.num_segments, max_segments)
         done &= torch.arange(max_segments, device=done.device)[None, :] <= state.last_segment[:, None]
         zeros = raf_inputs.new_zeros(batch, heads, d, d)
-        _, membrane, raf_output = self.raf.scan(raf_inputs, done, zeros, zeros)
+        _, membrane, raf_output = self.raf.scan(raf_inputs, done, zeros, zeros, axis=1)
         return replace(lean, membrane=membrane, raf_output=raf_output)
 
     # ------------------------------------------------------------------ parallel path
@@ -277,19 +340,22 @@ class SegmentedRecurrentAttention(nn.Module):
         queries: torch.Tensor,
         state: CrossAttentionState,
         *,
-        start_position: int = 0,
+        start_position: int | torch.Tensor = 0,
         dropout: float = 0.0,
     ) -> tuple[torch.Tensor, CrossAttentionState]:
         """Cross attention for ``q`` consecutive decoder positions at once (teacher forcing).
 
-        No Python loop over positions: segmented attention is one masked ``scaled_dot_product_attention``
-        call, and each query reads the RAF output of its segment from the state.
+        No Python loop over positions: each query gathers its own segment's key/value block and RAF
+        readout (one ``index_select`` each over the segment-major state) and takes one softmax over
+        its ``s`` keys, so the work is O(q*s*d + q*d^2) per head, not O(q*k*d)
+        (:func:`~srformer.attention.softmax_context.parallel_softmax`).
 
         Args:
             queries: (B, H, q, d) projected decoder queries at positions
                 ``start_position .. start_position + q - 1``.
             state: a standard-layout state (from :meth:`init_state`).
-            start_position: absolute decoder position of the first query.
+            start_position: absolute decoder position of the first query (an int, or a 0-d long
+                tensor, e.g. from a static cache).
             dropout: attention-probability dropout for ``O_S`` (training only).
 
         Returns:
@@ -301,48 +367,51 @@ class SegmentedRecurrentAttention(nn.Module):
         """
         if state.is_lean:
             raise ValueError("The parallel path needs a standard-layout state; rebuild it with init_state().")
-        batch, heads, q, d = queries.shape
-        positions = torch.arange(start_position, start_position + q, device=queries.device)
+        q = queries.shape[2]
+        positions = torch.arange(q, device=queries.device) + start_position
         segments_of_query = segment_index(positions, state.num_segments, self.settings.target_length)  # (B, q)
 
         output = None
         if self.has_softmax:
-            keys, values, allowed = parallel_context(
-                self.settings.variant, state, segments_of_query, self.settings.segment_size
-            )
-            output = F.scaled_dot_product_attention(
-                queries,
-                keys.to(queries.dtype),
-                values.to(queries.dtype),
-                attn_mask=allowed[:, None],
-                dropout_p=dropout,
-                scale=self.scale,
+            output = parallel_softmax(
+                self.settings.variant, queries, state, segments_of_query, self.scale, dropout
             )
         if self.has_recurrence:
-            # Q_t . out_j for every segment j in one batched matmul (q*M*d numbers per head, less than
-            # materialising a (d, d) block per query), then keep each query's own segment.
+            # each query's own readout block (B, q, H, d, d): O(q*d^2) per head
             raf_readout = required(state.raf_readout, "raf_readout")
-            all_segments = torch.einsum("bhqd,bhmde->bhqme", queries.to(raf_readout.dtype), raf_readout)
-            pick = segments_of_query[:, None, :, None, None].expand(batch, heads, q, 1, d)
-            recurrent = torch.take_along_dim(all_segments, pick, dim=3)[:, :, :, 0]
+            index = block_index(segments_of_query, raf_readout.shape[1])
+            readout = take_blocks(raf_readout, index, q)
+            query_rows = queries.transpose(1, 2).unsqueeze(-2).to(raf_readout.dtype)  # (B, q, H, 1, d)
+            recurrent = torch.matmul(query_rows, readout).squeeze(-2).transpose(1, 2)  # (B, H, q, d)
             output = self._combine(output, recurrent.to(queries.dtype))
         assert output is not None, "every variant has softmax or recurrent attention (SRformerConfig checks)"
         return output, replace(state, last_segment=segments_of_query[:, -1])
 
     # ------------------------------------------------------------------ incremental path
+    def _segment_at(self, state: CrossAttentionState, position: int | torch.Tensor) -> torch.Tensor:
+        """(B,) long ``i(t)`` read from the state's segment table; ``position`` is an int (a view, no
+        kernel) or a 0-d tensor (static caches: clamped and read on the device, no host sync)."""
+        segment_table = required(state.segment_table, "segment_table")
+        target = self.settings.target_length
+        if isinstance(position, torch.Tensor):
+            column = position.reshape(1).clamp(max=target).to(device=segment_table.device, dtype=torch.long)
+            return segment_table.index_select(1, column)[:, 0]
+        return segment_table[:, min(position, target)]
+
     def step(
         self,
         queries: torch.Tensor,
         state: CrossAttentionState,
         *,
-        position: int,
+        position: int | torch.Tensor,
         project_rows: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None,
     ) -> tuple[torch.Tensor, CrossAttentionState]:
         """Cross attention for one decoder position, reading one segment and a (d, d) matrix per head.
 
         Algorithm 1: attend to segment ``i(t)`` with softmax and add ``Q_t . RAF_out_{i(t)} / norm(K)``.
-        Standard layout: the RAF output is read from the state; the work is O(s*d + d^2) per head,
-        no tensor of encoder length is touched and there is no host sync. Lean layout: the
+        Standard layout: the segment's key/value block and its RAF readout are read with one
+        ``index_select`` each from the segment-major state; the work is O(s*d + d^2) per head, no
+        tensor of encoder length is touched and there is no host sync. Lean layout: the
         segment's ``s`` encoder rows are projected (O(s * d_model * d) per head) and, when
         ``i(t)`` differs from the previous step's segment, RAF fires once with
         ``W K^T V - W K_i^T V_i`` (O(s*d^2 + d^3)). ``xl`` reads 2s keys and ``longt5`` s + m
@@ -351,7 +420,7 @@ class SegmentedRecurrentAttention(nn.Module):
         Args:
             queries: (B, H, 1, d) projected decoder query at ``position``.
             state: the state after ``position - 1`` (or a fresh state when ``position`` is 0).
-            position: absolute decoder position ``t``.
+            position: absolute decoder position ``t`` (an int, or a 0-d long tensor).
             project_rows: lean layout only: maps (B, s) encoder positions to the projected
                 (keys, values), each (B, H, s, d).
 
@@ -361,40 +430,76 @@ class SegmentedRecurrentAttention(nn.Module):
         Raises:
             ValueError: a lean state without ``project_rows``.
         """
-        batch = queries.shape[0]
-        s = self.settings.segment_size
-        device = queries.device
-        segment_table = required(state.segment_table, "segment_table")
-        segment = segment_table[:, min(position, self.settings.target_length)]  # (B,) i(t)
-        rows = torch.arange(batch, device=device)
+        segment = self._segment_at(state, position)  # (B,) i(t)
+        segment_valid = required(state.segment_valid, "segment_valid")
+        max_segments = segment_valid.shape[1]
+        # (B,) flat block index b * M + i_b(t) (block_index without its reshapes: fewer ops per step)
+        index = segment + torch.arange(0, segment.shape[0] * max_segments, max_segments, device=segment.device)
+        new_state = replace(state, last_segment=segment)
+        readout = None
         if state.is_lean:
-            if project_rows is None:
-                raise ValueError("A lean SRformer state needs `project_rows` to project its segment.")
-            allowed = required(state.segment_valid, "segment_valid")[rows, segment]  # (B, s)
-            positions = required(state.positions, "positions")
-            max_segments = positions.shape[1] // s
-            encoder_positions = positions.view(batch, max_segments, s)[rows, segment].to(torch.int64)
-            keys, values = project_rows(encoder_positions)
-            row_mask = allowed[:, None, :, None].to(keys.dtype)
-            keys, values = keys * row_mask, values * row_mask
+            keys, values, allowed, readout, new_state = self._lean_segment(state, new_state, index, project_rows)
         elif self.has_softmax:  # ablation I reads no keys in the standard layout
-            keys, values, allowed = step_context(self.settings.variant, state, segment, s)
+            keys, values, allowed = step_context(self.settings.variant, state, index, segment)
         output = None
         if self.has_softmax:
             output = F.scaled_dot_product_attention(
-                queries, keys.to(queries.dtype), values.to(queries.dtype), attn_mask=allowed[:, None, None, :],
+                queries, _cast(keys, queries.dtype), _cast(values, queries.dtype), attn_mask=allowed[:, None, None, :],
                 scale=self.scale,
             )
-        new_state = replace(state, last_segment=segment)
         if self.has_recurrence:
-            if state.is_lean:
-                readout, new_state = self._lean_readout(keys, values, segment, state, new_state)
-            else:
-                # scale * RAF_out_i / norm(K), (B, H, d, d)
-                readout = required(state.raf_readout, "raf_readout")[rows, :, segment]
-            output = self._combine(output, torch.matmul(queries.to(readout.dtype), readout).to(queries.dtype))
+            if readout is None:  # standard layout: scale * RAF_out_i / norm(K), (B, H, d, d)
+                readout = required(state.raf_readout, "raf_readout").flatten(0, 1).index_select(0, index)
+            recurrent = torch.matmul(_cast(queries, readout.dtype), readout)
+            output = self._combine(output, _cast(recurrent, queries.dtype))
         assert output is not None, "every variant has softmax or recurrent attention (SRformerConfig checks)"
         return output, new_state
+
+    def _lean_segment(
+        self,
+        state: CrossAttentionState,
+        new_state: CrossAttentionState,
+        index: torch.Tensor,
+        project_rows: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, CrossAttentionState]:
+        """Lean layout: the current segment's keys, values, mask and readout.
+
+        They are projected (and RAF fired) once per segment change and kept in the state; a step in
+        the same segment as the previous one reuses them. Eager mode decides this on the host (one
+        sync per step); under ``torch.compile``/``torch.export`` every step projects (sync-free, the
+        same numbers).
+
+        Returns:
+            ``(keys, values, allowed, readout, new_state)``: (B, H, s, d) twice, (B, s) bool, the
+            (B, H, d, d) readout (None without recurrence) and the updated state.
+
+        Raises:
+            ValueError: without ``project_rows``.
+        """
+        segment = new_state.last_segment
+        keys, values, allowed = state.segment_keys, state.segment_values, state.segment_allowed
+        if (
+            keys is not None and values is not None and allowed is not None and not tracing()
+            and not bool((segment != state.last_segment).any())  # same segment for every row: reuse
+        ):
+            return keys, values, allowed, state.segment_readout, new_state
+        if project_rows is None:
+            raise ValueError("A lean SRformer state needs `project_rows` to project its segment.")
+        segment_valid = required(state.segment_valid, "segment_valid")
+        allowed = segment_valid.flatten(0, 1).index_select(0, index)  # (B, s)
+        positions = required(state.positions, "positions")
+        encoder_positions = positions.view(index.shape[0] * segment_valid.shape[1], -1).index_select(0, index)
+        keys, values = project_rows(encoder_positions.to(torch.int64))
+        # real rows only (an empty example's attendable positions are padding rows of the encoder output)
+        row_mask = (allowed & (state.lengths > 0)[:, None])[:, None, :, None].to(keys.dtype)
+        keys, values = keys * row_mask, values * row_mask
+        readout = None
+        if self.has_recurrence:
+            readout, new_state = self._lean_readout(keys, values, segment, state, new_state)
+        new_state = replace(
+            new_state, segment_keys=keys, segment_values=values, segment_allowed=allowed, segment_readout=readout
+        )
+        return keys, values, allowed, readout, new_state
 
     @autocast_off
     def _lean_readout(
@@ -424,3 +529,50 @@ class SegmentedRecurrentAttention(nn.Module):
             membrane = torch.where(changed, membrane, previous_membrane)
             new_state = replace(new_state, membrane=membrane, raf_output=raf_output)
         return raf_output * (self.scale / required(state.key_norm, "key_norm")[:, :, None, :]), new_state
+
+
+def _cast(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``tensor.to(dtype)``, skipped (no dispatcher call) when the dtype already matches: a decode step
+    is a few dozen small operations, so even no-op calls show in its time."""
+    return tensor if tensor.dtype == dtype else tensor.to(dtype)
+
+
+def _segment_major(
+    keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None, segment_size: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Keys and values (B, H, k, d) as segment-major blocks (B, M, H, s, d), ``M = ceil(k / s)``.
+
+    With ``key_valid`` each example's real positions are moved to the front first (one
+    ``index_select`` of whole (H, d) rows; padding rows read position 0 and the caller zeroes them);
+    without it, positions after ``k`` are zero rows. The (B, M) axes always flatten to a view, so a
+    step or a query reads its segment's block with one ``index_select``. The blocks are contiguous:
+    one copy of the keys and one of the values (transformers' projections are (B, k, H, d) memory).
+
+    Returns:
+        ``(keys, values, order)``: the blocks, and (B, M*s) long, the encoder position of each
+        segment-major position (0 at padding positions past ``k``).
+    """
+    batch, heads, k, d = keys.shape
+    max_segments = -(-k // segment_size)
+    padded = max_segments * segment_size
+    device = keys.device
+    rows_keys, rows_values = keys.transpose(1, 2), values.transpose(1, 2)  # (B, k, H, d)
+    if key_valid is not None:
+        order = compaction_order(key_valid.to(device=device, dtype=torch.bool))  # (B, k)
+        if padded != k:
+            order = F.pad(order, (0, padded - k))
+        flat = (order + torch.arange(0, batch * k, k, device=device)[:, None]).reshape(-1)
+        rows_keys = rows_keys.reshape(batch * k, heads, d).index_select(0, flat)
+        rows_values = rows_values.reshape(batch * k, heads, d).index_select(0, flat)
+    else:
+        order = F.pad(torch.arange(k, device=device), (0, padded - k)).expand(batch, padded)
+        if padded != k:
+            rows_keys = F.pad(rows_keys, (0, 0, 0, 0, 0, padded - k))
+            rows_values = F.pad(rows_values, (0, 0, 0, 0, 0, padded - k))
+
+    def blocks(rows: torch.Tensor) -> torch.Tensor:
+        # contiguous: every later kernel (the batched K_j^T V_j matmul, W, norm(K), the finiteness check,
+        # a step's block reads) then runs on dense memory without copies of its own
+        return rows.reshape(batch, max_segments, segment_size, heads, d).transpose(2, 3).contiguous()
+
+    return blocks(rows_keys), blocks(rows_values), order

@@ -86,18 +86,21 @@ class CrossAttentionState:
     numbers plus a compaction index.
 
     Attributes:
-        lengths: (B,) long, real encoder lengths in tokens.
-        num_segments: (B,) long, ``m = ceil(length / s)``.
+        lengths: (B,) long, real encoder lengths in tokens (0 for an empty document).
+        num_segments: (B,) long, ``m = ceil(length / s)``, at least 1 (an empty document has one empty segment).
         last_segment: (B,) long, the segment of the previous decoder step (-1 before the first).
-        keys: standard layout: (B, H, M*s, d) keys with each example's real positions moved to the
-            front and zeros after them (padding never enters a segment, ``K^T V`` or ``norm(K)``);
-            None in the lean layout.
-        values: (B, H, M*s, d) values, same layout as ``keys``; None in the lean layout.
-        positions: lean layout: (B, M*s) int32, the encoder position of each compacted position
-            (its segment's rows are gathered from the encoder output); None otherwise.
+        keys: standard layout: (B, M, H, s, d) segment-major keys: block ``j`` holds compacted positions
+            ``j*s .. j*s + s - 1`` (each example's real positions moved to the front, zeros after them, so
+            padding never enters a segment, ``K^T V`` or ``norm(K)``). The (B, M) axes flatten to a view,
+            so one ``index_select`` reads a segment's block per example (a step) or per query
+            (training). None in the lean layout.
+        values: (B, M, H, s, d) values, same layout as ``keys``; None in the lean layout.
+        positions: (B, M*s) int32, the encoder position of each compacted position (the lean layout
+            gathers its segment's rows of the encoder output with it).
         segment_table: (B, T+1) long, ``i(t)`` for ``t = 0 .. T`` (later steps use column T).
-        segment_valid: (B, M, s) bool, which compacted positions of each segment are real.
-        raf_readout: standard layout: (B, H, M, d, d) accumulation-dtype ``scale * RAF_out_j / norm(K)``: the
+        segment_valid: (B, M, s) bool, the positions a softmax may attend: the real ones, and for an
+            empty document all of segment 0 (zero keys and values, so its output is 0).
+        raf_readout: standard layout: (B, M, H, d, d) accumulation-dtype ``scale * RAF_out_j / norm(K)``: the
             RAF output in force while segment ``j`` is attended (Eq. 13-16, A.2), computed once for
             every visited segment, with the attention scale and ``norm(K)`` folded in, so that
             ``O_R[t] = Q_t . raf_readout[i(t)]``. None in the lean layout or without recurrence.
@@ -106,6 +109,11 @@ class CrossAttentionState:
         key_norm: (B, H, d) accumulation-dtype ``norm(K) + eps`` over real positions (Eq. 13), or None.
         membrane: lean layout: (B, H, d, d) accumulation-dtype RAF membrane potential; None otherwise.
         raf_output: lean layout: (B, H, d, d) accumulation-dtype RAF output of the current segment; None otherwise.
+        segment_keys: lean layout: (B, H, s, d) the current segment's projected keys (zero at padding),
+            kept from the step that entered the segment; None before the first step and otherwise.
+        segment_values: lean layout: (B, H, s, d) the current segment's projected values.
+        segment_allowed: lean layout: (B, s) bool, the current segment's attendable positions.
+        segment_readout: lean layout with recurrence: (B, H, d, d) accumulation-dtype readout of the current segment.
         global_keys: ``longt5``: (B, H, M, d) mean of each segment's real keys; None otherwise.
         global_values: ``longt5``: (B, H, M, d) mean of each segment's real values; None otherwise.
         global_valid: ``longt5``: (B, M) bool, segments holding a real token; None otherwise.
@@ -126,6 +134,10 @@ class CrossAttentionState:
     key_norm: torch.Tensor | None = None
     membrane: torch.Tensor | None = None
     raf_output: torch.Tensor | None = None
+    segment_keys: torch.Tensor | None = None
+    segment_values: torch.Tensor | None = None
+    segment_allowed: torch.Tensor | None = None
+    segment_readout: torch.Tensor | None = None
     global_keys: torch.Tensor | None = None
     global_values: torch.Tensor | None = None
     global_valid: torch.Tensor | None = None

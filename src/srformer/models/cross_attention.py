@@ -13,6 +13,7 @@ from collections.abc import Callable
 import torch
 from transformers.cache_utils import DynamicLayer, EncoderDecoderCache
 
+from srformer.attention.schedule import tracing
 from srformer.attention.state import CrossAttentionState, SRformerCacheLayer
 from srformer.attention.variants import CrossAttentionModule
 
@@ -115,7 +116,8 @@ def run_cross_attention(
     Raises:
         ValueError: for a cache that is not an ``EncoderDecoderCache``, or a missing ``layer_idx``;
             for NaN/inf in the encoder output, its projections or the state built from them (see
-            :func:`check_finite_state`).
+            :func:`check_finite_state`; eager mode only: under ``torch.compile``/``torch.export`` the
+            check, which needs a host sync, is skipped).
     """
     q_len = queries.shape[2]
     cache: EncoderDecoderCache | None = None
@@ -143,8 +145,10 @@ def run_cross_attention(
         # standard layout (its RAF outputs do not depend on the tokens decoded so far).
         keys, values = project(key_value_states)
         state = attention.init_state(keys, values, key_padding_from_mask(mask, keys.shape[2]))  # float32-or-wider state
-        check_finite_state(key_value_states, keys, values, state, layer_idx, attention)
+        if not tracing():  # the check needs a host sync; compile/export run without it
+            check_finite_state(key_value_states, keys, values, state, layer_idx, attention)
 
+    # an int (dynamic cache) or a 0-d tensor (static cache): used on the device, never synced to the host
     start = 0 if cache is None else cache.self_attention_cache.get_seq_length(cache_index) - q_len
     if cache is not None and q_len == 1:
 
