@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 import srformer
 from srformer.attention.state import SRformerCacheLayer
@@ -55,3 +56,27 @@ def test_runtime_options_do_not_change_the_model_identity(tmp_path):
     assert srformer.models.srformer_config_of(loaded).lean_cache
     with pytest.raises(ValueError, match="Only"):
         set_runtime_options(loaded, segment_size=8)
+
+
+@pytest.mark.parametrize("variant", ["segmented", "srformer"])
+def test_lean_cache_survives_a_rejected_multi_token_chunk(family, variant):
+    """Assisted decoding and prompt lookup feed several candidate tokens at once, then crop the cache to
+    the accepted prefix. A chunk that ran into a later segment must not leave its RAF state behind: the
+    steps after the crop equal teacher forcing."""
+    model = converted(BUILDERS[family](), variant=variant, segment_size=4, target_length=12, lean_cache=True)
+    ids, mask = padded_batch(model)
+    dec = decoder_inputs(model, ids.shape[0], 10)
+    reference = teacher_forced_logits(model, ids, mask, dec)
+    with torch.no_grad():
+        encoder_outputs = model.get_encoder()(input_ids=ids, attention_mask=mask)
+        cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+
+        def run(tokens):
+            return model(encoder_outputs=encoder_outputs, attention_mask=mask, decoder_input_ids=tokens,
+                         past_key_values=cache, use_cache=True).logits
+
+        logits = [run(dec[:, :1])]
+        run(dec[:, 1:8])  # candidates for positions 1..7: segments up to i(7), past i(1)
+        cache.crop(-7)  # none accepted: remove the 7 candidates, back to the prefix of length 1
+        logits += [run(dec[:, t : t + 1]) for t in range(1, dec.shape[1])]
+    assert_exact(torch.cat(logits, dim=1), reference, "steps after a rejected chunk")

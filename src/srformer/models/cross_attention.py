@@ -161,7 +161,11 @@ def run_cross_attention(
         output, state = attention(queries, state, start_position=start, dropout=dropout)
 
     if cache is not None:
-        if attention.settings.lean_cache and not state.is_lean:
+        # The lean layout carries the RAF membrane of the segments fired so far, so it is only entered
+        # at a single-token step, whose position is the sequence's own. After a multi-token chunk
+        # (assisted decoding, prompt lookup) the state stays standard: generate() may crop the
+        # rejected candidates, and a lean membrane would still hold the segments they reached.
+        if attention.settings.lean_cache and not state.is_lean and q_len == 1:
             state = attention.lean(state)
         _store_state(cache, cache_index, state)
     return output
