@@ -25,8 +25,15 @@ from torch._dynamo.utils import counters
 from transformers import CompileConfig
 
 from tests.models.conftest import decoder_inputs
-from tests.models.test_generation_strategies import batch, generate, model_for
-from tests.tolerance import FLOAT32_UNIT_ROUNDOFF, assert_exact, exact_tolerance, magnitude, max_difference
+from tests.models.test_generation_strategies import DECODER_GAIN, batch, generate, model_for
+from tests.tolerance import (
+    FLOAT32_UNIT_ROUNDOFF,
+    assert_exact,
+    exact_tolerance,
+    float32_tolerance,
+    magnitude,
+    max_difference,
+)
 
 CASES = [
     ("t5", "srformer", False), ("bart", "srformer", False), ("t5", "segmented", False), ("bart", "segmented", False),
@@ -74,7 +81,14 @@ def test_fullgraph_static_cache_generate_with_inductor_equals_eager():
     assert graphs >= 1
     assert torch.equal(compiled.sequences, eager.sequences)
     compiled_logits, eager_logits = torch.stack(compiled.logits, 1), torch.stack(eager.logits, 1)
-    tolerance = exact_tolerance(eager_logits) + 2 * FLOAT32_UNIT_ROUNDOFF * magnitude(eager_logits)  # as above
+    # As above, plus T5's RMSNorm: it computes its variance in float32 even in a float64 model, and inductor's
+    # fused kernel sums the d_model = 32 squares in another order than eager: a float32 sum of 32 terms on
+    # each side (float32_tolerance), amplified by the decoder after it (DECODER_GAIN, as in the generate()
+    # matrix). A state mixed up between rows or steps moves the logits by O(0.1), far above this bound.
+    tolerance = (
+        exact_tolerance(eager_logits) + 2 * FLOAT32_UNIT_ROUNDOFF * magnitude(eager_logits)
+        + DECODER_GAIN * float32_tolerance(eager_logits, terms=32)
+    )
     assert max_difference(compiled_logits, eager_logits) <= tolerance
 
 
