@@ -10,6 +10,35 @@ from torch import nn
 from srformer.attention.schedule import tracing
 
 
+def update(
+    membrane: torch.Tensor,
+    potential: torch.Tensor,
+    projected: torch.Tensor,
+    leak: torch.Tensor,
+    threshold: torch.Tensor,
+    fire: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One RAF update (Appendix A.2): ``mem = leak * mem + x``, ``y = mem / threshold - 1``, soft reset
+    ``mem -= threshold`` where ``y > 0``.
+
+    Args:
+        membrane: (..., d, d) membrane before the update.
+        potential: (..., d, d) ``y`` in force before the update (kept where nothing fires).
+        projected: (..., d, d) input ``x = W P``.
+        leak, threshold: 0-d tensors in the inputs' dtype.
+        fire: bool, broadcastable to the membrane: rows that update (the others carry ``membrane`` and
+            ``potential`` unchanged); None when every row updates.
+
+    Returns:
+        ``(membrane, potential)`` after the update; the RAF output is ``relu(potential)``.
+    """
+    new_membrane = torch.addcmul(projected, membrane, leak)  # leak * mem + x
+    new_potential = new_membrane / threshold - 1.0
+    new_membrane = torch.where(new_potential > 0, new_membrane - threshold, new_membrane)  # soft reset
+    if fire is None:
+        return new_membrane, new_potential
+    return torch.where(fire, new_membrane, membrane), torch.where(fire, new_potential, potential)
+
 class ScaledLinear(nn.Linear):
     """The RAF weight ``W``: a bias-free ``Linear(d, d)`` initialised uniform in ``±init_scale / sqrt(d)``,
     that is PyTorch's default ``nn.Linear`` initialisation (``kaiming_uniform_(a=sqrt(5))``, bound
@@ -102,9 +131,7 @@ class RecurrentAccumulateAndFire(nn.Module):
         """
         leak = self.leak.to(projected.dtype)
         threshold = self.threshold.to(projected.dtype)
-        membrane = torch.addcmul(projected, membrane, leak)  # leak * mem + x
-        y = membrane / threshold - 1.0
-        membrane = torch.where(y > 0, membrane - threshold, membrane)  # soft reset
+        membrane, y = update(membrane, membrane, projected, leak, threshold, None)
         return membrane, torch.relu(y)
 
     def scan(
@@ -151,15 +178,8 @@ class RecurrentAccumulateAndFire(nn.Module):
         # unbind once: indexing projected[:, :, j] per segment would make backward allocate a
         # full-size zero gradient for every segment.
         for j, projected_j in enumerate(projected.unbind(dim=axis)):
-            new_membrane = torch.addcmul(projected_j, membrane, leak)  # leak * mem + x
-            new_potential = new_membrane / threshold - 1.0
-            new_membrane = torch.where(new_potential > 0, new_membrane - threshold, new_membrane)  # soft reset
-            if every_segment_fires:
-                membrane, potential = new_membrane, new_potential
-            else:
-                fire_j = fires[:, j].view(fire_shape)
-                membrane = torch.where(fire_j, new_membrane, membrane)
-                potential = torch.where(fire_j, new_potential, potential)
+            fire_j = None if every_segment_fires else fires[:, j].view(fire_shape)
+            membrane, potential = update(membrane, potential, projected_j, leak, threshold, fire_j)
             potentials.append(potential)
         if not potentials:  # no segment at all
             return projected.new_zeros(projected.shape), membrane, output

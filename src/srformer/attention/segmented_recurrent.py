@@ -49,6 +49,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from srformer.attention.raf import RecurrentAccumulateAndFire
+from srformer.attention.raf import update as raf_update
 from srformer.attention.schedule import compaction_order, num_segments, real_lengths, segment_index, tracing
 from srformer.attention.softmax_context import (
     SOFTMAX_VARIANTS,
@@ -241,15 +242,8 @@ class SegmentedRecurrentAttention(nn.Module):
             if raf is None:  # ablation III: the readout is P_j itself
                 torch.mul(raf_input, factor, out=slot)
                 continue
-            new_membrane = torch.addcmul(raf_input, membrane, leak)  # leak * mem + x
-            new_potential = new_membrane / threshold - 1.0
-            new_membrane = torch.where(new_potential > 0, new_membrane - threshold, new_membrane)  # soft reset
-            if every_segment_fires:
-                membrane, potential = new_membrane, new_potential
-            else:
-                fire_j = visited[:, j].view(-1, 1, 1, 1)
-                membrane = torch.where(fire_j, new_membrane, membrane)
-                potential = torch.where(fire_j, new_potential, potential)
+            fire_j = None if every_segment_fires else visited[:, j].view(-1, 1, 1, 1)
+            membrane, potential = raf_update(membrane, potential, raf_input, leak, threshold, fire_j)
             torch.mul(torch.relu(potential), factor, out=slot)
         return segment_products
 
