@@ -9,31 +9,30 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
 
-#: Cross-attention variants implemented in this package.
-#: ``full``: the model's unchanged cross attention.
-#: ``segmented``: softmax attention over the current segment only (paper Eq. 6, ``O_S``).
-#: ``srformer``: segmented attention plus recurrent attention (paper Eq. 11 and 13).
-#: The paper's baselines (Sec. 4.2, Figure 4; docs/design.md "Baselines and ablations"), on the same schedule:
-#: ``xl``: Transformer-XL-style memory, softmax over the current segment and the previous one,
-#: whose keys/values get no gradient (2s keys).
-#: ``longt5``: LongT5-style global tokens, softmax over the current segment plus one global token
-#: per segment (the mean of that segment's real keys/values; s + m keys).
-#: ``linear``: Katharopoulos et al. (2020) linear attention over all real encoder positions with
-#: the elu+1 feature map and its own normaliser (no segments, no RAF).
-VARIANTS: tuple[str, ...] = ("full", "segmented", "srformer", "xl", "longt5", "linear")
+from srformer.attention.registry import (
+    ABLATIONS,
+    LEAN_VARIANTS,
+    NAMED_SETTINGS,
+    REGISTRY,
+    SEGMENT_FREE_VARIANTS,
+    VARIANTS,
+    ablation_owner,
+)
 
-#: Ablations of the ``srformer`` variant (paper Table 3, Sec. 4.3):
-#: ``recurrent_only`` (I): ``O = O_R``, no segmented attention.
-#: ``no_norm`` (II): ``O_R`` is not divided by ``norm(K)``.
-#: ``no_raf`` (III): ``P_i`` is used directly, without the RAF neuron and its weights.
-#: ``segment_products`` (IV): RAF reads ``K_i^T V_i`` instead of ``P_i = K^T V - K_i^T V_i``.
-ABLATIONS: tuple[str, ...] = ("recurrent_only", "no_norm", "no_raf", "segment_products")
-
-#: Variants without segments: ``segment_size`` does not change them.
-SEGMENT_FREE_VARIANTS: tuple[str, ...] = ("full", "linear")
-
-#: Variants whose generation state may use the lean layout (``lean_cache=True``).
-LEAN_VARIANTS: tuple[str, ...] = ("segmented", "srformer", "linear")
+# The variant names and their capabilities live in the registry (srformer.attention.registry, one entry
+# per mechanism with its paper, module, float64 reference and costs); these names are re-exported here:
+#: ``VARIANTS``: every cross-attention variant (``full``, ``segmented``, ``srformer``, and the paper's
+#: baselines ``xl``, ``longt5``, ``linear``; docs/design.md, "Baselines and ablations").
+#: ``ABLATIONS``: the ablations of ``srformer`` (paper Table 3): ``recurrent_only`` (I), ``no_norm`` (II),
+#: ``no_raf`` (III), ``segment_products`` (IV).
+#: ``SEGMENT_FREE_VARIANTS``: variants without segments (``segment_size`` does not change them).
+#: ``LEAN_VARIANTS``: variants whose generation state may use the lean layout (``lean_cache=True``).
+#: ``NAMED_SETTINGS``: names for comparisons (``srformer compare --variants``): every variant, the
+#: ablations (``ablation-I`` ... ``ablation-IV``) and the learnable mix of Eq. 10 (``srformer-sigma``).
+__all__ = [
+    "ABLATIONS", "LEAN_VARIANTS", "NAMED_SETTINGS", "SEGMENT_FREE", "SEGMENT_FREE_VARIANTS", "VARIANTS",
+    "SRformerConfig", "named_config",
+]
 
 
 @dataclass(frozen=True)
@@ -122,15 +121,12 @@ class SRformerConfig:
             raise ValueError(f"`norm_eps` must be > 0, got {self.norm_eps!r}.")
         if self.kv_clamp is not None and not self.kv_clamp > 0:
             raise ValueError(f"`kv_clamp` must be None or > 0, got {self.kv_clamp!r}.")
-        recurrent = self.variant == "srformer" and self.recurrence
+        recurrent = REGISTRY[self.variant].capabilities.recurrent_term and self.recurrence
         if self.ablation is not None:
-            if self.ablation not in ABLATIONS:
+            owner = ablation_owner(self.ablation)  # ValueError for an unknown ablation
+            if self.variant != owner or not recurrent:
                 raise ValueError(
-                    f"Unknown ablation {self.ablation!r}: `ablation` must be None or one of {', '.join(ABLATIONS)}."
-                )
-            if not recurrent:
-                raise ValueError(
-                    f"`ablation={self.ablation!r}` modifies the recurrent term: use variant='srformer' with "
+                    f"`ablation={self.ablation!r}` modifies the recurrent term: use variant={owner!r} with "
                     f"recurrence=True (got variant={self.variant!r}, recurrence={self.recurrence})."
                 )
         if self.mix_init is not None:
@@ -147,7 +143,8 @@ class SRformerConfig:
                 raise ValueError(
                     "`mix_init` mixes O_S and O_R; ablation 'recurrent_only' has no O_S. Use one or the other."
                 )
-        if self.lean_cache and self.variant not in LEAN_VARIANTS and self.variant != "full":
+        # ``full`` has no module of its own, so the runtime option has nothing to act on there
+        if self.lean_cache and self.variant not in LEAN_VARIANTS and REGISTRY[self.variant].module is not None:
             raise ValueError(
                 f"`lean_cache` is implemented for the variants {', '.join(LEAN_VARIANTS)}, not {self.variant!r}; "
                 "set lean_cache=False."
@@ -177,23 +174,6 @@ class SRformerConfig:
             raise ValueError(f"Unknown SRformer settings {unknown}; known settings are {sorted(known)}.")
         return cls(**data)
 
-
-#: Named settings for comparisons (``srformer compare --variants``): every variant, the ablations of
-#: Table 3 (I-IV, on the ``srformer`` variant) and the learnable mix of Eq. 10 (sigma initialised
-#: to 0.5, the equal weighting of Eq. 9 when both softmax divisors are equal).
-NAMED_SETTINGS: dict[str, dict] = {
-    "full": {"variant": "full"},
-    "segmented": {"variant": "segmented"},
-    "srformer": {"variant": "srformer"},
-    "xl": {"variant": "xl"},
-    "longt5": {"variant": "longt5"},
-    "linear": {"variant": "linear"},
-    "ablation-I": {"variant": "srformer", "ablation": "recurrent_only"},
-    "ablation-II": {"variant": "srformer", "ablation": "no_norm"},
-    "ablation-III": {"variant": "srformer", "ablation": "no_raf"},
-    "ablation-IV": {"variant": "srformer", "ablation": "segment_products"},
-    "srformer-sigma": {"variant": "srformer", "mix_init": 0.5},
-}
 
 #: Named settings that do not depend on the segment size (their variant has no segments).
 SEGMENT_FREE: frozenset[str] = frozenset(

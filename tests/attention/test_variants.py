@@ -1,15 +1,13 @@
-"""Tensor-level tests of every named variant (baselines, ablations, Eq. 10 mix) against a naive
-per-query reference written from the equations, plus parallel == incremental, padding invariance,
-lean layout and state reordering."""
+"""Tensor-level tests of every named variant (baselines, ablations, Eq. 10 mix) against its float64
+per-query reference written from the equations (:mod:`srformer.attention.naive`, through the registry),
+plus parallel == incremental, padding invariance, lean layout and state reordering."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
-from torch.nn import functional as F
 
+from srformer.attention.registry import mechanism
 from srformer.attention.state import SRformerCacheLayer
 from srformer.attention.variants import build_cross_attention
 from srformer.config import LEAN_VARIANTS, NAMED_SETTINGS, named_config
@@ -27,70 +25,14 @@ def _module(name, segment_size=3, target_length=8, head_dim=4, scale=1.0, **kw):
     return build_cross_attention(config, head_dim, scale).double()  # float64: exactness (tests/tolerance.py)
 
 
-def _fire(mem, x, leak, threshold):
-    mem = leak * mem + x
-    y = mem / threshold - 1
-    mem = mem - threshold * (y > 0).to(mem.dtype)
-    return mem, torch.relu(y)
-
-
-def _reference(module, query, keys, values, t):
-    """Output for one query (d,) at decoder position t of one example's real keys/values (n, d),
-    computed per segment in float64 straight from the equations."""
-    config = module.settings
-    q, K, V = query.double(), keys.double(), values.double()
-    n, d = K.shape
-    if config.variant == "linear":
-        phi = lambda x: F.elu(x) + 1  # noqa: E731
-        return (phi(q) @ phi(K).T @ V) / (phi(q) @ phi(K).sum(0) + config.norm_eps)
-    s, T = config.segment_size, config.target_length
-    m = math.ceil(n / s)
-    segment = lambda j: slice(j * s, min((j + 1) * s, n))  # noqa: E731
-    i = min(t * m // T, m - 1)
-
-    def softmax_attention(keys_, values_):
-        return torch.softmax(module.scale * (keys_ @ q), 0) @ values_
-
-    output = None
-    if config.variant in ("segmented", "srformer") and config.ablation != "recurrent_only":
-        output = softmax_attention(K[segment(i)], V[segment(i)])
-    if config.variant == "xl":
-        lo = segment(max(i - 1, 0)).start if i > 0 else segment(i).start
-        output = softmax_attention(K[lo : segment(i).stop], V[lo : segment(i).stop])
-    if config.variant == "longt5":
-        globals_k = torch.stack([K[segment(j)].mean(0) for j in range(m)])
-        globals_v = torch.stack([V[segment(j)].mean(0) for j in range(m)])
-        output = softmax_attention(torch.cat([K[segment(i)], globals_k]), torch.cat([V[segment(i)], globals_v]))
-    if not (config.variant == "srformer" and config.recurrence):
-        return output
-
-    products = [K[segment(j)].T @ V[segment(j)] for j in range(m)]
-    total = sum(products)
-    raf = getattr(module, "raf", None)
-    W = raf.linear.weight.double() if raf is not None else torch.eye(d, dtype=torch.float64)
-    inputs = [(p if config.ablation == "segment_products" else total - p) @ W.T for p in products]
-    visited = sorted({min(step * m // T, m - 1) for step in range(T + 1)})
-    if raf is None:
-        out_i = inputs[i]
-    else:
-        mem = torch.zeros(d, d, dtype=torch.float64)
-        leak, threshold = raf.leak.double(), raf.threshold.double()
-        for j in visited:
-            mem, out = _fire(mem, inputs[j], leak, threshold)
-            if j == i:
-                out_i = out
-                break
-    if config.ablation == "no_norm":
-        norm = torch.ones(d, dtype=torch.float64)
-    else:
-        norm = K.pow(2).sum(0).sqrt() + config.norm_eps
-    recurrent = (module.scale * q) @ out_i / norm
-    if output is None:
-        return recurrent
-    if config.mix_init is not None:
-        sigma = torch.sigmoid(module.mix_logit.double())
-        return sigma * output + (1 - sigma) * recurrent
-    return output + recurrent
+def _reference(module, queries, keys, values, valid, start_position=0):
+    """The variant's float64 per-query reference (srformer.attention.naive, found through the registry),
+    with the module's own settings, scale and learned tensors."""
+    entry = mechanism(module.settings.variant)
+    return entry.reference(
+        queries, keys, values, valid, module.settings, scale=module.scale, parameters=module.state_dict(),
+        start_position=start_position,
+    )
 
 
 @pytest.mark.filterwarnings("ignore:An encoder input has")
@@ -104,11 +46,9 @@ def test_parallel_incremental_lean_and_padding_match_the_reference(name, segment
     state = module.init_state(keys, values, valid)
     parallel, final = module(queries, state)
     tol = exact_tolerance(parallel)
-    for b, n in enumerate(lengths):
-        for h in range(2):
-            for t in range(queries.shape[2]):
-                expected = _reference(module, queries[b, h, t], keys[b, h, :n], values[b, h, :n], t)
-                assert (parallel[b, h, t] - expected).abs().max().item() <= tol, (b, h, t)
+    assert (parallel - _reference(module, queries, keys, values, valid)).abs().max().item() <= tol
+    later, _ = module(queries[:, :, 4:], state, start_position=4)  # positions 4.. (a chunk after a prefix)
+    assert (later - _reference(module, queries[:, :, 4:], keys, values, valid, start_position=4)).abs().max() <= tol
     incremental, final_incremental = _incremental(module, queries, state)
     assert (parallel - incremental).abs().max().item() <= tol
     assert torch.equal(final.last_segment, final_incremental.last_segment)
@@ -120,6 +60,7 @@ def test_parallel_incremental_lean_and_padding_match_the_reference(name, segment
     left_values = torch.stack([torch.roll(values[b], 11 - n, dims=1) for b, n in enumerate(lengths)])
     left_output, _ = module(queries, module.init_state(left_keys, left_values, left))
     assert (parallel - left_output).abs().max().item() <= tol
+    assert (left_output - _reference(module, queries, left_keys, left_values, left)).abs().max().item() <= tol
 
 
 def test_xl_memory_segment_gets_no_gradient_and_the_current_one_does():
@@ -188,3 +129,14 @@ def test_bad_variant_settings_name_the_argument():
         named_config("longt5", lean_cache=True)
     with pytest.raises(ValueError, match="Unknown variant name"):
         named_config("bigbird")
+
+
+@pytest.mark.parametrize("name", ["srformer", "ablation-III", "ablation-IV"])
+def test_clamped_products_match_the_reference(name):
+    """``kv_clamp`` (Appendix A.3's clamp of K^T V and every K_j^T V_j, before W) on the parallel path."""
+    module = _module(name, segment_size=2, target_length=6, kv_clamp=0.5)
+    queries, keys, values, valid = _inputs(2, 2, 9, 7, 4, [9, 5])
+    output, _ = module(queries, module.init_state(keys, values, valid))
+    assert_exact(output, _reference(module, queries, keys, values, valid), "clamped")
+    unclamped = _module(name, segment_size=2, target_length=6)
+    assert (output - unclamped(queries, unclamped.init_state(keys, values, valid))[0]).abs().max() > 1e-3

@@ -14,13 +14,17 @@ sums accumulate in float32 (in float64 for a float64 model; see ``accumulation_d
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from srformer.attention.schedule import real_lengths
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, required
-from srformer.config import SRformerConfig
+
+if TYPE_CHECKING:  # srformer.config imports the attention registry
+    from srformer.config import SRformerConfig
 
 
 def feature_map(x: torch.Tensor) -> torch.Tensor:

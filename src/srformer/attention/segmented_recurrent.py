@@ -43,6 +43,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -50,6 +51,7 @@ from torch.nn import functional as F
 
 from srformer.attention.raf import RecurrentAccumulateAndFire
 from srformer.attention.raf import update as raf_update
+from srformer.attention.registry import LEAN_VARIANTS
 from srformer.attention.schedule import compaction_order, num_segments, real_lengths, segment_index, tracing
 from srformer.attention.softmax_context import (
     SOFTMAX_VARIANTS,
@@ -60,7 +62,9 @@ from srformer.attention.softmax_context import (
     take_blocks,
 )
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, required
-from srformer.config import LEAN_VARIANTS, SRformerConfig
+
+if TYPE_CHECKING:  # srformer.config imports the attention registry
+    from srformer.config import SRformerConfig
 
 
 class SegmentedRecurrentAttention(nn.Module):

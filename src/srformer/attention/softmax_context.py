@@ -23,10 +23,11 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
+from srformer.attention.registry import SEGMENT_SOFTMAX_VARIANTS
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, required
 
-#: Variants whose softmax term is computed here.
-SOFTMAX_VARIANTS: tuple[str, ...] = ("segmented", "srformer", "xl", "longt5")
+#: Variants whose softmax term is computed here (registry: a softmax part over the segment schedule).
+SOFTMAX_VARIANTS: tuple[str, ...] = SEGMENT_SOFTMAX_VARIANTS
 
 
 def block_index(segments: torch.Tensor, max_segments: int) -> torch.Tensor:

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from srformer.attention.linear import LinearCrossAttention
+from srformer.attention.registry import mechanism
 from srformer.attention.segmented_recurrent import SegmentedRecurrentAttention
-from srformer.config import SRformerConfig
+
+if TYPE_CHECKING:  # srformer.config imports the attention registry
+    from srformer.config import SRformerConfig
 
 CrossAttentionModule = SegmentedRecurrentAttention | LinearCrossAttention
 
 
 def build_cross_attention(config: SRformerConfig, head_dim: int, scale: float = 1.0) -> CrossAttentionModule:
-    """The module for ``config.variant``: :class:`LinearCrossAttention` for ``linear``,
-    :class:`SegmentedRecurrentAttention` for ``segmented``, ``srformer`` (and its ablations), ``xl``
-    and ``longt5``.
+    """The module of ``config.variant``'s registry entry (:mod:`srformer.attention.registry`):
+    :class:`LinearCrossAttention` for ``linear``, :class:`SegmentedRecurrentAttention` for ``segmented``,
+    ``srformer`` (and its ablations), ``xl`` and ``longt5``.
 
     Args:
         config: the SRformer settings.
@@ -22,8 +27,11 @@ def build_cross_attention(config: SRformerConfig, head_dim: int, scale: float = 
     Raises:
         ValueError: for ``full``, which keeps the model's own attention module.
     """
-    if config.variant == "full":
-        raise ValueError("The 'full' variant keeps the model's own attention; no SRformer module is needed.")
-    if config.variant == "linear":
-        return LinearCrossAttention(config, head_dim, scale)
-    return SegmentedRecurrentAttention(config, head_dim, scale)
+    entry = mechanism(config.variant)
+    if entry.module is None:
+        raise ValueError(
+            f"The {config.variant!r} variant keeps the model's own attention; no SRformer module is needed."
+        )
+    module = entry.build(config, head_dim, scale)
+    assert isinstance(module, SegmentedRecurrentAttention | LinearCrossAttention), type(module)
+    return module

@@ -1,0 +1,300 @@
+"""The registry of cross-attention mechanisms: one entry per variant name.
+
+Every place that asks "which variants exist" or "which variants have capability X" reads this
+registry: :mod:`srformer.config` (``VARIANTS``, ``ABLATIONS``, ``SEGMENT_FREE_VARIANTS``,
+``LEAN_VARIANTS``, ``NAMED_SETTINGS`` and the checks of ``SRformerConfig``),
+:func:`srformer.attention.build_cross_attention`, the softmax contexts, ``srformer compare``,
+``srformer probe`` and ``srformer bench`` (its variant list and Table 1 rows).
+
+Adding a mechanism:
+
+1. one module file in ``srformer/attention/`` with the interface of the existing modules
+   (``__init__(config, head_dim, scale)``, ``init_state(keys, values, key_valid)``,
+   ``forward(queries, state, *, start_position, dropout)``, ``step(queries, state, *, position,
+   project_rows)``, ``lean(state)``);
+2. its float64 per-query reference in :mod:`srformer.attention.naive`, written from the paper's
+   equations, with the references' common signature;
+3. one :class:`Mechanism` entry below (name, citation, module path, reference, capabilities, docs,
+   costs). The config accepts the name, ``srformer compare``/``probe``/``bench`` offer it and
+   ``tests/attention/test_registry.py`` checks the entry.
+
+The module is named by its import path, not imported here: the modules import this registry (for
+their capability checks), and :mod:`srformer.config` reads it, so it must import neither.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from srformer.attention import naive
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from srformer.config import SRformerConfig
+
+#: The common signature of the references in :mod:`srformer.attention.naive`.
+Reference = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a mechanism can do and what its output is made of.
+
+    Attributes:
+        segment_free: ``segment_size`` and the schedule do not change it (no segments).
+        lean_layout: its generation state may use the lean layout (``lean_cache=True``).
+        state_grows_with_input: its standard-layout generation state holds encoder-length tensors
+            (projected keys/values), so a lean layout, where offered, saves memory.
+        training_time_saving: its parallel (training) path costs less than full attention's
+            ``O(q*k*d)`` per head: it never forms a ``q x k`` score matrix.
+        has_softmax_part: its output has a softmax attention term (``O_S`` or a baseline's softmax).
+        recurrent_term: its output has a term carried across segments by a recurrence (the RAF).
+        global_term: its output reads a fixed-size summary of encoder positions outside the attended
+            segment (``P_i`` / ``K^T V``, global tokens, linear attention's sums).
+    """
+
+    segment_free: bool
+    lean_layout: bool
+    state_grows_with_input: bool
+    training_time_saving: bool
+    has_softmax_part: bool
+    recurrent_term: bool
+    global_term: bool
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """One cross-attention variant.
+
+    Attributes:
+        name: the variant name (``SRformerConfig.variant``).
+        doc: one line saying what it computes.
+        citation: the paper (and equations) it implements.
+        module: import path ``package.module.Class`` of its ``nn.Module``, or None for ``full``, which
+            keeps the model's own attention module.
+        reference: its float64 reference in :mod:`srformer.attention.naive`.
+        capabilities: see :class:`Capabilities`.
+        step_cost: work of one decoder step per head (standard layout), as a formula in ``k``
+            (encoder tokens), ``s`` (segment size), ``m`` (segments) and ``d`` (head_dim).
+        build_cost: work of building the per-sequence state per head, once per sequence.
+        state_size: numbers held per head by the standard-layout generation state.
+        ablations: the ``SRformerConfig.ablation`` values that modify it, with one line each.
+        named_settings: further names for ``srformer compare``/``probe``/``named_config`` (an ablation,
+            a mix), each with its settings on top of ``variant=name``.
+        table1_row: its row in the paper's Table 1, or None (the paper's baselines have none).
+    """
+
+    name: str
+    doc: str
+    citation: str
+    module: str | None
+    reference: Reference
+    capabilities: Capabilities
+    step_cost: str
+    build_cost: str
+    state_size: str
+    ablations: Mapping[str, str] = field(default_factory=dict)
+    named_settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    table1_row: str | None = None
+
+    def module_class(self) -> type[nn.Module]:
+        """The class named by :attr:`module`.
+
+        Raises:
+            ValueError: for ``full`` (no module of its own).
+        """
+        if self.module is None:
+            raise ValueError(f"The {self.name!r} variant keeps the model's own attention; it has no SRformer module.")
+        module_name, _, class_name = self.module.rpartition(".")
+        return getattr(importlib.import_module(module_name), class_name)
+
+    def build(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> nn.Module:
+        """The module for ``config`` (``config.variant`` must be :attr:`name`); see :meth:`module_class`."""
+        if config.variant != self.name:
+            raise ValueError(f"Mechanism {self.name!r} cannot build a module for variant {config.variant!r}.")
+        return self.module_class()(config, head_dim, scale)
+
+
+_SEGMENTED_RECURRENT = "srformer.attention.segmented_recurrent.SegmentedRecurrentAttention"
+_PAPER = "Long, Chowdhury & Roy, Segmented Recurrent Transformer"
+
+_ENTRIES: tuple[Mechanism, ...] = (
+    Mechanism(
+        name="full",
+        doc="The model's unchanged cross attention: softmax over every encoder position.",
+        citation=f"Vaswani et al. 2017, Attention Is All You Need; {_PAPER}, Eq. 1-2 and 5",
+        module=None,
+        reference=naive.full_attention,
+        capabilities=Capabilities(
+            segment_free=True, lean_layout=False, state_grows_with_input=True, training_time_saving=False,
+            has_softmax_part=True, recurrent_term=False, global_term=False,
+        ),
+        step_cost="O(k·d)",
+        build_cost="none (keys/values projected once)",
+        state_size="2·k·d (keys and values)",
+        table1_row="Transformer",
+    ),
+    Mechanism(
+        name="segmented",
+        doc="Softmax over the scheduled segment i(t) only (O_S).",
+        citation=f"{_PAPER}, Eq. 4 and 6, Algorithm 1",
+        module=_SEGMENTED_RECURRENT,
+        reference=naive.segmented_attention,
+        capabilities=Capabilities(
+            segment_free=False, lean_layout=True, state_grows_with_input=True, training_time_saving=True,
+            has_softmax_part=True, recurrent_term=False, global_term=False,
+        ),
+        step_cost="O(s·d)",
+        build_cost="O(k·d) (segment-major copy of keys/values)",
+        state_size="2·k·d (keys and values, segment-major)",
+        table1_row="Segmented",
+    ),
+    Mechanism(
+        name="srformer",
+        doc="Segmented attention plus RAF recurrent attention over the other segments: O = O_S + O_R.",
+        citation=f"{_PAPER}, Eq. 6, 10, 11 and 13-16, Algorithm 1, Appendix A.2 (RAF), Table 3 (ablations)",
+        module=_SEGMENTED_RECURRENT,
+        reference=naive.srformer_attention,
+        capabilities=Capabilities(
+            segment_free=False, lean_layout=True, state_grows_with_input=True, training_time_saving=True,
+            has_softmax_part=True, recurrent_term=True, global_term=True,
+        ),
+        step_cost="O(s·d + d²)",
+        build_cost="O(k·d² + m·d²) (all K_j^T V_j, the RAF recurrence over m segments)",
+        state_size="2·k·d + m·d² (keys, values, one d×d RAF readout per segment)",
+        ablations={
+            "recurrent_only": "(I) O = O_R, no segmented attention",
+            "no_norm": "(II) O_R is not divided by norm(K)",
+            "no_raf": "(III) P_i is used directly, without the RAF neuron and its weights",
+            "segment_products": "(IV) the RAF reads W K_i^T V_i instead of W P_i",
+        },
+        named_settings={
+            "ablation-I": {"ablation": "recurrent_only"},
+            "ablation-II": {"ablation": "no_norm"},
+            "ablation-III": {"ablation": "no_raf"},
+            "ablation-IV": {"ablation": "segment_products"},
+            # Eq. 10 with sigma initialised to 0.5, Eq. 9's weighting when both softmax divisors are equal
+            "srformer-sigma": {"mix_init": 0.5},
+        },
+        table1_row="SRformer",
+    ),
+    Mechanism(
+        name="xl",
+        doc="Transformer-XL-style memory: softmax over segment i(t) and the stop-gradient segment i(t) - 1.",
+        citation=f"Dai et al. 2019, Transformer-XL; {_PAPER}, Sec. 4.2 and Figure 4 (baseline)",
+        module=_SEGMENTED_RECURRENT,
+        reference=naive.xl_attention,
+        capabilities=Capabilities(
+            segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
+            has_softmax_part=True, recurrent_term=False, global_term=False,
+        ),
+        step_cost="O(2s·d)",
+        build_cost="O(k·d) (segment-major copy of keys/values)",
+        state_size="2·k·d (keys and values, segment-major)",
+    ),
+    Mechanism(
+        name="longt5",
+        doc="LongT5-style transient global tokens: softmax over segment i(t) plus one mean token per segment.",
+        citation=f"Guo et al. 2022, LongT5; {_PAPER}, Sec. 4.2 and Figure 4 (baseline)",
+        module=_SEGMENTED_RECURRENT,
+        reference=naive.longt5_attention,
+        capabilities=Capabilities(
+            segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
+            has_softmax_part=True, recurrent_term=False, global_term=True,
+        ),
+        step_cost="O((s + m)·d)",
+        build_cost="O(k·d) (segment-major copy, segment means)",
+        state_size="2·k·d + 2·m·d (keys, values, global keys and values)",
+    ),
+    Mechanism(
+        name="linear",
+        doc="Linear attention with the elu+1 feature map over every encoder position (no segments, no RAF).",
+        citation=f"Katharopoulos et al. 2020, Transformers are RNNs; {_PAPER}, Appendix A.1, Eq. 20 (baseline)",
+        module="srformer.attention.linear.LinearCrossAttention",
+        reference=naive.linear_attention,
+        capabilities=Capabilities(
+            segment_free=True, lean_layout=True, state_grows_with_input=False, training_time_saving=True,
+            has_softmax_part=False, recurrent_term=False, global_term=True,
+        ),
+        step_cost="O(d²)",
+        build_cost="O(k·d²)",
+        state_size="d² + d (phi(K)^T V and sum_j phi(K_j))",
+    ),
+)
+
+#: Variant name -> its :class:`Mechanism`, in the order the package lists them (read-only).
+REGISTRY: Mapping[str, Mechanism] = MappingProxyType({entry.name: entry for entry in _ENTRIES})
+
+
+def mechanism(name: str) -> Mechanism:
+    """The registry entry of variant ``name``.
+
+    Raises:
+        ValueError: for an unknown name (the message lists the known ones).
+    """
+    if name not in REGISTRY:
+        raise ValueError(f"Unknown SRformer variant {name!r}: `variant` must be one of {', '.join(REGISTRY)}.")
+    return REGISTRY[name]
+
+
+def with_capability(capability: str, value: bool = True) -> tuple[str, ...]:
+    """Names of the variants whose :class:`Capabilities` field ``capability`` equals ``value``, in registry order.
+
+    Raises:
+        ValueError: for a name that is not a field of :class:`Capabilities`.
+    """
+    if capability not in Capabilities.__dataclass_fields__:
+        raise ValueError(
+            f"Unknown capability {capability!r}; capabilities are {', '.join(Capabilities.__dataclass_fields__)}."
+        )
+    return tuple(name for name, entry in REGISTRY.items() if getattr(entry.capabilities, capability) == value)
+
+
+#: Every variant name.
+VARIANTS: tuple[str, ...] = tuple(REGISTRY)
+
+#: Every ablation name, of any variant.
+ABLATIONS: tuple[str, ...] = tuple(name for entry in REGISTRY.values() for name in entry.ablations)
+
+#: Variants without segments: ``segment_size`` does not change them.
+SEGMENT_FREE_VARIANTS: tuple[str, ...] = with_capability("segment_free")
+
+#: Variants whose generation state may use the lean layout (``lean_cache=True``).
+LEAN_VARIANTS: tuple[str, ...] = with_capability("lean_layout")
+
+#: Variants with a softmax term over the segment schedule (computed by
+#: :mod:`srformer.attention.softmax_context`): a softmax part and segments.
+SEGMENT_SOFTMAX_VARIANTS: tuple[str, ...] = tuple(
+    name for name in with_capability("has_softmax_part") if not REGISTRY[name].capabilities.segment_free
+)
+
+#: Variants that are rows of the paper's Table 1 (``full`` is the paper's "Transformer").
+TABLE1_VARIANTS: tuple[str, ...] = tuple(name for name, entry in REGISTRY.items() if entry.table1_row is not None)
+
+#: Named settings for ``srformer compare``/``probe`` and ``named_config``: every variant by its own name,
+#: then each variant's further named settings (ablations, the Eq. 10 mix).
+NAMED_SETTINGS: dict[str, dict[str, Any]] = {
+    **{name: {"variant": name} for name in REGISTRY},
+    **{
+        setting: {"variant": name, **extra}
+        for name, entry in REGISTRY.items()
+        for setting, extra in entry.named_settings.items()
+    },
+}
+
+
+def ablation_owner(ablation: str) -> str:
+    """The variant whose entry lists ``ablation``.
+
+    Raises:
+        ValueError: for an unknown ablation.
+    """
+    for name, entry in REGISTRY.items():
+        if ablation in entry.ablations:
+            return name
+    raise ValueError(f"Unknown ablation {ablation!r}: `ablation` must be None or one of {', '.join(ABLATIONS)}.")
