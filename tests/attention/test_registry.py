@@ -1,0 +1,169 @@
+"""The mechanism registry: every variant is registered, every entry's module and reference exist, and
+the capabilities it states agree with what the modules and references do (where that is cheap to see)."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+from torch import nn
+
+import srformer.config
+from srformer.attention import naive
+from srformer.attention.registry import (
+    REGISTRY,
+    SEGMENT_SOFTMAX_VARIANTS,
+    Capabilities,
+    mechanism,
+    with_capability,
+)
+from srformer.attention.softmax_context import SOFTMAX_VARIANTS
+from srformer.attention.variants import build_cross_attention
+from srformer.config import ABLATIONS, LEAN_VARIANTS, NAMED_SETTINGS, SEGMENT_FREE_VARIANTS, VARIANTS, SRformerConfig
+from tests.attention.test_segmented_recurrent import _inputs
+from tests.tolerance import exact_tolerance
+
+MODULE_VARIANTS = [name for name, entry in REGISTRY.items() if entry.module is not None]
+REFERENCE_SIGNATURE = list(inspect.signature(naive.srformer_attention).parameters)
+
+
+def _module(name, segment_size=2, target_length=8, **settings):
+    torch.manual_seed(0)
+    config = SRformerConfig(variant=name, segment_size=segment_size, target_length=target_length,
+                            raf_linear_init_scale=1.0, raf_threshold_init=1e-2, **settings)
+    return build_cross_attention(config, 4, 0.5).double()
+
+
+def _reference(name, queries, keys, values, valid, **settings):
+    config = SRformerConfig(variant=name, **{"segment_size": 2, "target_length": 8, **settings})
+    parameters = {"raf.linear.weight": torch.eye(4, dtype=torch.float64)} if name == "srformer" else None
+    return mechanism(name).reference(queries, keys, values, valid, config, scale=0.5, parameters=parameters)
+
+
+def test_every_config_variant_and_named_setting_is_registered():
+    assert tuple(REGISTRY) == VARIANTS
+    assert srformer.VARIANTS == VARIANTS and srformer.ABLATIONS == ABLATIONS  # the public names still import
+    for name, settings in NAMED_SETTINGS.items():
+        assert settings["variant"] in REGISTRY, name
+        srformer.config.named_config(name)  # every named setting is a valid configuration
+    assert set(ABLATIONS) == {a for entry in REGISTRY.values() for a in entry.ablations}
+    with pytest.raises(ValueError, match="Unknown SRformer variant 'bigbird'"):
+        mechanism("bigbird")
+
+
+@pytest.mark.parametrize("name", list(REGISTRY))
+def test_every_entry_has_its_reference_module_docs_and_costs(name):
+    entry = REGISTRY[name]
+    assert entry.name == name
+    assert entry.reference.__module__ == naive.__name__  # the independent float64 reference
+    assert list(inspect.signature(entry.reference).parameters) == REFERENCE_SIGNATURE
+    for text in (entry.doc, entry.citation, entry.step_cost, entry.build_cost, entry.state_size):
+        assert isinstance(text, str) and text.strip(), name
+    assert entry.step_cost.startswith("O(")
+    if entry.module is None:  # full keeps the model's own attention
+        with pytest.raises(ValueError, match="own attention"):
+            build_cross_attention(SRformerConfig(variant=name), 4)
+        return
+    cls = entry.module_class()
+    assert issubclass(cls, nn.Module)
+    assert isinstance(_module(name), cls)
+    for method in ("init_state", "forward", "step", "lean"):
+        assert callable(getattr(cls, method)), method
+
+
+@pytest.mark.parametrize("name", list(REGISTRY))
+def test_references_reject_another_variants_settings(name):
+    other = "full" if name != "full" else "segmented"
+    queries, keys, values, _ = _inputs(1, 1, 4, 2, 4, [4])
+    with pytest.raises(ValueError, match=f"reference of variant '{name}'"):
+        mechanism(name).reference(queries, keys, values, None, SRformerConfig(variant=other))
+
+
+def test_derived_tuples_follow_the_capabilities():
+    assert SEGMENT_FREE_VARIANTS == with_capability("segment_free") == ("full", "linear")
+    assert LEAN_VARIANTS == with_capability("lean_layout") == ("segmented", "srformer", "linear")
+    assert SOFTMAX_VARIANTS == SEGMENT_SOFTMAX_VARIANTS == ("segmented", "srformer", "xl", "longt5")
+    assert set(with_capability("segment_free", False)) | set(SEGMENT_FREE_VARIANTS) == set(REGISTRY)
+    with pytest.raises(ValueError, match="Unknown capability"):
+        with_capability("fast")
+    assert set(Capabilities.__dataclass_fields__) >= {"segment_free", "lean_layout", "training_time_saving"}
+
+
+@pytest.mark.parametrize("name", MODULE_VARIANTS)
+def test_lean_layout_capability_matches_the_module_and_the_config(name):
+    """Lean entries accept the lean layout (and it gives the standard layout's step); the others raise
+    the config's and the module's clear errors."""
+    module = _module(name)
+    queries, keys, values, valid = _inputs(2, 2, 7, 3, 4, [7, 4])
+    state = module.init_state(keys, values, valid)
+    if mechanism(name).capabilities.lean_layout:
+        SRformerConfig(variant=name, lean_cache=True)
+        lean = module.lean(state)
+        assert lean.keys is None and lean.values is None
+
+        def rows(positions):
+            index = positions[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])
+            return torch.gather(keys, 2, index), torch.gather(values, 2, index)
+
+        standard, _ = module.step(queries[:, :, :1], state, position=0)
+        from_lean, _ = module.step(queries[:, :, :1], lean, position=0, project_rows=rows)
+        assert (standard - from_lean).abs().max() <= exact_tolerance(standard)
+    else:
+        with pytest.raises(ValueError, match="lean_cache"):
+            SRformerConfig(variant=name, lean_cache=True)
+        with pytest.raises(ValueError, match="lean cache layout is not implemented"):
+            module.lean(state)
+
+
+@pytest.mark.parametrize("name", MODULE_VARIANTS)
+def test_state_grows_with_input_matches_the_state_size(name):
+    module = _module(name, target_length=16)  # 16 segments at k = 32: none skipped
+    sizes = []
+    for length in (8, 32):
+        _, keys, values, _ = _inputs(1, 2, length, 1, 4, [length])
+        sizes.append(module.init_state(keys, values, None).nbytes())
+    grows = sizes[1] > sizes[0]
+    assert grows == mechanism(name).capabilities.state_grows_with_input, sizes
+
+
+@pytest.mark.parametrize("name", list(REGISTRY))
+def test_segment_free_capability_matches_the_reference(name):
+    """A segment-free mechanism's output does not depend on ``segment_size``; a segmented one's does."""
+    queries, keys, values, valid = _inputs(2, 2, 9, 6, 4, [9, 7])
+    small = _reference(name, queries, keys, values, valid, segment_size=2)
+    large = _reference(name, queries, keys, values, valid, segment_size=3)
+    same = bool((small - large).abs().max() <= exact_tolerance(small))
+    assert same == mechanism(name).capabilities.segment_free
+
+
+@pytest.mark.parametrize("name", [n for n in REGISTRY if not REGISTRY[n].capabilities.segment_free])
+def test_global_term_capability_matches_the_reference(name):
+    """A segmented mechanism reads positions outside its segment (and the xl memory) iff it has a
+    global term: change the values of segment 0 and look at a query of segment 3 (s = 2, m = 4, T = 4)."""
+    queries, keys, values, _ = _inputs(1, 1, 8, 4, 4, [8])
+    changed = values.clone()
+    changed[:, :, :2] += 1.0
+    settings = dict(segment_size=2, target_length=4)
+    before = _reference(name, queries, keys, values, None, **settings)[:, :, 3]
+    after = _reference(name, queries, keys, changed, None, **settings)[:, :, 3]
+    assert bool((before - after).abs().max() > 1e-6) == mechanism(name).capabilities.global_term
+
+
+@pytest.mark.parametrize("name", MODULE_VARIANTS)
+def test_recurrent_term_and_softmax_part_match_the_module(name):
+    module = _module(name)
+    entry = mechanism(name)
+    assert (getattr(module, "raf", None) is not None) == entry.capabilities.recurrent_term
+    assert getattr(module, "has_softmax", False) == entry.capabilities.has_softmax_part
+    assert (name in SOFTMAX_VARIANTS) == (entry.capabilities.has_softmax_part and not entry.capabilities.segment_free)
+
+
+def test_ablations_belong_to_their_variant():
+    for name, entry in REGISTRY.items():
+        for ablation in entry.ablations:
+            assert SRformerConfig(variant=name, ablation=ablation).ablation == ablation
+            for other in REGISTRY:
+                if other != name:
+                    with pytest.raises(ValueError, match=f"variant='{name}'"):
+                        SRformerConfig(variant=other, ablation=ablation)
