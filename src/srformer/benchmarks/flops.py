@@ -37,11 +37,11 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
+from srformer.attention.registry import TABLE1_VARIANTS
 from srformer.attention.segmented_recurrent import SegmentedRecurrentAttention
 from srformer.config import SRformerConfig
 
-#: Table 1 rows: the paper's "Transformer" is ``full``.
-TABLE1_VARIANTS: tuple[str, ...] = ("full", "segmented", "srformer")
+# TABLE1_VARIANTS (re-exported): the registry's variants with a row in paper Table 1; its "Transformer" is ``full``.
 
 
 def _check_sizes(**sizes: int) -> None:

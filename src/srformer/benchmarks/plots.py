@@ -11,8 +11,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter
 
+from srformer.attention.registry import REGISTRY
 from srformer.benchmarks.flops import TABLE1_VARIANTS, table1_computation, table1_memory
-from srformer.benchmarks.records import BENCH_VARIANTS, BenchRecord
+from srformer.benchmarks.records import BENCH_VARIANTS, CORE_VARIANT_NAMES, BenchRecord
 
 #: Notes of the Figure 5 FlopCounterMode records start with this text.
 FIGURE5_NOTE = "Figure 5:"
@@ -29,8 +30,8 @@ VARIANT_COLORS = {
     "linear": "tab:brown",
     "full": "black",
 }
-TABLE1_LABELS = {"full": "Transformer", "segmented": "Segmented", "srformer": "SRformer"}
-CORE_NAMES = {"full": "full-sdpa", "segmented": "segmented", "srformer": "srformer"}
+TABLE1_LABELS = {variant: REGISTRY[variant].table1_row for variant in TABLE1_VARIANTS}
+CORE_NAMES = CORE_VARIANT_NAMES
 _SEGMENT_STYLES = ("-", "--", ":", "-.")
 
 

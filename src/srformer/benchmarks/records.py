@@ -15,36 +15,85 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TypeGuard
 
-from srformer.config import SEGMENT_FREE_VARIANTS
+from srformer.attention.registry import REGISTRY, SEGMENT_FREE_VARIANTS, TABLE1_VARIANTS
 
-#: Cross-attention variants measured by ``srformer bench``.
+
+@dataclass(frozen=True)
+class VariantSpec:
+    """One benchmark variant.
+
+    Attributes:
+        name: the record's variant name (one of :data:`BENCH_VARIANTS`).
+        srformer_variant: its cross-attention variant (:data:`srformer.VARIANTS`).
+        attn_implementation: the Hugging Face attention implementation the model is built with.
+            Converted modules run their own attention (``scaled_dot_product_attention`` on one
+            segment) whatever this is; it still selects the decoder self attention.
+        lean_cache: the converted model's ``lean_cache`` runtime option.
+    """
+
+    name: str
+    srformer_variant: str
+    attn_implementation: str = "sdpa"
+    lean_cache: bool = False
+
+    @property
+    def uses_segments(self) -> bool:
+        """True when the variant has a segment size (every variant but ``full*`` and ``linear``)."""
+        return self.srformer_variant not in SEGMENT_FREE_VARIANTS
+
+
+#: The attention implementations under which a variant without a module of its own (``full``: the
+#: model's unchanged cross attention) is measured, each a benchmark variant ``<name>-<implementation>``.
+OWN_ATTENTION_IMPLEMENTATIONS: tuple[str, ...] = ("sdpa", "eager")
+
+
+def _bench_specs() -> dict[str, VariantSpec]:
+    """Benchmark variants from the registry (:mod:`srformer.attention.registry`), in its order: the
+    model's own attention under each of :data:`OWN_ATTENTION_IMPLEMENTATIONS`; every converted variant
+    with the standard cache layout; and ``<name>-lean`` where the lean layout exists and differs from
+    the standard one (a state that grows with the input)."""
+    specs: dict[str, VariantSpec] = {}
+    for name, entry in REGISTRY.items():
+        if entry.module is None:
+            for implementation in OWN_ATTENTION_IMPLEMENTATIONS:
+                specs[f"{name}-{implementation}"] = VariantSpec(f"{name}-{implementation}", name, implementation)
+            continue
+        specs[name] = VariantSpec(name, name)
+        if entry.capabilities.lean_layout and entry.capabilities.state_grows_with_input:
+            specs[f"{name}-lean"] = VariantSpec(f"{name}-lean", name, lean_cache=True)
+    return specs
+
+
+#: The specification of every benchmark variant, by name.
+VARIANT_SPECS: dict[str, VariantSpec] = _bench_specs()
+
+#: Cross-attention variants measured by ``srformer bench`` (derived from the registry, see :func:`_bench_specs`).
 #: ``full-sdpa``/``full-eager``: the model's own cross attention with that attention implementation.
 #: ``segmented``/``srformer``: the converted modules (standard cache layout).
 #: ``segmented-lean``/``srformer-lean``: the same with ``lean_cache=True``.
 #: ``xl``/``longt5``/``linear``: the paper's baselines (standard cache layout; ``linear`` has no segments).
-BENCH_VARIANTS: tuple[str, ...] = (
-    "full-sdpa",
-    "full-eager",
-    "segmented",
-    "segmented-lean",
-    "srformer",
-    "srformer-lean",
-    "xl",
-    "longt5",
-    "linear",
+BENCH_VARIANTS: tuple[str, ...] = tuple(VARIANT_SPECS)
+
+#: The variants ``srformer bench`` measures unless ``--variants`` says otherwise: those of the paper's
+#: Table 1 rows (``full``, ``segmented``, ``srformer``); the baselines are opt-in, so the default run keeps its length.
+DEFAULT_BENCH_VARIANTS: tuple[str, ...] = tuple(
+    name for name, spec in VARIANT_SPECS.items() if spec.srformer_variant in TABLE1_VARIANTS
 )
 
-#: The variants ``srformer bench`` measures unless ``--variants`` says otherwise (the baselines are opt-in,
-#: so the default run keeps its length).
-DEFAULT_BENCH_VARIANTS: tuple[str, ...] = BENCH_VARIANTS[:6]
+#: The measured benchmark variant of each Table 1 row: the first of its variant (``full``: ``full-sdpa``).
+CORE_VARIANT_NAMES: dict[str, str] = {
+    row: next(name for name, spec in VARIANT_SPECS.items() if spec.srformer_variant == row) for row in TABLE1_VARIANTS
+}
+
 
 def has_segments(variant: str) -> bool:
     """False for the variants without a segment size (``full*``, the paper's ``full`` row, ``linear``)."""
-    return not (variant.startswith("full") or variant in SEGMENT_FREE_VARIANTS)
+    spec = VARIANT_SPECS.get(variant)
+    return (spec.srformer_variant if spec is not None else variant) not in SEGMENT_FREE_VARIANTS
 
 
 #: Rows of paper Table 1 (theoretical counts, no implementation): ``full`` is the "Transformer" row.
-THEORY_VARIANTS: tuple[str, ...] = ("full", "segmented", "srformer")
+THEORY_VARIANTS: tuple[str, ...] = TABLE1_VARIANTS
 
 #: Every variant name a record may carry.
 KNOWN_VARIANTS: tuple[str, ...] = BENCH_VARIANTS + tuple(v for v in THEORY_VARIANTS if v not in BENCH_VARIANTS)

@@ -7,12 +7,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from srformer.benchmarks.flops import in_thousands
+from srformer.benchmarks.flops import TABLE1_VARIANTS, in_thousands
 from srformer.benchmarks.plots import FIGURE5_NOTE
-from srformer.benchmarks.records import BENCH_VARIANTS, BenchRecord, has_segments
+from srformer.benchmarks.records import BENCH_VARIANTS, CORE_VARIANT_NAMES, BenchRecord, has_segments
 from srformer.evaluation.report import format_table
 
 REFERENCE = "full-sdpa"
+
+#: Column prefixes of the Table 1 comparison, per Table 1 row (the paper's Transformer, Segmented, SRformer).
+TABLE1_SHORT_NAMES: dict[str, str] = {"full": "T", "segmented": "Seg", "srformer": "SR"}
 
 
 @dataclass(frozen=True)
@@ -114,16 +117,15 @@ def table1_rows(records: Sequence[BenchRecord]) -> list[dict]:
                 for r in records if r.metric.startswith("attention_core") and not r.note.startswith(FIGURE5_NOTE)}
     rows = []
     keys = sorted({(k, s) for (v, k, s, m) in theory if s is not None})
-    names = {"full": "full-sdpa", "segmented": "segmented", "srformer": "srformer"}
     for k, s in keys:
         row: dict[str, int | str] = {"k": k, "s": s}
-        for variant in ("full", "segmented", "srformer"):
-            seg = None if variant == "full" else s
+        for variant in TABLE1_VARIANTS:
+            seg = s if has_segments(variant) else None
             comp = theory.get((variant, k, seg, "table1_computation"))
             mem = theory.get((variant, k, seg, "table1_memory"))
-            gen = measured.get((names[variant], k, seg, "attention_core_generation_flops"))
-            fwd = measured.get((names[variant], k, seg, "attention_core_forward_flops"))
-            short = {"full": "T", "segmented": "Seg", "srformer": "SR"}[variant]
+            gen = measured.get((CORE_VARIANT_NAMES[variant], k, seg, "attention_core_generation_flops"))
+            fwd = measured.get((CORE_VARIANT_NAMES[variant], k, seg, "attention_core_forward_flops"))
+            short = TABLE1_SHORT_NAMES[variant]
             row[f"{short} comp (K)"] = "" if comp is None else in_thousands(comp)
             row[f"{short} gen/2 (K)"] = "" if gen is None else in_thousands(gen / 2)
             row[f"{short} fwd/2 (K)"] = "" if fwd is None else in_thousands(fwd / 2)

@@ -42,7 +42,14 @@ from srformer.benchmarks.flops import (
 from srformer.benchmarks.generation import measure_generation, random_encoder_outputs
 from srformer.benchmarks.memory import MemoryJob, measure_cpu_peak_memory
 from srformer.benchmarks.plots import FIGURE5_NOTE
-from srformer.benchmarks.records import BENCH_VARIANTS, DEFAULT_BENCH_VARIANTS, THEORY_DEVICE, BenchRecord
+from srformer.benchmarks.records import (
+    BENCH_VARIANTS,
+    CORE_VARIANT_NAMES,
+    DEFAULT_BENCH_VARIANTS,
+    THEORY_DEVICE,
+    VARIANT_SPECS,
+    BenchRecord,
+)
 from srformer.benchmarks.timing import resolve_device
 from srformer.benchmarks.training_step import measure_training_step
 from srformer.benchmarks.variants import (
@@ -61,16 +68,14 @@ SECTIONS: tuple[str, ...] = ("flops", "step", "generate", "training", "memory")
 #: Variants whose ``generate()`` is timed by default (``segmented-lean`` is left to the step and
 #: memory sections: it is the slowest to generate and adds nothing the others do not show).
 GENERATE_VARIANTS: tuple[str, ...] = ("full-sdpa", "full-eager", "segmented", "srformer", "srformer-lean")
+assert set(GENERATE_VARIANTS) <= set(DEFAULT_BENCH_VARIANTS)
 
-#: Variants whose training step is timed (the lean cache only exists in generation).
-TRAINING_VARIANTS: tuple[str, ...] = ("full-sdpa", "full-eager", "segmented", "srformer")
+#: Variants whose training step is timed: the default ones without the lean cache (it only exists in generation).
+TRAINING_VARIANTS: tuple[str, ...] = tuple(v for v in DEFAULT_BENCH_VARIANTS if not VARIANT_SPECS[v].lean_cache)
 
 #: Variants of the FLOP counts: cache layout (lean) and attention implementation (eager) do not
 #: change the teacher-forced forward, so they are counted for the step only.
-FORWARD_FLOP_VARIANTS: tuple[str, ...] = ("full-sdpa", "full-eager", "segmented", "srformer")
-
-#: Measured attention-core variant of each Table 1 row.
-CORE_VARIANT_NAMES: dict[str, str] = {"full": "full-sdpa", "segmented": "segmented", "srformer": "srformer"}
+FORWARD_FLOP_VARIANTS: tuple[str, ...] = TRAINING_VARIANTS
 
 GENERATE_NOTE = "encoder excluded: precomputed random encoder_outputs; greedy, min_new_tokens = max_new_tokens"
 

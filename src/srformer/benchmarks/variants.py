@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,49 +19,9 @@ from torch import nn
 from transformers import T5Config, T5ForConditionalGeneration
 
 import srformer
-from srformer.benchmarks.records import BENCH_VARIANTS
-from srformer.config import SEGMENT_FREE_VARIANTS
+from srformer.benchmarks.records import VARIANT_SPECS, VariantSpec  # defined with the variant list (registry)
 from srformer.models import cross_attention_modules
 from srformer.models.factory import NAMED_CONFIGS
-
-
-@dataclass(frozen=True)
-class VariantSpec:
-    """One benchmark variant.
-
-    Attributes:
-        name: the record's variant name (one of :data:`~srformer.benchmarks.records.BENCH_VARIANTS`).
-        srformer_variant: ``full``, ``segmented`` or ``srformer`` (:data:`srformer.VARIANTS`).
-        attn_implementation: the Hugging Face attention implementation the model is built with.
-            Converted modules run their own attention (``scaled_dot_product_attention`` on one
-            segment) whatever this is; it still selects the decoder self attention.
-        lean_cache: the converted model's ``lean_cache`` runtime option.
-    """
-
-    name: str
-    srformer_variant: str
-    attn_implementation: str = "sdpa"
-    lean_cache: bool = False
-
-    @property
-    def uses_segments(self) -> bool:
-        """True when the variant has a segment size (every variant but ``full*`` and ``linear``)."""
-        return self.srformer_variant not in SEGMENT_FREE_VARIANTS
-
-
-#: The specification of every benchmark variant, by name.
-VARIANT_SPECS: dict[str, VariantSpec] = {
-    "full-sdpa": VariantSpec("full-sdpa", "full", "sdpa"),
-    "full-eager": VariantSpec("full-eager", "full", "eager"),
-    "segmented": VariantSpec("segmented", "segmented"),
-    "segmented-lean": VariantSpec("segmented-lean", "segmented", lean_cache=True),
-    "srformer": VariantSpec("srformer", "srformer"),
-    "srformer-lean": VariantSpec("srformer-lean", "srformer", lean_cache=True),
-    "xl": VariantSpec("xl", "xl"),
-    "longt5": VariantSpec("longt5", "longt5"),
-    "linear": VariantSpec("linear", "linear"),
-}
-assert tuple(VARIANT_SPECS) == BENCH_VARIANTS
 
 #: Benchmark model shapes: T5 sizes from :data:`srformer.models.factory.NAMED_CONFIGS` and a vocabulary size.
 #: ``t5-small``: t5-small's shape (d_model 512, 6 + 6 layers, 8 heads, d_kv 64, d_ff 2048, 32128 tokens).

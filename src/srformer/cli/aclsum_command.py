@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+from srformer.attention.registry import TABLE1_VARIANTS
 from srformer.experiments.aclsum import ComparisonSettings, run_aclsum_comparison
 
 
@@ -20,7 +21,7 @@ def add_parser(subparsers) -> None:
         kind = type(value) if value is not None else int
         parser.add_argument(f"--{field.name.replace('_', '-')}", type=kind, default=value)
     parser.add_argument(
-        "--variants", nargs="+", default=list(defaults.variants), choices=["full", "segmented", "srformer"]
+        "--variants", nargs="+", default=list(defaults.variants), choices=list(TABLE1_VARIANTS)
     )
     parser.add_argument("--no-progress", action="store_true")
     parser.set_defaults(run=run)

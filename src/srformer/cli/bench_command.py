@@ -7,7 +7,7 @@ import sys
 import time
 
 from srformer.benchmarks.outputs import write_outputs
-from srformer.benchmarks.records import BENCH_VARIANTS
+from srformer.benchmarks.records import BENCH_VARIANTS, DEFAULT_BENCH_VARIANTS
 from srformer.benchmarks.suite import SECTIONS, SuiteSettings, environment_summary, run_suite, with_overrides
 from srformer.benchmarks.timing import resolve_device
 
@@ -58,8 +58,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--batch-sizes", type=_positive_ints, nargs="+", default=None, help="batch sizes (default 1 8)")
     parser.add_argument("--repeats", type=int, default=None, help="timed repeats per measurement (default 5; medians)")
     parser.add_argument("--variants", type=_names(BENCH_VARIANTS), nargs="+", default=None,
-                        help=f"subset of {', '.join(BENCH_VARIANTS)} (default: the first six; the baselines xl, longt5 "
-                             "and linear are opt-in)")
+                        help=f"subset of {', '.join(BENCH_VARIANTS)} (default: {' '.join(DEFAULT_BENCH_VARIANTS)}; "
+                             "the paper's baselines are opt-in)")
     parser.add_argument("--sections", type=_names(SECTIONS), nargs="+", default=None,
                         help=f"subset of {', '.join(SECTIONS)} (default: all)")
     parser.add_argument("--target-length", type=int, default=None, help="T of the segment schedule (default 128)")

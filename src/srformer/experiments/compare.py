@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from srformer.config import NAMED_SETTINGS, SEGMENT_FREE, named_config
+from srformer.config import NAMED_SETTINGS, SEGMENT_FREE, VARIANTS, named_config
 from srformer.data.pairs import SummaryPair
 from srformer.evaluation.report import write_metrics_json
 from srformer.evaluation.rouge import ROUGE_KEYS, RougeResult, score_summaries
@@ -58,9 +58,11 @@ class CompareSettings:
 
     Attributes:
         model: named config (``t5-tiny``...), local checkpoint or hub id of the base model.
-        variants: named settings run at every segment size (segment-free ones once).
+        variants: named settings run at every segment size (segment-free ones once); default: every
+            registered variant (:mod:`srformer.attention.registry`).
         segment_sizes: segment sizes ``s`` in tokens.
-        ablations: named settings run only at ``ablation_segment_size`` (Table 3).
+        ablations: named settings run only at ``ablation_segment_size`` (Table 3); default: every named
+            setting that is not a variant (the ablations I-IV and ``srformer-sigma``).
         ablation_segment_size: segment size of the ablations; None = the largest of ``segment_sizes``.
         seeds: fine-tuning seeds; every cell runs once per seed.
         target_length: the schedule's ``T`` in tokens (must be >= the number of segments).
@@ -71,9 +73,9 @@ class CompareSettings:
     """
 
     model: str = "t5-tiny"
-    variants: tuple[str, ...] = ("full", "segmented", "srformer", "xl", "longt5", "linear")
+    variants: tuple[str, ...] = VARIANTS
     segment_sizes: tuple[int, ...] = (8, 16, 64)
-    ablations: tuple[str, ...] = ("ablation-I", "ablation-II", "ablation-III", "ablation-IV", "srformer-sigma")
+    ablations: tuple[str, ...] = tuple(name for name in NAMED_SETTINGS if name not in VARIANTS)
     ablation_segment_size: int | None = None
     seeds: tuple[int, ...] = (0, 1)
     target_length: int = 32
