@@ -7,9 +7,12 @@ import math
 
 import pytest
 
+from srformer.attention.registry import REGISTRY, TABLE1_VARIANTS
 from srformer.benchmarks.records import (
     BENCH_VARIANTS,
+    DEFAULT_BENCH_VARIANTS,
     METRIC_UNITS,
+    VARIANT_SPECS,
     BenchRecord,
     RecordError,
     read_records_json,
@@ -97,3 +100,18 @@ def test_reading_invalid_json_raises(tmp_path):
 def test_writing_something_else_than_records_raises(tmp_path):
     with pytest.raises(RecordError):
         write_records_json(tmp_path / "bench.json", [GOOD])
+
+
+def test_bench_variants_are_derived_from_the_registry():
+    """Every registered variant is benchmarked (``full`` under both attention implementations), a ``-lean``
+    variant exists exactly where the lean layout saves memory, and the defaults are the Table 1 rows."""
+    assert {spec.srformer_variant for spec in VARIANT_SPECS.values()} == set(REGISTRY)
+    assert [n for n, s in VARIANT_SPECS.items() if s.srformer_variant == "full"] == ["full-sdpa", "full-eager"]
+    lean = {s.srformer_variant for s in VARIANT_SPECS.values() if s.lean_cache}
+    saves_memory = {n for n, e in REGISTRY.items()
+                    if e.capabilities.lean_layout and e.capabilities.state_grows_with_input}
+    assert lean == saves_memory
+    assert lean == {"segmented", "srformer"}
+    assert {VARIANT_SPECS[n].srformer_variant for n in DEFAULT_BENCH_VARIANTS} == set(TABLE1_VARIANTS)
+    assert BENCH_VARIANTS == ("full-sdpa", "full-eager", "segmented", "segmented-lean", "srformer", "srformer-lean",
+                              "xl", "longt5", "linear")
