@@ -75,7 +75,8 @@ def inductor():
 @pytest.mark.slow
 def test_compiled_quick_run_writes_the_compiled_column(tmp_path, inductor):
     assert main(["bench", "--quick", "--compiled", "--output", str(tmp_path), "--no-progress", "--device", "cpu",
-                 "--sections", "step", "generate", "--variants", "full-sdpa", "srformer", "--encoder-lengths", "64"]) == 0
+                 "--sections", "step", "generate", "--variants", "full-sdpa", "srformer",
+                 "--encoder-lengths", "64"]) == 0
     rows = json.loads((tmp_path / "bench.json").read_text())
     measured = {(row["metric"], row["variant"], row["compiled"]) for row in rows}
     for metric in ("cross_attention_step_time", "generate_throughput"):
