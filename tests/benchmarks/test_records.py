@@ -26,12 +26,14 @@ GOOD = dict(variant="srformer", encoder_length=4096, segment_size=64, batch_size
 def test_a_good_record_round_trips_through_json(tmp_path):
     records = [BenchRecord(**GOOD), BenchRecord(**dict(GOOD, variant="full-sdpa", segment_size=None)),
                BenchRecord(**dict(GOOD, metric="table1_computation", unit="MACs", value=4718592, device="theory",
-                                  decoder_length=128, note="paper example"))]
+                                  decoder_length=128, note="paper example")),
+               BenchRecord(**dict(GOOD, compiled=True))]
     path = write_records_json(tmp_path / "bench.json", records)
     assert read_records_json(path) == records
     rows = json.loads(path.read_text())
     assert set(rows[0]) == {"variant", "encoder_length", "segment_size", "batch_size", "metric", "value", "unit",
-                            "device", "decoder_length", "note"}
+                            "device", "decoder_length", "note", "compiled"}
+    assert [row["compiled"] for row in rows] == [False, False, False, True]
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,8 @@ no generation state:
 * it returns the same tokens as the same strategy with ``use_cache=False`` (the parallel path
   recomputed from scratch at every step).
 
-Combinations that cannot work raise an error naming them (``output_attentions`` under eager), and
-the strategies transformers moved to the Hub are pinned so the matrix is revisited if they return.
+The strategies transformers moved to the Hub are pinned so the matrix is revisited if they return.
+``output_attentions`` under eager is tested in ``test_attention_weights.py``.
 """
 
 from __future__ import annotations
@@ -386,19 +386,9 @@ def test_output_hidden_states_equal_teacher_forcing(family, variant):
     assert torch.equal(out.encoder_hidden_states[-1], reference.encoder_last_hidden_state)
 
 
-def test_output_attentions_under_eager_names_the_unsupported_combination(family):
-    model = _model(family, "srformer", attn_implementation="eager")
-    ids, mask = batch(model)
-    message = r"output_attentions=True with attn_implementation='eager'.*SRformer variant 'srformer'.*cross_attentions"
-    with pytest.raises(ValueError, match=message):
-        generate(model, ids, mask, output_attentions=True)
-    with pytest.raises(ValueError, match=message):
-        teacher_forced(model, ids, mask, generate(model, ids, mask).sequences, output_attentions=True)
-
-
 def test_output_attentions_under_sdpa_behaves_as_the_unconverted_model(family):
     """Under sdpa transformers returns no attention weights for any layer (it warns); converted models
-    do the same instead of raising."""
+    do the same (weights are computed under eager only, as transformers does)."""
     model = model_for(family, "srformer")
     ids, mask = batch(model)
     plain = BUILDERS[family]().double()

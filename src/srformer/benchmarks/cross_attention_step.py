@@ -13,6 +13,10 @@ Inputs mirror the model's: the encoder mask comes from
 ``transformers.masking_utils.create_bidirectional_mask`` (no padding), and the unmodified module
 receives the zero position bias returned by its first call, as decoder layers 1..5 receive the
 bias that layer 0 creates.
+
+Compiled (``compiled=True``, ``srformer bench --compiled``): the self-attention cache is a ``StaticCache``
+(the position is a 0-d tensor on the device) and the timed calls go through the compiled module
+(:mod:`~srformer.benchmarks.compiled`); the cache fill stays eager.
 """
 
 from __future__ import annotations
@@ -21,10 +25,11 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers import Cache, DynamicCache, EncoderDecoderCache, PretrainedConfig
+from transformers import Cache, DynamicCache, EncoderDecoderCache, PretrainedConfig, StaticCache
 from transformers.masking_utils import create_bidirectional_mask
 
 from srformer.attention.state import CrossAttentionState, SRformerCacheLayer
+from srformer.benchmarks.compiled import compile_step
 from srformer.benchmarks.flops import count_flops
 from srformer.benchmarks.timing import TimingSummary, repeat_samples, time_call
 
@@ -38,13 +43,18 @@ class CrossAttentionStepRun:
         encoder_states: (B, k, d_model) encoder output on the module's device.
         positions: ``n``, decoder positions per run (single-token calls at ``t = 1 .. n``).
         seed: seed of the random decoder hidden state (B, 1, d_model) fed at every position.
+        static_cache: keep the self-attention positions in a ``StaticCache`` (created once, reset per
+            run), so that the decoder position is a 0-d tensor, as for a compiled step.
 
     Raises:
         ValueError: if ``positions < 1``, ``module.layer_idx`` is None or ``module.config`` is not a
             model config.
     """
 
-    def __init__(self, module: nn.Module, encoder_states: torch.Tensor, *, positions: int, seed: int = 0) -> None:
+    def __init__(
+        self, module: nn.Module, encoder_states: torch.Tensor, *, positions: int, seed: int = 0,
+        static_cache: bool = False,
+    ) -> None:
         if positions < 1:
             raise ValueError(f"`positions` must be >= 1, got {positions}.")
         layer_idx = getattr(module, "layer_idx", None)
@@ -72,10 +82,13 @@ class CrossAttentionStepRun:
         self._filled_state: CrossAttentionState | None = None
         self._position_bias: torch.Tensor | None = None
         self.cache: EncoderDecoderCache | None = None
+        self._static = StaticCache(config, max_cache_len=positions + 1) if static_cache else None
 
     def _new_cache(self) -> EncoderDecoderCache:
         cross = self._cross_cache if self._cross_cache is not None else DynamicCache()
-        cache = EncoderDecoderCache(DynamicCache(), cross)
+        if self._static is not None:
+            self._static.reset()
+        cache = EncoderDecoderCache(self._static if self._static is not None else DynamicCache(), cross)
         cache.self_attention_cache.update(self._dummy, self._dummy, self.layer_idx)  # position 0
         return cache
 
@@ -98,8 +111,9 @@ class CrossAttentionStepRun:
         """
         self._cross_cache = None  # a fresh cross-attention cache: reusing a filled one would skip the fill
         cache = self.cache = self._new_cache()
+        module = getattr(self.module, "_orig_mod", self.module)  # the fill is never compiled
         (_, position_bias, _), seconds = time_call(
-            lambda: self.module(self.hidden, self.mask, key_value_states=self.encoder_states, past_key_values=cache),
+            lambda: module(self.hidden, self.mask, key_value_states=self.encoder_states, past_key_values=cache),
             self.device,
         )
         self._position_bias = None if hasattr(self.module, "srformer") else position_bias
@@ -174,6 +188,7 @@ def measure_cross_attention_step(
     repeats: int,
     warmup: int = 1,
     count: bool = True,
+    compiled: bool = False,
 ) -> StepMeasurement:
     """Median time per decoder step of ``module`` with a cache filled for ``encoder_states``.
 
@@ -183,7 +198,9 @@ def measure_cross_attention_step(
         positions: decoder positions per run (``t = 1 .. positions``).
         repeats: timed runs (the median is reported).
         warmup: discarded runs before them.
-        count: also count FLOPs per step with FlopCounterMode (one extra, untimed run).
+        count: also count FLOPs per step with FlopCounterMode (one extra, untimed run; not when compiled).
+        compiled: time the compiled step (:func:`~srformer.benchmarks.compiled.compile_step`, static
+            self-attention cache); it is compiled in the warm-up runs (at least one).
 
     Returns:
         A :class:`StepMeasurement` (``step_ms``: milliseconds per step).
@@ -191,13 +208,20 @@ def measure_cross_attention_step(
     Raises:
         ValueError: for ``positions < 1``, ``repeats < 1`` or ``warmup < 0``.
     """
-    run = CrossAttentionStepRun(module, encoder_states, positions=positions)
+    run = CrossAttentionStepRun(module, encoder_states, positions=positions, static_cache=compiled)
     fill_seconds = run.fill()
     if warmup:
         fill_seconds = run.fill()  # the first fill of a shape pays for first-touch memory
+    if compiled:
+        torch._dynamo.reset()  # earlier variants' graphs would count against dynamo's recompilation limit
+        run.module = compile_step(module)
+        warmup = max(warmup, 1)  # compilation happens in the first run, never in a timed one
     timing = repeat_samples(run.run, repeats=repeats, warmup=warmup)
+    if compiled:
+        torch._dynamo.reset()
+        run.module = module
     flops = None
-    if count:
+    if count and not compiled:
         _, total = count_flops(run.run_untimed)
         flops = total / positions
     return StepMeasurement(timing, positions, fill_seconds, flops)

@@ -5,11 +5,16 @@ The encoder is excluded: ``generate()`` receives precomputed random ``encoder_ou
 cross-attention K/V projection or state build at the first step included). Decoding is greedy
 with ``min_new_tokens == max_new_tokens``, so every variant generates the same number of tokens
 whatever its (random) weights predict.
+
+Compiled (``compiled=True``, ``srformer bench --compiled``): ``cache_implementation="static"`` with a fullgraph
+``CompileConfig`` (:func:`~srformer.benchmarks.compiled.compile_config`); the warm-up calls generate as
+many tokens as the timed ones, so that they compile for the same static cache shape.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import Cache, EncoderDecoderCache, GenerationMixin, PreTrainedModel
@@ -17,6 +22,7 @@ from transformers.generation.utils import GenerateEncoderDecoderOutput
 from transformers.modeling_outputs import BaseModelOutput
 
 from srformer.attention.state import SRformerCacheLayer
+from srformer.benchmarks.compiled import compile_config
 from srformer.benchmarks.memory import cuda_peak_increase
 from srformer.benchmarks.timing import TimingSummary, repeat_samples, time_call
 
@@ -37,9 +43,15 @@ def random_encoder_outputs(
 
 
 def generate_fixed(
-    model: PreTrainedModel, encoder_outputs: BaseModelOutput, attention_mask: torch.Tensor, new_tokens: int
+    model: PreTrainedModel,
+    encoder_outputs: BaseModelOutput,
+    attention_mask: torch.Tensor,
+    new_tokens: int,
+    *,
+    compiled: bool = False,
 ) -> GenerateEncoderDecoderOutput:
-    """Greedy ``generate()`` of exactly ``new_tokens`` tokens per sequence from precomputed encoder outputs.
+    """Greedy ``generate()`` of exactly ``new_tokens`` tokens per sequence from precomputed encoder outputs;
+    with ``compiled``, through a static cache and transformers' compiled decoding step (see the module docstring).
 
     Returns:
         The ``GenerateEncoderDecoderOutput`` (``sequences`` (B, 1 + new_tokens) and ``past_key_values``).
@@ -51,6 +63,9 @@ def generate_fixed(
         raise TypeError(f"{type(model).__name__} has no generate() (it is not a GenerationMixin).")
     # transformers types generate() as taking `self: GenerativePreTrainedModel` under @torch.no_grad(), which mypy
     # reads as a second `self` parameter
+    options: dict[str, Any] = (
+        {"cache_implementation": "static", "compile_config": compile_config(model.device)} if compiled else {}
+    )
     output = model.generate(  # type: ignore[misc]
         encoder_outputs=encoder_outputs,
         attention_mask=attention_mask,
@@ -60,6 +75,7 @@ def generate_fixed(
         num_beams=1,
         use_cache=True,
         return_dict_in_generate=True,
+        **options,
     )
     if not isinstance(output, GenerateEncoderDecoderOutput):
         raise TypeError(
@@ -148,6 +164,7 @@ def measure_generation(
     warmup: int = 1,
     warmup_tokens: int | None = None,
     seed: int = 0,
+    compiled: bool = False,
 ) -> GenerationMeasurement:
     """Time greedy ``generate()`` of ``new_tokens`` tokens from random encoder outputs (encoder excluded).
 
@@ -160,6 +177,8 @@ def measure_generation(
         warmup: discarded calls before them, at the same shapes.
         warmup_tokens: tokens per warm-up call (default ``new_tokens``).
         seed: seed of the random encoder output.
+        compiled: time the compiled decoding step (static cache, fullgraph ``CompileConfig``); at least one
+            warm-up call, of ``new_tokens`` tokens (``warmup_tokens`` is ignored), compiles it.
 
     Returns:
         A :class:`GenerationMeasurement` (``tokens_per_second``: new tokens/s).
@@ -173,6 +192,9 @@ def measure_generation(
     encoder_outputs, mask = random_encoder_outputs(
         batch_size, encoder_length, model.config.d_model, device=device, seed=seed
     )
+    if compiled:  # compile in an untimed call, for the timed calls' static cache shape
+        torch._dynamo.reset()  # earlier variants' graphs would count against dynamo's recompilation limit
+        warmup, warmup_tokens = max(warmup, 1), new_tokens
     warmups = [warmup_tokens or new_tokens] * warmup
     last_cache: Cache | None = None
     last_peak: int | None = None
@@ -182,17 +204,23 @@ def measure_generation(
         tokens = warmups.pop() if warmups else new_tokens
         with torch.no_grad():
             if device.type == "cuda":
-                (output, seconds), peak = cuda_peak_increase(
-                    lambda: time_call(lambda: generate_fixed(model, encoder_outputs, mask, tokens), device), device
-                )
+                def timed() -> tuple[GenerateEncoderDecoderOutput, float]:
+                    return time_call(lambda: generate_fixed(model, encoder_outputs, mask, tokens, compiled=compiled),
+                                     device)
+
+                (output, seconds), peak = cuda_peak_increase(timed, device)
                 last_peak = peak
             else:
-                output, seconds = time_call(lambda: generate_fixed(model, encoder_outputs, mask, tokens), device)
+                output, seconds = time_call(
+                    lambda: generate_fixed(model, encoder_outputs, mask, tokens, compiled=compiled), device
+                )
         if output.sequences.shape[1] != tokens + 1:
             raise RuntimeError(f"generate() made {output.sequences.shape[1] - 1} tokens instead of {tokens}.")
         last_cache = output.past_key_values
         return seconds
 
     timing = repeat_samples(sample, repeats=repeats, warmup=warmup)
+    if compiled:
+        torch._dynamo.reset()
     cache_bytes = cross_attention_cache_bytes(last_cache, encoder_outputs.last_hidden_state)
     return GenerationMeasurement(timing, batch_size, new_tokens, cache_bytes, last_peak)

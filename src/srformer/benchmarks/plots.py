@@ -40,7 +40,8 @@ def plot_step_time(records: Iterable[BenchRecord], path: str | Path, *, batch_si
     variant and segment size.
 
     Args:
-        records: benchmark records; those with metric ``cross_attention_step_time`` are plotted.
+        records: benchmark records; the eager-mode ones (``compiled`` False) with metric
+            ``cross_attention_step_time`` are plotted.
         path: PNG path to write.
         batch_size: the batch size to plot (default: 8 if measured, else the largest measured).
 
@@ -50,7 +51,7 @@ def plot_step_time(records: Iterable[BenchRecord], path: str | Path, *, batch_si
     Raises:
         ValueError: if there is no step-time record (at that batch size).
     """
-    steps = [r for r in records if r.metric == "cross_attention_step_time"]
+    steps = [r for r in records if r.metric == "cross_attention_step_time" and not r.compiled]
     if not steps:
         raise ValueError("No cross_attention_step_time records to plot.")
     batches = sorted({r.batch_size for r in steps})

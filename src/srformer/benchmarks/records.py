@@ -2,8 +2,8 @@
 
 A record says what was measured (``metric``, ``value``, ``unit``), on what (``variant``,
 ``encoder_length`` k, ``segment_size`` s, ``batch_size``, ``decoder_length`` q where it matters)
-and where (``device``). Every writer and reader validates, so a malformed record never reaches a
-report or a plot.
+and where and how (``device``; ``compiled`` for the torch.compile column). Every writer and reader
+validates, so a malformed record never reaches a report or a plot.
 """
 
 from __future__ import annotations
@@ -144,6 +144,9 @@ class BenchRecord:
         decoder_length: ``q``, decoder positions (tokens) the measurement covers, where it matters
             (forward passes, Table 1, generated tokens); None otherwise.
         note: free text: how it was measured, caveats.
+        compiled: True for a measurement of the ``torch.compile``d path (``srformer bench --compiled``:
+            the step and ``generate()``), False for eager mode (every other record, and files written
+            before the field existed).
 
     Raises:
         RecordError: (a ``ValueError``) on construction, for any malformed field.
@@ -159,6 +162,7 @@ class BenchRecord:
     device: str
     decoder_length: int | None = None
     note: str = ""
+    compiled: bool = False
 
     def __post_init__(self) -> None:
         validate_record(self)
@@ -178,7 +182,7 @@ class BenchRecord:
         if not isinstance(data, dict):
             raise RecordError(f"A benchmark record must be a JSON object, got {type(data).__name__}.")
         names = {f.name for f in fields(cls)}
-        required = {f.name for f in fields(cls) if f.name not in ("decoder_length", "note")}
+        required = {f.name for f in fields(cls) if f.name not in ("decoder_length", "note", "compiled")}
         missing = sorted(required - set(data))
         if missing:
             raise RecordError(f"Benchmark record {data!r} lacks field(s) {missing}.")
@@ -199,7 +203,7 @@ def validate_record(record: BenchRecord) -> None:
         RecordError: naming the first malformed field: unknown variant, metric or unit; a unit that
             does not belong to the metric; a non-integer or non-positive length/size; a segment
             size on a ``full*`` variant or a missing one on another variant; a value that is not a
-            finite number > 0; an unknown device; a non-string note.
+            finite number > 0; an unknown device; a non-string note; a ``compiled`` that is not a bool.
     """
     if record.variant not in KNOWN_VARIANTS:
         raise RecordError(f"Unknown variant {record.variant!r}; known variants are {', '.join(KNOWN_VARIANTS)}.")
@@ -233,6 +237,8 @@ def validate_record(record: BenchRecord) -> None:
         raise RecordError(f"`device` must be 'cpu', 'cuda', 'cuda:N' or {THEORY_DEVICE!r}, got {device!r}.")
     if not isinstance(record.note, str):
         raise RecordError(f"`note` must be a string, got {type(record.note).__name__}.")
+    if not isinstance(record.compiled, bool):
+        raise RecordError(f"`compiled` must be true or false, got {record.compiled!r}.")
 
 
 def write_records_json(path: str | Path, records: Iterable[BenchRecord]) -> Path:

@@ -77,35 +77,41 @@ def _ratio(kind: str, value: float, reference: float) -> float:
 
 
 def metric_rows(records: Sequence[BenchRecord], table: MetricTable) -> tuple[list[dict], list[str]]:
-    """Rows ``{k, s, batch, <variant>: "value (ratio x)"}`` of one metric, and the variant columns.
+    """Rows ``{k, s, batch[, compiled], <variant>: "value (ratio x)"}`` of one metric, and the variant columns.
 
     ``full*`` variants have no segment size: their value is repeated on every ``s`` row of the
-    same ``k`` and batch.
+    same ``k`` and batch. When the metric has compiled records (``srformer bench --compiled``), every row
+    gets a ``compiled`` column (``no``/``yes``), and a compiled row's ratios are against the compiled
+    ``full-sdpa`` (each mode against its own reference).
     """
     chosen = [r for r in records if r.metric == table.metric]
     if not chosen:
         return [], []
     variants = [v for v in BENCH_VARIANTS if any(r.variant == v for r in chosen)]
     sizes: list[int | None] = [*sorted({r.segment_size for r in chosen if r.segment_size is not None})] or [None]
-    values = {(r.variant, r.encoder_length, r.segment_size, r.batch_size): r.value for r in chosen}
+    values = {(r.variant, r.encoder_length, r.segment_size, r.batch_size, r.compiled): r.value for r in chosen}
+    modes = sorted({r.compiled for r in chosen})
     rows = []
     for k in sorted({r.encoder_length for r in chosen}):
         for batch in sorted({r.batch_size for r in chosen}):
             for s in sizes:
-                row: dict[str, int | str] = {"k": k, "s": "-" if s is None else s, "batch": batch}
-                reference = values.get((REFERENCE, k, None, batch))
-                filled = False
-                for variant in variants:
-                    value = values.get((variant, k, s if has_segments(variant) else None, batch))
-                    if value is None:
-                        continue
-                    filled = filled or has_segments(variant) or s == sizes[0]
-                    cell = _format_value(table.metric, value)
-                    if reference is not None and variant != REFERENCE:
-                        cell += f" ({_ratio(table.ratio, value, reference):.2f}x)"
-                    row[variant] = cell
-                if filled:
-                    rows.append(row)
+                for compiled in modes:
+                    row: dict[str, int | str] = {"k": k, "s": "-" if s is None else s, "batch": batch}
+                    if modes != [False]:
+                        row["compiled"] = "yes" if compiled else "no"
+                    reference = values.get((REFERENCE, k, None, batch, compiled))
+                    filled = False
+                    for variant in variants:
+                        value = values.get((variant, k, s if has_segments(variant) else None, batch, compiled))
+                        if value is None:
+                            continue
+                        filled = filled or has_segments(variant) or s == sizes[0]
+                        cell = _format_value(table.metric, value)
+                        if reference is not None and variant != REFERENCE:
+                            cell += f" ({_ratio(table.ratio, value, reference):.2f}x)"
+                        row[variant] = cell
+                    if filled:
+                        rows.append(row)
     return rows, variants
 
 
@@ -135,8 +141,10 @@ def table1_rows(records: Sequence[BenchRecord]) -> list[dict]:
 
 
 def _lookup(records, metric, variant, k, s, batch):
+    """The eager-mode value of one measurement (the targets are eager-mode targets), or None."""
     for r in records:
-        if (r.metric, r.variant, r.encoder_length, r.segment_size, r.batch_size) == (metric, variant, k, s, batch):
+        if (r.metric, r.variant, r.encoder_length, r.segment_size, r.batch_size) == (metric, variant, k, s, batch) \
+                and not r.compiled:
             return r.value
     return None
 
@@ -213,6 +221,15 @@ def write_report(
         "training use the whole model. Ratios are against full-sdpa, the unmodified model with PyTorch "
         "scaled_dot_product_attention.",
     ]
+    if any(r.compiled for r in records):
+        lines += [
+            "",
+            "Rows with compiled = yes (`--compiled`): the step through torch.compile(module, fullgraph=True, "
+            "dynamic=False, backend='inductor') with a static self-attention cache; generate() with "
+            "cache_implementation='static' and CompileConfig(fullgraph=True, dynamic=False, backend='inductor'; "
+            "mode reduce-overhead on CUDA). Compilation happens in untimed warm-up calls. Their ratios are against "
+            "compiled full-sdpa; rows with compiled = no are eager mode (generate() with the dynamic cache).",
+        ]
     if notes:
         lines += ["", "## Notes from the run", ""] + [f"- {note}" for note in notes]
     lines += ["", "## Targets of the issue", "", format_table(target_rows(records),
@@ -221,7 +238,8 @@ def write_report(
         rows, variants = metric_rows(records, table)
         if not rows:
             continue
-        table_text = format_table(rows, ["k", "s", "batch", *variants])
+        compiled_column = ["compiled"] if "compiled" in rows[0] else []
+        table_text = format_table(rows, ["k", "s", "batch", *compiled_column, *variants])
         lines += ["", f"## {table.title}", "", table.explanation, "", table_text]
     rows = table1_rows(records)
     if rows:

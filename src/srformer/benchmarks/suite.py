@@ -14,6 +14,10 @@ that the variants of one shape run next to each other):
 5. peak memory during ``generate()`` (CPU: child processes, :mod:`~srformer.benchmarks.memory`;
    CUDA: measured with the generation runs).
 
+With ``compiled`` set (``srformer bench --compiled``), the step and ``generate()`` sections also time each
+variant compiled (records with ``compiled=True``; :mod:`~srformer.benchmarks.compiled`), after a probe that
+inductor compiles on this machine at all (if not, the compiled column is skipped with the reason logged).
+
 On the CPU, the largest shapes get fewer repeats and tokens (see :class:`SuiteSettings`) so that
 the default run fits in about 15 minutes on 2 cores.
 """
@@ -31,6 +35,7 @@ import torch
 import transformers
 from tqdm.auto import tqdm
 
+from srformer.benchmarks.compiled import compile_unavailable_reason
 from srformer.benchmarks.cross_attention_step import measure_cross_attention_step
 from srformer.benchmarks.flops import (
     TABLE1_VARIANTS,
@@ -120,6 +125,9 @@ class SuiteSettings:
         figure5_measured_qs: the ``q`` values with FlopCounterMode points in Figure 5.
         sections: which of :data:`SECTIONS` to run.
         seed: seed of the weights and the random inputs.
+        compiled: also time the step and ``generate()`` compiled (``torch.compile`` with inductor, fullgraph;
+            :mod:`~srformer.benchmarks.compiled`). Off by default: compiling every variant and shape takes
+            seconds to minutes each.
     """
 
     encoder_lengths: tuple[int, ...] = (512, 1024, 4096, 16384)
@@ -146,6 +154,7 @@ class SuiteSettings:
     figure5_measured_qs: tuple[int, ...] = (128, 256, 512, 1024)
     sections: tuple[str, ...] = SECTIONS
     seed: int = 0
+    compiled: bool = False
 
     def __post_init__(self) -> None:
         for name in ("encoder_lengths", "segment_sizes", "batch_sizes", "figure5_qs", "figure5_measured_qs"):
@@ -200,6 +209,7 @@ class _Context:
     device: torch.device
     log: Callable[[str], None]
     models: dict = field(default_factory=dict)
+    compile_probe: list[str | None] = field(default_factory=list)  # [reason or None] once probed
 
     @property
     def device_name(self) -> str:
@@ -233,11 +243,35 @@ class _Context:
             pairs.extend((variant, s) for s in sizes)
         return pairs
 
-    def record(self, variant, k, s, batch, metric, value, unit, *, q=None, note="", device=None) -> BenchRecord:
+    def record(self, variant, k, s, batch, metric, value, unit, *, q=None, note="", device=None,
+               compiled=False) -> BenchRecord:
         return BenchRecord(
             variant=variant, encoder_length=k, segment_size=s, batch_size=batch, metric=metric, value=value,
-            unit=unit, device=device or self.device_name, decoder_length=q, note=note,
+            unit=unit, device=device or self.device_name, decoder_length=q, note=note, compiled=compiled,
         )
+
+    def can_compile(self) -> bool:
+        """Whether the compiled column is measured: ``settings.compiled`` and inductor works here (the
+        first call probes it and logs the reason when it does not)."""
+        if not self.settings.compiled:
+            return False
+        if not self.compile_probe:
+            reason = compile_unavailable_reason(self.device.type)
+            self.compile_probe.append(reason)
+            if reason is not None:
+                self.log(f"compiled column skipped: inductor cannot compile on this machine ({reason})")
+        return self.compile_probe[0] is None
+
+    def compiled_or_skip(self, label: str, measure: Callable[[], list[BenchRecord]]) -> list[BenchRecord]:
+        """``measure()``, or no records and a logged line when compiling this variant fails."""
+        try:
+            return measure()
+        except torch.OutOfMemoryError:
+            raise
+        except Exception as error:  # a compiler failure skips this cell, not the run
+            lines = str(error).strip().splitlines()
+            self.log(f"{label}: compiled measurement skipped ({type(error).__name__}: {lines[0] if lines else ''})")
+            return []
 
 
 def _flop_tasks(ctx: _Context) -> list[Task]:
@@ -306,7 +340,8 @@ def _step_tasks(ctx: _Context) -> list[Task]:
     d_model = MODEL_SHAPES[settings.model_shape]["d_model"]
     tasks: list[Task] = []
 
-    def step(k: int, batch: int, variant: str, s: int | None, encoder: dict, last: bool) -> list[BenchRecord]:
+    def step(k: int, batch: int, variant: str, s: int | None, encoder: dict, last: bool,
+             compiled: bool = False) -> list[BenchRecord]:
         if "states" not in encoder:
             encoder["states"] = random_encoder_outputs(batch, k, d_model, device=ctx.device,
                                                        seed=settings.seed)[0].last_hidden_state
@@ -314,11 +349,26 @@ def _step_tasks(ctx: _Context) -> list[Task]:
         if ctx.on_cpu and k >= settings.cpu_large_encoder_length:
             repeats = min(repeats, 3)
         module = first_cross_attention(ctx.model(variant, s))
-        result = measure_cross_attention_step(
-            module, encoder["states"], positions=settings.step_positions, repeats=repeats, warmup=settings.warmup
-        )
+        states = encoder["states"]
         if last:
-            encoder.clear()  # the shape's last variant: free the encoder output
+            encoder.clear()  # the shape's last measurement: free the encoder output afterwards
+        if compiled:
+            warmup = max(settings.warmup, 1)
+
+            def measure() -> list[BenchRecord]:
+                result = measure_cross_attention_step(module, states, positions=settings.step_positions,
+                                                      repeats=repeats, warmup=warmup, count=False, compiled=True)
+                note = (f"compiled: torch.compile(module, fullgraph=True, dynamic=False, backend='inductor'), static "
+                        f"self-attention cache; one decoder layer (layer 0); mean over "
+                        f"t = 1..{settings.step_positions}, median of {repeats} runs after {warmup} warm-up "
+                        "(compiling) run(s)")
+                return [ctx.record(variant, k, s, batch, "cross_attention_step_time", result.step_ms, "ms", note=note,
+                                   compiled=True)]
+
+            return ctx.compiled_or_skip(f"step: {variant} k={k} s={s} B={batch}", measure)
+        result = measure_cross_attention_step(
+            module, states, positions=settings.step_positions, repeats=repeats, warmup=settings.warmup
+        )
         note = (f"one decoder layer (layer 0); mean over t = 1..{settings.step_positions}, "
                 f"median of {repeats} runs after {settings.warmup} warm-up")
         records = [
@@ -337,10 +387,12 @@ def _step_tasks(ctx: _Context) -> list[Task]:
         for batch in settings.batch_sizes:
             encoder: dict = {}
             pairs = ctx.configurations(BENCH_VARIANTS)
+            modes = (False, True) if ctx.can_compile() else (False,)
             for index, (variant, s) in enumerate(pairs):
-                last = index == len(pairs) - 1
-                tasks.append((f"step: {variant} k={k} s={s} B={batch}",
-                              partial(step, k, batch, variant, s, encoder, last)))
+                for compiled in modes:
+                    last = index == len(pairs) - 1 and compiled == modes[-1]
+                    label = f"step{' (compiled)' if compiled else ''}: {variant} k={k} s={s} B={batch}"
+                    tasks.append((label, partial(step, k, batch, variant, s, encoder, last, compiled)))
     return tasks
 
 
@@ -348,13 +400,28 @@ def _generate_tasks(ctx: _Context) -> list[Task]:
     settings = ctx.settings
     tasks: list[Task] = []
 
-    def generate(k: int, batch: int, variant: str, s: int | None) -> list[BenchRecord]:
+    def generate(k: int, batch: int, variant: str, s: int | None, compiled: bool = False) -> list[BenchRecord]:
         tokens, repeats, warmup = settings.new_tokens, settings.repeats, settings.warmup
         warmup_tokens = min(tokens, 4)
         if ctx.on_cpu:
             repeats = min(repeats, 2)
             if k >= settings.cpu_large_encoder_length:
                 tokens, repeats, warmup = max(1, tokens // 2), 1, 0  # after the shape's shared warm-up
+        if compiled:
+            warmup = max(warmup, 1)
+
+            def measure() -> list[BenchRecord]:
+                result = measure_generation(
+                    ctx.model(variant, s), batch_size=batch, encoder_length=k, new_tokens=tokens, repeats=repeats,
+                    warmup=warmup, seed=settings.seed, compiled=True,
+                )
+                note = (f"compiled: cache_implementation='static', CompileConfig(fullgraph=True, dynamic=False, "
+                        f"backend='inductor'); {GENERATE_NOTE}; {tokens} new tokens x batch {batch}; median of "
+                        f"{repeats} calls after {warmup} warm-up (compiling) call(s) of {tokens} tokens")
+                return [ctx.record(variant, k, s, batch, "generate_throughput", result.tokens_per_second, "tokens/s",
+                                   q=tokens, note=note, compiled=True)]
+
+            return ctx.compiled_or_skip(f"generate: {variant} k={k} s={s} B={batch}", measure)
         result = measure_generation(
             ctx.model(variant, s), batch_size=batch, encoder_length=k, new_tokens=tokens, repeats=repeats,
             warmup=warmup, warmup_tokens=warmup_tokens, seed=settings.seed,
@@ -391,6 +458,9 @@ def _generate_tasks(ctx: _Context) -> list[Task]:
             for variant, s in pairs:
                 tasks.append((f"generate: {variant} k={k} s={s} B={batch}",
                               partial(generate, k, batch, variant, s)))
+                if ctx.can_compile():
+                    tasks.append((f"generate (compiled): {variant} k={k} s={s} B={batch}",
+                                  partial(generate, k, batch, variant, s, True)))
     return tasks
 
 

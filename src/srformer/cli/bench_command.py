@@ -68,6 +68,10 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--training-batch-size", type=int, default=None, help="sequences per training step (default 1)")
     parser.add_argument("--memory-one-process", action="store_true", default=None,
                         help="CPU peak memory: one child process for all variants (faster) instead of one per variant")
+    parser.add_argument("--compiled", action="store_true", default=None,
+                        help="also time the step and generate() compiled (torch.compile, inductor, fullgraph; "
+                             "generate() with a static cache): a `compiled` column in bench.md; compiling every "
+                             "variant and shape adds seconds to minutes each")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar; one line per measurement instead")
     parser.set_defaults(run=run)
 
@@ -97,6 +101,7 @@ def run(args) -> int:
         step_positions=args.step_positions,
         training_batch_size=args.training_batch_size,
         memory_one_process=args.memory_one_process,
+        compiled=args.compiled,
     )
     device = resolve_device(settings.device)
     environment = environment_summary(device)

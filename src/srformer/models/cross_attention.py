@@ -16,6 +16,7 @@ from transformers.cache_utils import DynamicLayer, EncoderDecoderCache
 from srformer.attention.schedule import tracing
 from srformer.attention.state import CrossAttentionState, SRformerCacheLayer
 from srformer.attention.variants import CrossAttentionModule
+from srformer.attention.weights import cross_attention_weights
 
 
 def key_padding_from_mask(mask: torch.Tensor | None, key_length: int) -> torch.Tensor | None:
@@ -46,39 +47,25 @@ def key_padding_from_mask(mask: torch.Tensor | None, key_length: int) -> torch.T
     return valid
 
 
-def reject_attention_weights(module: object, output_attentions: bool | None) -> None:
-    """Refuse a request for cross-attention weights that a converted layer cannot honour.
+def attention_weights_requested(module: object, output_attentions: bool | None) -> bool:
+    """Whether a converted cross-attention module must return its attention weights.
 
-    transformers returns attention weights (``cross_attentions`` among them) only under the
-    ``eager`` implementation; under ``sdpa`` it warns and returns none for any layer, converted or
-    not, so that case passes through unchanged. An SRformer layer never forms one distribution over
-    all encoder positions (``O_S`` attends to one segment, ``O_R``/linear attention is not a softmax),
-    so instead of silently returning no ``cross_attentions`` it raises.
+    As in transformers, weights are returned under the ``eager`` implementation only: under ``sdpa``
+    transformers warns and returns none for any layer, converted or not. The flag is the
+    ``output_attentions`` keyword transformers passes to attention modules, else the model config's
+    ``output_attentions`` (set in the config, it reaches the output recorders but not the modules).
 
     Args:
-        module: the converted cross-attention module (its ``config`` is the model's
-            ``PretrainedConfig``; its ``srformer`` child holds the variant).
-        output_attentions: the ``output_attentions`` flag transformers passes to attention modules.
+        module: the converted cross-attention module (its ``config`` is the model's ``PretrainedConfig``).
+        output_attentions: the ``output_attentions`` keyword the module received, or None.
 
-    Raises:
-        ValueError: if ``output_attentions`` is set and the model runs the eager attention
-            implementation. The message names the layer, the variant and the ways out.
+    Returns:
+        True when weights are wanted and the model runs the eager attention implementation.
     """
-    if not output_attentions:
-        return
-    implementation = getattr(getattr(module, "config", None), "_attn_implementation", None)
-    if implementation != "eager":
-        return
-    layer = getattr(module, "layer_idx", None)
-    variant = getattr(getattr(module, "srformer", None), "settings", None)
-    variant = getattr(variant, "variant", "?")
-    raise ValueError(
-        f"output_attentions=True with attn_implementation='eager' asks every layer for attention weights, but the "
-        f"cross attention of decoder layer {layer} is SRformer variant {variant!r}, which forms no attention "
-        "distribution over the encoder positions, so converted models cannot return `cross_attentions`. "
-        "Call the model or generate() without output_attentions (output_hidden_states=True works), or look at "
-        "attention maps on the unconverted model."
-    )
+    config = getattr(module, "config", None)
+    if output_attentions is None:
+        output_attentions = bool(getattr(config, "output_attentions", False))
+    return bool(output_attentions) and getattr(config, "_attn_implementation", None) == "eager"
 
 
 def run_cross_attention(
@@ -91,7 +78,8 @@ def run_cross_attention(
     layer_idx: int | None,
     *,
     dropout: float,
-) -> torch.Tensor:
+    output_attentions: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Run one layer's SRformer cross attention, with or without a generation cache.
 
     With an ``EncoderDecoderCache``, the state is built at the sequence's first forward pass
@@ -109,9 +97,13 @@ def run_cross_attention(
         past_key_values: None or an ``EncoderDecoderCache``.
         layer_idx: the decoder layer index (required with a cache).
         dropout: attention dropout probability (0 outside training).
+        output_attentions: also return the attention weights
+            (:func:`~srformer.attention.weights.cross_attention_weights`). They are computed apart from
+            the output, which is the same either way; when False nothing is computed for them.
 
     Returns:
-        (B, H, q, d) attention output before the output projection.
+        ``(output, weights)``: (B, H, q, d) attention output before the output projection, and
+        (B, H, q, k) attention weights in the queries' dtype, or None unless ``output_attentions``.
 
     Raises:
         ValueError: for a cache that is not an ``EncoderDecoderCache``, or a missing ``layer_idx``;
@@ -132,6 +124,7 @@ def run_cross_attention(
         cache, cache_index = past_key_values, layer_idx
 
     state: CrossAttentionState | None = None
+    keys: torch.Tensor | None = None  # projected here when the state is built, or for the weights
     if cache is not None and cache.is_updated.get(cache_index):
         layer = cache.cross_attention_cache.layers[cache_index]
         if not isinstance(layer, SRformerCacheLayer) or layer.state is None:
@@ -160,6 +153,15 @@ def run_cross_attention(
     else:
         output, state = attention(queries, state, start_position=start, dropout=dropout)
 
+    weights = None
+    if output_attentions:
+        if keys is None:
+            keys, _ = project(key_value_states)
+        weights = cross_attention_weights(
+            attention, queries, keys, state, start_position=start,
+            key_valid=key_padding_from_mask(mask, keys.shape[2]),
+        )
+
     if cache is not None:
         # The lean layout carries the RAF membrane of the segments fired so far, so it is only entered
         # at a single-token step, whose position is the sequence's own. After a multi-token chunk
@@ -168,7 +170,7 @@ def run_cross_attention(
         if attention.settings.lean_cache and not state.is_lean and q_len == 1:
             state = attention.lean(state)
         _store_state(cache, cache_index, state)
-    return output
+    return output, weights
 
 
 def _store_state(cache: EncoderDecoderCache, layer_idx: int, state: CrossAttentionState) -> None:

@@ -14,19 +14,20 @@ import torch
 from torch import nn
 
 from srformer.attention.variants import CrossAttentionModule
-from srformer.models.cross_attention import reject_attention_weights, run_cross_attention
+from srformer.models.cross_attention import attention_weights_requested, run_cross_attention
 
 
 class SRformerT5AttentionMixin:
     """Forward pass of a converted ``T5Attention``-style module (attributes q, k, v, o, n_heads,
     key_value_proj_dim; T5 scale 1). Called as
     ``(hidden_states, mask, key_value_states, position_bias, past_key_values, **kwargs)`` and
-    returns ``(output, position_bias, None)``: T5 cross attention has no relative position bias,
-    so ``position_bias`` is passed through unused, and attention weights are not materialised
-    (``output_attentions=True`` under the eager implementation raises, see
-    :func:`~srformer.models.cross_attention.reject_attention_weights`).
+    returns ``(output, position_bias, weights)``: T5 cross attention has no relative position bias,
+    so ``position_bias`` is passed through unused; ``weights`` is None unless ``output_attentions``
+    is set under the eager implementation (:func:`~srformer.models.cross_attention.attention_weights_requested`),
+    then the weights of :func:`~srformer.attention.weights.cross_attention_weights`.
 
-    Shapes: hidden_states (B, q, d_model), key_value_states (B, k, d_model), output (B, q, d_model).
+    Shapes: hidden_states (B, q, d_model), key_value_states (B, k, d_model), output (B, q, d_model),
+    weights (B, H, q, k).
     """
 
     srformer: CrossAttentionModule
@@ -49,10 +50,9 @@ class SRformerT5AttentionMixin:
         position_bias: torch.Tensor | None = None,
         past_key_values: Any = None,
         **kwargs: Any,
-    ) -> tuple[torch.Tensor, torch.Tensor | None, None]:
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         if key_value_states is None:
             raise RuntimeError("An SRformer module replaces decoder cross attention only; it got no encoder states.")
-        reject_attention_weights(self, kwargs.get("output_attentions"))
         batch, q_len = hidden_states.shape[:2]
         head_dim = self.key_value_proj_dim
         queries = self.q(hidden_states).view(batch, q_len, -1, head_dim).transpose(1, 2)
@@ -62,7 +62,7 @@ class SRformerT5AttentionMixin:
             values = self.v(states).view(states.shape[0], -1, self.n_heads, head_dim).transpose(1, 2)
             return keys, values
 
-        output = run_cross_attention(
+        output, weights = run_cross_attention(
             self.srformer,
             queries,
             key_value_states,
@@ -71,18 +71,20 @@ class SRformerT5AttentionMixin:
             past_key_values,
             self.layer_idx,
             dropout=self.dropout if self.training else 0.0,
+            output_attentions=attention_weights_requested(self, kwargs.get("output_attentions")),
         )
         output = self.o(output.transpose(1, 2).reshape(batch, q_len, -1))
-        return output, position_bias, None
+        return output, position_bias, weights
 
 
 class SRformerBartAttentionMixin:
     """Forward pass of a converted ``BartAttention``-style module (attributes q_proj, k_proj, v_proj,
     out_proj, num_heads, head_dim, scaling = head_dim^-0.5). Called as
     ``(hidden_states, key_value_states, past_key_values, attention_mask, **kwargs)`` and returns
-    ``(output, None)``.
+    ``(output, weights)``, ``weights`` as for :class:`SRformerT5AttentionMixin`.
 
-    Shapes: hidden_states (B, q, d_model), key_value_states (B, k, d_model), output (B, q, d_model).
+    Shapes: hidden_states (B, q, d_model), key_value_states (B, k, d_model), output (B, q, d_model),
+    weights (B, H, q, k).
     """
 
     srformer: CrossAttentionModule
@@ -104,10 +106,9 @@ class SRformerBartAttentionMixin:
         past_key_values: Any = None,
         attention_mask: torch.Tensor | None = None,
         **kwargs: Any,
-    ) -> tuple[torch.Tensor, None]:
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if key_value_states is None:
             raise RuntimeError("An SRformer module replaces decoder cross attention only; it got no encoder states.")
-        reject_attention_weights(self, kwargs.get("output_attentions"))
         batch, q_len = hidden_states.shape[:2]
         queries = self.q_proj(hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)
 
@@ -116,7 +117,7 @@ class SRformerBartAttentionMixin:
             values = self.v_proj(states).view(states.shape[0], -1, self.num_heads, self.head_dim).transpose(1, 2)
             return keys, values
 
-        output = run_cross_attention(
+        output, weights = run_cross_attention(
             self.srformer,
             queries,
             key_value_states,
@@ -125,9 +126,10 @@ class SRformerBartAttentionMixin:
             past_key_values,
             self.layer_idx,
             dropout=self.dropout if self.training else 0.0,
+            output_attentions=attention_weights_requested(self, kwargs.get("output_attentions")),
         )
         output = self.out_proj(output.transpose(1, 2).reshape(batch, q_len, -1))
-        return output, None
+        return output, weights
 
 
 def attention_scale_of(module: nn.Module) -> float:

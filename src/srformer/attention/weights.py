@@ -1,0 +1,175 @@
+"""Cross-attention weights for ``output_attentions=True``: what each variant's softmax attends to, laid out
+over the encoder positions as transformers returns them, (B, H, q, k).
+
+transformers' eager attention returns ``softmax(scale * Q K^T + mask)``, one distribution over all ``k``
+encoder positions per query and head. An SRformer layer's output is not one such distribution
+(``docs/design.md``, "Attention weights"), so the weights returned are the part of the output that is one:
+
+* ``segmented`` / ``srformer`` (and its ablations II-IV, and ``mix_init``): the softmax of ``O_S`` over the
+  ``s`` keys of segment ``i(t)`` (Eq. 6), at those keys' encoder positions. ``O_S = A V`` exactly; the
+  recurrent term ``O_R`` (Eq. 13-16) is added on top and is not a weighted sum of values (RAF's firing is a
+  non-linear function of all ``K_j^T V_j`` products), so it has no weights. With ``mix_init`` the output is
+  ``sigma * A V + (1 - sigma) * O_R``; ``A`` itself is returned (rows sum to 1).
+* ``xl``: the softmax over segment ``i(t)`` and its memory, segment ``i(t) - 1``.
+* ``longt5``: the softmax over segment ``i(t)`` and the ``m`` global tokens. A global token is the mean of
+  its segment's real keys and values, so its probability times its value is that probability spread evenly
+  over the segment's real positions times their values: spread that way, ``A V`` is again exactly the
+  output, and the row is a distribution over encoder positions (positions of segment ``i(t)`` get their
+  local probability plus their share of its global token).
+* ``srformer`` ablation I (``recurrent_only``): no softmax term, so zeros (the output is all ``O_R``).
+* ``linear`` (see :func:`linear_weights`): the linear-attention weights
+  ``phi(Q_t) . phi(K_j) / (phi(Q_t) . sum_l phi(K_l) + eps)``, for which ``O = A V`` exactly; they are
+  non-negative and sum to ``S / (S + eps)`` with ``S = phi(Q_t) . sum_l phi(K_l)`` (1 up to ``eps / S``).
+
+Every variant: zeros at padded positions and outside the attended keys; an example with no real encoder
+token (an empty memory, output 0) gets all-zero rows.
+
+The weights are recomputed from the queries, the encoder keys and the state, separately from the output
+(which is therefore the same whether weights are asked for or not), only when they are asked for, and
+without host synchronisation. In training they are the probabilities before attention dropout.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from srformer.attention.linear import feature_map
+from srformer.attention.schedule import segment_index
+from srformer.attention.softmax_context import SOFTMAX_VARIANTS, block_index, take_blocks
+from srformer.attention.state import CrossAttentionState, required
+from srformer.attention.variants import CrossAttentionModule
+
+
+def segment_weights(
+    variant: str,
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    state: CrossAttentionState,
+    *,
+    start_position: int | torch.Tensor,
+    target_length: int,
+    scale: float,
+) -> torch.Tensor:
+    """The softmax weights of a segment-based variant for ``q`` consecutive decoder positions.
+
+    Args:
+        variant: one of :data:`~srformer.attention.softmax_context.SOFTMAX_VARIANTS`.
+        queries: (B, H, q, d) projected decoder queries at positions ``start_position ..``.
+        keys: (B, H, k, d) projected encoder keys in encoder order (not compacted).
+        state: the layer's state, either layout (``positions``, ``segment_valid``, ``num_segments``,
+            ``lengths``; ``longt5``: ``global_keys``/``global_valid``).
+        start_position: absolute decoder position of the first query (an int or a 0-d long tensor).
+        target_length: ``T`` of the schedule.
+        scale: the softmax scale (T5: 1, BART: head_dim^-0.5).
+
+    Returns:
+        (B, H, q, k) in the queries' dtype; each row sums to 1 over the keys it attends (see the module
+        docstring), zero elsewhere; all-zero rows for an example without real encoder tokens.
+
+    Raises:
+        ValueError: for a variant without a segment-based softmax.
+    """
+    if variant not in SOFTMAX_VARIANTS:
+        raise ValueError(f"Variant {variant!r} has no segment-based softmax; expected one of {SOFTMAX_VARIANTS}.")
+    batch, heads, q, d = queries.shape
+    k = keys.shape[2]
+    segment_valid = required(state.segment_valid, "segment_valid")  # (B, M, s)
+    max_segments, s = segment_valid.shape[1:]
+    position_blocks = required(state.positions, "positions").to(torch.long).view(batch, max_segments, s)
+    positions = torch.arange(q, device=queries.device) + start_position
+    segments = segment_index(positions, state.num_segments, target_length)  # (B, q) i(t)
+    index = block_index(segments, max_segments)
+    encoder_positions = [take_blocks(position_blocks, index, q)]  # (B, q, s)
+    allowed = [take_blocks(segment_valid, index, q)]
+    if variant == "xl":  # the memory: segment i(t) - 1, when there is one
+        previous = block_index((segments - 1).clamp(min=0), max_segments)
+        encoder_positions.append(take_blocks(position_blocks, previous, q))
+        allowed.append(take_blocks(segment_valid, previous, q) & (segments > 0)[:, :, None])
+    local_positions = torch.cat(encoder_positions, dim=-1)  # (B, q, n)
+    n = local_positions.shape[-1]
+    gathered = keys.to(queries.dtype).gather(
+        2, local_positions.view(batch, 1, q * n, 1).expand(-1, heads, -1, d)
+    ).view(batch, heads, q, n, d)
+    logits = [torch.einsum("bhqd,bhqnd->bhqn", queries, gathered)]
+    if variant == "longt5":
+        global_keys = required(state.global_keys, "global_keys").to(queries.dtype)  # (B, H, M, d)
+        logits.append(torch.matmul(queries, global_keys.transpose(-1, -2)))  # (B, H, q, M)
+        allowed.append(required(state.global_valid, "global_valid")[:, None, :].expand(-1, q, -1))
+    mask = torch.cat(allowed, dim=-1)[:, None]  # (B, 1, q, n [+ M])
+    probabilities = torch.softmax((torch.cat(logits, dim=-1) * scale).masked_fill(~mask, float("-inf")), dim=-1)
+    weights = queries.new_zeros(batch, heads, q, k)
+    # masked keys have probability exactly 0, so the positions they carry (padding) receive nothing
+    weights.scatter_add_(3, local_positions[:, None].expand(-1, heads, -1, -1), probabilities[..., :n])
+    real = segment_valid & (state.lengths > 0)[:, None, None]  # (B, M, s) the real positions of each segment
+    if variant == "longt5":  # each global token's probability, spread evenly over its segment's real positions
+        share = probabilities[..., n:] / real.sum(dim=2).clamp(min=1)[:, None, None, :].to(probabilities.dtype)
+        spread = share[..., None] * real[:, None, None].to(share.dtype)  # (B, H, q, M, s)
+        all_positions = position_blocks.view(batch, 1, 1, max_segments * s).expand(-1, heads, q, -1)
+        weights.scatter_add_(3, all_positions, spread.flatten(-2))
+    return weights * (state.lengths > 0).to(weights.dtype)[:, None, None, None]
+
+
+def linear_weights(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    state: CrossAttentionState,
+    key_valid: torch.Tensor | None,
+    eps: float,
+) -> torch.Tensor:
+    """The weights of linear attention, ``A[t, j] = phi(Q_t) . phi(K_j) / (phi(Q_t) . sum_l phi(K_l) + eps)``
+    (Katharopoulos et al. 2020, Eq. 4-6), so that the ``linear`` output is ``A V`` exactly.
+
+    Args:
+        queries: (B, H, q, d) projected decoder queries.
+        keys: (B, H, k, d) projected encoder keys in encoder order.
+        state: the ``linear`` state (its ``linear_key_sum`` is the normaliser's ``sum_l phi(K_l)``).
+        key_valid: (B, k) bool, True at real encoder positions, or None (nothing padded).
+        eps: the normaliser's ``eps`` (``SRformerConfig.norm_eps``).
+
+    Returns:
+        (B, H, q, k) in the queries' dtype: non-negative, zero at padded positions, rows summing to
+        ``S / (S + eps)``, ``S = phi(Q_t) . sum_l phi(K_l)``; all-zero rows for an example without real tokens.
+    """
+    key_sum = required(state.linear_key_sum, "linear_key_sum")  # (B, H, d), accumulation dtype
+    query_features = feature_map(queries.to(key_sum.dtype))
+    key_features = feature_map(keys.to(key_sum.dtype))
+    if key_valid is not None:
+        key_features = key_features * key_valid.to(device=keys.device, dtype=key_features.dtype)[:, None, :, None]
+    numerator = torch.matmul(query_features, key_features.transpose(-1, -2))  # (B, H, q, k)
+    denominator = (query_features * key_sum[:, :, None, :]).sum(dim=-1, keepdim=True) + eps
+    return (numerator / denominator).to(queries.dtype)
+
+
+def cross_attention_weights(
+    attention: CrossAttentionModule,
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    state: CrossAttentionState,
+    *,
+    start_position: int | torch.Tensor,
+    key_valid: torch.Tensor | None,
+) -> torch.Tensor:
+    """The weights of one layer's SRformer cross attention (see the module docstring), for its variant.
+
+    Args:
+        attention: the layer's :class:`~srformer.attention.segmented_recurrent.SegmentedRecurrentAttention`
+            or :class:`~srformer.attention.linear.LinearCrossAttention` (read: ``settings``, ``scale``).
+        queries: (B, H, q, d) projected decoder queries at positions ``start_position ..``.
+        keys: (B, H, k, d) projected encoder keys in encoder order.
+        state: the layer's state for this sequence.
+        start_position: absolute decoder position of the first query (an int or a 0-d long tensor).
+        key_valid: (B, k) bool, True at real encoder positions, or None (read by ``linear`` only: the
+            segment-based variants take the real positions from the state).
+
+    Returns:
+        (B, H, q, k) in the queries' dtype.
+    """
+    settings = attention.settings
+    if settings.variant == "linear":
+        return linear_weights(queries, keys, state, key_valid, settings.norm_eps)
+    if settings.ablation == "recurrent_only":  # ablation I: no softmax term, the output is O_R alone
+        return queries.new_zeros(*queries.shape[:3], keys.shape[2])
+    return segment_weights(
+        settings.variant, queries, keys, state, start_position=start_position,
+        target_length=settings.target_length, scale=attention.scale,
+    )

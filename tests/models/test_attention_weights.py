@@ -1,0 +1,267 @@
+"""``output_attentions=True`` on converted models (eager implementation): one (B, H, q, k) cross-attention
+tensor per decoder layer, as transformers returns for the unconverted model.
+
+The weights are checked against a float64 per-query reference written here from the definitions
+(the schedule ``i(t) = min(floor(t m / T), m - 1)`` over each example's real tokens, the softmax over the
+attended keys, LongT5's global tokens spread over their segments), against the layer's own output
+(``O_S = A V`` for the softmax variants, ``O = A V`` for ``linear``), and between teacher forcing and
+``generate()``'s incremental path. Encoder inputs: 24, 17, 9 and 0 real tokens (an empty row), right
+and left padded, in 4-token segments with ``target_length`` 12.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+
+import pytest
+import torch
+
+from srformer.config import NAMED_SETTINGS
+from srformer.models.convert import cross_attention_modules
+from srformer.models.families import attention_scale_of, head_dim_of
+from tests.models.conftest import BUILDERS, converted, decoder_inputs, padded_batch
+from tests.models.test_generation_strategies import generate, teacher_forced
+from tests.tolerance import assert_exact, exact_tolerance, max_difference
+
+SETTINGS = dict(segment_size=4, target_length=12)
+LENGTHS = (24, 17, 9, 0)  # 6, 5, 3 segments and an empty row
+DECODER_LENGTH = 14  # > target_length: the last positions use the schedule's final column
+NAMES = [name for name in NAMED_SETTINGS if name != "full"]  # every variant and ablation
+SOFTMAX_NAMES = [name for name in NAMES if name not in ("linear", "ablation-I")]
+LEAN_NAMES = ["segmented", "srformer", "linear"]
+
+
+@functools.cache
+def eager_model(family: str, name: str, lean_cache: bool = False):
+    """A float64 eager model converted to a named setting (seeded RAF: lean and standard are one model)."""
+    base = BUILDERS[family]("eager")
+    torch.manual_seed(1)
+    return converted(base, **NAMED_SETTINGS[name], lean_cache=lean_cache, **SETTINGS)
+
+
+def encoder_batch(model, *, left: bool = False, lengths=LENGTHS):
+    ids, mask = padded_batch(model, lengths=lengths)
+    if left:
+        for row, n in enumerate(lengths):
+            ids[row], mask[row] = ids[row].roll(ids.shape[1] - n), mask[row].roll(ids.shape[1] - n)
+    return ids, mask
+
+
+def projections(module):
+    """The (query, key, value, output) projections of a T5-style or BART-style attention module."""
+    if hasattr(module, "q"):
+        return module.q, module.k, module.v, module.o
+    return module.q_proj, module.k_proj, module.v_proj, module.out_proj
+
+
+def run_with_captures(model, ids, mask, dec, **kwargs):
+    """A teacher-forced pass that records, per decoder layer, its cross attention's projected queries,
+    keys and values (B, H, n, d) and its attention output before the output projection (B, H, q, d)."""
+    captured: list[dict] = []
+    handles = []
+    for _, _, module in cross_attention_modules(model):
+        record: dict = {}
+        captured.append(record)
+        heads, head_dim = getattr(module, "n_heads", None) or module.num_heads, head_dim_of(module)
+
+        def keep(name, record=record, heads=heads, head_dim=head_dim):
+            def hook(_, inputs, output):
+                tensor = inputs[0] if name == "output" else output
+                record[name] = tensor.view(tensor.shape[0], tensor.shape[1], heads, head_dim).transpose(1, 2)
+            return hook
+
+        for name, projection in zip(("queries", "keys", "values", "output"), projections(module), strict=True):
+            handles.append(projection.register_forward_hook(keep(name)))
+        record["scale"] = attention_scale_of(module)
+    try:
+        with torch.no_grad():
+            out = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, use_cache=False, **kwargs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return out, captured
+
+
+def reference_weights(name: str, queries, keys, mask, scale: float) -> torch.Tensor:
+    """Float64 per-query weights written from the definitions, one example and position at a time."""
+    settings = {**NAMED_SETTINGS[name], **SETTINGS}
+    variant, s, target = settings["variant"], settings["segment_size"], settings["target_length"]
+    batch, heads, q, _ = queries.shape
+    weights = torch.zeros(batch, heads, q, keys.shape[2], dtype=torch.float64)
+    for b in range(batch):
+        real = mask[b].nonzero().flatten().tolist()  # the example's real positions, in order
+        if not real:
+            continue  # an empty memory: no weights
+        m = -(-len(real) // s)
+        segments = [real[j * s:(j + 1) * s] for j in range(m)]
+        for t in range(q):
+            i = min(t * m // target, m - 1)
+            attended = segments[i] + (segments[i - 1] if variant == "xl" and i > 0 else [])
+            logits = torch.stack([(scale * keys[b, :, j] * queries[b, :, t]).sum(-1) for j in attended], dim=-1)
+            if variant == "longt5":
+                global_keys = torch.stack([keys[b, :, segment].mean(dim=1) for segment in segments], dim=1)
+                logits = torch.cat([logits, scale * (global_keys * queries[b, :, t, None]).sum(-1)], dim=-1)
+            probabilities = torch.softmax(logits, dim=-1)  # (H, n [+ m])
+            for column, j in enumerate(attended):
+                weights[b, :, t, j] += probabilities[:, column]
+            if variant == "longt5":
+                for g, segment in enumerate(segments):
+                    for j in segment:
+                        weights[b, :, t, j] += probabilities[:, len(attended) + g] / len(segment)
+    return weights
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_one_cross_attention_tensor_per_layer_shaped_as_the_unconverted_model(family, name):
+    model = eager_model(family, name)
+    plain = BUILDERS[family]("eager")
+    ids, mask = encoder_batch(model)
+    dec = decoder_inputs(model, ids.shape[0], DECODER_LENGTH)
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, output_attentions=True)
+        reference = plain(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, output_attentions=True)
+    assert len(out.cross_attentions) == len(reference.cross_attentions) == 2  # the tiny models' decoder layers
+    for weights, expected in zip(out.cross_attentions, reference.cross_attentions, strict=True):
+        assert weights.shape == expected.shape == (ids.shape[0], 4, DECODER_LENGTH, ids.shape[1])
+        assert weights.dtype == expected.dtype
+    assert len(out.decoder_attentions) == len(reference.decoder_attentions)  # the model's own self attention
+
+
+@pytest.mark.parametrize("left", [False, True], ids=["right-padded", "left-padded"])
+@pytest.mark.parametrize("name", SOFTMAX_NAMES)
+def test_weights_equal_a_per_query_reference_from_the_layers_queries_and_keys(family, name, left):
+    model = eager_model(family, name)
+    ids, mask = encoder_batch(model, left=left)
+    dec = decoder_inputs(model, ids.shape[0], DECODER_LENGTH)
+    out, captured = run_with_captures(model, ids, mask, dec, output_attentions=True)
+    for layer, (weights, record) in enumerate(zip(out.cross_attentions, captured, strict=True)):
+        expected = reference_weights(name, record["queries"], record["keys"], mask, record["scale"])
+        assert_exact(weights, expected, f"{family} {name} layer {layer}")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_rows_sum_to_one_over_the_attended_keys_and_are_zero_at_padding_and_empty_rows(family, name):
+    model = eager_model(family, name)
+    ids, mask = encoder_batch(model, left=True)
+    dec = decoder_inputs(model, ids.shape[0], DECODER_LENGTH)
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, output_attentions=True)
+    real_rows = torch.tensor(LENGTHS) > 0
+    for weights in out.cross_attentions:
+        assert (weights >= 0).all()
+        assert torch.equal(weights * (mask == 0)[:, None, None, :], torch.zeros_like(weights)), "weight at padding"
+        sums = weights.sum(dim=-1)
+        assert torch.equal(sums[~real_rows], torch.zeros_like(sums[~real_rows])), "an empty row has weights"
+        if name == "ablation-I":  # no softmax term: zeros, documented
+            assert torch.equal(weights, torch.zeros_like(weights))
+        elif name == "linear":  # S / (S + eps): below 1 by eps / S, S = phi(q) . sum phi(k) > 0
+            assert (sums[real_rows] < 1).all() and (sums[real_rows] > 1 - 1e-6).all()
+        else:
+            assert max_difference(sums[real_rows], torch.ones_like(sums[real_rows])) <= exact_tolerance(1.0)
+
+
+@pytest.mark.parametrize("name", ["segmented", "srformer", "xl"])
+def test_weights_are_zero_outside_the_scheduled_segments(family, name):
+    """Query ``t`` of an example with ``m`` segments attends only to segment ``i(t)`` (``xl``: and ``i(t) - 1``)."""
+    model = eager_model(family, name)
+    ids, mask = encoder_batch(model)  # right padded: segment j holds positions 4j .. 4j + 3
+    dec = decoder_inputs(model, ids.shape[0], DECODER_LENGTH)
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, output_attentions=True)
+    positions = torch.arange(ids.shape[1])
+    for row, length in enumerate(LENGTHS[:-1]):
+        m = -(-length // 4)
+        for t in range(DECODER_LENGTH):
+            i = min(t * m // 12, m - 1)
+            first = 4 * (i - 1) if name == "xl" and i > 0 else 4 * i
+            inside = (positions >= first) & (positions < min(4 * i + 4, length))
+            for weights in out.cross_attentions:
+                assert torch.equal(weights[row, :, t, ~inside], torch.zeros_like(weights[row, :, t, ~inside]))
+                assert (weights[row, :, t, inside] > 0).all()
+
+
+@pytest.mark.parametrize("name", ["segmented", "xl", "longt5", "linear", "srformer-sigma"])
+def test_weights_times_values_give_the_layers_softmax_output(family, name):
+    """``O_S = A V`` (``linear``: ``O = A V``) with ``V`` the layer's values at the encoder positions: the
+    weights are the distribution the output was computed with, not a look-alike. ``srformer-sigma`` is
+    checked with its recurrent term removed: ``(O - (1 - sigma) O_R) / sigma`` is not observable, so its
+    mixing weight is set to 1 (``sigma = sigmoid(large)``) in a copy, leaving ``O = A V``."""
+    model = eager_model(family, name)
+    if name == "srformer-sigma":
+        model = copy.deepcopy(model)
+        for _, _, module in cross_attention_modules(model):
+            module.srformer.mix_logit.data.fill_(1e4)  # sigma = 1 in float64: O = O_S
+    ids, mask = encoder_batch(model, left=True)
+    dec = decoder_inputs(model, ids.shape[0], DECODER_LENGTH)
+    out, captured = run_with_captures(model, ids, mask, dec, output_attentions=True)
+    for layer, (weights, record) in enumerate(zip(out.cross_attentions, captured, strict=True)):
+        assert_exact(record["output"], torch.matmul(weights, record["values"]), f"{family} {name} layer {layer}")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_outputs_are_the_same_with_and_without_attention_weights(family, name):
+    model = eager_model(family, name)
+    ids, mask = encoder_batch(model)
+    dec = decoder_inputs(model, ids.shape[0], DECODER_LENGTH)
+    with torch.no_grad():
+        plain = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec)
+        with_weights = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, output_attentions=True)
+    assert torch.equal(plain.logits, with_weights.logits)
+    assert plain.cross_attentions is None and len(with_weights.cross_attentions) == 2
+    generated = generate(model, ids, mask, output_scores=True)
+    generated_with_weights = generate(model, ids, mask, output_scores=True, output_attentions=True)
+    assert torch.equal(generated.sequences, generated_with_weights.sequences)
+    assert all(torch.equal(a, b) for a, b in zip(generated.scores, generated_with_weights.scores, strict=True))
+
+
+def _lean_or_standard():
+    return [(name, False) for name in NAMES] + [(name, True) for name in LEAN_NAMES]
+
+
+@pytest.mark.parametrize("left", [False, True], ids=["right-padded", "left-padded"])
+@pytest.mark.parametrize("name,lean_cache", _lean_or_standard())
+def test_generate_weights_equal_teacher_forced_weights(family, name, lean_cache, left):
+    """``generate(output_attentions=True, return_dict_in_generate=True)`` reports one (B, H, 1, k) tensor per
+    step and layer from the incremental path; stacked over the steps they equal one teacher-forced pass."""
+    model = eager_model(family, name, lean_cache)
+    ids, mask = encoder_batch(model, left=left)
+    out = generate(model, ids, mask, output_attentions=True)
+    reference = teacher_forced(model, ids, mask, out.sequences, output_attentions=True).cross_attentions
+    assert len(out.cross_attentions) == out.sequences.shape[1] - 1
+    assert all(len(step) == len(reference) for step in out.cross_attentions)
+    for layer, expected in enumerate(reference):
+        stepwise = torch.cat([step[layer] for step in out.cross_attentions], dim=2)
+        assert stepwise.shape == expected.shape
+        # float64 model, float64 state (accumulation_dtype) and float64 weights (generate() casts only the
+        # logits it reports to float32): the two paths differ by float64 rounding alone
+        assert_exact(stepwise, expected, f"{family} {name} lean={lean_cache} layer {layer}")
+
+
+@pytest.mark.parametrize("name", ["srformer", "segmented", "xl", "longt5", "linear"])
+def test_static_cache_generate_weights_equal_teacher_forced_weights(family, name):
+    """With ``cache_implementation="static"`` the step's position is a 0-d tensor on the device."""
+    model = eager_model(family, name)
+    ids, mask = encoder_batch(model)
+    out = generate(model, ids, mask, output_attentions=True, cache_implementation="static")
+    reference = teacher_forced(model, ids, mask, out.sequences, output_attentions=True).cross_attentions
+    for layer, expected in enumerate(reference):
+        stepwise = torch.cat([step[layer] for step in out.cross_attentions], dim=2)
+        assert_exact(stepwise, expected, f"{family} {name} static layer {layer}")
+
+
+def test_config_output_attentions_also_returns_the_weights(family):
+    """Set in the config (not passed as a keyword), ``output_attentions`` reaches transformers' output
+    recorders but not the attention modules; converted layers read the config too. (T5's decoder keeps a copy
+    of the model config, so the flag is set on it as well, as the unconverted T5 needs.)"""
+    model = copy.deepcopy(eager_model(family, "srformer"))
+    for config in (model.config, model.get_decoder().config):
+        config.output_attentions = True
+    ids, mask = encoder_batch(model)
+    dec = decoder_inputs(model, ids.shape[0], DECODER_LENGTH)
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec)
+        explicit = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, output_attentions=True)
+    assert len(out.cross_attentions) == 2
+    for weights, expected in zip(out.cross_attentions, explicit.cross_attentions, strict=True):
+        assert torch.equal(weights, expected)
