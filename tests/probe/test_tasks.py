@@ -51,8 +51,11 @@ def test_target_recovered_from_document(task, length, s, n):
             assert target == expected
             assert [p for p, _ in (marked if task == "copy" else marked[::-1])] == [q[0] for q in example.needed]
         elif task == "recall":
-            facts = {w.split("=")[0]: (p, w.split("=")[1]) for p, w in enumerate(words) if "=" in w}
-            assert sorted(facts) == sorted(f"K{j}" for j in range(VOCAB.num_keys))
+            overlay = [VOCAB.tokens[i] if i >= 0 else None for i in example.overlay]
+            facts = {w: (p, overlay[p]) for p, w in enumerate(words) if w.startswith("K")}
+            assert len(facts) == min(VOCAB.num_keys, max(n, length // 16))  # one fact per 16 tokens, distinct keys
+            assert all(value is not None and value.startswith("v") for _, value in facts.values())
+            assert sum(v is not None for v in overlay) == len(facts)  # values only on key positions
             queried = target[0::2]
             assert len(queried) == n and queried == sorted(queried, key=lambda k: int(k[1:]))
             assert target[1::2] == [facts[key][1] for key in queried]
@@ -76,8 +79,17 @@ def test_copy_places_each_marked_value_in_its_scheduled_segment():
 def test_recall_document_is_filler_and_facts():
     example = _make("recall", 4, 128, 16, seed=0)[0]
     words = _words(example)
-    assert sum("=" in w for w in words) == VOCAB.num_keys
-    assert all(w.startswith("w") or "=" in w for w in words)
+    assert sum(w.startswith("K") for w in words) == 128 // 16
+    assert all(w.startswith(("w", "K")) for w in words)
+
+
+@pytest.mark.parametrize("length,stored", [(16, 4), (64, 4), (128, 8), (512, 32), (4096, 32)])
+def test_recall_stores_one_fact_per_spacing_between_n_and_num_keys(length, stored):
+    example = _make("recall", 4, length, 16, seed=2)[0]
+    assert sum(i >= 0 for i in example.overlay) == stored
+    spaced = generate_examples(TaskSpec("recall", 4, fact_spacing=8), VOCAB, count=1, length=128, segment_size=16,
+                               target_length=9, seed=0)[0]
+    assert sum(i >= 0 for i in spaced.overlay) == 16
 
 
 def test_bad_input_names_the_argument():
@@ -88,7 +100,9 @@ def test_bad_input_names_the_argument():
     with pytest.raises(ValueError, match="num_keys"):
         _make("recall", VOCAB.num_keys + 1, 4096, 32, seed=0)
     with pytest.raises(ValueError, match="at least"):
-        _make("recall", 8, VOCAB.num_keys - 1, 4, seed=0)
+        _make("recall", 8, 7, 4, seed=0)
+    with pytest.raises(ValueError, match="fact_spacing"):
+        TaskSpec("recall", 2, fact_spacing=0)
     with pytest.raises(ValueError, match="segment"):
         _make("copy", 8, 64, 1, seed=0)  # one-token segments cannot hold '<mark> v'
     with pytest.raises(ValueError, match="num_values"):
@@ -98,9 +112,8 @@ def test_bad_input_names_the_argument():
 
 
 def test_vocabulary_round_trip():
-    text = "w3 K0 v5 <mark> c1 #2 K3=v7"
+    text = "w3 K0 v5 <mark> c1 #2"
     assert VOCAB.decode(VOCAB.encode(text) + [VOCAB.eos_id, VOCAB.ids["w1"]]) == text
     assert len(set(VOCAB.tokens)) == len(VOCAB)
-    assert VOCAB.tokens[VOCAB.fact_id(3, 7)] == "K3=v7"
     assert VOCAB.chance("recall") == 1 / VOCAB.num_values
     assert VOCAB.chance("aggregate") == 1 / (VOCAB.max_count + 1)

@@ -13,6 +13,7 @@ from srformer.probe.training import (
     build_model,
     collate,
     curriculum_length,
+    model_inputs,
     predict,
     train_model,
 )
@@ -50,6 +51,24 @@ def test_collate_appends_eos_and_masks_padding():
     assert batch["input_ids"].shape == (2, 16) and bool(batch["attention_mask"].all())
     assert batch["labels"][:, -1].tolist() == [VOCAB.eos_id] * 2
     assert batch["labels"][0, :2].tolist() == list(examples[0].target)
+
+
+def test_recall_overlay_is_added_to_the_encoder_input_embedding():
+    examples = batch_examples(TaskSpec("recall", 2), VOCAB, seed=0, step=0, batch_size=2, length=48, segment_size=8,
+                              target_length=5)
+    batch = collate(examples, VOCAB)
+    assert batch["overlay_ids"].tolist() == [list(e.overlay) for e in examples]
+    model = build_model(VOCAB, TINY, seed=0)
+    inputs = model_inputs(model, batch)
+    assert "input_ids" not in inputs and "overlay_ids" not in inputs
+    table = model.get_input_embeddings().weight
+    for b, example in enumerate(examples):
+        for position, (token, extra) in enumerate(zip(example.source, example.overlay, strict=True)):
+            expected = table[token] + (table[extra] if extra >= 0 else 0)
+            assert torch.equal(inputs["inputs_embeds"][b, position], expected)
+    plain = collate(batch_examples(TaskSpec("copy", 2), VOCAB, seed=0, step=0, batch_size=2, length=16,
+                                   segment_size=8, target_length=3), VOCAB)
+    assert "overlay_ids" not in plain and model_inputs(model, plain) is plain
 
 
 def test_training_runs_and_prediction_has_target_length():

@@ -15,26 +15,28 @@ Tasks (``n`` is the task's size):
   attention sees what it needs at every step.
 - ``reverse``: the same documents; the target is the marked values in reverse order, so target
   ``j`` needs the value placed in segment ``i(n - 1 - j)``, off the scheduled segment almost always.
-- ``recall``: one fact per key (``num_keys`` facts) at random positions in the filler; a fact is one
-  token ``K{q}=v{x}`` that states "key ``q`` has value ``x``". The target queries ``n`` random keys, in
-  increasing key order: ``K{a} v_a K{b} v_b ...``. The key tokens of the target are the queries (given to
-  the decoder, never scored); only the value positions are scored; each needs the position of its fact.
-  Every key is stored but only ``n`` are asked, so the encoder cannot know which facts matter.
+- ``recall``: ``D`` facts at random positions in the filler; a fact is one position holding a key
+  token ``K{q}`` with a value token ``v{x}`` superposed on it (``Example.overlay``: the model's input at
+  that position is the sum of the two token embeddings). The target queries ``n`` of the ``D`` stored
+  keys, in increasing key order: ``K{a} v_a K{b} v_b ...``. The key tokens of the target are the queries
+  (given to the decoder, never scored); only the value positions are scored; each needs the position of
+  its fact. ``D = min(num_keys, max(n, k // fact_spacing))`` grows with the document (one fact per
+  ``fact_spacing`` tokens), so a short curriculum document stores only the queried facts and a long one
+  stores every key: the encoder cannot know which of them the decoder will ask for.
 - ``aggregate``: ``n`` classes; class ``c`` occurs a uniform random number of times in
   ``[0, max_count]`` at random positions; the target is one count token per class, in class order.
   A count needs every occurrence of its class (a count of 0 needs the whole document to check
   absence and is always off-segment).
 
-Why a synthetic vocabulary and one-token facts: a tiny T5 trained from scratch did not learn
-associative recall in real-text filler at the CPU budget (measured: chance after 2.5k steps on 1.8k
-examples, 23% after 24k steps on 17k examples, copying the right words bound to the wrong keys).
-With two-token facts ``K_q v`` in synthetic filler it plateaued the same way (about 30% after 400
-steps at k=64, i.e. one of the n=4 values present, not the one bound to the key): binding a value to
-its neighbouring key is an encoder skill (a previous-token head) that is the same for every
-cross-attention variant. A one-token fact removes it, so the probe measures what differs between
-variants: finding one position among ``k`` by content. With only the ``n`` queried facts in the
-document, segmented attention solved recall off-segment (the full-attention encoder copied the few
-facts into every segment); storing a fact for every key defeats that. See docs/probe.md.
+Why this design (measured; see docs/probe.md): a tiny T5 trained from scratch learns neither
+associative recall in real-text filler (chance after 2.5k steps on 1.8k examples, 23% after 24k steps
+on 17k examples), nor two-token facts ``K_q v`` (binding a value to its neighbouring key is an encoder
+skill; chance after 1.25k steps with 32 facts), nor one-token facts ``K{q}=v{x}`` with every key stored
+(each of the ``num_keys * num_values`` fact embeddings must be learned on its own; chance after 1.2k
+steps). A superposed key + value embedding states the fact in one position with shared embeddings,
+and storing one fact per ``fact_spacing`` tokens makes the curriculum's short documents easy (only the
+queried facts) while the long ones store every key, which stops the full-attention encoder from
+copying the few facts that matter into every segment.
 """
 
 from __future__ import annotations
@@ -51,12 +53,12 @@ TASKS: tuple[str, ...] = ("copy", "reverse", "recall", "aggregate")
 class ProbeVocabulary:
     """The probe's word-level vocabulary: ids ``0, 1, 2`` are ``<pad>`` (also T5's decoder start),
     ``</s>`` and ``<unk>``, then ``<mark>``, filler ``w*``, keys ``K*``, values ``v*``, classes
-    ``c*``, counts ``#0 .. #max_count`` and facts ``K{q}=v{x}``.
+    ``c*`` and counts ``#0 .. #max_count``.
 
     Args:
         num_filler: filler tokens (what the document is made of).
-        num_keys: key tokens; the largest ``recall`` size that can be generated. There are
-            ``num_keys * num_values`` fact tokens ``K{q}=v{x}``.
+        num_keys: key tokens; the largest number of facts a ``recall`` document stores (and the
+            largest ``n``).
         num_values: value tokens; chance accuracy on a value is ``1 / num_values``.
         num_classes: class tokens; the largest ``aggregate`` size.
         max_count: largest count of one class in ``aggregate`` (chance ``1 / (max_count + 1)``).
@@ -87,7 +89,6 @@ class ProbeVocabulary:
             *(f"v{i}" for i in range(self.num_values)),
             *(f"c{i}" for i in range(self.num_classes)),
             *(f"#{i}" for i in range(self.max_count + 1)),
-            *(f"K{q}=v{x}" for q in range(self.num_keys) for x in range(self.num_values)),
         )
 
     @cached_property
@@ -127,10 +128,6 @@ class ProbeVocabulary:
     def count_ids(self) -> list[int]:
         return self._block("#", self.max_count + 1)
 
-    def fact_id(self, key: int, value: int) -> int:
-        """Id of the fact token ``K{key}=v{value}`` (``key``, ``value`` are indices, not ids)."""
-        return self.ids["K0=v0"] + key * self.num_values + value
-
     def encode(self, text: str) -> list[int]:
         """Ids of the whitespace-separated tokens of ``text`` (unknown words map to ``<unk>``)."""
         return [self.ids.get(word, self.unk_id) for word in text.split()]
@@ -159,20 +156,30 @@ class TaskSpec:
 
     Args:
         task: one of :data:`TASKS`.
-        n: the task's size: marked tokens (copy, reverse), facts (recall), classes (aggregate).
+        n: the task's size: marked tokens (copy, reverse), queried facts (recall), classes (aggregate).
+        fact_spacing: ``recall`` stores ``min(num_keys, max(n, k // fact_spacing))`` facts in a
+            document of ``k`` tokens (one per ``fact_spacing`` tokens, at least the ``n`` queried ones).
 
     Raises:
-        ValueError: for an unknown task or a non-positive ``n``.
+        ValueError: for an unknown task, a non-positive ``n`` or ``fact_spacing``.
     """
 
     task: str
     n: int
+    fact_spacing: int = 16
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
             raise ValueError(f"Unknown probe task {self.task!r}: `task` must be one of {', '.join(TASKS)}.")
         if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
             raise ValueError(f"The task size `n` must be a positive integer, got {self.n!r}.")
+        if isinstance(self.fact_spacing, bool) or not isinstance(self.fact_spacing, int) or self.fact_spacing < 1:
+            raise ValueError(f"`fact_spacing` must be a positive integer (tokens per fact), got {self.fact_spacing!r}.")
+
+    def stored_facts(self, vocabulary: ProbeVocabulary, length: int) -> int:
+        """Facts a ``recall`` document of ``length`` tokens stores: ``min(num_keys, max(n, length //
+        fact_spacing))``."""
+        return min(vocabulary.num_keys, max(self.n, length // self.fact_spacing))
 
     @property
     def target_tokens(self) -> int:
@@ -187,7 +194,7 @@ class TaskSpec:
             raise ValueError(
                 f"aggregate with n={self.n} needs n <= num_classes={vocabulary.num_classes}; raise num_classes."
             )
-        needed = {"copy": 2 * self.n, "reverse": 2 * self.n, "recall": vocabulary.num_keys,
+        needed = {"copy": 2 * self.n, "reverse": 2 * self.n, "recall": self.n,
                   "aggregate": self.n * vocabulary.max_count}[self.task]
         if length < needed:
             raise ValueError(
@@ -206,16 +213,22 @@ class Example:
         needed: per target index, the document positions whose tokens it needs.
         scored: per target index, whether it is scored (False for ``recall``'s key tokens, which the
             task fixes).
+        overlay: per document position, a second token id whose embedding is added to the source
+            token's (``-1``: none); empty when the task has none. ``recall`` puts a fact's value here.
     """
 
     source: tuple[int, ...]
     target: tuple[int, ...]
     needed: tuple[tuple[int, ...], ...]
     scored: tuple[bool, ...] = field(default=())
+    overlay: tuple[int, ...] = field(default=())
 
     def __post_init__(self) -> None:
         if not self.scored:
             object.__setattr__(self, "scored", tuple(True for _ in self.target))
+        if self.overlay and len(self.overlay) != len(self.source):
+            raise ValueError(f"`overlay` must have one entry per source position ({len(self.source)}), "
+                             f"got {len(self.overlay)}.")
 
 
 def scheduled_segment(step: int, num_segments: int, target_length: int) -> int:
@@ -284,16 +297,23 @@ def generate_example(rng: random.Random, spec: TaskSpec, vocabulary: ProbeVocabu
         return Example(tuple(source), tuple(values[j] for j in order), tuple((positions[j],) for j in order))
     if spec.task == "recall":
         source = _filler(rng, vocabulary, length)
-        positions = rng.sample(range(length), vocabulary.num_keys)  # positions[q]: the fact of key q
-        values = rng.choices(range(vocabulary.num_values), k=vocabulary.num_keys)
-        for key, (position, value) in enumerate(zip(positions, values, strict=True)):
-            source[position] = vocabulary.fact_id(key, value)
+        overlay = [-1] * length
+        stored = spec.stored_facts(vocabulary, length)
+        keys = rng.sample(range(vocabulary.num_keys), stored)
+        positions = rng.sample(range(length), stored)
+        values = rng.choices(range(vocabulary.num_values), k=stored)
+        fact = {}
+        for key, position, value in zip(keys, positions, values, strict=True):
+            source[position] = vocabulary.key_ids[key]
+            overlay[position] = vocabulary.value_ids[value]
+            fact[key] = (position, value)
         target, needed, scored = [], [], []
-        for key in sorted(rng.sample(range(vocabulary.num_keys), spec.n)):
-            target += [vocabulary.key_ids[key], vocabulary.value_ids[values[key]]]
-            needed += [(), (positions[key],)]
+        for key in sorted(rng.sample(keys, spec.n)):
+            position, value = fact[key]
+            target += [vocabulary.key_ids[key], vocabulary.value_ids[value]]
+            needed += [(), (position,)]
             scored += [False, True]
-        return Example(tuple(source), tuple(target), tuple(needed), tuple(scored))
+        return Example(tuple(source), tuple(target), tuple(needed), tuple(scored), tuple(overlay))
     # aggregate
     source = _filler(rng, vocabulary, length)
     counts = [rng.randint(0, vocabulary.max_count) for _ in range(spec.n)]

@@ -65,7 +65,9 @@ def curriculum_length(step: int, steps: int, *, start: int, final: int, ramp: fl
 
 def collate(examples: Sequence[Example], vocabulary: ProbeVocabulary) -> dict[str, torch.Tensor]:
     """Batch tensors: ``input_ids`` (B, k), ``attention_mask`` (B, k), ``labels`` (B, L+1) with ``</s>``
-    appended and ``-100`` padding (targets of one task and size have the same length)."""
+    appended and ``-100`` padding (targets of one task and size have the same length), and
+    ``overlay_ids`` (B, k), ``-1`` where no token is superposed, when any example has an overlay.
+    :func:`model_inputs` turns such a batch into the model's keyword arguments."""
     length = max(len(e.source) for e in examples)
     width = max(len(e.target) for e in examples) + 1
     input_ids = torch.full((len(examples), length), vocabulary.pad_id, dtype=torch.long)
@@ -75,7 +77,32 @@ def collate(examples: Sequence[Example], vocabulary: ProbeVocabulary) -> dict[st
         input_ids[b, : len(example.source)] = torch.tensor(example.source)
         mask[b, : len(example.source)] = 1
         labels[b, : len(example.target) + 1] = torch.tensor([*example.target, vocabulary.eos_id])
-    return {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
+    batch = {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
+    if any(example.overlay for example in examples):
+        overlay = torch.full((len(examples), length), -1, dtype=torch.long)
+        for b, example in enumerate(examples):
+            if example.overlay:
+                overlay[b, : len(example.overlay)] = torch.tensor(example.overlay)
+        batch["overlay_ids"] = overlay
+    return batch
+
+
+def model_inputs(model: PreTrainedModel, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Keyword arguments for ``model`` from a :func:`collate` batch.
+
+    Without ``overlay_ids`` the batch is returned as is. With them, the encoder input becomes
+    ``inputs_embeds`` (B, k, d_model): the embedding of ``input_ids`` plus, where ``overlay_ids >= 0``,
+    the embedding of the overlaid token (the model's own input embedding table, so a ``recall`` fact
+    is the sum of its key's and its value's embeddings).
+    """
+    if "overlay_ids" not in batch:
+        return batch
+    inputs = dict(batch)
+    overlay = inputs.pop("overlay_ids")
+    embed = model.get_input_embeddings()
+    present = (overlay >= 0).unsqueeze(-1)
+    inputs["inputs_embeds"] = embed(inputs.pop("input_ids")) + embed(overlay.clamp(min=0)) * present
+    return inputs
 
 
 @dataclass(frozen=True)
@@ -171,7 +198,7 @@ def train_model(
                                     ramp=settings.curriculum_ramp, hold=settings.curriculum_hold)
         examples = batch_examples(spec, vocabulary, seed=seed, step=step, batch_size=settings.batch_size,
                                   length=current, segment_size=segment_size, target_length=target_length)
-        loss = model(**collate(examples, vocabulary)).loss
+        loss = model(**model_inputs(model, collate(examples, vocabulary))).loss
         value = loss.item()
         if not math.isfinite(value):
             raise FloatingPointError(f"Probe training loss became {value} at step {step}; lower the learning rate.")
@@ -201,7 +228,7 @@ def predict(model: PreTrainedModel, examples: Sequence[Example], vocabulary: Pro
     predictions: list[list[int]] = []
     for first in range(0, len(examples), batch_size):
         chunk = examples[first:first + batch_size]
-        logits = model(**collate(chunk, vocabulary)).logits
+        logits = model(**model_inputs(model, collate(chunk, vocabulary))).logits
         for row, example in zip(logits.argmax(dim=-1).tolist(), chunk, strict=True):
             predictions.append(row[: len(example.target)])
     model.train()
