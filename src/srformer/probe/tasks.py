@@ -186,6 +186,12 @@ class TaskSpec:
         """Target length in tokens, without the final ``</s>``."""
         return 2 * self.n if self.task == "recall" else self.n
 
+    def min_length(self, vocabulary: ProbeVocabulary) -> int:
+        """The shortest document (tokens) that holds this task: ``2n`` for copy/reverse (``<mark> v``
+        pairs), ``n`` for recall (one position per fact), ``n * max_count`` for aggregate."""
+        return {"copy": 2 * self.n, "reverse": 2 * self.n, "recall": self.n,
+                "aggregate": self.n * vocabulary.max_count}[self.task]
+
     def check(self, vocabulary: ProbeVocabulary, length: int) -> None:
         """Raise ``ValueError`` if documents of ``length`` tokens cannot hold this task."""
         if self.task == "recall" and self.n > vocabulary.num_keys:
@@ -194,8 +200,7 @@ class TaskSpec:
             raise ValueError(
                 f"aggregate with n={self.n} needs n <= num_classes={vocabulary.num_classes}; raise num_classes."
             )
-        needed = {"copy": 2 * self.n, "reverse": 2 * self.n, "recall": self.n,
-                  "aggregate": self.n * vocabulary.max_count}[self.task]
+        needed = self.min_length(vocabulary)
         if length < needed:
             raise ValueError(
                 f"A {self.task} document with n={self.n} needs at least {needed} tokens, got length={length}."

@@ -114,7 +114,8 @@ class TrainSettings:
         batch_size: examples per step.
         learning_rate: peak AdamW learning rate.
         warmup: warm-up steps (linear), then linear decay to 10% of the peak.
-        curriculum_start: document length (tokens) of the first batch; the length grows linearly to
+        curriculum_start: document length (tokens) of the first batch (raised to the task's
+            :meth:`~srformer.probe.tasks.TaskSpec.min_length` where shorter); the length grows linearly to
             the cell's length over ``curriculum_ramp`` of the steps. 0 = no curriculum.
         curriculum_hold: fraction of ``steps`` spent at ``curriculum_start`` before the length grows
             (the lookup is learned there, where steps are cheap).
@@ -192,7 +193,7 @@ def train_model(
     model.train()
     losses: list[float] = []
     started = time.perf_counter()
-    start = settings.curriculum_start or length
+    start = max(settings.curriculum_start, spec.min_length(vocabulary)) if settings.curriculum_start else length
     for step in range(settings.steps):
         current = curriculum_length(step, settings.steps, start=min(start, length), final=length,
                                     ramp=settings.curriculum_ramp, hold=settings.curriculum_hold)
