@@ -16,6 +16,7 @@ from srformer.attention.registry import (
     REGISTRY,
     SEGMENT_SOFTMAX_VARIANTS,
     Capabilities,
+    keeps_own_attention,
     mechanism,
     with_capability,
 )
@@ -184,6 +185,11 @@ def test_recurrent_term_and_softmax_part_match_the_module(name):
     assert getattr(module, "has_softmax", False) == entry.capabilities.has_softmax_part
     segment_softmax = entry.capabilities.has_softmax_part and not entry.capabilities.segment_free
     assert (name in SEGMENT_SOFTMAX_VARIANTS) == segment_softmax
+
+
+def test_keeps_own_attention_is_the_entries_without_a_module():
+    assert [name for name in REGISTRY if keeps_own_attention(name)] == ["full"]
+    assert not keeps_own_attention(None) and not keeps_own_attention("bigbird")
 
 
 def test_ablations_belong_to_their_variant():

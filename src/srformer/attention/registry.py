@@ -278,6 +278,14 @@ def mechanism(name: str) -> Mechanism:
     return REGISTRY[name]
 
 
+def keeps_own_attention(name: str | None) -> bool:
+    """True for a registered variant whose entry has no module (``full``): a converted model keeps the wrapped
+    model's own cross attention, and ``segment_size``/``target_length`` do not apply. False for any other
+    name, None or an unknown name included."""
+    entry = REGISTRY.get(name) if name is not None else None
+    return entry is not None and entry.module is None
+
+
 def with_capability(capability: str, value: bool = True) -> tuple[str, ...]:
     """Names of the variants whose :class:`Capabilities` field ``capability`` equals ``value``, in registry order.
 
