@@ -3,23 +3,36 @@
 Every place that asks "which variants exist" or "which variants have capability X" reads this
 registry: :mod:`srformer.config` (``VARIANTS``, ``ABLATIONS``, ``SEGMENT_FREE_VARIANTS``,
 ``LEAN_VARIANTS``, ``NAMED_SETTINGS`` and the checks of ``SRformerConfig``),
-:func:`srformer.attention.build_cross_attention`, the softmax contexts, ``srformer compare``,
-``srformer probe`` and ``srformer bench`` (its variant list and Table 1 rows).
+:func:`srformer.attention.build_cross_attention`, the modules' lean-layout check, :func:`keeps_own_attention`
+(asked by ``convert``, the evaluation and the training pipeline), ``srformer compare``, ``srformer probe`` and
+``srformer bench`` (its variant list and Table 1 rows).
+
+Each mechanism is one module file with its own typed state (``docs/design.md``, "Architecture"):
+
+* ``segmented`` -- :mod:`srformer.attention.segmented` (``SegmentedCrossAttention``, ``SegmentState``,
+  ``LeanSegmentState``), the base of the segment-based mechanisms;
+* ``srformer`` and its ablations -- :mod:`srformer.attention.srformer` (``SRformerCrossAttention``,
+  ``SRformerState``, ``LeanSRformerState``);
+* ``xl`` -- :mod:`srformer.attention.xl`; ``longt5`` -- :mod:`srformer.attention.longt5` (``LongT5State``);
+* ``linear`` -- :mod:`srformer.attention.linear` (``LinearState``);
+* ``full`` keeps the wrapped model's own attention (no module, no state of its own).
 
 Adding a mechanism:
 
 1. one module file in ``srformer/attention/`` with the interface of the existing modules
    (``__init__(config, head_dim, scale)``, ``init_state(keys, values, key_valid)``,
    ``forward(queries, state, *, start_position, dropout)``, ``step(queries, state, *, position,
-   project_rows)``, ``lean(state)``);
+   project_rows)``, ``lean(state)``) and its state class, a ``kw_only`` dataclass subclassing
+   :class:`~srformer.attention.state.CrossAttentionState` (tensor fields with the batch on axis 0); a
+   mechanism over the segment schedule subclasses ``SegmentedCrossAttention`` and overrides its hooks;
 2. its float64 per-query reference in :mod:`srformer.attention.naive`, written from the paper's
    equations, with the references' common signature;
-3. one :class:`Mechanism` entry below (name, citation, module path, reference, capabilities, docs,
-   costs). The config accepts the name, ``srformer compare``/``probe``/``bench`` offer it and
-   ``tests/attention/test_registry.py`` checks the entry.
+3. one :class:`Mechanism` entry below (name, citation, module and state import paths, reference,
+   capabilities, docs, costs). The config accepts the name, ``srformer compare``/``probe``/``bench`` offer
+   it and ``tests/attention/test_registry.py`` checks the entry.
 
-The module is named by its import path, not imported here: the modules import this registry (for
-their capability checks), and :mod:`srformer.config` reads it, so it must import neither.
+Modules and states are named by their import paths, not imported here: the modules import this registry
+(for their capability checks), and :mod:`srformer.config` reads it, so it must import neither.
 """
 
 from __future__ import annotations
