@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.func import functional_call
 
-from tests.attention.test_segmented_recurrent import _inputs
+from tests.attention.test_srformer import _inputs
 from tests.attention.test_variants import NAMES, _module
 
 

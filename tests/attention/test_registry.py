@@ -3,6 +3,7 @@ the capabilities it states agree with what the modules and references do (where 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 
 import pytest
@@ -15,13 +16,14 @@ from srformer.attention.registry import (
     REGISTRY,
     SEGMENT_SOFTMAX_VARIANTS,
     Capabilities,
+    keeps_own_attention,
     mechanism,
     with_capability,
 )
-from srformer.attention.softmax_context import SOFTMAX_VARIANTS
+from srformer.attention.state import CrossAttentionState
 from srformer.attention.variants import build_cross_attention
 from srformer.config import ABLATIONS, LEAN_VARIANTS, NAMED_SETTINGS, SEGMENT_FREE_VARIANTS, VARIANTS, SRformerConfig
-from tests.attention.test_segmented_recurrent import _inputs
+from tests.attention.test_srformer import _inputs
 from tests.tolerance import exact_tolerance
 
 MODULE_VARIANTS = [name for name, entry in REGISTRY.items() if entry.module is not None]
@@ -83,7 +85,7 @@ def test_references_reject_another_variants_settings(name):
 def test_derived_tuples_follow_the_capabilities():
     assert SEGMENT_FREE_VARIANTS == with_capability("segment_free") == ("full", "linear")
     assert LEAN_VARIANTS == with_capability("lean_layout") == ("segmented", "srformer", "linear")
-    assert SOFTMAX_VARIANTS == SEGMENT_SOFTMAX_VARIANTS == ("segmented", "srformer", "xl", "longt5")
+    assert SEGMENT_SOFTMAX_VARIANTS == ("segmented", "srformer", "xl", "longt5")
     assert set(with_capability("segment_free", False)) | set(SEGMENT_FREE_VARIANTS) == set(REGISTRY)
     with pytest.raises(ValueError, match="Unknown capability"):
         with_capability("fast")
@@ -100,7 +102,8 @@ def test_lean_layout_capability_matches_the_module_and_the_config(name):
     if mechanism(name).capabilities.lean_layout:
         SRformerConfig(variant=name, lean_cache=True)
         lean = module.lean(state)
-        assert lean.keys is None and lean.values is None
+        assert isinstance(lean, mechanism(name).state_class(lean=True)) and lean.is_lean
+        assert not hasattr(lean, "keys") and not hasattr(lean, "values")  # no encoder-length keys/values
 
         def rows(positions):
             index = positions[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])
@@ -114,6 +117,30 @@ def test_lean_layout_capability_matches_the_module_and_the_config(name):
             SRformerConfig(variant=name, lean_cache=True)
         with pytest.raises(ValueError, match="lean cache layout is not implemented"):
             module.lean(state)
+
+
+@pytest.mark.parametrize("name", MODULE_VARIANTS)
+def test_state_classes_are_the_ones_the_module_builds(name):
+    """The entry's state classes are what init_state and lean return; every tensor field has the batch on
+    axis 0 (beam reordering maps them all) and no tensor field of the standard state is None."""
+    module = _module(name)
+    entry = mechanism(name)
+    _, keys, values, valid = _inputs(3, 2, 7, 3, 4, [7, 4, 0])
+    state = module.init_state(keys, values, valid)
+    assert type(state) is entry.state_class()
+    assert issubclass(entry.state_class(), CrossAttentionState)
+    for field in dataclasses.fields(state):
+        value = getattr(state, field.name)
+        assert isinstance(value, torch.Tensor) and value.shape[0] == 3, field.name
+    assert (state.is_lean, state.reads_encoder_rows) == ((False, False) if name != "linear" else (True, False))
+    if entry.capabilities.lean_layout:
+        lean = module.lean(state)
+        assert type(lean) is entry.state_class(lean=True)
+        assert lean.is_lean and lean.reads_encoder_rows == (name != "linear")
+    else:
+        assert entry.lean_state is None
+        with pytest.raises(ValueError, match="no SRformer state in the lean layout"):
+            entry.state_class(lean=True)
 
 
 @pytest.mark.parametrize("name", MODULE_VARIANTS)
@@ -156,7 +183,13 @@ def test_recurrent_term_and_softmax_part_match_the_module(name):
     entry = mechanism(name)
     assert (getattr(module, "raf", None) is not None) == entry.capabilities.recurrent_term
     assert getattr(module, "has_softmax", False) == entry.capabilities.has_softmax_part
-    assert (name in SOFTMAX_VARIANTS) == (entry.capabilities.has_softmax_part and not entry.capabilities.segment_free)
+    segment_softmax = entry.capabilities.has_softmax_part and not entry.capabilities.segment_free
+    assert (name in SEGMENT_SOFTMAX_VARIANTS) == segment_softmax
+
+
+def test_keeps_own_attention_is_the_entries_without_a_module():
+    assert [name for name in REGISTRY if keeps_own_attention(name)] == ["full"]
+    assert not keeps_own_attention(None) and not keeps_own_attention("bigbird")
 
 
 def test_ablations_belong_to_their_variant():

@@ -30,10 +30,10 @@ def test_compaction_moves_real_positions_to_the_front_in_order():
 
 
 def test_visited_segments_match_the_schedule_including_skipped_ones():
-    from srformer.attention.segmented_recurrent import SegmentedRecurrentAttention
+    from srformer.attention.segmented import SegmentedCrossAttention
     from srformer.config import SRformerConfig
 
-    module = SegmentedRecurrentAttention(SRformerConfig(variant="segmented", segment_size=1, target_length=4), 2)
+    module = SegmentedCrossAttention(SRformerConfig(variant="segmented", segment_size=1, target_length=4), 2)
     segments = torch.tensor([7, 3, 1])
     visited = module._visited(segments, 8)
     for row, m in enumerate(segments.tolist()):

@@ -11,7 +11,7 @@ from srformer.attention.registry import mechanism
 from srformer.attention.state import SRformerCacheLayer
 from srformer.attention.variants import build_cross_attention
 from srformer.config import LEAN_VARIANTS, NAMED_SETTINGS, named_config
-from tests.attention.test_segmented_recurrent import _incremental, _inputs, _rows_of
+from tests.attention.test_srformer import _incremental, _inputs, _rows_of
 from tests.tolerance import assert_exact, exact_tolerance, float32_tolerance
 
 NAMES = [name for name in NAMED_SETTINGS if name != "full"]

@@ -7,6 +7,7 @@ import torch
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 import srformer
+from srformer.attention.srformer import LeanSRformerState
 from srformer.attention.state import SRformerCacheLayer
 from srformer.models import set_runtime_options
 from tests.models.conftest import BUILDERS, converted, decoder_inputs, padded_batch, plain_generation_config
@@ -44,7 +45,8 @@ def test_lean_state_holds_no_encoder_length_float_tensor(family):
     assert len(layers) == 2
     for layer in layers:
         state = layer.state
-        assert state.is_lean and state.keys is None and state.values is None and state.raf_readout is None
+        assert isinstance(state, LeanSRformerState) and state.is_lean
+        assert not any(hasattr(state, name) for name in ("keys", "values", "raf_readout"))
         assert state.positions.dtype == torch.int32
 
 

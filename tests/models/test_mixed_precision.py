@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 import torch
 
-from srformer.attention.segmented_recurrent import SegmentedRecurrentAttention
+from srformer.attention.srformer import SRformerCrossAttention
 from tests.models.conftest import BUILDERS, converted, decoder_inputs, padded_batch
 from tests.models.test_exactness import step_by_step_logits, teacher_forced_logits
 from tests.tolerance import float32_tolerance, max_difference
@@ -71,14 +71,14 @@ def test_state_is_built_in_float32_under_autocast(family, monkeypatch):
     """K^T V products, norm(K) and the RAF state of the per-sequence state are float32 under bf16
     autocast and equal (to float32 rounding) a float32 build from the same bf16 keys/values."""
     builds = []
-    original = SegmentedRecurrentAttention.init_state
+    original = SRformerCrossAttention.init_state
 
     def recording_init_state(self, keys, values, key_valid):
         state = original(self, keys, values, key_valid)
         builds.append((self, keys, values, key_valid, state))
         return state
 
-    monkeypatch.setattr(SegmentedRecurrentAttention, "init_state", recording_init_state)
+    monkeypatch.setattr(SRformerCrossAttention, "init_state", recording_init_state)
     model = large_activation_model(family)
     ids, mask = padded_batch(model)
     dec = decoder_inputs(model, ids.shape[0], 10)

@@ -1,19 +1,32 @@
-"""Attention kernels: segment schedule, RAF neuron, segmented recurrent attention, the baselines
-(Transformer-XL memory, LongT5 global tokens, linear attention) and the per-sequence state."""
+"""Attention kernels: the segment schedule, the RAF neuron, one module per cross-attention mechanism
+(``segmented``, ``srformer``, the baselines ``xl``, ``longt5`` and ``linear``), each with its typed
+per-sequence state, the registry that maps variant names to them, and their float64 references."""
 
-from srformer.attention.linear import LinearCrossAttention
+from srformer.attention.linear import LinearCrossAttention, LinearState
+from srformer.attention.longt5 import LongT5CrossAttention, LongT5State
 from srformer.attention.raf import RecurrentAccumulateAndFire
 from srformer.attention.schedule import compaction_order, num_segments, segment_index
-from srformer.attention.segmented_recurrent import SegmentedRecurrentAttention
+from srformer.attention.segmented import LeanSegmentState, SegmentedCrossAttention, SegmentState
+from srformer.attention.srformer import LeanSRformerState, SRformerCrossAttention, SRformerState
 from srformer.attention.state import CrossAttentionState, SRformerCacheLayer
 from srformer.attention.variants import build_cross_attention
+from srformer.attention.xl import XLCrossAttention
 
 __all__ = [
     "CrossAttentionState",
+    "LeanSRformerState",
+    "LeanSegmentState",
     "LinearCrossAttention",
+    "LinearState",
+    "LongT5CrossAttention",
+    "LongT5State",
     "RecurrentAccumulateAndFire",
     "SRformerCacheLayer",
-    "SegmentedRecurrentAttention",
+    "SRformerCrossAttention",
+    "SRformerState",
+    "SegmentState",
+    "SegmentedCrossAttention",
+    "XLCrossAttention",
     "build_cross_attention",
     "compaction_order",
     "num_segments",

@@ -14,6 +14,7 @@ sums accumulate in float32 (in float64 for a float64 model; see ``accumulation_d
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -21,10 +22,30 @@ from torch import nn
 from torch.nn import functional as F
 
 from srformer.attention.schedule import real_lengths
-from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, required
+from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
     from srformer.config import SRformerConfig
+
+
+@dataclass(kw_only=True)
+class LinearState(CrossAttentionState):
+    """The ``linear`` state: two sums over the real encoder positions, ``O(heads * d^2)`` numbers whatever the
+    encoder length (so it counts as lean). ``num_segments`` is 1 (no segments). Accumulation dtype
+    (:func:`~srformer.attention.state.accumulation_dtype`).
+
+    Attributes:
+        linear_kv: (B, H, d, d) ``phi(K)^T V`` over real positions.
+        linear_key_sum: (B, H, d) ``sum_j phi(K_j)`` over real positions.
+    """
+
+    linear_kv: torch.Tensor
+    linear_key_sum: torch.Tensor
+
+    is_lean = True
+
+    def anchors(self) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: D102 - see the base class
+        return self.linear_kv, self.linear_kv
 
 
 def feature_map(x: torch.Tensor) -> torch.Tensor:
@@ -39,29 +60,37 @@ def feature_map(x: torch.Tensor) -> torch.Tensor:
 
 class LinearCrossAttention(nn.Module):
     """The ``linear`` variant for one decoder layer; same interface as
-    :class:`~srformer.attention.segmented_recurrent.SegmentedRecurrentAttention`.
+    :class:`~srformer.attention.segmented.SegmentedCrossAttention`.
 
     Args:
         config: SRformer settings with ``variant='linear'`` (only ``norm_eps`` is used).
         head_dim: ``d``, size of one attention head.
         scale: the wrapped model's attention scale; accepted for interface compatibility, unused.
 
+    Attributes:
+        has_softmax, has_recurrence: False (no softmax term, no recurrence).
+
     Raises:
-        ValueError: if ``config.variant`` is not ``linear``.
+        ValueError: if ``config.variant`` is not one of :attr:`variants`.
     """
+
+    #: The variant names this class computes.
+    variants: tuple[str, ...] = ("linear",)
 
     def __init__(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> None:
         super().__init__()
-        if config.variant != "linear":
-            raise ValueError(f"LinearCrossAttention implements variant 'linear', got {config.variant!r}.")
+        if config.variant not in self.variants:
+            raise ValueError(f"LinearCrossAttention implements the variants {self.variants}, got {config.variant!r}.")
         self.settings = config
         self.head_dim = head_dim
         self.scale = float(scale)
+        self.has_softmax = False
+        self.has_recurrence = False
 
     @autocast_off
     def init_state(
         self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None
-    ) -> CrossAttentionState:
+    ) -> LinearState:
         """``phi(K)^T V`` and ``sum_j phi(K_j)`` over real positions.
 
         An example whose mask is all zero (an empty document) has ``phi(K)^T V = 0`` and
@@ -82,7 +111,7 @@ class LinearCrossAttention(nn.Module):
         features = feature_map(keys.to(wide))
         if padded and key_valid is not None:  # real_lengths reports padding only for a given mask
             features = features * key_valid.to(device=keys.device, dtype=features.dtype)[:, None, :, None]
-        return CrossAttentionState(
+        return LinearState(
             lengths=lengths,
             num_segments=torch.ones_like(lengths),
             last_segment=torch.full_like(lengths, -1),
@@ -91,8 +120,9 @@ class LinearCrossAttention(nn.Module):
         )
 
     def _read(self, queries: torch.Tensor, state: CrossAttentionState) -> torch.Tensor:
-        linear_kv = required(state.linear_kv, "linear_kv")
-        key_sum = required(state.linear_key_sum, "linear_key_sum")
+        if not isinstance(state, LinearState):
+            raise ValueError(f"LinearCrossAttention needs a LinearState, got a {type(state).__name__}.")
+        linear_kv, key_sum = state.linear_kv, state.linear_key_sum
         features = feature_map(queries.to(linear_kv.dtype))  # (B, H, q, d)
         numerator = torch.matmul(features, linear_kv)
         denominator = (features * key_sum[:, :, None, :]).sum(dim=-1, keepdim=True) + self.settings.norm_eps

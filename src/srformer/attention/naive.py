@@ -2,8 +2,8 @@
 
 Each function here computes one mechanism's output one example, one head and one decoder query at
 a time, in float64, with Python loops over segments where the equations have them: clarity over
-speed. They import nothing from the optimised modules (``segmented_recurrent``, ``softmax_context``,
-``linear``, ``raf``), so the tests that compare those modules with these functions compare two
+speed. They import nothing from the optimised modules (``segmented``, ``srformer``, ``xl``,
+``longt5``, ``linear``, ``raf``), so the tests that compare those modules with these functions compare two
 independent computations (``tests/attention/test_variants.py``, ``tests/attention/test_naive.py``).
 
 Every reference has the same signature, so the registry (:mod:`srformer.attention.registry`) can hold

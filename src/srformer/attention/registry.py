@@ -3,23 +3,36 @@
 Every place that asks "which variants exist" or "which variants have capability X" reads this
 registry: :mod:`srformer.config` (``VARIANTS``, ``ABLATIONS``, ``SEGMENT_FREE_VARIANTS``,
 ``LEAN_VARIANTS``, ``NAMED_SETTINGS`` and the checks of ``SRformerConfig``),
-:func:`srformer.attention.build_cross_attention`, the softmax contexts, ``srformer compare``,
-``srformer probe`` and ``srformer bench`` (its variant list and Table 1 rows).
+:func:`srformer.attention.build_cross_attention`, the modules' lean-layout check, :func:`keeps_own_attention`
+(asked by ``convert``, the evaluation and the training pipeline), ``srformer compare``, ``srformer probe`` and
+``srformer bench`` (its variant list and Table 1 rows).
+
+Each mechanism is one module file with its own typed state (``docs/design.md``, "Architecture"):
+
+* ``segmented`` -- :mod:`srformer.attention.segmented` (``SegmentedCrossAttention``, ``SegmentState``,
+  ``LeanSegmentState``), the base of the segment-based mechanisms;
+* ``srformer`` and its ablations -- :mod:`srformer.attention.srformer` (``SRformerCrossAttention``,
+  ``SRformerState``, ``LeanSRformerState``);
+* ``xl`` -- :mod:`srformer.attention.xl`; ``longt5`` -- :mod:`srformer.attention.longt5` (``LongT5State``);
+* ``linear`` -- :mod:`srformer.attention.linear` (``LinearState``);
+* ``full`` keeps the wrapped model's own attention (no module, no state of its own).
 
 Adding a mechanism:
 
 1. one module file in ``srformer/attention/`` with the interface of the existing modules
    (``__init__(config, head_dim, scale)``, ``init_state(keys, values, key_valid)``,
    ``forward(queries, state, *, start_position, dropout)``, ``step(queries, state, *, position,
-   project_rows)``, ``lean(state)``);
+   project_rows)``, ``lean(state)``) and its state class, a ``kw_only`` dataclass subclassing
+   :class:`~srformer.attention.state.CrossAttentionState` (tensor fields with the batch on axis 0); a
+   mechanism over the segment schedule subclasses ``SegmentedCrossAttention`` and overrides its hooks;
 2. its float64 per-query reference in :mod:`srformer.attention.naive`, written from the paper's
    equations, with the references' common signature;
-3. one :class:`Mechanism` entry below (name, citation, module path, reference, capabilities, docs,
-   costs). The config accepts the name, ``srformer compare``/``probe``/``bench`` offer it and
-   ``tests/attention/test_registry.py`` checks the entry.
+3. one :class:`Mechanism` entry below (name, citation, module and state import paths, reference,
+   capabilities, docs, costs). The config accepts the name, ``srformer compare``/``probe``/``bench`` offer
+   it and ``tests/attention/test_registry.py`` checks the entry.
 
-The module is named by its import path, not imported here: the modules import this registry (for
-their capability checks), and :mod:`srformer.config` reads it, so it must import neither.
+Modules and states are named by their import paths, not imported here: the modules import this registry
+(for their capability checks), and :mod:`srformer.config` reads it, so it must import neither.
 """
 
 from __future__ import annotations
@@ -77,6 +90,11 @@ class Mechanism:
         citation: the paper (and equations) it implements.
         module: import path ``package.module.Class`` of its ``nn.Module``, or None for ``full``, which
             keeps the model's own attention module.
+        state: import path of the class of its generation state in the standard layout (a subclass of
+            :class:`~srformer.attention.state.CrossAttentionState`, built by the module's ``init_state``
+            with the default settings), or None for ``full`` (transformers' own cache).
+        lean_state: import path of the class of its lean-layout state (built by the module's ``lean``), or
+            None where :attr:`Capabilities.lean_layout` is False.
         reference: its float64 reference in :mod:`srformer.attention.naive`.
         capabilities: see :class:`Capabilities`.
         step_cost: work of one decoder step per head (standard layout), as a formula in ``k``
@@ -93,6 +111,8 @@ class Mechanism:
     doc: str
     citation: str
     module: str | None
+    state: str | None
+    lean_state: str | None
     reference: Reference
     capabilities: Capabilities
     step_cost: str
@@ -110,8 +130,19 @@ class Mechanism:
         """
         if self.module is None:
             raise ValueError(f"The {self.name!r} variant keeps the model's own attention; it has no SRformer module.")
-        module_name, _, class_name = self.module.rpartition(".")
-        return getattr(importlib.import_module(module_name), class_name)
+        return _import(self.module)
+
+    def state_class(self, lean: bool = False) -> type:
+        """The class named by :attr:`state` (``lean=False``) or :attr:`lean_state` (``lean=True``).
+
+        Raises:
+            ValueError: where the entry names none (``full``; ``lean=True`` without a lean layout).
+        """
+        path = self.lean_state if lean else self.state
+        if path is None:
+            layout = "lean" if lean else "standard"
+            raise ValueError(f"The {self.name!r} variant has no SRformer state in the {layout} layout.")
+        return _import(path)
 
     def build(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> nn.Module:
         """The module for ``config`` (``config.variant`` must be :attr:`name`); see :meth:`module_class`."""
@@ -120,7 +151,13 @@ class Mechanism:
         return self.module_class()(config, head_dim, scale)
 
 
-_SEGMENTED_RECURRENT = "srformer.attention.segmented_recurrent.SegmentedRecurrentAttention"
+def _import(path: str) -> type:
+    """The attribute named by the import path ``package.module.Name``."""
+    module_name, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module_name), name)
+
+
+_SEGMENTED = "srformer.attention.segmented"
 _PAPER = "Long, Chowdhury & Roy, Segmented Recurrent Transformer"
 
 _ENTRIES: tuple[Mechanism, ...] = (
@@ -129,6 +166,8 @@ _ENTRIES: tuple[Mechanism, ...] = (
         doc="The model's unchanged cross attention: softmax over every encoder position.",
         citation=f"Vaswani et al. 2017, Attention Is All You Need; {_PAPER}, Eq. 1-2 and 5",
         module=None,
+        state=None,
+        lean_state=None,
         reference=naive.full_attention,
         capabilities=Capabilities(
             segment_free=True, lean_layout=False, state_grows_with_input=True, training_time_saving=False,
@@ -143,7 +182,9 @@ _ENTRIES: tuple[Mechanism, ...] = (
         name="segmented",
         doc="Softmax over the scheduled segment i(t) only (O_S).",
         citation=f"{_PAPER}, Eq. 4 and 6, Algorithm 1",
-        module=_SEGMENTED_RECURRENT,
+        module=f"{_SEGMENTED}.SegmentedCrossAttention",
+        state=f"{_SEGMENTED}.SegmentState",
+        lean_state=f"{_SEGMENTED}.LeanSegmentState",
         reference=naive.segmented_attention,
         capabilities=Capabilities(
             segment_free=False, lean_layout=True, state_grows_with_input=True, training_time_saving=True,
@@ -158,7 +199,9 @@ _ENTRIES: tuple[Mechanism, ...] = (
         name="srformer",
         doc="Segmented attention plus RAF recurrent attention over the other segments: O = O_S + O_R.",
         citation=f"{_PAPER}, Eq. 6, 10, 11 and 13-16, Algorithm 1, Appendix A.2 (RAF), Table 3 (ablations)",
-        module=_SEGMENTED_RECURRENT,
+        module="srformer.attention.srformer.SRformerCrossAttention",
+        state="srformer.attention.srformer.SRformerState",
+        lean_state="srformer.attention.srformer.LeanSRformerState",
         reference=naive.srformer_attention,
         capabilities=Capabilities(
             segment_free=False, lean_layout=True, state_grows_with_input=True, training_time_saving=True,
@@ -187,7 +230,9 @@ _ENTRIES: tuple[Mechanism, ...] = (
         name="xl",
         doc="Transformer-XL-style memory: softmax over segment i(t) and the stop-gradient segment i(t) - 1.",
         citation=f"Dai et al. 2019, Transformer-XL; {_PAPER}, Sec. 4.2 and Figure 4 (baseline)",
-        module=_SEGMENTED_RECURRENT,
+        module="srformer.attention.xl.XLCrossAttention",
+        state=f"{_SEGMENTED}.SegmentState",
+        lean_state=None,
         reference=naive.xl_attention,
         capabilities=Capabilities(
             segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
@@ -201,7 +246,9 @@ _ENTRIES: tuple[Mechanism, ...] = (
         name="longt5",
         doc="LongT5-style transient global tokens: softmax over segment i(t) plus one mean token per segment.",
         citation=f"Guo et al. 2022, LongT5; {_PAPER}, Sec. 4.2 and Figure 4 (baseline)",
-        module=_SEGMENTED_RECURRENT,
+        module="srformer.attention.longt5.LongT5CrossAttention",
+        state="srformer.attention.longt5.LongT5State",
+        lean_state=None,
         reference=naive.longt5_attention,
         capabilities=Capabilities(
             segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
@@ -216,6 +263,8 @@ _ENTRIES: tuple[Mechanism, ...] = (
         doc="Linear attention with the elu+1 feature map over every encoder position (no segments, no RAF).",
         citation=f"Katharopoulos et al. 2020, Transformers are RNNs; {_PAPER}, Appendix A.1, Eq. 20 (baseline)",
         module="srformer.attention.linear.LinearCrossAttention",
+        state="srformer.attention.linear.LinearState",
+        lean_state="srformer.attention.linear.LinearState",
         reference=naive.linear_attention,
         capabilities=Capabilities(
             segment_free=True, lean_layout=True, state_grows_with_input=False, training_time_saving=True,
@@ -240,6 +289,14 @@ def mechanism(name: str) -> Mechanism:
     if name not in REGISTRY:
         raise ValueError(f"Unknown SRformer variant {name!r}: `variant` must be one of {', '.join(REGISTRY)}.")
     return REGISTRY[name]
+
+
+def keeps_own_attention(name: str | None) -> bool:
+    """True for a registered variant whose entry has no module (``full``): a converted model keeps the wrapped
+    model's own cross attention, and ``segment_size``/``target_length`` do not apply. False for any other
+    name, None or an unknown name included."""
+    entry = REGISTRY.get(name) if name is not None else None
+    return entry is not None and entry.module is None
 
 
 def with_capability(capability: str, value: bool = True) -> tuple[str, ...]:
@@ -268,7 +325,7 @@ SEGMENT_FREE_VARIANTS: tuple[str, ...] = with_capability("segment_free")
 LEAN_VARIANTS: tuple[str, ...] = with_capability("lean_layout")
 
 #: Variants with a softmax term over the segment schedule (computed by
-#: :mod:`srformer.attention.softmax_context`): a softmax part and segments.
+#: :class:`srformer.attention.segmented.SegmentedCrossAttention` and its subclasses): a softmax part and segments.
 SEGMENT_SOFTMAX_VARIANTS: tuple[str, ...] = tuple(
     name for name in with_capability("has_softmax_part") if not REGISTRY[name].capabilities.segment_free
 )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
+from typing import Any, ClassVar, Self, TypeVar
 
 import torch
 from transformers.cache_utils import DynamicLayer
@@ -49,10 +50,8 @@ def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def required(tensor: torch.Tensor | None, name: str) -> torch.Tensor:
-    """A field of a :class:`CrossAttentionState` that the caller's variant and layout must hold.
-
-    Fields are None in the layouts and variants that do not use them (see the class's attributes);
-    one missing where it is needed means the state was built by another module.
+    """An optional field of a lean state that the caller needs (e.g. the current segment's keys, which
+    exist only after the step that entered the segment).
 
     Args:
         tensor: the field's value.
@@ -66,109 +65,55 @@ def required(tensor: torch.Tensor | None, name: str) -> torch.Tensor:
     """
     if tensor is None:
         raise ValueError(
-            f"The cross-attention state has no `{name}`: it was built by another variant or in the other layout "
-            "(standard vs lean_cache). Build it with this module's init_state() (start generation with a fresh cache)."
+            f"The cross-attention state has no `{name}` yet. Build it with this module's init_state() "
+            "(start generation with a fresh cache)."
         )
     return tensor
 
 
-@dataclass
+@dataclass(kw_only=True)
 class CrossAttentionState:
-    """Everything one cross-attention layer needs between decoder steps (one example per row).
+    """Base of every per-sequence cross-attention state: what one layer carries between decoder steps
+    (one example per row). Each mechanism's module defines its own subclass, whose fields are its
+    tensors (``srformer.attention.segmented.SegmentState``, ``...srformer.SRformerState``, ...; the
+    registry names them, :attr:`srformer.attention.registry.Mechanism.state`).
 
-    Shapes use B = batch (times beams), H = heads, d = head_dim, s = segment_size,
-    M = the largest number of segments in the batch.
-
-    Two layouts exist. The standard one keeps the projected keys/values and the RAF output of
-    every segment (paper Table 1 memory: ``k*d + m*d^2`` per head). The lean one (``lean_cache=True``)
-    keeps neither: each step projects its segment's rows of the encoder output, which
-    ``generate()`` hands to every layer anyway, so the per-layer state is ``O(heads * d^2)``
-    numbers plus a compaction index.
+    Every field that is a tensor has the batch (B = batch times beams) on axis 0, so beam reordering,
+    batch repetition/selection and offloading (:class:`SRformerCacheLayer`) apply :meth:`map_batch` to
+    all of them, whatever the subclass; a field may be None only where its subclass says so.
 
     Attributes:
         lengths: (B,) long, real encoder lengths in tokens (0 for an empty document).
-        num_segments: (B,) long, ``m = ceil(length / s)``, at least 1 (an empty document has one empty segment).
+        num_segments: (B,) long, ``m = ceil(length / s)``, at least 1 (an empty document has one empty
+            segment); 1 for a mechanism without segments.
         last_segment: (B,) long, the segment of the previous decoder step (-1 before the first).
-        keys: standard layout: (B, M, H, s, d) segment-major keys: block ``j`` holds compacted positions
-            ``j*s .. j*s + s - 1`` (each example's real positions moved to the front, zeros after them, so
-            padding never enters a segment, ``K^T V`` or ``norm(K)``). The (B, M) axes flatten to a view,
-            so one ``index_select`` reads a segment's block per example (a step) or per query
-            (training). None in the lean layout.
-        values: (B, M, H, s, d) values, same layout as ``keys``; None in the lean layout.
-        positions: (B, M*s) int32, the encoder position of each compacted position (the lean layout
-            gathers its segment's rows of the encoder output with it).
-        segment_table: (B, T+1) long, ``i(t)`` for ``t = 0 .. T`` (later steps use column T).
-        segment_valid: (B, M, s) bool, the positions a softmax may attend: the real ones, and for an
-            empty document all of segment 0 (zero keys and values, so its output is 0).
-        raf_readout: standard layout: (B, M, H, d, d) accumulation-dtype ``scale * RAF_out_j / norm(K)``: the
-            RAF output in force while segment ``j`` is attended (Eq. 13-16, A.2), computed once for
-            every visited segment, with the attention scale and ``norm(K)`` folded in, so that
-            ``O_R[t] = Q_t . raf_readout[i(t)]``. None in the lean layout or without recurrence.
-        raf_total: (B, H, d, d) accumulation-dtype ``W K^T V`` over real positions (Eq. 15; ``W`` is the RAF
-            linear layer, applied on the last axis), or None without recurrent attention.
-        key_norm: (B, H, d) accumulation-dtype ``norm(K) + eps`` over real positions (Eq. 13), or None.
-        membrane: lean layout: (B, H, d, d) accumulation-dtype RAF membrane potential; None otherwise.
-        raf_output: lean layout: (B, H, d, d) accumulation-dtype RAF output of the current segment; None otherwise.
-        segment_keys: lean layout: (B, H, s, d) the current segment's projected keys (zero at padding),
-            kept from the step that entered the segment; None before the first step and otherwise.
-        segment_values: lean layout: (B, H, s, d) the current segment's projected values.
-        segment_allowed: lean layout: (B, s) bool, the current segment's attendable positions.
-        segment_readout: lean layout with recurrence: (B, H, d, d) accumulation-dtype readout of the current segment.
-        global_keys: ``longt5``: (B, H, M, d) mean of each segment's real keys; None otherwise.
-        global_values: ``longt5``: (B, H, M, d) mean of each segment's real values; None otherwise.
-        global_valid: ``longt5``: (B, M) bool, segments holding a real token; None otherwise.
-        linear_kv: ``linear``: (B, H, d, d) accumulation-dtype ``phi(K)^T V`` over real positions; None otherwise.
-        linear_key_sum: ``linear``: (B, H, d) accumulation-dtype ``sum_j phi(K_j)`` over real positions.
+        is_lean: class attribute: no encoder-length keys/values are kept (the lean layout, and ``linear``).
+        reads_encoder_rows: class attribute: each step projects rows of the encoder output, which must
+            therefore stay alive (the lean layout of the segment-based mechanisms).
     """
 
     lengths: torch.Tensor
     num_segments: torch.Tensor
     last_segment: torch.Tensor
-    keys: torch.Tensor | None = None
-    values: torch.Tensor | None = None
-    positions: torch.Tensor | None = None
-    segment_table: torch.Tensor | None = None
-    segment_valid: torch.Tensor | None = None
-    raf_readout: torch.Tensor | None = None
-    raf_total: torch.Tensor | None = None
-    key_norm: torch.Tensor | None = None
-    membrane: torch.Tensor | None = None
-    raf_output: torch.Tensor | None = None
-    segment_keys: torch.Tensor | None = None
-    segment_values: torch.Tensor | None = None
-    segment_allowed: torch.Tensor | None = None
-    segment_readout: torch.Tensor | None = None
-    global_keys: torch.Tensor | None = None
-    global_values: torch.Tensor | None = None
-    global_valid: torch.Tensor | None = None
-    linear_kv: torch.Tensor | None = None
-    linear_key_sum: torch.Tensor | None = None
 
-    @property
-    def is_lean(self) -> bool:
-        """True when no encoder-length keys/values are kept (the lean layout, and ``linear``)."""
-        return self.keys is None
+    is_lean: ClassVar[bool] = False
+    reads_encoder_rows: ClassVar[bool] = False
 
-    @property
-    def reads_encoder_rows(self) -> bool:
-        """True for the lean layout of ``segmented``/``srformer``: each step projects its segment's
-        rows of the encoder output, which must therefore stay alive (``linear`` needs no rows)."""
-        return self.keys is None and self.positions is not None
+    def anchors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The tensors a cache layer exposes as its ``keys`` and ``values`` (for generic cache code such as
+        ``get_seq_length`` and device queries); batch on axis 0."""
+        raise NotImplementedError(f"{type(self).__name__} must define anchors().")
 
     def anchor(self) -> torch.Tensor:
-        """The tensor a cache layer exposes as its ``keys``/``values`` (for generic cache code):
-        the keys, else the lean layout's positions, else the linear-attention product."""
-        for tensor in (self.keys, self.positions, self.linear_kv):
-            if tensor is not None:
-                return tensor
-        raise ValueError("A cross-attention state holds neither keys, positions nor a linear-attention product.")
+        """The first of :meth:`anchors`: the tensor whose device is the state's."""
+        return self.anchors()[0]
 
-    def map_batch(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> CrossAttentionState:
-        """A new state with ``fn`` applied to every tensor (all have the batch on axis 0)."""
+    def map_batch(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Self:
+        """A new state of the same class with ``fn`` applied to every tensor field (all have the batch on axis 0)."""
         changes = {}
         for field in fields(self):
             value = getattr(self, field.name)
-            if value is not None:
+            if isinstance(value, torch.Tensor):
                 changes[field.name] = fn(value)
         return replace(self, **changes)
 
@@ -177,17 +122,35 @@ class CrossAttentionState:
         total = 0
         for field in fields(self):
             value = getattr(self, field.name)
-            if value is not None:
+            if isinstance(value, torch.Tensor):
                 total += value.numel() * value.element_size()
         return total
+
+
+S = TypeVar("S", bound=CrossAttentionState)
+
+
+def extend(cls: type[S], state: CrossAttentionState, **extra: Any) -> S:
+    """A ``cls`` state holding every field of ``state`` plus ``extra`` (a subclass's own fields).
+
+    Args:
+        cls: the subclass to build; its fields must be ``state``'s fields plus the keys of ``extra``.
+        state: the state to extend (its fields are shared, not copied).
+        extra: the added fields.
+
+    Raises:
+        TypeError: if the fields do not match ``cls``'s.
+    """
+    values: dict[str, Any] = {field.name: getattr(state, field.name) for field in fields(state)}
+    return cls(**values, **extra)
 
 
 class SRformerCacheLayer(DynamicLayer):
     """A cross-attention cache layer that carries a :class:`CrossAttentionState`.
 
-    ``keys``/``values`` mirror ``state.keys``/``state.values`` in the standard layout (otherwise
-    both point at :meth:`CrossAttentionState.anchor`) so that generic cache code (``get_seq_length``,
-    device queries) keeps working; every batch operation is applied to the whole state.
+    ``keys``/``values`` are the state's :meth:`CrossAttentionState.anchors` (its keys and values in the
+    standard layout) so that generic cache code (``get_seq_length``, device queries) keeps working; every
+    batch operation is applied to the whole state, whatever its class.
     """
 
     state: CrossAttentionState | None
@@ -199,8 +162,7 @@ class SRformerCacheLayer(DynamicLayer):
     def set_state(self, state: CrossAttentionState) -> None:
         """Replace the held state (keys and values follow)."""
         self.state = state
-        self.keys = state.anchor()
-        self.values = state.values if state.values is not None else self.keys
+        self.keys, self.values = state.anchors()
         self.dtype, self.device = self.keys.dtype, self.keys.device
         self.is_initialized = True
 

@@ -6,18 +6,19 @@ from typing import TYPE_CHECKING
 
 from srformer.attention.linear import LinearCrossAttention
 from srformer.attention.registry import mechanism
-from srformer.attention.segmented_recurrent import SegmentedRecurrentAttention
+from srformer.attention.segmented import SegmentedCrossAttention
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
     from srformer.config import SRformerConfig
 
-CrossAttentionModule = SegmentedRecurrentAttention | LinearCrossAttention
+#: Every SRformer cross-attention module: the segment-based ones (``segmented``, and its subclasses for
+#: ``srformer``, ``xl``, ``longt5``) and ``linear``.
+CrossAttentionModule = SegmentedCrossAttention | LinearCrossAttention
 
 
 def build_cross_attention(config: SRformerConfig, head_dim: int, scale: float = 1.0) -> CrossAttentionModule:
-    """The module of ``config.variant``'s registry entry (:mod:`srformer.attention.registry`):
-    :class:`LinearCrossAttention` for ``linear``, :class:`SegmentedRecurrentAttention` for ``segmented``,
-    ``srformer`` (and its ablations), ``xl`` and ``longt5``.
+    """The module of ``config.variant``'s registry entry (:mod:`srformer.attention.registry`), e.g.
+    :class:`~srformer.attention.srformer.SRformerCrossAttention` for ``srformer`` (and its ablations).
 
     Args:
         config: the SRformer settings.
@@ -33,5 +34,5 @@ def build_cross_attention(config: SRformerConfig, head_dim: int, scale: float = 
             f"The {config.variant!r} variant keeps the model's own attention; no SRformer module is needed."
         )
     module = entry.build(config, head_dim, scale)
-    assert isinstance(module, SegmentedRecurrentAttention | LinearCrossAttention), type(module)
+    assert isinstance(module, SegmentedCrossAttention | LinearCrossAttention), type(module)
     return module

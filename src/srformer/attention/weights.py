@@ -33,75 +33,70 @@ from __future__ import annotations
 
 import torch
 
-from srformer.attention.linear import feature_map
+from srformer.attention.layout import block_index, take_blocks
+from srformer.attention.linear import LinearCrossAttention, LinearState, feature_map
 from srformer.attention.schedule import segment_index
-from srformer.attention.softmax_context import SOFTMAX_VARIANTS, block_index, take_blocks
-from srformer.attention.state import CrossAttentionState, required
+from srformer.attention.segmented import LeanSegmentState, SegmentedCrossAttention, SegmentState
+from srformer.attention.state import CrossAttentionState
 from srformer.attention.variants import CrossAttentionModule
 
 
 def segment_weights(
-    variant: str,
+    attention: SegmentedCrossAttention,
     queries: torch.Tensor,
     keys: torch.Tensor,
-    state: CrossAttentionState,
+    state: SegmentState | LeanSegmentState,
     *,
     start_position: int | torch.Tensor,
-    target_length: int,
-    scale: float,
 ) -> torch.Tensor:
-    """The softmax weights of a segment-based variant for ``q`` consecutive decoder positions.
+    """The softmax weights of a segment-based module for ``q`` consecutive decoder positions: its
+    :meth:`~srformer.attention.segmented.SegmentedCrossAttention.context_blocks` at their encoder positions,
+    and its :meth:`~srformer.attention.segmented.SegmentedCrossAttention.global_tokens` spread over their
+    segments' real positions.
 
     Args:
-        variant: one of :data:`~srformer.attention.softmax_context.SOFTMAX_VARIANTS`.
+        attention: the layer's module (read: ``settings.target_length``, ``scale`` and its two hooks).
         queries: (B, H, q, d) projected decoder queries at positions ``start_position ..``.
         keys: (B, H, k, d) projected encoder keys in encoder order (not compacted).
         state: the layer's state, either layout (``positions``, ``segment_valid``, ``num_segments``,
-            ``lengths``; ``longt5``: ``global_keys``/``global_valid``).
+            ``lengths``; ``longt5``: its global tokens).
         start_position: absolute decoder position of the first query (an int or a 0-d long tensor).
-        target_length: ``T`` of the schedule.
-        scale: the softmax scale (T5: 1, BART: head_dim^-0.5).
 
     Returns:
         (B, H, q, k) in the queries' dtype; each row sums to 1 over the keys it attends (see the module
         docstring), zero elsewhere; all-zero rows for an example without real encoder tokens.
-
-    Raises:
-        ValueError: for a variant without a segment-based softmax.
     """
-    if variant not in SOFTMAX_VARIANTS:
-        raise ValueError(f"Variant {variant!r} has no segment-based softmax; expected one of {SOFTMAX_VARIANTS}.")
     batch, heads, q, d = queries.shape
     k = keys.shape[2]
-    segment_valid = required(state.segment_valid, "segment_valid")  # (B, M, s)
+    segment_valid = state.segment_valid  # (B, M, s)
     max_segments, s = segment_valid.shape[1:]
-    position_blocks = required(state.positions, "positions").to(torch.long).view(batch, max_segments, s)
+    position_blocks = state.positions.to(torch.long).view(batch, max_segments, s)
     positions = torch.arange(q, device=queries.device) + start_position
-    segments = segment_index(positions, state.num_segments, target_length)  # (B, q) i(t)
-    index = block_index(segments, max_segments)
-    encoder_positions = [take_blocks(position_blocks, index, q)]  # (B, q, s)
-    allowed = [take_blocks(segment_valid, index, q)]
-    if variant == "xl":  # the memory: segment i(t) - 1, when there is one
-        previous = block_index((segments - 1).clamp(min=0), max_segments)
-        encoder_positions.append(take_blocks(position_blocks, previous, q))
-        allowed.append(take_blocks(segment_valid, previous, q) & (segments > 0)[:, :, None])
+    segments = segment_index(positions, state.num_segments, attention.settings.target_length)  # (B, q) i(t)
+    encoder_positions, allowed = [], []
+    for flat, extra_mask, _ in attention.context_blocks(segments.reshape(-1), block_index(segments, max_segments)):
+        encoder_positions.append(take_blocks(position_blocks, flat, q))  # (B, q, s)
+        block_allowed = take_blocks(segment_valid, flat, q)
+        allowed.append(block_allowed if extra_mask is None else block_allowed & extra_mask.view(-1, q)[:, :, None])
     local_positions = torch.cat(encoder_positions, dim=-1)  # (B, q, n)
     n = local_positions.shape[-1]
     gathered = keys.to(queries.dtype).gather(
         2, local_positions.view(batch, 1, q * n, 1).expand(-1, heads, -1, d)
     ).view(batch, heads, q, n, d)
     logits = [torch.einsum("bhqd,bhqnd->bhqn", queries, gathered)]
-    if variant == "longt5":
-        global_keys = required(state.global_keys, "global_keys").to(queries.dtype)  # (B, H, M, d)
-        logits.append(torch.matmul(queries, global_keys.transpose(-1, -2)))  # (B, H, q, M)
-        allowed.append(required(state.global_valid, "global_valid")[:, None, :].expand(-1, q, -1))
+    tokens = attention.global_tokens(state)
+    if tokens is not None:
+        global_keys, _, global_valid = tokens  # (B, H, M, d), (B, M): one token per segment
+        logits.append(torch.matmul(queries, global_keys.to(queries.dtype).transpose(-1, -2)))  # (B, H, q, M)
+        allowed.append(global_valid[:, None, :].expand(-1, q, -1))
     mask = torch.cat(allowed, dim=-1)[:, None]  # (B, 1, q, n [+ M])
-    probabilities = torch.softmax((torch.cat(logits, dim=-1) * scale).masked_fill(~mask, float("-inf")), dim=-1)
+    logits_all = torch.cat(logits, dim=-1) * attention.scale
+    probabilities = torch.softmax(logits_all.masked_fill(~mask, float("-inf")), dim=-1)
     weights = queries.new_zeros(batch, heads, q, k)
     # masked keys have probability exactly 0, so the positions they carry (padding) receive nothing
     weights.scatter_add_(3, local_positions[:, None].expand(-1, heads, -1, -1), probabilities[..., :n])
     real = segment_valid & (state.lengths > 0)[:, None, None]  # (B, M, s) the real positions of each segment
-    if variant == "longt5":  # each global token's probability, spread evenly over its segment's real positions
+    if tokens is not None:  # each global token's probability, spread evenly over its segment's real positions
         share = probabilities[..., n:] / real.sum(dim=2).clamp(min=1)[:, None, None, :].to(probabilities.dtype)
         spread = share[..., None] * real[:, None, None].to(share.dtype)  # (B, H, q, M, s)
         all_positions = position_blocks.view(batch, 1, 1, max_segments * s).expand(-1, heads, q, -1)
@@ -112,7 +107,7 @@ def segment_weights(
 def linear_weights(
     queries: torch.Tensor,
     keys: torch.Tensor,
-    state: CrossAttentionState,
+    state: LinearState,
     key_valid: torch.Tensor | None,
     eps: float,
 ) -> torch.Tensor:
@@ -130,7 +125,7 @@ def linear_weights(
         (B, H, q, k) in the queries' dtype: non-negative, zero at padded positions, rows summing to
         ``S / (S + eps)``, ``S = phi(Q_t) . sum_l phi(K_l)``; all-zero rows for an example without real tokens.
     """
-    key_sum = required(state.linear_key_sum, "linear_key_sum")  # (B, H, d), accumulation dtype
+    key_sum = state.linear_key_sum  # (B, H, d), accumulation dtype
     query_features = feature_map(queries.to(key_sum.dtype))
     key_features = feature_map(keys.to(key_sum.dtype))
     if key_valid is not None:
@@ -152,8 +147,9 @@ def cross_attention_weights(
     """The weights of one layer's SRformer cross attention (see the module docstring), for its variant.
 
     Args:
-        attention: the layer's :class:`~srformer.attention.segmented_recurrent.SegmentedRecurrentAttention`
-            or :class:`~srformer.attention.linear.LinearCrossAttention` (read: ``settings``, ``scale``).
+        attention: the layer's SRformer module (a
+            :class:`~srformer.attention.segmented.SegmentedCrossAttention` or subclass, or a
+            :class:`~srformer.attention.linear.LinearCrossAttention`).
         queries: (B, H, q, d) projected decoder queries at positions ``start_position ..``.
         keys: (B, H, k, d) projected encoder keys in encoder order.
         state: the layer's state for this sequence.
@@ -164,12 +160,10 @@ def cross_attention_weights(
     Returns:
         (B, H, q, k) in the queries' dtype.
     """
-    settings = attention.settings
-    if settings.variant == "linear":
-        return linear_weights(queries, keys, state, key_valid, settings.norm_eps)
-    if settings.ablation == "recurrent_only":  # ablation I: no softmax term, the output is O_R alone
+    if isinstance(attention, LinearCrossAttention):
+        assert isinstance(state, LinearState), type(state)
+        return linear_weights(queries, keys, state, key_valid, attention.settings.norm_eps)
+    if not attention.has_softmax:  # srformer's ablation I: no softmax term, the output is O_R alone
         return queries.new_zeros(*queries.shape[:3], keys.shape[2])
-    return segment_weights(
-        settings.variant, queries, keys, state, start_position=start_position,
-        target_length=settings.target_length, scale=attention.scale,
-    )
+    assert isinstance(state, SegmentState | LeanSegmentState), type(state)
+    return segment_weights(attention, queries, keys, state, start_position=start_position)

@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from srformer.attention.registry import TABLE1_VARIANTS
-from srformer.attention.segmented_recurrent import SegmentedRecurrentAttention
+from srformer.attention.variants import build_cross_attention
 from srformer.config import SRformerConfig
 
 # TABLE1_VARIANTS (re-exported): the registry's variants with a row in paper Table 1; its "Transformer" is ``full``.
@@ -139,7 +139,7 @@ def attention_core_flops(
 
     Random projected ``Q`` (q, d), ``K`` and ``V`` (k, d). ``full`` is
     ``scaled_dot_product_attention``; ``segmented``/``srformer`` are
-    :class:`~srformer.attention.segmented_recurrent.SegmentedRecurrentAttention` with
+    :func:`~srformer.attention.build_cross_attention`'s module with
     ``segment_size = s`` and ``target_length = q`` (the schedule spans the q positions, as in
     the paper's ``i = t·m/q``).
 
@@ -174,7 +174,7 @@ def attention_core_flops(
                 for t in range(q):
                     F.scaled_dot_product_attention(queries[:, :, t : t + 1], keys, values)
     else:
-        attention = SegmentedRecurrentAttention(
+        attention = build_cross_attention(
             SRformerConfig(variant=variant, segment_size=s, target_length=q), d
         ).to(device)
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from transformers import AutoTokenizer
 
+from srformer.attention.registry import keeps_own_attention
 from srformer.data.pairs import SummaryPair
 from srformer.evaluation.generation import generate_summaries
 from srformer.evaluation.rouge import ROUGE_KEYS, score_summaries
@@ -84,7 +85,7 @@ def evaluate_summarizer(
         no_repeat_ngram_size=no_repeat_ngram_size,
         max_source_length=max_source_length,
         variant=settings.variant if settings else "full",
-        segment_size=settings.segment_size if settings and settings.variant != "full" else None,
-        target_length=settings.target_length if settings and settings.variant != "full" else None,
+        segment_size=settings.segment_size if settings and not keeps_own_attention(settings.variant) else None,
+        target_length=settings.target_length if settings and not keeps_own_attention(settings.variant) else None,
     )
     return metrics, generated.summaries

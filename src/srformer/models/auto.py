@@ -59,7 +59,7 @@ from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING
 
 from srformer.attention.linear import LinearCrossAttention
 from srformer.attention.raf import RecurrentAccumulateAndFire, ScaledLinear
-from srformer.attention.segmented_recurrent import SegmentedRecurrentAttention
+from srformer.attention.segmented import SegmentedCrossAttention
 
 
 def _recordable_outputs_registry() -> Any:
@@ -97,7 +97,7 @@ def initialize_srformer_module(module: nn.Module) -> bool:
     if isinstance(module, ScaledLinear | RecurrentAccumulateAndFire):
         module.reset_parameters()
         return True
-    if isinstance(module, SegmentedRecurrentAttention):
+    if isinstance(module, SegmentedCrossAttention):
         mix_logit, mix_init = getattr(module, "mix_logit", None), module.settings.mix_init
         if isinstance(mix_logit, torch.Tensor) and mix_init is not None:
             # the same float32 expression as at construction, so both paths give the same number

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, PreTrainedModel
 
+from srformer.attention.registry import keeps_own_attention
 from srformer.attention.variants import build_cross_attention
 from srformer.config import SRformerConfig
 from srformer.models.auto import (
@@ -132,7 +133,7 @@ def convert(model: PreTrainedModel, config: SRformerConfig, *, _loading: bool = 
     if is_converted(model):
         raise ValueError("This model is already converted to SRformer cross attention; convert the original model.")
     stored = getattr(getattr(model, "config", None), "srformer", None)
-    if stored is not None and stored.get("variant") != "full" and not _loading:
+    if stored is not None and not keeps_own_attention(stored.get("variant")) and not _loading:
         raise ValueError(
             f"This model's config says it was saved as an SRformer model (variant {stored.get('variant')!r}); "
             "load it with srformer.from_pretrained(path) so that its settings and RAF weights are restored."
@@ -145,7 +146,7 @@ def convert(model: PreTrainedModel, config: SRformerConfig, *, _loading: bool = 
             f"Cannot convert {type(model).__name__}: it has {what}. Supported: {SUPPORTED_MODELS}."
         )
     added = []
-    if config.variant != "full":
+    if not keeps_own_attention(config.variant):
         for _, _, module in targets:
             mixin = _mixin_for(module)
             weight = projection_weight(module)
@@ -282,7 +283,7 @@ def from_pretrained(path: str, srformer_config: SRformerConfig | None = None, **
     hf_config.srformer = effective.to_dict()
     architecture = (hf_config.architectures or [None])[0]
     base = _model_class(architecture) if architecture else type(AutoModelForSeq2SeqLM.from_config(hf_config))
-    if effective.variant == "full":  # a plain model that records its settings
+    if keeps_own_attention(effective.variant):  # a plain model that records its settings
         model = base.from_pretrained(path, config=hf_config, **kwargs)
         model.eval()
         return model

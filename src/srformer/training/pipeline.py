@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from srformer.attention.registry import keeps_own_attention
 from srformer.config import SEGMENT_FREE_VARIANTS, SRformerConfig
 from srformer.data.features import encode_pairs
 from srformer.data.pairs import SummaryPair
@@ -111,7 +112,7 @@ def warn_single_segment_documents(features: Sequence[dict], spec: RunSpec) -> in
     Warns:
         UserWarning: when the count is above zero, with the count, the share and the fix.
     """
-    if spec.srformer.variant == "full" or not features:
+    if keeps_own_attention(spec.srformer.variant) or not features:
         return 0
     size = spec.srformer.segment_size
     single = sum(1 for feature in features if len(feature["input_ids"]) <= size)

@@ -1,4 +1,5 @@
-"""Tensor-level tests of SegmentedRecurrentAttention: parallel == incremental, padding, state reordering."""
+"""Tensor-level tests of the segment-based modules (mostly SRformerCrossAttention): parallel == incremental,
+padding, state reordering."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from srformer.attention.schedule import segment_index
-from srformer.attention.segmented_recurrent import SegmentedRecurrentAttention
 from srformer.attention.state import SRformerCacheLayer
 from srformer.attention.variants import build_cross_attention
 from srformer.config import SRformerConfig
@@ -19,7 +19,7 @@ def _module(variant="srformer", segment_size=3, target_length=8, head_dim=4, sca
     torch.manual_seed(0)
     kw.setdefault("raf_linear_init_scale", 1.0)  # a large recurrent term, so errors in it show
     config = SRformerConfig(variant=variant, segment_size=segment_size, target_length=target_length, **kw)
-    return SegmentedRecurrentAttention(config, head_dim, scale).double()  # float64: exactness (tests/tolerance.py)
+    return build_cross_attention(config, head_dim, scale).double()  # float64: exactness (tests/tolerance.py)
 
 
 def _inputs(batch, heads, k, q, d, lengths, seed=0):

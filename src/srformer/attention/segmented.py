@@ -1,0 +1,495 @@
+"""Segmented cross attention (paper Eq. 4 and 6, Algorithm 1), the ``segmented`` variant, and the base of every
+mechanism that attends with a softmax to the scheduled segment (``srformer``, ``xl``, ``longt5``).
+
+Decoder position ``t`` attends with softmax to the ``s`` keys of segment ``i(t) = floor(t * m / T)``
+(:mod:`srformer.attention.schedule`). :class:`SegmentedCrossAttention` holds what the segment-based
+mechanisms share: the segment-major state (:mod:`srformer.attention.layout`), the schedule and its check,
+the parallel path (every query gathers its own segment's block: ``O(q*s*d)`` per head, not ``O(q*k*d)``),
+the incremental path (one block per step, no host sync) and the lean layout (each step projects its
+segment's rows of the encoder output). A subclass changes what the softmax reads through two hooks,
+:meth:`~SegmentedCrossAttention.context_blocks` (further segment blocks: ``xl``'s memory) and
+:meth:`~SegmentedCrossAttention.global_tokens` (a fixed set of summary tokens: ``longt5``), and may add a
+term to the output (``srformer``'s recurrent attention) by overriding :meth:`~SegmentedCrossAttention._output`
+and :meth:`~SegmentedCrossAttention._step_output`.
+
+Padding never receives attention weight: masks cover only real positions and existing segments.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from srformer.attention.layout import block_index, segment_major, take_blocks
+from srformer.attention.registry import mechanism
+from srformer.attention.schedule import num_segments, real_lengths, segment_index, tracing
+from srformer.attention.state import CrossAttentionState, autocast_off
+
+if TYPE_CHECKING:  # srformer.config imports the attention registry
+    from srformer.config import SRformerConfig
+
+#: (B, H, s, d) projected keys and values of the given encoder positions (B, s): the lean layout's projection.
+ProjectRows = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+@dataclass(kw_only=True)
+class SegmentState(CrossAttentionState):
+    """Standard-layout state of the segment-based mechanisms: the projected keys and values, segment-major.
+
+    Shapes: B = batch (times beams), H = heads, d = head_dim, s = segment_size, M = the largest number of
+    segments in the batch, T = ``target_length``. Memory per head: ``2*k*d`` numbers (paper Table 1).
+
+    Attributes:
+        keys: (B, M, H, s, d) segment-major keys: block ``j`` holds compacted positions ``j*s .. j*s + s - 1``
+            (each example's real positions moved to the front, zeros after them, so padding never enters
+            a segment, ``K^T V`` or ``norm(K)``).
+        values: (B, M, H, s, d) values, same layout.
+        positions: (B, M*s) int32, the encoder position of each compacted position (the lean layout
+            gathers its segment's rows of the encoder output with it; the attention weights scatter to it).
+        segment_table: (B, T+1) long, ``i(t)`` for ``t = 0 .. T`` (later steps use column T).
+        segment_valid: (B, M, s) bool, the positions a softmax may attend: the real ones, and for an
+            empty document all of segment 0 (zero keys and values, so its output is 0).
+    """
+
+    keys: torch.Tensor
+    values: torch.Tensor
+    positions: torch.Tensor
+    segment_table: torch.Tensor
+    segment_valid: torch.Tensor
+
+    def anchors(self) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: D102 - see the base class
+        return self.keys, self.values
+
+
+@dataclass(kw_only=True)
+class LeanSegmentState(CrossAttentionState):
+    """Lean-layout state of ``segmented`` (and the base of ``srformer``'s): no encoder-length keys/values.
+
+    Each step projects its segment's ``s`` rows of the encoder output, which ``generate()`` hands to every
+    layer anyway; the projection is kept until the segment changes.
+
+    Attributes:
+        positions, segment_table, segment_valid: as in :class:`SegmentState`.
+        segment_keys: (B, H, s, d) the current segment's projected keys (zero at padding), kept from the step
+            that entered the segment; None before the first step.
+        segment_values: (B, H, s, d) the current segment's projected values; None before the first step.
+        segment_allowed: (B, s) bool, the current segment's attendable positions; None before the first step.
+    """
+
+    positions: torch.Tensor
+    segment_table: torch.Tensor
+    segment_valid: torch.Tensor
+    segment_keys: torch.Tensor | None = None
+    segment_values: torch.Tensor | None = None
+    segment_allowed: torch.Tensor | None = None
+
+    is_lean = True
+    reads_encoder_rows = True
+
+    def anchors(self) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: D102 - see the base class
+        return self.positions, self.positions
+
+
+def cast(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``tensor.to(dtype)``, skipped (no dispatcher call) when the dtype already matches: a decode step
+    is a few dozen small operations, so even no-op calls show in its time."""
+    return tensor if tensor.dtype == dtype else tensor.to(dtype)
+
+
+class SegmentedCrossAttention(nn.Module):
+    """The ``segmented`` variant for one decoder layer, and the base of the segment-based mechanisms.
+
+    Args:
+        config: the SRformer settings; ``config.variant`` must be one of :attr:`variants`.
+        head_dim: ``d``, size of one attention head.
+        scale: the wrapped model's attention scale (T5: 1.0, BART: head_dim^-0.5), used by the softmax.
+
+    The settings are kept as ``.settings``: by transformers' convention the ``.config`` of any
+    submodule is the model's ``PretrainedConfig``.
+
+    Attributes:
+        has_softmax: a softmax term is part of the output (False only under ``srformer``'s ablation I).
+        has_recurrence: a recurrent term ``O_R`` is part of the output (``srformer`` only).
+
+    Raises:
+        ValueError: for a variant this class does not compute (use
+            :func:`srformer.attention.build_cross_attention`, which reads the registry).
+    """
+
+    #: The variant names this class computes.
+    variants: tuple[str, ...] = ("segmented",)
+
+    def __init__(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> None:
+        super().__init__()
+        if config.variant not in self.variants:
+            raise ValueError(
+                f"{type(self).__name__} computes the variants {self.variants}, not {config.variant!r}; "
+                "use srformer.attention.build_cross_attention(config, ...) to get the right module."
+            )
+        self.settings = config
+        self.head_dim = head_dim
+        self.scale = float(scale)
+        self.has_softmax = True
+        self.has_recurrence = False
+
+    # ------------------------------------------------------------------ what the softmax reads (hooks)
+    def context_blocks(
+        self, segments: torch.Tensor, index: torch.Tensor
+    ) -> list[tuple[torch.Tensor, torch.Tensor | None, bool]]:
+        """The segment blocks a query of segment ``segments`` attends with softmax.
+
+        Args:
+            segments: (N,) long, ``i(t)`` of each query (flattened over batch and queries).
+            index: (N,) long, the flat block index of ``segments`` (:func:`~srformer.attention.layout.block_index`).
+
+        Returns:
+            A list of ``(flat_index, extra_mask, memory)``: (N,) long block indices; None or (N,) bool, False
+            where that block must not be attended; and whether the block is a stop-gradient memory in the
+            parallel path. Here: the scheduled segment alone.
+        """
+        return [(index, None, False)]
+
+    def global_tokens(self, state: CrossAttentionState) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """Summary tokens every query attends besides its blocks: ``(keys, values, valid)``, (B, H, G, d) twice
+        and (B, G) bool, or None (here: none)."""
+        return None
+
+    # ------------------------------------------------------------------ state
+    @autocast_off
+    def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> SegmentState:
+        """Build the per-sequence state (standard layout) from the projected encoder keys/values.
+
+        Cost, once per sequence: one copy of the keys/values into the segment-major layout (with
+        compaction when padded), O(k*d) per head.
+
+        An example whose mask is all zero (an empty document) is given one segment whose ``s``
+        positions hold zero keys and values and are all attendable: its softmax term averages zero
+        values, so its output is that of an empty memory, 0, and the other rows are unaffected
+        (``docs/design.md``, "Empty encoder inputs").
+
+        Args:
+            keys: (B, H, k, d) projected encoder keys.
+            values: (B, H, k, d) projected encoder values.
+            key_valid: (B, k) bool, True at real encoder positions; None when nothing is padded.
+
+        Returns:
+            A :class:`SegmentState`; no segment visited yet.
+
+        Raises:
+            ValueError: with ``strict_schedule``, if an example has more segments than ``target_length``
+                (checked in eager mode only: the check needs a host sync).
+        """
+        batch, _, k, _ = keys.shape
+        s = self.settings.segment_size
+        device = keys.device
+        lengths, compact = real_lengths(key_valid, batch, k, device)
+        max_segments = -(-k // s)
+        padded = max_segments * s
+        keys, values, order = segment_major(keys, values, key_valid if compact else None, s)
+        position_valid = torch.arange(padded, device=device)[None, :] < lengths[:, None]  # (B, M*s)
+        real_valid = position_valid.view(batch, max_segments, s)
+        if compact or padded != k:
+            mask = real_valid[:, :, None, :, None].to(keys.dtype)
+            keys, values = keys * mask, values * mask
+        empty = lengths == 0
+        segments = num_segments(lengths, s).clamp(min=1)  # an empty example has one (empty) segment
+        if not tracing():
+            self._check_schedule(segments)
+        # attendable positions: the real ones; all of segment 0 (zero keys/values) for an empty example
+        first_segment = torch.arange(max_segments, device=device)[None, :, None] == 0
+        target = self.settings.target_length
+        return SegmentState(
+            keys=keys,
+            values=values,
+            positions=order.to(torch.int32),
+            lengths=lengths,
+            num_segments=segments,
+            last_segment=torch.full((batch,), -1, dtype=torch.long, device=device),
+            segment_table=segment_index(torch.arange(target + 1, device=device), segments, target),
+            segment_valid=real_valid | (empty[:, None, None] & first_segment),
+        )
+
+    def _visited(self, segments: torch.Tensor, max_segments: int) -> torch.Tensor:
+        """(B, M) bool: segment j is attended at some decoder position t >= 0 (the schedule may skip
+        segments when an input has more segments than ``target_length``)."""
+        j = torch.arange(max_segments, device=segments.device)[None, :]
+        m = segments[:, None]
+        first_step = torch.div(j * self.settings.target_length + m - 1, m, rounding_mode="floor")  # ceil(j T / m)
+        # segment j is visited iff the schedule floor(t m / T) maps its first candidate step to j itself
+        attended_at_first_step = torch.div(first_step * m, self.settings.target_length, rounding_mode="floor") == j
+        return (j < m) & (attended_at_first_step | (j == m - 1))
+
+    def _check_schedule(self, segments: torch.Tensor) -> None:
+        target = self.settings.target_length
+        worst = int(segments.max())
+        if worst > target:
+            message = (
+                f"An encoder input has {worst} segments of {self.settings.segment_size} tokens but target_length is "
+                f"{target}: segments after step {target} are never attended by segmented attention. "
+                "Increase `segment_size` (to at least input_length / target_length) or `target_length`."
+            )
+            if self.settings.strict_schedule:
+                raise ValueError(message)
+            warnings.warn(message, stacklevel=3)
+
+    @autocast_off
+    def lean(self, state: CrossAttentionState) -> CrossAttentionState:
+        """The lean layout of a standard ``state``: drops the keys and values (:class:`LeanSegmentState`).
+
+        Raises:
+            ValueError: for a variant whose registry entry offers no lean layout (``xl``, ``longt5``).
+        """
+        if not mechanism(self.settings.variant).capabilities.lean_layout:
+            raise ValueError(f"The lean cache layout is not implemented for variant {self.settings.variant!r}.")
+        assert isinstance(state, SegmentState), type(state)
+        return LeanSegmentState(
+            lengths=state.lengths, num_segments=state.num_segments, last_segment=state.last_segment,
+            positions=state.positions, segment_table=state.segment_table, segment_valid=state.segment_valid,
+        )
+
+    # ------------------------------------------------------------------ parallel path
+    def forward(
+        self,
+        queries: torch.Tensor,
+        state: CrossAttentionState,
+        *,
+        start_position: int | torch.Tensor = 0,
+        dropout: float = 0.0,
+    ) -> tuple[torch.Tensor, CrossAttentionState]:
+        """Cross attention for ``q`` consecutive decoder positions at once (teacher forcing).
+
+        No Python loop over positions: each query gathers its own segment's key/value block (one
+        ``index_select`` over the segment-major state) and takes one softmax over its keys, so the work
+        is O(q*s*d) per head (plus the subclass's blocks, global tokens or recurrent term).
+
+        Args:
+            queries: (B, H, q, d) projected decoder queries at positions
+                ``start_position .. start_position + q - 1``.
+            state: a standard-layout state (from :meth:`init_state`).
+            start_position: absolute decoder position of the first query (an int, or a 0-d long
+                tensor, e.g. from a static cache).
+            dropout: attention-probability dropout for the softmax (training only).
+
+        Returns:
+            ``(output, state)``: output (B, H, q, d) in the queries' dtype, and the state after the
+            last position.
+
+        Raises:
+            ValueError: for a lean-layout state.
+        """
+        if state.is_lean or not isinstance(state, SegmentState):
+            raise ValueError("The parallel path needs a standard-layout state; rebuild it with init_state().")
+        q = queries.shape[2]
+        positions = torch.arange(q, device=queries.device) + start_position
+        segments_of_query = segment_index(positions, state.num_segments, self.settings.target_length)  # (B, q)
+        output = self._output(queries, state, segments_of_query, dropout)
+        return output, replace(state, last_segment=segments_of_query[:, -1])
+
+    def _output(
+        self, queries: torch.Tensor, state: SegmentState, segments_of_query: torch.Tensor, dropout: float
+    ) -> torch.Tensor:
+        """The parallel path's output (here: the softmax term); see :meth:`forward`."""
+        return self._softmax(queries, state, segments_of_query, dropout)
+
+    def _softmax(
+        self, queries: torch.Tensor, state: SegmentState, segments_of_query: torch.Tensor, dropout: float
+    ) -> torch.Tensor:
+        """The softmax term for all ``q`` queries at once, each query over its own blocks and global tokens.
+
+        The function, and therefore its gradients, are those of a masked softmax over all ``k`` keys whose
+        mask admits exactly those keys.
+
+        Args:
+            queries: (B, H, q, d) projected decoder queries.
+            state: a standard-layout state.
+            segments_of_query: (B, q) long, ``i(t)`` of each query.
+            dropout: dropout probability on the attention probabilities (training only).
+
+        Returns:
+            (B, H, q, d) in the queries' dtype.
+        """
+        keys, values, segment_valid = state.keys, state.values, state.segment_valid
+        max_segments = segment_valid.shape[1]
+        q = segments_of_query.shape[1]
+        query_rows = queries.transpose(1, 2).unsqueeze(-2)  # (B, q, H, 1, d)
+        index = block_index(segments_of_query, max_segments)
+        block_keys, block_values, allowed = [], [], []
+        for flat, extra_mask, memory in self.context_blocks(segments_of_query.reshape(-1), index):
+            block_keys.append(take_blocks(keys.detach() if memory else keys, flat, q).to(queries.dtype))
+            block_values.append(take_blocks(values.detach() if memory else values, flat, q).to(queries.dtype))
+            block_allowed = take_blocks(segment_valid, flat, q)  # (B, q, s)
+            if extra_mask is not None:
+                block_allowed = block_allowed & extra_mask.view(-1, q)[:, :, None]
+            allowed.append(block_allowed)
+        scores = [torch.matmul(query_rows, block.transpose(-1, -2)) for block in block_keys]  # (B, q, H, 1, s)
+        tokens = self.global_tokens(state)
+        if tokens is not None:
+            global_keys, global_values, global_valid = tokens  # (B, H, G, d) twice, (B, G)
+            scores.append(torch.einsum("bhqd,bhmd->bqhm", queries, global_keys.to(queries.dtype)).unsqueeze(-2))
+            allowed.append(global_valid[:, None, :].expand(-1, q, -1))
+        mask = torch.cat(allowed, dim=-1)[:, :, None, None, :]  # (B, q, 1, 1, n)
+        logits = (torch.cat(scores, dim=-1) * self.scale).masked_fill(~mask, float("-inf"))
+        probabilities = torch.softmax(logits, dim=-1)  # every query has an allowed key (state invariant)
+        if dropout > 0.0:
+            probabilities = F.dropout(probabilities, p=dropout, training=True)
+        parts = probabilities.split([score.shape[-1] for score in scores], dim=-1)
+        output = torch.matmul(parts[0], block_values[0])  # (B, q, H, 1, d)
+        for part, block in zip(parts[1 : len(block_values)], block_values[1:], strict=True):
+            output = output + torch.matmul(part, block)
+        output = output.squeeze(-2)
+        if tokens is not None:
+            output = output + torch.einsum("bqhm,bhmd->bqhd", parts[-1].squeeze(-2), global_values.to(queries.dtype))
+        return output.transpose(1, 2)
+
+    # ------------------------------------------------------------------ incremental path
+    def _segment_at(self, state: SegmentState | LeanSegmentState, position: int | torch.Tensor) -> torch.Tensor:
+        """(B,) long ``i(t)`` read from the state's segment table; ``position`` is an int (a view, no
+        kernel) or a 0-d tensor (static caches: clamped and read on the device, no host sync)."""
+        target = self.settings.target_length
+        if isinstance(position, torch.Tensor):
+            column = position.reshape(1).clamp(max=target).to(device=state.segment_table.device, dtype=torch.long)
+            return state.segment_table.index_select(1, column)[:, 0]
+        return state.segment_table[:, min(position, target)]
+
+    def step(
+        self,
+        queries: torch.Tensor,
+        state: CrossAttentionState,
+        *,
+        position: int | torch.Tensor,
+        project_rows: ProjectRows | None = None,
+    ) -> tuple[torch.Tensor, CrossAttentionState]:
+        """Cross attention for one decoder position, reading one segment (Algorithm 1).
+
+        Standard layout: the segment's key/value block is read with one ``index_select`` from the
+        segment-major state (plus the subclass's blocks and global tokens); the work is O(s*d) per head,
+        no tensor of encoder length is touched and there is no host sync. Lean layout: the segment's
+        ``s`` encoder rows are projected (O(s * d_model * d) per head) when ``i(t)`` differs from the
+        previous step's segment.
+
+        Args:
+            queries: (B, H, 1, d) projected decoder query at ``position``.
+            state: the state after ``position - 1`` (or a fresh state when ``position`` is 0).
+            position: absolute decoder position ``t`` (an int, or a 0-d long tensor).
+            project_rows: lean layout only: maps (B, s) encoder positions to the projected
+                (keys, values), each (B, H, s, d).
+
+        Returns:
+            ``(output, state)``: output (B, H, 1, d) and the updated state.
+
+        Raises:
+            ValueError: a lean state without ``project_rows``.
+        """
+        if not isinstance(state, SegmentState | LeanSegmentState):
+            raise ValueError(f"{type(self).__name__} cannot step a {type(state).__name__}; build it with init_state().")
+        segment = self._segment_at(state, position)  # (B,) i(t)
+        max_segments = state.segment_valid.shape[1]
+        # (B,) flat block index b * M + i_b(t) (block_index without its reshapes: fewer ops per step)
+        index = segment + torch.arange(0, segment.shape[0] * max_segments, max_segments, device=segment.device)
+        new_state = replace(state, last_segment=segment)
+        context = None
+        if isinstance(state, LeanSegmentState):
+            assert isinstance(new_state, LeanSegmentState)
+            context, new_state = self._lean_segment(state, new_state, index, project_rows)
+        elif self.has_softmax:  # ablation I reads no keys in the standard layout
+            context = self._step_context(state, index, segment)
+        output = None
+        if self.has_softmax:
+            assert context is not None
+            keys, values, allowed = context
+            output = F.scaled_dot_product_attention(
+                queries, cast(keys, queries.dtype), cast(values, queries.dtype), attn_mask=allowed[:, None, None, :],
+                scale=self.scale,
+            )
+        return self._step_output(queries, output, state, new_state, index), new_state
+
+    def _step_output(
+        self,
+        queries: torch.Tensor,
+        softmax_output: torch.Tensor | None,
+        state: CrossAttentionState,
+        new_state: CrossAttentionState,
+        index: torch.Tensor,
+    ) -> torch.Tensor:
+        """A step's output from its softmax term (here: the softmax term itself); see :meth:`step`."""
+        assert softmax_output is not None, "segmented attention always has its softmax term"
+        return softmax_output
+
+    def _step_context(
+        self, state: SegmentState, index: torch.Tensor, segment: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Keys, values and mask for one step from a standard-layout state: (B, H, n, d) twice and (B, n) bool,
+        the scheduled block, then :meth:`context_blocks`' further blocks, then :meth:`global_tokens`. Each
+        is one contiguous block per example (an ``index_select``), concatenated when there are several."""
+        all_keys, all_values = state.keys.flatten(0, 1), state.values.flatten(0, 1)
+        segment_valid = state.segment_valid.flatten(0, 1)
+        keys, values, allowed = [], [], []
+        for flat, extra_mask, _ in self.context_blocks(segment, index):
+            keys.append(all_keys.index_select(0, flat))  # (B, H, s, d)
+            values.append(all_values.index_select(0, flat))
+            block_allowed = segment_valid.index_select(0, flat)  # (B, s)
+            allowed.append(block_allowed if extra_mask is None else block_allowed & extra_mask[:, None])
+        tokens = self.global_tokens(state)
+        if tokens is not None:
+            keys.append(tokens[0])
+            values.append(tokens[1])
+            allowed.append(tokens[2])
+        if len(keys) == 1:
+            return keys[0], values[0], allowed[0]
+        return torch.cat(keys, dim=2), torch.cat(values, dim=2), torch.cat(allowed, dim=1)
+
+    def _lean_segment(
+        self,
+        state: LeanSegmentState,
+        new_state: LeanSegmentState,
+        index: torch.Tensor,
+        project_rows: ProjectRows | None,
+    ) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], LeanSegmentState]:
+        """Lean layout: the current segment's keys, values and mask.
+
+        They are projected once per segment change (:meth:`_enter_segment` runs then) and kept in the
+        state; a step in the same segment as the previous one reuses them. Eager mode decides this on the
+        host (one sync per step); under ``torch.compile``/``torch.export`` every step projects (sync-free,
+        the same numbers).
+
+        Returns:
+            ``((keys, values, allowed), new_state)``: (B, H, s, d) twice, (B, s) bool, and the updated state.
+
+        Raises:
+            ValueError: without ``project_rows``.
+        """
+        segment = new_state.last_segment
+        keys, values, allowed = state.segment_keys, state.segment_values, state.segment_allowed
+        if (
+            keys is not None and values is not None and allowed is not None and not tracing()
+            and not bool((segment != state.last_segment).any())  # same segment for every row: reuse
+        ):
+            return (keys, values, allowed), new_state
+        if project_rows is None:
+            raise ValueError("A lean SRformer state needs `project_rows` to project its segment.")
+        segment_valid = state.segment_valid
+        allowed = segment_valid.flatten(0, 1).index_select(0, index)  # (B, s)
+        encoder_positions = state.positions.view(index.shape[0] * segment_valid.shape[1], -1).index_select(0, index)
+        keys, values = project_rows(encoder_positions.to(torch.int64))
+        # real rows only (an empty example's attendable positions are padding rows of the encoder output)
+        row_mask = (allowed & (state.lengths > 0)[:, None])[:, None, :, None].to(keys.dtype)
+        keys, values = keys * row_mask, values * row_mask
+        new_state = self._enter_segment(keys, values, state, new_state)
+        return (keys, values, allowed), replace(
+            new_state, segment_keys=keys, segment_values=values, segment_allowed=allowed
+        )
+
+    def _enter_segment(
+        self, keys: torch.Tensor, values: torch.Tensor, state: LeanSegmentState, new_state: LeanSegmentState
+    ) -> LeanSegmentState:
+        """Lean layout: what a subclass updates when a step projects a segment's keys/values (B, H, s, d)
+        (zero at padding); here nothing."""
+        return new_state
+
+

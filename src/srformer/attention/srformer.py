@@ -1,0 +1,361 @@
+"""Segmented recurrent cross attention, the ``srformer`` variant: segmented attention plus RAF recurrent attention.
+
+Implements paper Eq. 6 (segmented attention ``O_S``, from
+:class:`~srformer.attention.segmented.SegmentedCrossAttention`), Eq. 13-16 (recurrent attention ``O_R``)
+and Eq. 11 (``O = O_S + O_R``) with the interpretation described in ``docs/design.md``
+("Recurrent attention", "RAF neuron"):
+
+* ``KV = sum_j K_j^T V_j`` over real positions only, all ``K_j^T V_j`` in one batched matmul;
+  ``P_i = KV - K_i^T V_i`` (Eq. 16).
+* RAF fires once each time the segment index changes (Algorithm 1), with ``W P_i`` as input.
+* ``norm(K)``: L2 norm of the real keys over the sequence axis, per example, head and
+  key-feature column, shape (d,), broadcast over the output's last axis, plus ``eps``.
+* ``O_R[t] = (scale * Q_t) . RAF_out_{i(t)} / norm(K)``, ``scale`` being the model's own
+  attention scale (T5: 1, BART: head_dim^-0.5).
+
+The segments an example visits, and therefore its whole RAF sequence, depend only on its encoder
+output and the schedule, never on the generated tokens. The standard state layout (:class:`SRformerState`)
+therefore runs the RAF recurrence over all visited segments once, when the state is built, and a step reads
+the output of its segment (O(s*d + d^2) per head). The lean layout (:class:`LeanSRformerState`) keeps no
+per-segment tensors and fires RAF incrementally, once per segment change, from ``K^T V``, the membrane and
+the last segment index (Algorithm 1). Both give the same outputs (tested).
+
+The paper's ablations (``docs/design.md``, "Baselines and ablations"; Table 3) are resolved once, at
+construction, into the module's attributes:
+
+* (I) ``recurrent_only``: ``O = O_R`` (no ``O_S``): ``has_softmax`` is False.
+* (II) ``no_norm``: ``O_R[t] = scale * Q_t . RAF_out_{i(t)}`` (``norm(K)`` replaced by 1): ``divides_by_key_norm``.
+* (III) ``no_raf``: ``O_R[t] = scale * Q_t . P_{i(t)} / norm(K)``: no neuron, no ``W`` (``raf`` is None).
+* (IV) ``segment_products``: RAF reads ``W K_i^T V_i`` instead of ``W P_i``, accumulating the segments seen
+  so far in its membrane: ``raf_reads_segment_products``.
+
+With ``mix_init`` set, ``O = sigma * O_S + (1 - sigma) * O_R`` (Eq. 10), ``sigma = sigmoid(a)`` with one
+learnable scalar ``a`` per layer (``mix_logit``). With ``recurrence=False`` the module computes ``O_S`` alone
+(``segmented``) and builds the segmented states.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from srformer.attention.layout import block_index, take_blocks
+from srformer.attention.raf import RecurrentAccumulateAndFire
+from srformer.attention.raf import update as raf_update
+from srformer.attention.schedule import tracing
+from srformer.attention.segmented import LeanSegmentState, SegmentedCrossAttention, SegmentState, cast
+from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, extend, required
+
+if TYPE_CHECKING:  # srformer.config imports the attention registry
+    from srformer.config import SRformerConfig
+
+
+@dataclass(kw_only=True)
+class SRformerState(SegmentState):
+    """Standard-layout ``srformer`` state: :class:`~srformer.attention.segmented.SegmentState` plus the recurrent
+    readouts (paper Table 1 memory: ``2*k*d + m*d^2`` per head). Tensors in the accumulation dtype
+    (:func:`~srformer.attention.state.accumulation_dtype`).
+
+    Attributes:
+        raf_readout: (B, M, H, d, d) ``scale * RAF_out_j / norm(K)``: the RAF output in force while segment ``j``
+            is attended (Eq. 13-16, A.2), computed once for every visited segment, with the attention scale and
+            ``norm(K)`` folded in, so that ``O_R[t] = Q_t . raf_readout[i(t)]``.
+        raf_total: (B, H, d, d) ``W K^T V`` over real positions (Eq. 15; ``W`` is the RAF linear layer, applied on
+            the last axis; no ``W`` under ablation III).
+        key_norm: (B, H, d) ``norm(K) + eps`` over real positions (Eq. 13); ones under ablation II.
+    """
+
+    raf_readout: torch.Tensor
+    raf_total: torch.Tensor
+    key_norm: torch.Tensor
+
+
+@dataclass(kw_only=True)
+class LeanSRformerState(LeanSegmentState):
+    """Lean-layout ``srformer`` state: :class:`~srformer.attention.segmented.LeanSegmentState` plus
+    ``O(heads * d^2)`` numbers of recurrent state. Tensors in the accumulation dtype.
+
+    Attributes:
+        raf_total, key_norm: as in :class:`SRformerState`.
+        membrane: (B, H, d, d) RAF membrane potential after ``last_segment``; None under ablation III (no neuron).
+        raf_output: (B, H, d, d) RAF output of ``last_segment``; None under ablation III.
+        segment_readout: (B, H, d, d) readout of the current segment; None before the first step.
+    """
+
+    raf_total: torch.Tensor
+    key_norm: torch.Tensor
+    membrane: torch.Tensor | None = None
+    raf_output: torch.Tensor | None = None
+    segment_readout: torch.Tensor | None = None
+
+
+class SRformerCrossAttention(SegmentedCrossAttention):
+    """The ``srformer`` variant (and its ablations) for one decoder layer.
+
+    Args:
+        config: the SRformer settings with ``variant='srformer'``.
+        head_dim: ``d``, size of one attention head.
+        scale: the wrapped model's attention scale (T5: 1.0, BART: head_dim^-0.5), used by the
+            softmax of ``O_S`` and multiplied into ``Q`` for ``O_R``.
+
+    Attributes:
+        raf: the RAF neuron with its linear layer ``W`` (parameters ``raf.linear.weight``, ``raf.leak``,
+            ``raf.threshold``); None without recurrence and under ablation III.
+        mix_logit: the Eq. 10 mix's ``a``, or None (Eq. 11).
+        divides_by_key_norm: ``O_R`` is divided by ``norm(K)`` (False under ablation II).
+        raf_reads_segment_products: RAF reads ``W K_i^T V_i`` (ablation IV) instead of ``W P_i``.
+
+    Raises:
+        ValueError: for another variant.
+    """
+
+    variants = ("srformer",)
+
+    def __init__(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> None:
+        super().__init__(config, head_dim, scale)
+        self.has_recurrence = bool(config.recurrence)
+        self.has_softmax = config.ablation != "recurrent_only"  # ablation I
+        self.divides_by_key_norm = config.ablation != "no_norm"  # ablation II
+        self.raf_reads_segment_products = config.ablation == "segment_products"  # ablation IV
+        self.raf: RecurrentAccumulateAndFire | None = None
+        if self.has_recurrence and config.ablation != "no_raf":  # ablation III: no neuron, no W
+            self.raf = RecurrentAccumulateAndFire(
+                head_dim, config.raf_leak_init, config.raf_threshold_init, config.raf_linear_init_scale
+            )
+        self.mix_logit: nn.Parameter | None = None
+        if config.mix_init is not None and self.has_recurrence:
+            self.mix_logit = nn.Parameter(torch.logit(torch.tensor(float(config.mix_init))))
+
+    def _project(self, products: torch.Tensor) -> torch.Tensor:
+        """``W x`` on the last axis, or ``x`` itself under ablation III (no RAF, no ``W``)."""
+        return products if self.raf is None else self.raf.project(products)
+
+    def _combine(self, softmax_output: torch.Tensor | None, recurrent: torch.Tensor) -> torch.Tensor:
+        """``O_S + O_R`` (Eq. 11), ``sigma O_S + (1 - sigma) O_R`` (Eq. 10), or ``O_R`` (ablation I)."""
+        if softmax_output is None:
+            return recurrent
+        recurrent = cast(recurrent, softmax_output.dtype)
+        if self.mix_logit is None:
+            return softmax_output + recurrent
+        sigma = torch.sigmoid(self.mix_logit).to(softmax_output.dtype)
+        return sigma * softmax_output + (1.0 - sigma) * recurrent
+
+    # ------------------------------------------------------------------ state
+    @autocast_off
+    def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> SegmentState:
+        """Build the per-sequence state (standard layout) from the projected encoder keys/values.
+
+        Cost, once per sequence: the segment-major copy of :meth:`SegmentedCrossAttention.init_state`, O(k*d^2)
+        per head for ``W`` on the values and the ``K_j^T (V_j W^T)`` products (two batched matmuls), and an
+        m-step RAF recurrence on (d, d) matrices (paper Table 1).
+
+        An empty document (all-zero mask row) has one segment of zero keys and values: its recurrent term is
+        RAF of a zero input, so its output is that of an empty memory, 0 (``docs/design.md``, "Empty encoder
+        inputs").
+
+        Args:
+            keys: (B, H, k, d) projected encoder keys.
+            values: (B, H, k, d) projected encoder values.
+            key_valid: (B, k) bool, True at real encoder positions; None when nothing is padded.
+
+        Returns:
+            An :class:`SRformerState` (a :class:`~srformer.attention.segmented.SegmentState` without recurrence);
+            no segment visited yet.
+
+        Raises:
+            ValueError: with ``strict_schedule``, if an example has more segments than ``target_length``
+                (checked in eager mode only: the check needs a host sync).
+        """
+        state = super().init_state(keys, values, key_valid)
+        if not self.has_recurrence:
+            return state
+        keys, values = state.keys, state.values  # (B, M, H, s, d), zero at padding
+        batch, max_segments, heads, _, d = keys.shape
+        wide = accumulation_dtype(keys.dtype)
+        if self.divides_by_key_norm:  # (B, H, d); the norm's gradient is 0, not NaN, at an all-zero column
+            key_norm = torch.linalg.vector_norm(keys.to(wide), dim=(1, 3)) + self.settings.norm_eps
+        else:  # ablation II
+            key_norm = torch.ones(batch, heads, d, dtype=wide, device=keys.device)
+        factor = self.scale / key_norm[:, :, None, :]  # (B, H, 1, d)
+        segment_products, total = self._segment_products(keys, values)  # (B, M, H, d, d), (B, 1, H, d, d)
+        visited = self._visited(state.num_segments, max_segments)
+        if torch.is_grad_enabled() and segment_products.requires_grad:  # training: the autograd formulation
+            raf_inputs = self._recurrent_input(total, segment_products)
+            if self.raf is None:  # ablation III: P_j itself
+                raf_outputs = raf_inputs
+            else:
+                zeros = raf_inputs.new_zeros(batch, heads, d, d)
+                raf_outputs, _, _ = self.raf.scan(raf_inputs, visited, zeros, zeros, axis=1)
+            raf_readout = raf_outputs * factor[:, None]
+        else:
+            raf_readout = self._readout_in_place(segment_products, total[:, 0], visited, factor)
+        return extend(SRformerState, state, raf_readout=raf_readout, raf_total=total[:, 0], key_norm=key_norm)
+
+    def _readout_in_place(
+        self, segment_products: torch.Tensor, total: torch.Tensor, visited: torch.Tensor, factor: torch.Tensor
+    ) -> torch.Tensor:
+        """The readouts ``scale * RAF_out_j / norm(K)`` of every segment without autograd, written over
+        ``segment_products`` (B, M, H, d, d) one segment at a time.
+
+        The same operations as the autograd path (:meth:`RecurrentAccumulateAndFire.scan`, then the
+        factor), in the same order, so the same numbers; but the RAF inputs, potentials and outputs of a
+        segment are (B, H, d, d) temporaries that stay in cache, and the only (B, M, H, d, d) tensor is
+        the products' buffer, read once and overwritten with the readouts (no stacked copies).
+
+        Args:
+            segment_products: ``W K_j^T V_j`` (clamped when ``kv_clamp`` is set), consumed.
+            total: (B, H, d, d) ``W K^T V``.
+            visited: (B, M) bool, the segments the schedule visits (:meth:`_visited`).
+            factor: (B, H, 1, d) ``scale / norm(K)``.
+
+        Returns:
+            ``segment_products``' storage holding the readouts.
+        """
+        batch, max_segments, heads, d, _ = segment_products.shape
+        every_segment_fires = False if tracing() else bool(visited.all())  # eager: one host sync
+        membrane = potential = segment_products.new_zeros(batch, heads, d, d)
+        raf = self.raf
+        if raf is not None:
+            leak = raf.leak.to(segment_products.dtype)
+            threshold = raf.threshold.to(segment_products.dtype)
+        for j in range(max_segments):
+            slot = segment_products[:, j]
+            raf_input = self._recurrent_input(total, slot)
+            if raf is None:  # ablation III: the readout is P_j itself
+                torch.mul(raf_input, factor, out=slot)
+                continue
+            fire_j = None if every_segment_fires else visited[:, j].view(-1, 1, 1, 1)
+            membrane, potential = raf_update(membrane, potential, raf_input, leak, threshold, fire_j)
+            torch.mul(torch.relu(potential), factor, out=slot)
+        return segment_products
+
+    def _segment_products(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``W K_j^T V_j`` of every segment, (B, M, H, d, d), and ``W K^T V``, (B, 1, H, d, d), in the
+        accumulation dtype, from segment-major keys/values (B, M, H, s, d); clamped before ``W`` when
+        ``kv_clamp`` is set (see :meth:`_raf_inputs`)."""
+        wide = accumulation_dtype(keys.dtype)
+        keys_wide = keys.to(wide)
+        if self.settings.kv_clamp is None:
+            projected_values = self._project(values.to(wide))
+            segment_products = torch.matmul(keys_wide.transpose(-1, -2), projected_values)  # W K_j^T V_j
+            return segment_products, segment_products.sum(dim=1, keepdim=True)
+        c = self.settings.kv_clamp
+        segment_products = torch.matmul(keys_wide.transpose(-1, -2), values.to(wide))
+        total = self._project(segment_products.sum(dim=1, keepdim=True).clamp(-c, c))
+        return self._project(segment_products.clamp(-c, c)), total
+
+    def _raf_inputs(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """RAF inputs ``x_j = W P_j`` of every segment, (B, M, H, d, d), and ``W K^T V``, (B, H, d, d),
+        in :func:`~srformer.attention.state.accumulation_dtype` (float32, or float64 for a float64
+        model) from segment-major, zero-padded keys/values (B, M, H, s, d) (Eq. 14-16, A.2).
+        Under ablation III there is no ``W`` (``x_j = P_j``); under ablation IV ``x_j = W K_j^T V_j``.
+
+        ``W`` acts on the last (value) axis, so ``(K_j^T V_j) W^T = K_j^T (V_j W^T)``: without a clamp
+        the values are projected first and every segment costs O(s*d^2) (2*k*d^2 per head in all)
+        instead of O(s*d^2 + d^3) (k*d^2 + m*d^3, 2.5x more at s = d/4). With ``kv_clamp`` the
+        products are clamped before ``W``, as the BART authors did.
+        """
+        segment_products, total = self._segment_products(keys, values)
+        return self._recurrent_input(total, segment_products), total[:, 0]
+
+    def _recurrent_input(self, total: torch.Tensor, segment_products: torch.Tensor) -> torch.Tensor:
+        """The RAF input from ``W K^T V`` and ``W K_i^T V_i`` (any matching shapes): ``W P_i`` (Eq. 16),
+        or ``W K_i^T V_i`` itself under ablation IV."""
+        if self.raf_reads_segment_products:
+            return segment_products
+        return total - segment_products
+
+    @autocast_off
+    def lean(self, state: CrossAttentionState) -> CrossAttentionState:
+        """The lean layout of a standard ``state`` (:class:`LeanSRformerState`).
+
+        Drops keys, values and the per-segment RAF readouts; keeps ``W K^T V``, ``norm(K)`` and the
+        RAF membrane/output after ``state.last_segment`` (recomputed by one recurrence over the
+        segments visited so far), from which later steps fire RAF incrementally.
+        """
+        lean = super().lean(state)
+        if not self.has_recurrence:
+            return lean
+        assert isinstance(state, SRformerState) and isinstance(lean, LeanSegmentState), type(state)
+        lean = extend(LeanSRformerState, lean, raf_total=state.raf_total, key_norm=state.key_norm)
+        if self.raf is None:  # ablation III: its output is recomputed at each step
+            return lean
+        batch, max_segments, heads, d, _ = state.raf_readout.shape
+        # The RAF inputs are not kept in the standard layout; rebuild them for the visited prefix.
+        raf_inputs, _ = self._raf_inputs(state.keys, state.values)
+        done = self._visited(state.num_segments, max_segments)
+        done &= torch.arange(max_segments, device=done.device)[None, :] <= state.last_segment[:, None]
+        zeros = raf_inputs.new_zeros(batch, heads, d, d)
+        _, membrane, raf_output = self.raf.scan(raf_inputs, done, zeros, zeros, axis=1)
+        return replace(lean, membrane=membrane, raf_output=raf_output)
+
+    # ------------------------------------------------------------------ outputs
+    def _output(
+        self, queries: torch.Tensor, state: SegmentState, segments_of_query: torch.Tensor, dropout: float
+    ) -> torch.Tensor:
+        """``O_S`` (unless ablation I) combined with ``O_R``: each query reads its own readout block
+        (B, q, H, d, d) with one ``index_select``, O(q*d^2) per head."""
+        output = self._softmax(queries, state, segments_of_query, dropout) if self.has_softmax else None
+        if not self.has_recurrence:
+            assert output is not None
+            return output
+        assert isinstance(state, SRformerState), type(state)
+        q = queries.shape[2]
+        index = block_index(segments_of_query, state.raf_readout.shape[1])
+        readout = take_blocks(state.raf_readout, index, q)
+        query_rows = queries.transpose(1, 2).unsqueeze(-2).to(readout.dtype)  # (B, q, H, 1, d)
+        recurrent = torch.matmul(query_rows, readout).squeeze(-2).transpose(1, 2)  # (B, H, q, d)
+        return self._combine(output, recurrent.to(queries.dtype))
+
+    def _step_output(
+        self,
+        queries: torch.Tensor,
+        softmax_output: torch.Tensor | None,
+        state: CrossAttentionState,
+        new_state: CrossAttentionState,
+        index: torch.Tensor,
+    ) -> torch.Tensor:
+        """``O_S`` (unless ablation I) combined with ``Q_t . RAF_out_i / norm(K)`` (scale folded in): standard
+        layout, the segment's readout read with one ``index_select``; lean layout, the readout the step kept
+        (:meth:`_enter_segment`)."""
+        if not self.has_recurrence:
+            return super()._step_output(queries, softmax_output, state, new_state, index)
+        if isinstance(new_state, LeanSRformerState):
+            readout = required(new_state.segment_readout, "segment_readout")
+        else:  # standard layout: scale * RAF_out_i / norm(K), (B, H, d, d)
+            assert isinstance(state, SRformerState), type(state)
+            readout = state.raf_readout.flatten(0, 1).index_select(0, index)
+        recurrent = torch.matmul(cast(queries, readout.dtype), readout)
+        return self._combine(softmax_output, cast(recurrent, queries.dtype))
+
+    @autocast_off
+    def _enter_segment(
+        self, keys: torch.Tensor, values: torch.Tensor, state: LeanSegmentState, new_state: LeanSegmentState
+    ) -> LeanSegmentState:
+        """Lean layout: fire RAF when the segment changes (Algorithm 1) and keep the step's readout
+        ``scale * RAF_out_i / norm(K)`` (B, H, d, d) in the new state. ``keys``/``values`` (B, H, s, d)
+        are the current segment's, zero at padding."""
+        if not self.has_recurrence:
+            return new_state
+        assert isinstance(state, LeanSRformerState) and isinstance(new_state, LeanSRformerState), type(state)
+        segment = new_state.last_segment
+        wide = accumulation_dtype(keys.dtype)
+        products = torch.einsum("bhsd,bhse->bhde", keys.to(wide), values.to(wide))  # K_i^T V_i
+        if self.settings.kv_clamp is not None:
+            products = products.clamp(-self.settings.kv_clamp, self.settings.kv_clamp)
+        # W P_i (ablation III: no W)
+        raf_input = self._recurrent_input(state.raf_total, self._project(products))
+        if self.raf is None:  # ablation III: the output depends only on the segment
+            raf_output = raf_input
+        else:
+            changed = (segment != state.last_segment)[:, None, None, None]
+            previous_membrane = required(state.membrane, "membrane")
+            membrane, raf_output = self.raf.fire(previous_membrane, raf_input)
+            raf_output = torch.where(changed, raf_output, required(state.raf_output, "raf_output"))
+            membrane = torch.where(changed, membrane, previous_membrane)
+            new_state = replace(new_state, membrane=membrane, raf_output=raf_output)
+        readout = raf_output * (self.scale / state.key_norm[:, :, None, :])
+        return replace(new_state, segment_readout=readout)
