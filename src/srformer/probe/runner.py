@@ -65,12 +65,12 @@ class ProbeSettings:
     variants: tuple[str, ...] = tuple(NAMED_SETTINGS)
     protocols: tuple[str, ...] = PROTOCOLS
     seeds: tuple[int, ...] = (0,)
-    steps: int = 400
+    steps: int = 1600
     finetune_steps: int = 100
     batch_size: int = 32
     learning_rate: float = 1e-3
     finetune_learning_rate: float = 5e-4
-    curriculum_start: int = 64
+    curriculum_start: int = 8
     curriculum_hold: float = 0.5
     curriculum_ramp: float = 0.3
     eval_examples: int = 256

@@ -68,7 +68,7 @@ class ProbeVocabulary:
     """
 
     num_filler: int = 64
-    num_keys: int = 32
+    num_keys: int = 256
     num_values: int = 16
     num_classes: int = 8
     max_count: int = 7
@@ -166,7 +166,7 @@ class TaskSpec:
 
     task: str
     n: int
-    fact_spacing: int = 16
+    fact_spacing: int = 2
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:

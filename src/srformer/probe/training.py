@@ -127,7 +127,7 @@ class TrainSettings:
     batch_size: int = 32
     learning_rate: float = 1e-3
     warmup: int = 100
-    curriculum_start: int = 64
+    curriculum_start: int = 8
     curriculum_hold: float = 0.0
     curriculum_ramp: float = 0.5
     weight_decay: float = 0.0
