@@ -54,7 +54,8 @@ def test_tiny_grid_writes_tables_plots_and_json_and_skips_finished_cells(tmp_pat
     assert paired == {("full", 8), ("full", 32), ("xl", 8), ("xl", 32), ("ablation-II", 32)}
     table = (out / "results.md").read_text()
     for heading in (
-        "Table 2 shape", "Figure 4 shape", "Table 3 shape", "(II) no norm(K)", "**Segment size 8**", " / 5 |"
+        "Table 2 shape", "Figure 4 shape", "Table 3 shape", "(II) no norm(K)", "**Segment size 8**", " / 5 |",
+        "Do the models read their input?",
     ):
         assert heading in table
     assert (out / "figure4.png").stat().st_size > 5000 and (out / "table3.png").stat().st_size > 5000
@@ -100,6 +101,19 @@ def test_summary_spreads_over_seeds_and_pairs_documents_against_srformer():
     # per document, averaged over seeds: srformer (25, 30, 35) vs full (15, 20, 25): +10 everywhere
     assert paired["rouge1"]["mean"] == pytest.approx(10.0) and paired["rouge1"]["low"] == pytest.approx(10.0)
     assert paired["rouge1"]["a_wins"] == 1.0 and paired["rouge1"]["significant"]
+
+
+def test_input_check_names_the_cells_below_ninety_percent():
+    from srformer.experiments.compare_report import input_check
+
+    def cell(key, distinct, n=20):
+        return {"key": key, "distinct_outputs": distinct, "metrics": {"num_examples": n}}
+
+    reading = input_check({"cells": [cell("full-seed0", 20), cell("srformer-s16-seed0", 18)]})
+    assert reading.startswith("All 2 cells") and "fewest: srformer-s16-seed0, 18 / 20" in reading
+    mixed = input_check({"cells": [cell("full-seed0", 18), cell("linear-seed0", 17), cell("xl-s16-seed0", 1)]})
+    assert mixed.startswith("2 of 3 cells") and "linear-seed0 (17 / 20), xl-s16-seed0 (1 / 20)" in mixed
+    assert "full-seed0" not in mixed
 
 
 def test_grid_runs_segment_free_settings_once_per_seed_and_ablations_at_one_size():

@@ -20,7 +20,12 @@ def add_variant_arguments(parser: argparse.ArgumentParser, *, variant_required: 
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     """``--data`` and the field names."""
     parser.add_argument("--data", required=True, help="JSONL/JSON/CSV file, a hub dataset name, or 'aclsum'")
-    parser.add_argument("--split", default=None, help="split for hub datasets and 'aclsum' (train/val/test)")
+    parser.add_argument("--split", default=None,
+                        help="split for hub datasets and 'aclsum' (train/val/test), or a part name of --split-by-id")
+    parser.add_argument("--split-by-id", default=None, metavar="SPEC",
+                        help="split the --data file by a stable hash of each example's id, e.g. "
+                             "'train=0.8,validation=0.1,test=0.1', and use the part named by --split "
+                             "(default: train for `train`, test for `evaluate`)")
     parser.add_argument("--document-field", default="document")
     parser.add_argument("--summary-field", default="summary")
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from srformer.config import NAMED_SETTINGS
 from srformer.data.pairs import load_aclsum, load_pairs
+from srformer.data.split import select_split
 from srformer.experiments.compare import CompareSettings, run_compare
 
 _TUPLES = {"variants": str, "segment_sizes": int, "ablations": str, "seeds": int}
@@ -27,8 +28,14 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument("--train-data", required=True, help="JSONL/JSON/CSV file, hub dataset name, or 'aclsum'")
     parser.add_argument("--test-data", required=True, help="JSONL/JSON/CSV file, hub dataset name, or 'aclsum'")
-    parser.add_argument("--train-split", default="train", help="split for hub datasets and 'aclsum'")
-    parser.add_argument("--test-split", default="test", help="split for hub datasets and 'aclsum'")
+    parser.add_argument("--train-split", default="train",
+                        help="split for hub datasets and 'aclsum', or a part name of --split-by-id")
+    parser.add_argument("--test-split", default="test",
+                        help="split for hub datasets and 'aclsum', or a part name of --split-by-id")
+    parser.add_argument("--split-by-id", default=None, metavar="SPEC",
+                        help="split one file by a stable hash of each example's id, e.g. "
+                             "'train=0.8,validation=0.1,test=0.1'; --train-split/--test-split pick the parts "
+                             "(pass the same file as --train-data and --test-data)")
     parser.add_argument("--document-field", default="document")
     parser.add_argument("--summary-field", default="summary")
     parser.add_argument("--max-train-examples", type=int, default=None, help="use the first N training pairs")
@@ -52,6 +59,11 @@ def add_parser(subparsers) -> None:
 
 
 def _load(source: str, split: str, args, limit: int | None):
+    if args.split_by_id is not None:
+        if source == "aclsum":
+            raise ValueError("--split-by-id splits one local file; 'aclsum' has its own splits (use --train-split)")
+        pairs = load_pairs(source, document_field=args.document_field, summary_field=args.summary_field)
+        return select_split(pairs, args.split_by_id, split)[:limit]
     if source == "aclsum":
         return load_aclsum(split)[:limit]
     return load_pairs(source, split=split, document_field=args.document_field, summary_field=args.summary_field,
@@ -63,7 +75,8 @@ def run(args) -> int:
     values = {k: tuple(v) if k in _TUPLES else v for k, v in values.items()}
     settings = CompareSettings(
         **values, ablation_segment_size=args.ablation_segment_size, progress=not args.no_progress,
-        data=f"train {args.train_data} ({args.train_split}), test {args.test_data} ({args.test_split})",
+        data=f"train {args.train_data} ({args.train_split}), test {args.test_data} ({args.test_split})"
+        + (f", split by id {args.split_by_id}" if args.split_by_id else ""),
     )
     train_pairs = _load(args.train_data, args.train_split, args, args.max_train_examples)
     test_pairs = _load(args.test_data, args.test_split, args, args.max_test_examples)

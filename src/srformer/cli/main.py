@@ -1,4 +1,4 @@
-"""``srformer`` command line: train, evaluate, summarize, the ACLSum main job, compare, bench and probe."""
+"""``srformer`` command line: train, evaluate, summarize, the ACLSum main job, compare, bench, probe and split."""
 
 from __future__ import annotations
 
@@ -11,12 +11,14 @@ from srformer.cli import (
     compare_command,
     evaluate_command,
     probe_command,
+    split_command,
     summarize_command,
     train_command,
 )
 
 COMMANDS = (
     train_command, evaluate_command, summarize_command, aclsum_command, compare_command, bench_command, probe_command,
+    split_command,
 )
 
 

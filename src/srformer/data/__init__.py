@@ -2,12 +2,15 @@
 
 * :mod:`srformer.data.pairs`: :class:`SummaryPair`, :func:`load_pairs` (JSONL/JSON/CSV files and
   hub datasets) and :func:`load_aclsum` (ACLSum from the ``aclsum`` package).
+* :mod:`srformer.data.split`: :func:`split_by_id` and :func:`parse_split_spec` (a fixed split of one
+  file by a stable SHA-256 hash of each example's id).
 * :mod:`srformer.data.tokenizer`: :func:`train_unigram_tokenizer` (T5-style Unigram tokenizer).
 * :mod:`srformer.data.features`: :func:`encode_pairs` and its :class:`TruncationReport`.
 """
 
 from srformer.data.features import TruncationReport, encode_pairs
 from srformer.data.pairs import SUPPORTED_EXTENSIONS, SummaryPair, load_aclsum, load_pairs
+from srformer.data.split import parse_split_spec, split_by_id
 from srformer.data.tokenizer import train_unigram_tokenizer
 
 __all__ = [
@@ -17,5 +20,7 @@ __all__ = [
     "encode_pairs",
     "load_aclsum",
     "load_pairs",
+    "parse_split_spec",
+    "split_by_id",
     "train_unigram_tokenizer",
 ]
