@@ -67,6 +67,12 @@ class SRformerConfig:
         mix_init: None (default) for the plain sum ``O = O_S + O_R`` of Eq. 11; a value in (0, 1)
             turns on the learnable mix of Eq. 10, ``O = sigma * O_S + (1 - sigma) * O_R``, with one
             scalar ``sigma = sigmoid(a)`` per layer initialised to ``mix_init`` (``srformer`` only).
+        window_size: ``w``, the number of encoder positions of the ``window`` variant's sliding window
+            (Beltagy et al. 2020), centred on the centre of the scheduled segment: decoder position ``t``
+            attends the real positions ``i(t)*s + floor(s/2) - floor(w/2) .. + w - 1`` (``docs/design.md``,
+            "Sliding window"). At least ``segment_size`` (the window then holds the whole scheduled
+            segment). None (default): ``3 * segment_size`` (the scheduled segment and one neighbour on each
+            side). ``window`` only.
         strict_schedule: if True, an input with more segments than ``target_length`` raises
             ``ValueError`` instead of warning (such segments are never attended by ``O_S``).
         lean_cache: generation memory mode (beyond the paper). False: each layer caches its
@@ -82,7 +88,8 @@ class SRformerConfig:
         ValueError: for an unknown ``variant`` or ``ablation``, a non-positive ``segment_size``,
             ``target_length``, ``raf_threshold_init`` or ``norm_eps``, an ablation or ``mix_init``
             with a variant other than ``srformer`` (or with ``recurrence=False``), ``mix_init``
-            outside (0, 1) or with ablation I, or ``lean_cache`` with ``xl``/``longt5``.
+            outside (0, 1) or with ablation I, ``lean_cache`` with a variant without a lean layout, or
+            ``window_size`` below ``segment_size`` or with a variant other than ``window``.
     """
 
     variant: str = "srformer"
@@ -96,6 +103,7 @@ class SRformerConfig:
     recurrence: bool = True
     ablation: str | None = None
     mix_init: float | None = None
+    window_size: int | None = None
     strict_schedule: bool = False
     lean_cache: bool = False
 
@@ -143,12 +151,28 @@ class SRformerConfig:
                 raise ValueError(
                     "`mix_init` mixes O_S and O_R; ablation 'recurrent_only' has no O_S. Use one or the other."
                 )
+        if self.window_size is not None:
+            if self.variant != "window":
+                raise ValueError(
+                    f"`window_size` is the sliding window of variant='window', got variant={self.variant!r}; "
+                    "leave window_size=None."
+                )
+            size = self.window_size
+            if isinstance(size, bool) or not isinstance(size, int) or size < self.segment_size:
+                raise ValueError(
+                    f"`window_size` must be an integer number of encoder tokens >= segment_size "
+                    f"({self.segment_size}) so that the window holds the scheduled segment, got {size!r}."
+                )
         # ``full`` has no module of its own, so the runtime option has nothing to act on there
         if self.lean_cache and self.variant not in LEAN_VARIANTS and REGISTRY[self.variant].module is not None:
             raise ValueError(
                 f"`lean_cache` is implemented for the variants {', '.join(LEAN_VARIANTS)}, not {self.variant!r}; "
                 "set lean_cache=False."
             )
+
+    def resolved_window_size(self) -> int:
+        """``w`` of the ``window`` variant: ``window_size``, or ``3 * segment_size`` when it is None."""
+        return self.window_size if self.window_size is not None else 3 * self.segment_size
 
     def same_model(self, other: SRformerConfig) -> bool:
         """True if ``other`` describes the same model, ignoring the runtime options

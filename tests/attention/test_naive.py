@@ -258,3 +258,22 @@ def test_bad_calls_name_the_problem():
         naive.full_attention(queries, keys, values, torch.ones(1, 5, dtype=torch.bool), _config("full"))
     with pytest.raises(ValueError, match="must agree"):
         naive.full_attention(queries, keys[..., :2], values[..., :2], None, _config("full"))
+
+
+# ------------------------------------------------------------------ sliding window
+def test_window_of_equal_keys_averages_the_values_of_the_window():
+    """n = 10, s = 3 (m = 4), T = 4, w = 5: start(t) = 3 i(t) + 1 - 2, cut to 0 .. 9. Equal keys give
+    uniform weights, so the output is the mean of the window's values (value j = j)."""
+    keys = _tensor([[0.3]] * 10)
+    values = _tensor([[float(j)] for j in range(10)])
+    queries = _tensor([[1.0]] * 4)
+    output = naive.window_attention(queries, keys, values, None, _config("window", 3, 4, window_size=5), scale=0.7)
+    # t = 0: rows 0..3 (start -1 cut); t = 1: 2..6; t = 2: 5..9; t = 3: 8..9 (the end cut)
+    assert_exact(output, _tensor([[1.5], [4.0], [7.0], [8.5]]), "window means")
+    left_padded = torch.cat([torch.zeros(1, 1, 2, 1, dtype=torch.float64), values], dim=2)
+    valid = torch.tensor([[False, False] + [True] * 10])
+    padded_keys = torch.cat([torch.zeros(1, 1, 2, 1, dtype=torch.float64), keys], dim=2)
+    again = naive.window_attention(
+        queries, padded_keys, left_padded, valid, _config("window", 3, 4, window_size=5), scale=0.7
+    )
+    assert_exact(again, output, "left padding")

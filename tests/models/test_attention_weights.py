@@ -98,6 +98,9 @@ def reference_weights(name: str, queries, keys, mask, scale: float) -> torch.Ten
         for t in range(q):
             i = min(t * m // target, m - 1)
             attended = segments[i] + (segments[i - 1] if variant == "xl" and i > 0 else [])
+            if variant == "window":  # w = 3s real positions starting at i*s + floor(s/2) - floor(w/2), cut at the ends
+                start = i * s + s // 2 - (3 * s) // 2
+                attended = real[max(start, 0):start + 3 * s]
             logits = torch.stack([(scale * keys[b, :, j] * queries[b, :, t]).sum(-1) for j in attended], dim=-1)
             if variant == "longt5":
                 global_keys = torch.stack([keys[b, :, segment].mean(dim=1) for segment in segments], dim=1)

@@ -3,8 +3,8 @@
 Each function here computes one mechanism's output one example, one head and one decoder query at
 a time, in float64, with Python loops over segments where the equations have them: clarity over
 speed. They import nothing from the optimised modules (``segmented``, ``srformer``, ``xl``,
-``longt5``, ``linear``, ``raf``), so the tests that compare those modules with these functions compare two
-independent computations (``tests/attention/test_variants.py``, ``tests/attention/test_naive.py``).
+``longt5``, ``linear``, ``window``, ``raf``), so the tests that compare those modules with these functions
+compare two independent computations (``tests/attention/test_variants.py``, ``tests/attention/test_naive.py``).
 
 Every reference has the same signature, so the registry (:mod:`srformer.attention.registry`) can hold
 one per mechanism::
@@ -257,6 +257,31 @@ def xl_attention(
         i = segment_of(t, num_segments(len(k), s), target)
         first = segment_rows(max(i - 1, 0), len(k), s).start
         rows = slice(first, segment_rows(i, len(k), s).stop)
+        return softmax_attention(query, k[rows], v[rows], scale)
+
+    return per_query(queries, keys, values, key_valid, start_position, one_query)
+
+
+def window_attention(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    key_valid: torch.Tensor | None,
+    settings: SRformerConfig,
+    *,
+    scale: float = 1.0,
+    parameters: Mapping[str, torch.Tensor] | None = None,
+    start_position: int = 0,
+) -> torch.Tensor:
+    """``window`` (Longformer's sliding window, Beltagy et al. 2020, Sec. 3.1, centred by the schedule):
+    softmax over the real positions ``p`` with ``start <= p < start + w``, ``start = i(t) * s + floor(s / 2) -
+    floor(w / 2)``, ``w = settings.resolved_window_size()`` (the window cut at both ends of the input)."""
+    _check_call(settings, parameters, "window")
+    s, target, w = settings.segment_size, settings.target_length, settings.resolved_window_size()
+
+    def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
+        start = segment_of(t, num_segments(len(k), s), target) * s + s // 2 - w // 2
+        rows = slice(max(start, 0), min(start + w, len(k)))
         return softmax_attention(query, k[rows], v[rows], scale)
 
     return per_query(queries, keys, values, key_valid, start_position, one_query)

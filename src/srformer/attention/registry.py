@@ -15,6 +15,7 @@ Each mechanism is one module file with its own typed state (``docs/design.md``, 
   ``SRformerState``, ``LeanSRformerState``);
 * ``xl`` -- :mod:`srformer.attention.xl`; ``longt5`` -- :mod:`srformer.attention.longt5` (``LongT5State``);
 * ``linear`` -- :mod:`srformer.attention.linear` (``LinearState``);
+* ``window`` -- :mod:`srformer.attention.window` (``SegmentState``);
 * ``full`` keeps the wrapped model's own attention (no module, no state of its own).
 
 Adding a mechanism:
@@ -273,6 +274,22 @@ _ENTRIES: tuple[Mechanism, ...] = (
         step_cost="O(d²)",
         build_cost="O(k·d²)",
         state_size="d² + d (phi(K)^T V and sum_j phi(K_j))",
+    ),
+    Mechanism(
+        name="window",
+        doc="Longformer/LED-style sliding window: softmax over the w positions centred on segment i(t)'s centre.",
+        citation="Beltagy, Peters & Cohan 2020, Longformer: The Long-Document Transformer, Sec. 3.1 (sliding window)",
+        module="srformer.attention.window.WindowCrossAttention",
+        state=f"{_SEGMENTED}.SegmentState",
+        lean_state=None,
+        reference=naive.window_attention,
+        capabilities=Capabilities(
+            segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
+            has_softmax_part=True, recurrent_term=False, global_term=False,
+        ),
+        step_cost="O((w + 2s)·d)",
+        build_cost="O(k·d) (segment-major copy of keys/values)",
+        state_size="2·k·d (keys and values, segment-major)",
     ),
 )
 

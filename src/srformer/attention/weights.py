@@ -36,7 +36,7 @@ import torch
 from srformer.attention.layout import block_index, take_blocks
 from srformer.attention.linear import LinearCrossAttention, LinearState, feature_map
 from srformer.attention.schedule import segment_index
-from srformer.attention.segmented import LeanSegmentState, SegmentedCrossAttention, SegmentState
+from srformer.attention.segmented import LeanSegmentState, SegmentedCrossAttention, SegmentState, restrict
 from srformer.attention.state import CrossAttentionState
 from srformer.attention.variants import CrossAttentionModule
 
@@ -74,10 +74,10 @@ def segment_weights(
     positions = torch.arange(q, device=queries.device) + start_position
     segments = segment_index(positions, state.num_segments, attention.settings.target_length)  # (B, q) i(t)
     encoder_positions, allowed = [], []
-    for flat, extra_mask, _ in attention.context_blocks(segments.reshape(-1), block_index(segments, max_segments)):
+    blocks = attention.context_blocks(segments.reshape(-1), block_index(segments, max_segments), max_segments)
+    for flat, extra_mask, _ in blocks:
         encoder_positions.append(take_blocks(position_blocks, flat, q))  # (B, q, s)
-        block_allowed = take_blocks(segment_valid, flat, q)
-        allowed.append(block_allowed if extra_mask is None else block_allowed & extra_mask.view(-1, q)[:, :, None])
+        allowed.append(restrict(take_blocks(segment_valid, flat, q), extra_mask))
     local_positions = torch.cat(encoder_positions, dim=-1)  # (B, q, n)
     n = local_positions.shape[-1]
     gathered = keys.to(queries.dtype).gather(
