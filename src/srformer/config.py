@@ -73,6 +73,9 @@ class SRformerConfig:
             "Sliding window"). At least ``segment_size`` (the window then holds the whole scheduled
             segment). None (default): ``3 * segment_size`` (the scheduled segment and one neighbour on each
             side). ``window`` only.
+        stride: ``l``, the stride of the ``strided`` variant (Child et al. 2019): besides segment ``i(t)``
+            a query attends every real position ``p`` with ``p mod l = l - 1``. At least 2. None
+            (default): ``segment_size`` (the last position of every segment). ``strided`` only.
         strict_schedule: if True, an input with more segments than ``target_length`` raises
             ``ValueError`` instead of warning (such segments are never attended by ``O_S``).
         lean_cache: generation memory mode (beyond the paper). False: each layer caches its
@@ -89,7 +92,8 @@ class SRformerConfig:
             ``target_length``, ``raf_threshold_init`` or ``norm_eps``, an ablation or ``mix_init``
             with a variant other than ``srformer`` (or with ``recurrence=False``), ``mix_init``
             outside (0, 1) or with ablation I, ``lean_cache`` with a variant without a lean layout, or
-            ``window_size`` below ``segment_size`` or with a variant other than ``window``.
+            ``window_size`` below ``segment_size`` or with a variant other than ``window``, or ``stride``
+            below 2 or with a variant other than ``strided``.
     """
 
     variant: str = "srformer"
@@ -104,6 +108,7 @@ class SRformerConfig:
     ablation: str | None = None
     mix_init: float | None = None
     window_size: int | None = None
+    stride: int | None = None
     strict_schedule: bool = False
     lean_cache: bool = False
 
@@ -163,6 +168,17 @@ class SRformerConfig:
                     f"`window_size` must be an integer number of encoder tokens >= segment_size "
                     f"({self.segment_size}) so that the window holds the scheduled segment, got {size!r}."
                 )
+        if self.stride is not None and self.variant != "strided":
+            raise ValueError(
+                f"`stride` is the stride of variant='strided', got variant={self.variant!r}; leave stride=None."
+            )
+        if self.variant == "strided":
+            stride = self.resolved_stride()
+            if isinstance(stride, bool) or not isinstance(stride, int) or stride < 2:
+                raise ValueError(
+                    f"`stride` (default: segment_size) must be an integer >= 2 (stride 1 would attend every "
+                    f"position, full attention), got {stride!r}; set stride=2 or more."
+                )
         # ``full`` has no module of its own, so the runtime option has nothing to act on there
         if self.lean_cache and self.variant not in LEAN_VARIANTS and REGISTRY[self.variant].module is not None:
             raise ValueError(
@@ -173,6 +189,10 @@ class SRformerConfig:
     def resolved_window_size(self) -> int:
         """``w`` of the ``window`` variant: ``window_size``, or ``3 * segment_size`` when it is None."""
         return self.window_size if self.window_size is not None else 3 * self.segment_size
+
+    def resolved_stride(self) -> int:
+        """``l`` of the ``strided`` variant: ``stride``, or ``segment_size`` when it is None."""
+        return self.stride if self.stride is not None else self.segment_size
 
     def same_model(self, other: SRformerConfig) -> bool:
         """True if ``other`` describes the same model, ignoring the runtime options

@@ -277,3 +277,14 @@ def test_window_of_equal_keys_averages_the_values_of_the_window():
         queries, padded_keys, left_padded, valid, _config("window", 3, 4, window_size=5), scale=0.7
     )
     assert_exact(again, output, "left padding")
+
+
+# ------------------------------------------------------------------ strided
+def test_strided_of_equal_keys_averages_the_segment_and_the_strided_values():
+    """n = 10, s = 3 (m = 4), T = 4, l = 4: strided positions 3 and 7. Equal keys: the mean over the union."""
+    keys = _tensor([[0.3]] * 10)
+    values = _tensor([[float(j)] for j in range(10)])
+    queries = _tensor([[1.0]] * 4)
+    output = naive.strided_attention(queries, keys, values, None, _config("strided", 3, 4, stride=4), scale=0.7)
+    # t = 0: {0, 1, 2, 3, 7}; t = 1: {3, 4, 5, 7} (3 once); t = 2: {6, 7, 8, 3}; t = 3: {9, 3, 7}
+    assert_exact(output, _tensor([[13 / 5], [19 / 4], [24 / 4], [19 / 3]]), "union means")

@@ -188,3 +188,44 @@ def test_window_size_is_checked_and_saved():
     config = named_config("window", segment_size=4, window_size=9)
     assert config.resolved_window_size() == 9 and named_config("window", segment_size=4).resolved_window_size() == 12
     assert type(config).from_dict(config.to_dict()) == config
+
+
+@pytest.mark.filterwarnings("ignore:An encoder input has")
+@pytest.mark.parametrize("segment_size,stride", [(3, 2), (3, 5), (2, 7), (4, 4), (1, 3), (4, 2)])
+def test_strided_of_any_stride_matches_the_reference_in_both_paths_and_paddings(segment_size, stride):
+    """Strides below, equal to and above the segment size (strided positions inside the scheduled segment
+    are attended once)."""
+    module = _module("strided", segment_size, 6, scale=0.5, stride=stride)
+    lengths = [11, 6, 1, 0]
+    queries, keys, values, valid = _inputs(4, 2, 11, 9, 4, lengths)
+    parallel, _ = module(queries, module.init_state(keys, values, valid))
+    tol = exact_tolerance(parallel)
+    assert (parallel - _reference(module, queries, keys, values, valid)).abs().max().item() <= tol
+    incremental, _ = _incremental(module, queries, module.init_state(keys, values, valid))
+    assert (parallel - incremental).abs().max().item() <= tol
+    left = torch.stack([torch.roll(valid[b], 11 - n) for b, n in enumerate(lengths)])
+    left_keys = torch.stack([torch.roll(keys[b], 11 - n, dims=1) for b, n in enumerate(lengths)])
+    left_values = torch.stack([torch.roll(values[b], 11 - n, dims=1) for b, n in enumerate(lengths)])
+    left_output, _ = module(queries, module.init_state(left_keys, left_values, left))
+    assert (left_output - parallel).abs().max().item() <= tol
+
+
+def test_strided_keys_carry_gradient_to_every_strided_position_only():
+    module = _module("strided", 2, 8, stride=3)
+    queries, keys, values, _ = _inputs(1, 1, 9, 1, 4, [9])
+    keys.requires_grad_(True)
+    module(queries, module.init_state(keys, values, None))[0].sum().backward()  # t = 0: segment 0
+    touched = keys.grad[0, 0].abs().sum(-1) > 0
+    assert touched.tolist() == [True, True, True, False, False, True, False, False, True]  # 0, 1 and 2, 5, 8
+
+
+def test_stride_is_checked_and_saved():
+    with pytest.raises(ValueError, match="stride"):
+        named_config("strided", stride=1)
+    with pytest.raises(ValueError, match="stride"):
+        named_config("strided", segment_size=1)  # the default stride would be 1
+    with pytest.raises(ValueError, match="stride"):
+        named_config("window", stride=4)
+    config = named_config("strided", segment_size=4, stride=6)
+    assert config.resolved_stride() == 6 and named_config("strided", segment_size=4).resolved_stride() == 4
+    assert type(config).from_dict(config.to_dict()) == config

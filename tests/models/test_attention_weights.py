@@ -101,6 +101,8 @@ def reference_weights(name: str, queries, keys, mask, scale: float) -> torch.Ten
             if variant == "window":  # w = 3s real positions starting at i*s + floor(s/2) - floor(w/2), cut at the ends
                 start = i * s + s // 2 - (3 * s) // 2
                 attended = real[max(start, 0):start + 3 * s]
+            if variant == "strided":  # the segment and every s-th real position (p mod s = s - 1), each once
+                attended = segments[i] + [j for p, j in enumerate(real) if p % s == s - 1 and j not in segments[i]]
             logits = torch.stack([(scale * keys[b, :, j] * queries[b, :, t]).sum(-1) for j in attended], dim=-1)
             if variant == "longt5":
                 global_keys = torch.stack([keys[b, :, segment].mean(dim=1) for segment in segments], dim=1)

@@ -1,5 +1,6 @@
 """Attention kernels: the segment schedule, the RAF neuron, one module per cross-attention mechanism
-(``segmented``, ``srformer``, the baselines ``xl``, ``longt5`` and ``linear``), each with its typed
+(``segmented``, ``srformer``, the baselines ``xl``, ``longt5`` and ``linear``, and ``window`` and ``strided``
+from the efficient-transformer literature), each with its typed
 per-sequence state, the registry that maps variant names to them, and their float64 references."""
 
 from srformer.attention.linear import LinearCrossAttention, LinearState
@@ -9,7 +10,9 @@ from srformer.attention.schedule import compaction_order, num_segments, segment_
 from srformer.attention.segmented import LeanSegmentState, SegmentedCrossAttention, SegmentState
 from srformer.attention.srformer import LeanSRformerState, SRformerCrossAttention, SRformerState
 from srformer.attention.state import CrossAttentionState, SRformerCacheLayer
+from srformer.attention.strided import StridedCrossAttention, StridedState
 from srformer.attention.variants import build_cross_attention
+from srformer.attention.window import WindowCrossAttention
 from srformer.attention.xl import XLCrossAttention
 
 __all__ = [
@@ -26,6 +29,9 @@ __all__ = [
     "SRformerState",
     "SegmentState",
     "SegmentedCrossAttention",
+    "StridedCrossAttention",
+    "StridedState",
+    "WindowCrossAttention",
     "XLCrossAttention",
     "build_cross_attention",
     "compaction_order",

@@ -3,7 +3,7 @@
 Each function here computes one mechanism's output one example, one head and one decoder query at
 a time, in float64, with Python loops over segments where the equations have them: clarity over
 speed. They import nothing from the optimised modules (``segmented``, ``srformer``, ``xl``,
-``longt5``, ``linear``, ``window``, ``raf``), so the tests that compare those modules with these functions
+``longt5``, ``linear``, ``window``, ``strided``, ``raf``), so the tests that compare those modules with these functions
 compare two independent computations (``tests/attention/test_variants.py``, ``tests/attention/test_naive.py``).
 
 Every reference has the same signature, so the registry (:mod:`srformer.attention.registry`) can hold
@@ -282,6 +282,31 @@ def window_attention(
     def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
         start = segment_of(t, num_segments(len(k), s), target) * s + s // 2 - w // 2
         rows = slice(max(start, 0), min(start + w, len(k)))
+        return softmax_attention(query, k[rows], v[rows], scale)
+
+    return per_query(queries, keys, values, key_valid, start_position, one_query)
+
+
+def strided_attention(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    key_valid: torch.Tensor | None,
+    settings: SRformerConfig,
+    *,
+    scale: float = 1.0,
+    parameters: Mapping[str, torch.Tensor] | None = None,
+    start_position: int = 0,
+) -> torch.Tensor:
+    """``strided`` (Sparse Transformer's strided/fixed pattern, Child et al. 2019, Sec. 4.2-4.3, the scheduled
+    segment as its local part): softmax over the union of segment ``i(t)``'s real positions and the real
+    positions ``p`` with ``p mod l = l - 1``, ``l = settings.resolved_stride()``, each position once."""
+    _check_call(settings, parameters, "strided")
+    s, target, stride = settings.segment_size, settings.target_length, settings.resolved_stride()
+
+    def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
+        segment = segment_rows(segment_of(t, num_segments(len(k), s), target), len(k), s)
+        rows = sorted(set(range(segment.start, segment.stop)) | set(range(stride - 1, len(k), stride)))
         return softmax_attention(query, k[rows], v[rows], scale)
 
     return per_query(queries, keys, values, key_valid, start_position, one_query)

@@ -16,6 +16,7 @@ Each mechanism is one module file with its own typed state (``docs/design.md``, 
 * ``xl`` -- :mod:`srformer.attention.xl`; ``longt5`` -- :mod:`srformer.attention.longt5` (``LongT5State``);
 * ``linear`` -- :mod:`srformer.attention.linear` (``LinearState``);
 * ``window`` -- :mod:`srformer.attention.window` (``SegmentState``);
+* ``strided`` -- :mod:`srformer.attention.strided` (``StridedState``);
 * ``full`` keeps the wrapped model's own attention (no module, no state of its own).
 
 Adding a mechanism:
@@ -290,6 +291,23 @@ _ENTRIES: tuple[Mechanism, ...] = (
         step_cost="O((w + 2s)·d)",
         build_cost="O(k·d) (segment-major copy of keys/values)",
         state_size="2·k·d (keys and values, segment-major)",
+    ),
+    Mechanism(
+        name="strided",
+        doc="Sparse Transformer strided pattern: softmax over segment i(t) plus every l-th position (p mod l = l-1).",
+        citation="Child, Gray, Radford & Sutskever 2019, Generating Long Sequences with Sparse Transformers, "
+        "Sec. 4.2-4.3 (strided and fixed patterns)",
+        module="srformer.attention.strided.StridedCrossAttention",
+        state="srformer.attention.strided.StridedState",
+        lean_state=None,
+        reference=naive.strided_attention,
+        capabilities=Capabilities(
+            segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
+            has_softmax_part=True, recurrent_term=False, global_term=True,
+        ),
+        step_cost="O((s + k/l)·d)",
+        build_cost="O(k·d) (segment-major copy, the k/l strided keys/values)",
+        state_size="2·k·d + 2·(k/l)·d (keys, values, strided keys and values)",
     ),
 )
 

@@ -174,6 +174,17 @@ class SegmentedCrossAttention(nn.Module):
         and (B, G) bool, or None (here: none)."""
         return None
 
+    def global_token_spread(self, state: CrossAttentionState) -> torch.Tensor:
+        """How each of :meth:`global_tokens` summarises the compacted positions: (B, G, M*s), row ``g`` holding
+        the weights ``c`` with ``value_g = sum_p c[p] * V[p]`` over the compacted positions ``p`` (zero at
+        padding), so that a token's attention probability can be reported at encoder positions
+        (:mod:`srformer.attention.weights`). Needed only by a subclass that has global tokens.
+
+        Raises:
+            NotImplementedError: here (no global tokens).
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no global tokens to spread.")
+
     # ------------------------------------------------------------------ state
     @autocast_off
     def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> SegmentState:

@@ -51,11 +51,11 @@ def segment_weights(
 ) -> torch.Tensor:
     """The softmax weights of a segment-based module for ``q`` consecutive decoder positions: its
     :meth:`~srformer.attention.segmented.SegmentedCrossAttention.context_blocks` at their encoder positions,
-    and its :meth:`~srformer.attention.segmented.SegmentedCrossAttention.global_tokens` spread over their
-    segments' real positions.
+    and its :meth:`~srformer.attention.segmented.SegmentedCrossAttention.global_tokens` spread over the
+    positions they summarise (:meth:`~srformer.attention.segmented.SegmentedCrossAttention.global_token_spread`).
 
     Args:
-        attention: the layer's module (read: ``settings.target_length``, ``scale`` and its two hooks).
+        attention: the layer's module (read: ``settings.target_length``, ``scale`` and its hooks).
         queries: (B, H, q, d) projected decoder queries at positions ``start_position ..``.
         keys: (B, H, k, d) projected encoder keys in encoder order (not compacted).
         state: the layer's state, either layout (``positions``, ``segment_valid``, ``num_segments``,
@@ -95,12 +95,11 @@ def segment_weights(
     weights = queries.new_zeros(batch, heads, q, k)
     # masked keys have probability exactly 0, so the positions they carry (padding) receive nothing
     weights.scatter_add_(3, local_positions[:, None].expand(-1, heads, -1, -1), probabilities[..., :n])
-    real = segment_valid & (state.lengths > 0)[:, None, None]  # (B, M, s) the real positions of each segment
-    if tokens is not None:  # each global token's probability, spread evenly over its segment's real positions
-        share = probabilities[..., n:] / real.sum(dim=2).clamp(min=1)[:, None, None, :].to(probabilities.dtype)
-        spread = share[..., None] * real[:, None, None].to(share.dtype)  # (B, H, q, M, s)
+    if tokens is not None:  # each global token's probability, spread over the positions it summarises
+        spread = attention.global_token_spread(state).to(probabilities.dtype)  # (B, G, M*s)
+        token_weights = torch.matmul(probabilities[..., n:], spread[:, None])  # (B, H, q, M*s)
         all_positions = position_blocks.view(batch, 1, 1, max_segments * s).expand(-1, heads, q, -1)
-        weights.scatter_add_(3, all_positions, spread.flatten(-2))
+        weights.scatter_add_(3, all_positions, token_weights)
     return weights * (state.lengths > 0).to(weights.dtype)[:, None, None, None]
 
 

@@ -29,6 +29,7 @@ VARIANT_COLORS = {
     "longt5": "tab:green",
     "linear": "tab:brown",
     "window": "tab:olive",
+    "strided": "tab:pink",
     "full": "black",
 }
 TABLE1_LABELS = {variant: REGISTRY[variant].table1_row for variant in TABLE1_VARIANTS}
