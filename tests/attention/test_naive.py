@@ -288,3 +288,15 @@ def test_strided_of_equal_keys_averages_the_segment_and_the_strided_values():
     output = naive.strided_attention(queries, keys, values, None, _config("strided", 3, 4, stride=4), scale=0.7)
     # t = 0: {0, 1, 2, 3, 7}; t = 1: {3, 4, 5, 7} (3 once); t = 2: {6, 7, 8, 3}; t = 3: {9, 3, 7}
     assert_exact(output, _tensor([[13 / 5], [19 / 4], [24 / 4], [19 / 3]]), "union means")
+
+
+# ------------------------------------------------------------------ star (relay)
+def test_star_relay_is_the_mean_of_every_key_and_value():
+    """d = 1, n = 4, s = 2, T = 2: query t = 0 attends keys 0, 1 and the relay (mean key 1.5, mean value 25)."""
+    keys = _tensor([[0.0], [1.0], [2.0], [3.0]])
+    values = _tensor([[10.0], [20.0], [30.0], [40.0]])
+    queries = _tensor([[1.0]])
+    output = naive.star_attention(queries, keys, values, None, _config("star", 2, 2), scale=1.0)
+    weights = torch.tensor([math.exp(0.0), math.exp(1.0), math.exp(1.5)], dtype=torch.float64)
+    expected = (weights / weights.sum()) @ torch.tensor([10.0, 20.0, 25.0], dtype=torch.float64)
+    assert_exact(output, _tensor([[expected.item()]]), "segment plus relay")

@@ -85,7 +85,7 @@ def test_references_reject_another_variants_settings(name):
 def test_derived_tuples_follow_the_capabilities():
     assert SEGMENT_FREE_VARIANTS == with_capability("segment_free") == ("full", "linear")
     assert LEAN_VARIANTS == with_capability("lean_layout") == ("segmented", "srformer", "linear")
-    assert SEGMENT_SOFTMAX_VARIANTS == ("segmented", "srformer", "xl", "longt5", "window", "strided")
+    assert SEGMENT_SOFTMAX_VARIANTS == ("segmented", "srformer", "xl", "longt5", "window", "strided", "star")
     assert set(with_capability("segment_free", False)) | set(SEGMENT_FREE_VARIANTS) == set(REGISTRY)
     with pytest.raises(ValueError, match="Unknown capability"):
         with_capability("fast")

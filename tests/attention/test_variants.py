@@ -229,3 +229,12 @@ def test_stride_is_checked_and_saved():
     config = named_config("strided", segment_size=4, stride=6)
     assert config.resolved_stride() == 6 and named_config("strided", segment_size=4).resolved_stride() == 4
     assert type(config).from_dict(config.to_dict()) == config
+
+
+def test_star_relay_carries_gradient_to_every_real_position():
+    module = _module("star", 2, 8)
+    queries, keys, values, valid = _inputs(2, 1, 7, 1, 4, [7, 4])
+    values.requires_grad_(True)
+    module(queries, module.init_state(keys, values, valid))[0].sum().backward()
+    assert (values.grad[0, 0].abs().sum(-1) > 0).all()  # every position through the relay
+    assert (values.grad[1, 0, :4].abs().sum(-1) > 0).all() and (values.grad[1, 0, 4:] == 0).all()  # not padding

@@ -104,12 +104,18 @@ def reference_weights(name: str, queries, keys, mask, scale: float) -> torch.Ten
             if variant == "strided":  # the segment and every s-th real position (p mod s = s - 1), each once
                 attended = segments[i] + [j for p, j in enumerate(real) if p % s == s - 1 and j not in segments[i]]
             logits = torch.stack([(scale * keys[b, :, j] * queries[b, :, t]).sum(-1) for j in attended], dim=-1)
+            if variant == "star":  # one relay token: the mean of every real key
+                relay_key = keys[b, :, real].mean(dim=1)  # (H, d)
+                logits = torch.cat([logits, scale * (relay_key * queries[b, :, t]).sum(-1, keepdim=True)], dim=-1)
             if variant == "longt5":
                 global_keys = torch.stack([keys[b, :, segment].mean(dim=1) for segment in segments], dim=1)
                 logits = torch.cat([logits, scale * (global_keys * queries[b, :, t, None]).sum(-1)], dim=-1)
             probabilities = torch.softmax(logits, dim=-1)  # (H, n [+ m])
             for column, j in enumerate(attended):
                 weights[b, :, t, j] += probabilities[:, column]
+            if variant == "star":  # the relay's probability spread evenly over every real position
+                for j in real:
+                    weights[b, :, t, j] += probabilities[:, len(attended)] / len(real)
             if variant == "longt5":
                 for g, segment in enumerate(segments):
                     for j in segment:

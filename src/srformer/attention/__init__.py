@@ -1,6 +1,6 @@
 """Attention kernels: the segment schedule, the RAF neuron, one module per cross-attention mechanism
-(``segmented``, ``srformer``, the baselines ``xl``, ``longt5`` and ``linear``, and ``window`` and ``strided``
-from the efficient-transformer literature), each with its typed
+(``segmented``, ``srformer``, the baselines ``xl``, ``longt5`` and ``linear``, and ``window``, ``strided``
+and ``star`` from the efficient-transformer literature), each with its typed
 per-sequence state, the registry that maps variant names to them, and their float64 references."""
 
 from srformer.attention.linear import LinearCrossAttention, LinearState
@@ -9,6 +9,7 @@ from srformer.attention.raf import RecurrentAccumulateAndFire
 from srformer.attention.schedule import compaction_order, num_segments, segment_index
 from srformer.attention.segmented import LeanSegmentState, SegmentedCrossAttention, SegmentState
 from srformer.attention.srformer import LeanSRformerState, SRformerCrossAttention, SRformerState
+from srformer.attention.star import StarCrossAttention, StarState
 from srformer.attention.state import CrossAttentionState, SRformerCacheLayer
 from srformer.attention.strided import StridedCrossAttention, StridedState
 from srformer.attention.variants import build_cross_attention
@@ -29,6 +30,8 @@ __all__ = [
     "SRformerState",
     "SegmentState",
     "SegmentedCrossAttention",
+    "StarCrossAttention",
+    "StarState",
     "StridedCrossAttention",
     "StridedState",
     "WindowCrossAttention",

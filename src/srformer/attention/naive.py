@@ -2,9 +2,9 @@
 
 Each function here computes one mechanism's output one example, one head and one decoder query at
 a time, in float64, with Python loops over segments where the equations have them: clarity over
-speed. They import nothing from the optimised modules (``segmented``, ``srformer``, ``xl``,
-``longt5``, ``linear``, ``window``, ``strided``, ``raf``), so the tests that compare those modules with these functions
-compare two independent computations (``tests/attention/test_variants.py``, ``tests/attention/test_naive.py``).
+speed. They import nothing from the optimised modules (the mechanisms' modules, ``raf``), so the tests
+that compare those modules with these functions compare two independent computations
+(``tests/attention/test_variants.py``, ``tests/attention/test_naive.py``).
 
 Every reference has the same signature, so the registry (:mod:`srformer.attention.registry`) can hold
 one per mechanism::
@@ -308,6 +308,31 @@ def strided_attention(
         segment = segment_rows(segment_of(t, num_segments(len(k), s), target), len(k), s)
         rows = sorted(set(range(segment.start, segment.stop)) | set(range(stride - 1, len(k), stride)))
         return softmax_attention(query, k[rows], v[rows], scale)
+
+    return per_query(queries, keys, values, key_valid, start_position, one_query)
+
+
+def star_attention(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    key_valid: torch.Tensor | None,
+    settings: SRformerConfig,
+    *,
+    scale: float = 1.0,
+    parameters: Mapping[str, torch.Tensor] | None = None,
+    start_position: int = 0,
+) -> torch.Tensor:
+    """``star`` (Star-Transformer's relay node, Guo et al. 2019, Sec. 3, with the scheduled segment as the
+    satellites' neighbourhood): softmax over segment ``i(t)`` plus one relay token whose key and value are the
+    mean of all the example's real keys and values (s + 1 keys)."""
+    _check_call(settings, parameters, "star")
+    s, target = settings.segment_size, settings.target_length
+
+    def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
+        rows = segment_rows(segment_of(t, num_segments(len(k), s), target), len(k), s)
+        relay_key, relay_value = k.mean(dim=0, keepdim=True), v.mean(dim=0, keepdim=True)
+        return softmax_attention(query, torch.cat([k[rows], relay_key]), torch.cat([v[rows], relay_value]), scale)
 
     return per_query(queries, keys, values, key_valid, start_position, one_query)
 

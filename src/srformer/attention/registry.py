@@ -17,6 +17,7 @@ Each mechanism is one module file with its own typed state (``docs/design.md``, 
 * ``linear`` -- :mod:`srformer.attention.linear` (``LinearState``);
 * ``window`` -- :mod:`srformer.attention.window` (``SegmentState``);
 * ``strided`` -- :mod:`srformer.attention.strided` (``StridedState``);
+* ``star`` -- :mod:`srformer.attention.star` (``StarState``);
 * ``full`` keeps the wrapped model's own attention (no module, no state of its own).
 
 Adding a mechanism:
@@ -308,6 +309,22 @@ _ENTRIES: tuple[Mechanism, ...] = (
         step_cost="O((s + k/l)·d)",
         build_cost="O(k·d) (segment-major copy, the k/l strided keys/values)",
         state_size="2·k·d + 2·(k/l)·d (keys, values, strided keys and values)",
+    ),
+    Mechanism(
+        name="star",
+        doc="Star-Transformer relay: softmax over segment i(t) plus one relay token, the mean of all keys/values.",
+        citation="Guo, Qiu, Liu, Shao, Xue & Zhang 2019, Star-Transformer, Sec. 3 (relay node)",
+        module="srformer.attention.star.StarCrossAttention",
+        state="srformer.attention.star.StarState",
+        lean_state=None,
+        reference=naive.star_attention,
+        capabilities=Capabilities(
+            segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
+            has_softmax_part=True, recurrent_term=False, global_term=True,
+        ),
+        step_cost="O((s + 1)·d)",
+        build_cost="O(k·d) (segment-major copy, the relay mean)",
+        state_size="2·k·d + 2·d (keys, values, relay key and value)",
     ),
 )
 

@@ -30,6 +30,7 @@ VARIANT_COLORS = {
     "linear": "tab:brown",
     "window": "tab:olive",
     "strided": "tab:pink",
+    "star": "gold",
     "full": "black",
 }
 TABLE1_LABELS = {variant: REGISTRY[variant].table1_row for variant in TABLE1_VARIANTS}
