@@ -21,8 +21,9 @@ from srformer.attention.registry import (
 
 # The variant names and their capabilities live in the registry (srformer.attention.registry, one entry
 # per mechanism with its paper, module, float64 reference and costs); these names are re-exported here:
-#: ``VARIANTS``: every cross-attention variant (``full``, ``segmented``, ``srformer``, and the paper's
-#: baselines ``xl``, ``longt5``, ``linear``; docs/design.md, "Baselines and ablations").
+#: ``VARIANTS``: every cross-attention variant (``full``, ``segmented``, ``srformer``, the paper's
+#: baselines ``xl``, ``longt5``, ``linear``; docs/design.md, "Baselines and ablations"; and the mechanisms
+#: of the efficient-transformer literature, docs/design.md, "Mechanisms of the efficient-transformer literature").
 #: ``ABLATIONS``: the ablations of ``srformer`` (paper Table 3): ``recurrent_only`` (I), ``no_norm`` (II),
 #: ``no_raf`` (III), ``segment_products`` (IV).
 #: ``SEGMENT_FREE_VARIANTS``: variants without segments (``segment_size`` does not change them).
@@ -84,8 +85,8 @@ class SRformerConfig:
             current segment's keys/values from the encoder output at every step: less memory,
             more compute per step. Same outputs either way. ``strict_schedule`` and ``lean_cache``
             are runtime options: checkpoints that differ only in them are the same model. The lean
-            layout exists for ``segmented``, ``srformer`` and ``linear`` (whose state is always
-            O(heads * d^2)); ``xl`` and ``longt5`` reject it.
+            layout exists for ``segmented``, ``srformer``, ``linear`` and ``fastformer`` (whose states are
+            always O(heads * d^2) and O(heads * d)); the others (``xl``, ``longt5``, ``window``, ...) reject it.
 
     Raises:
         ValueError: for an unknown ``variant`` or ``ablation``, a non-positive ``segment_size``,

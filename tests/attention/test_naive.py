@@ -300,3 +300,21 @@ def test_star_relay_is_the_mean_of_every_key_and_value():
     weights = torch.tensor([math.exp(0.0), math.exp(1.0), math.exp(1.5)], dtype=torch.float64)
     expected = (weights / weights.sum()) @ torch.tensor([10.0, 20.0, 25.0], dtype=torch.float64)
     assert_exact(output, _tensor([[expected.item()]]), "segment plus relay")
+
+
+# ------------------------------------------------------------------ fastformer
+def test_fastformer_is_the_query_times_the_additive_summaries():
+    """d = 2, two keys. w_k = 0: beta uniform, K_g and V_g the means. w_k = (2 sqrt(2), 0): beta ∝ exp(2 k_j[0])."""
+    keys = _tensor([[1.0, 0.0], [0.0, 2.0]])
+    values = _tensor([[4.0, 1.0], [2.0, 3.0]])
+    queries = _tensor([[0.5, -1.0]])
+    config = _config("fastformer")
+    output = naive.fastformer_attention(queries, keys, values, None, config, scale=0.3)
+    assert_exact(output, _tensor([[0.5 * 0.5 * 3.0, -1.0 * 1.0 * 2.0]]), "uniform beta")
+    weight = torch.tensor([2 * math.sqrt(2), 0.0], dtype=torch.float64)
+    output = naive.fastformer_attention(queries, keys, values, None, config, parameters={"key_weight": weight})
+    beta = torch.tensor([math.exp(2.0), 1.0], dtype=torch.float64) / (math.exp(2.0) + 1.0)
+    global_key, global_value = beta @ keys[0, 0], beta @ values[0, 0]
+    assert_exact(output, (queries[0, 0, 0] * global_key * global_value).view(1, 1, 1, 2), "learned w_k")
+    with pytest.raises(ValueError, match="does not have"):
+        naive.fastformer_attention(queries, keys, values, None, config, parameters={"raf.leak": weight})

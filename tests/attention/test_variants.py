@@ -238,3 +238,19 @@ def test_star_relay_carries_gradient_to_every_real_position():
     module(queries, module.init_state(keys, values, valid))[0].sum().backward()
     assert (values.grad[0, 0].abs().sum(-1) > 0).all()  # every position through the relay
     assert (values.grad[1, 0, :4].abs().sum(-1) > 0).all() and (values.grad[1, 0, 4:] == 0).all()  # not padding
+
+
+def test_fastformer_with_a_learned_key_weight_matches_the_reference_and_trains_it():
+    module = _module("fastformer")
+    with torch.no_grad():
+        module.key_weight.copy_(torch.tensor([1.5, -2.0, 0.5, 3.0], dtype=torch.float64))
+    lengths = [11, 6, 1, 0]
+    queries, keys, values, valid = _inputs(4, 2, 11, 5, 4, lengths)
+    parallel, _ = module(queries, module.init_state(keys, values, valid))
+    assert_exact(parallel, _reference(module, queries, keys, values, valid), "learned w_k")
+    incremental, _ = _incremental(module, queries, module.init_state(keys, values, valid))
+    assert_exact(incremental, parallel, "incremental")
+    keys.requires_grad_(True)
+    module(queries, module.init_state(keys, values, valid))[0].sum().backward()
+    assert torch.isfinite(module.key_weight.grad).all() and module.key_weight.grad.abs().sum() > 0
+    assert torch.isfinite(keys.grad).all() and (keys.grad[3] == 0).all()  # the empty row: finite, no gradient

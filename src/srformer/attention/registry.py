@@ -18,6 +18,7 @@ Each mechanism is one module file with its own typed state (``docs/design.md``, 
 * ``window`` -- :mod:`srformer.attention.window` (``SegmentState``);
 * ``strided`` -- :mod:`srformer.attention.strided` (``StridedState``);
 * ``star`` -- :mod:`srformer.attention.star` (``StarState``);
+* ``fastformer`` -- :mod:`srformer.attention.fastformer` (``FastformerState``);
 * ``full`` keeps the wrapped model's own attention (no module, no state of its own).
 
 Adding a mechanism:
@@ -325,6 +326,23 @@ _ENTRIES: tuple[Mechanism, ...] = (
         step_cost="O((s + 1)·d)",
         build_cost="O(k·d) (segment-major copy, the relay mean)",
         state_size="2·k·d + 2·d (keys, values, relay key and value)",
+    ),
+    Mechanism(
+        name="fastformer",
+        doc="Fastformer additive attention: O = Q_t * K_g * V_g with K_g, V_g summarised by additive attention.",
+        citation="Wu, Wu, Qi, Huang & Xie 2021, Fastformer: Additive Attention Can Be All You Need, Sec. 3, "
+        "Eq. 3-6 (adapted to cross attention: the decoder query is the global query)",
+        module="srformer.attention.fastformer.FastformerCrossAttention",
+        state="srformer.attention.fastformer.FastformerState",
+        lean_state="srformer.attention.fastformer.FastformerState",
+        reference=naive.fastformer_attention,
+        capabilities=Capabilities(
+            segment_free=True, lean_layout=True, state_grows_with_input=False, training_time_saving=True,
+            has_softmax_part=False, recurrent_term=False, global_term=True,
+        ),
+        step_cost="O(d)",
+        build_cost="O(k·d) (additive weights, global key and value)",
+        state_size="2·d (global key and value)",
     ),
 )
 

@@ -17,6 +17,8 @@ encoder positions per query and head. An SRformer layer's output is not one such
   output, and the row is a distribution over encoder positions (positions of segment ``i(t)`` get their
   local probability plus their share of its global token).
 * ``srformer`` ablation I (``recurrent_only``): no softmax term, so zeros (the output is all ``O_R``).
+* ``fastformer``: its additive weights ``beta_j`` (Eq. 5), the same for every query: ``V_g = beta V`` and the
+  output is ``Q_t * K_g * (A V)`` (element-wise), so ``A`` is the distribution the values are pooled with.
 * ``linear`` (see :func:`linear_weights`): the linear-attention weights
   ``phi(Q_t) . phi(K_j) / (phi(Q_t) . sum_l phi(K_l) + eps)``, for which ``O = A V`` exactly; they are
   non-negative and sum to ``S / (S + eps)`` with ``S = phi(Q_t) . sum_l phi(K_l)`` (1 up to ``eps / S``).
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import torch
 
+from srformer.attention.fastformer import FastformerCrossAttention, additive_weights
 from srformer.attention.layout import block_index, take_blocks
 from srformer.attention.linear import LinearCrossAttention, LinearState, feature_map
 from srformer.attention.schedule import segment_index
@@ -159,6 +162,9 @@ def cross_attention_weights(
     Returns:
         (B, H, q, k) in the queries' dtype.
     """
+    if isinstance(attention, FastformerCrossAttention):  # beta, the same for every query
+        weights = additive_weights(keys.to(queries.dtype), attention.key_weight.to(queries.dtype), key_valid)
+        return weights[:, :, None, :].expand(-1, -1, queries.shape[2], -1)
     if isinstance(attention, LinearCrossAttention):
         assert isinstance(state, LinearState), type(state)
         return linear_weights(queries, keys, state, key_valid, attention.settings.norm_eps)

@@ -31,6 +31,7 @@ VARIANT_COLORS = {
     "window": "tab:olive",
     "strided": "tab:pink",
     "star": "gold",
+    "fastformer": "tab:gray",
     "full": "black",
 }
 TABLE1_LABELS = {variant: REGISTRY[variant].table1_row for variant in TABLE1_VARIANTS}
