@@ -62,14 +62,19 @@ class WindowCrossAttention(SegmentedCrossAttention):
         (N, s) mask of the positions inside the window; blocks outside ``0 .. M - 1`` are masked out (their
         index is clamped to the example's own blocks). Arguments and result as
         :meth:`SegmentedCrossAttention.context_blocks`."""
-        s = self.settings.segment_size
-        blocks = sorted(window_blocks(s, self.settings.resolved_window_size()), key=lambda block: block[0] != 0)
-        result = []
+        s, w = self.settings.segment_size, self.settings.resolved_window_size()
+        blocks = sorted(window_blocks(s, w), key=lambda block: block[0] != 0)
+        first = s // 2 - w // 2  # start(t) - i(t) * s
+        result: list[tuple[torch.Tensor, torch.Tensor | None, bool]] = []
         for offset, inside in blocks:
             target = segments + offset
             exists = (target >= 0) & (target < max_segments)
             flat = index - segments + target.clamp(0, max_segments - 1)
-            positions = torch.tensor(inside, dtype=torch.bool, device=segments.device)
-            mask = None if offset == 0 and all(inside) else exists[:, None] & positions[None, :]
-            result.append((flat, mask, False))
+            if offset == 0 and all(inside):
+                result.append((flat, None, False))
+                continue
+            # inside[u] on the device (no host-to-device copy per step): 0 <= offset*s + u - first < w
+            relative = torch.arange(s, device=segments.device) + (offset * s - first)
+            positions = (relative >= 0) & (relative < w)
+            result.append((flat, exists[:, None] & positions[None, :], False))
         return result
