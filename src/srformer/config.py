@@ -21,8 +21,9 @@ from srformer.attention.registry import (
 
 # The variant names and their capabilities live in the registry (srformer.attention.registry, one entry
 # per mechanism with its paper, module, float64 reference and costs); these names are re-exported here:
-#: ``VARIANTS``: every cross-attention variant (``full``, ``segmented``, ``srformer``, and the paper's
-#: baselines ``xl``, ``longt5``, ``linear``; docs/design.md, "Baselines and ablations").
+#: ``VARIANTS``: every cross-attention variant (``full``, ``segmented``, ``srformer``, the paper's
+#: baselines ``xl``, ``longt5``, ``linear``; docs/design.md, "Baselines and ablations"; and the mechanisms
+#: of the efficient-transformer literature, docs/design.md, "Mechanisms of the efficient-transformer literature").
 #: ``ABLATIONS``: the ablations of ``srformer`` (paper Table 3): ``recurrent_only`` (I), ``no_norm`` (II),
 #: ``no_raf`` (III), ``segment_products`` (IV).
 #: ``SEGMENT_FREE_VARIANTS``: variants without segments (``segment_size`` does not change them).
@@ -67,6 +68,15 @@ class SRformerConfig:
         mix_init: None (default) for the plain sum ``O = O_S + O_R`` of Eq. 11; a value in (0, 1)
             turns on the learnable mix of Eq. 10, ``O = sigma * O_S + (1 - sigma) * O_R``, with one
             scalar ``sigma = sigmoid(a)`` per layer initialised to ``mix_init`` (``srformer`` only).
+        window_size: ``w``, the number of encoder positions of the ``window`` variant's sliding window
+            (Beltagy et al. 2020), centred on the centre of the scheduled segment: decoder position ``t``
+            attends the real positions ``i(t)*s + floor(s/2) - floor(w/2) .. + w - 1`` (``docs/design.md``,
+            "Sliding window"). At least ``segment_size`` (the window then holds the whole scheduled
+            segment). None (default): ``3 * segment_size`` (the scheduled segment and one neighbour on each
+            side). ``window`` only.
+        stride: ``l``, the stride of the ``strided`` variant (Child et al. 2019): besides segment ``i(t)``
+            a query attends every real position ``p`` with ``p mod l = l - 1``. At least 2. None
+            (default): ``segment_size`` (the last position of every segment). ``strided`` only.
         strict_schedule: if True, an input with more segments than ``target_length`` raises
             ``ValueError`` instead of warning (such segments are never attended by ``O_S``).
         lean_cache: generation memory mode (beyond the paper). False: each layer caches its
@@ -75,14 +85,16 @@ class SRformerConfig:
             current segment's keys/values from the encoder output at every step: less memory,
             more compute per step. Same outputs either way. ``strict_schedule`` and ``lean_cache``
             are runtime options: checkpoints that differ only in them are the same model. The lean
-            layout exists for ``segmented``, ``srformer`` and ``linear`` (whose state is always
-            O(heads * d^2)); ``xl`` and ``longt5`` reject it.
+            layout exists for ``segmented``, ``srformer``, ``linear`` and ``fastformer`` (whose states are
+            always O(heads * d^2) and O(heads * d)); the others (``xl``, ``longt5``, ``window``, ...) reject it.
 
     Raises:
         ValueError: for an unknown ``variant`` or ``ablation``, a non-positive ``segment_size``,
             ``target_length``, ``raf_threshold_init`` or ``norm_eps``, an ablation or ``mix_init``
             with a variant other than ``srformer`` (or with ``recurrence=False``), ``mix_init``
-            outside (0, 1) or with ablation I, or ``lean_cache`` with ``xl``/``longt5``.
+            outside (0, 1) or with ablation I, ``lean_cache`` with a variant without a lean layout, or
+            ``window_size`` below ``segment_size`` or with a variant other than ``window``, or ``stride``
+            below 2 or with a variant other than ``strided``.
     """
 
     variant: str = "srformer"
@@ -96,6 +108,8 @@ class SRformerConfig:
     recurrence: bool = True
     ablation: str | None = None
     mix_init: float | None = None
+    window_size: int | None = None
+    stride: int | None = None
     strict_schedule: bool = False
     lean_cache: bool = False
 
@@ -143,12 +157,43 @@ class SRformerConfig:
                 raise ValueError(
                     "`mix_init` mixes O_S and O_R; ablation 'recurrent_only' has no O_S. Use one or the other."
                 )
+        if self.window_size is not None:
+            if self.variant != "window":
+                raise ValueError(
+                    f"`window_size` is the sliding window of variant='window', got variant={self.variant!r}; "
+                    "leave window_size=None."
+                )
+            size = self.window_size
+            if isinstance(size, bool) or not isinstance(size, int) or size < self.segment_size:
+                raise ValueError(
+                    f"`window_size` must be an integer number of encoder tokens >= segment_size "
+                    f"({self.segment_size}) so that the window holds the scheduled segment, got {size!r}."
+                )
+        if self.stride is not None and self.variant != "strided":
+            raise ValueError(
+                f"`stride` is the stride of variant='strided', got variant={self.variant!r}; leave stride=None."
+            )
+        if self.variant == "strided":
+            stride = self.resolved_stride()
+            if isinstance(stride, bool) or not isinstance(stride, int) or stride < 2:
+                raise ValueError(
+                    f"`stride` (default: segment_size) must be an integer >= 2 (stride 1 would attend every "
+                    f"position, full attention), got {stride!r}; set stride=2 or more."
+                )
         # ``full`` has no module of its own, so the runtime option has nothing to act on there
         if self.lean_cache and self.variant not in LEAN_VARIANTS and REGISTRY[self.variant].module is not None:
             raise ValueError(
                 f"`lean_cache` is implemented for the variants {', '.join(LEAN_VARIANTS)}, not {self.variant!r}; "
                 "set lean_cache=False."
             )
+
+    def resolved_window_size(self) -> int:
+        """``w`` of the ``window`` variant: ``window_size``, or ``3 * segment_size`` when it is None."""
+        return self.window_size if self.window_size is not None else 3 * self.segment_size
+
+    def resolved_stride(self) -> int:
+        """``l`` of the ``strided`` variant: ``stride``, or ``segment_size`` when it is None."""
+        return self.stride if self.stride is not None else self.segment_size
 
     def same_model(self, other: SRformerConfig) -> bool:
         """True if ``other`` describes the same model, ignoring the runtime options

@@ -258,3 +258,63 @@ def test_bad_calls_name_the_problem():
         naive.full_attention(queries, keys, values, torch.ones(1, 5, dtype=torch.bool), _config("full"))
     with pytest.raises(ValueError, match="must agree"):
         naive.full_attention(queries, keys[..., :2], values[..., :2], None, _config("full"))
+
+
+# ------------------------------------------------------------------ sliding window
+def test_window_of_equal_keys_averages_the_values_of_the_window():
+    """n = 10, s = 3 (m = 4), T = 4, w = 5: start(t) = 3 i(t) + 1 - 2, cut to 0 .. 9. Equal keys give
+    uniform weights, so the output is the mean of the window's values (value j = j)."""
+    keys = _tensor([[0.3]] * 10)
+    values = _tensor([[float(j)] for j in range(10)])
+    queries = _tensor([[1.0]] * 4)
+    output = naive.window_attention(queries, keys, values, None, _config("window", 3, 4, window_size=5), scale=0.7)
+    # t = 0: rows 0..3 (start -1 cut); t = 1: 2..6; t = 2: 5..9; t = 3: 8..9 (the end cut)
+    assert_exact(output, _tensor([[1.5], [4.0], [7.0], [8.5]]), "window means")
+    left_padded = torch.cat([torch.zeros(1, 1, 2, 1, dtype=torch.float64), values], dim=2)
+    valid = torch.tensor([[False, False] + [True] * 10])
+    padded_keys = torch.cat([torch.zeros(1, 1, 2, 1, dtype=torch.float64), keys], dim=2)
+    again = naive.window_attention(
+        queries, padded_keys, left_padded, valid, _config("window", 3, 4, window_size=5), scale=0.7
+    )
+    assert_exact(again, output, "left padding")
+
+
+# ------------------------------------------------------------------ strided
+def test_strided_of_equal_keys_averages_the_segment_and_the_strided_values():
+    """n = 10, s = 3 (m = 4), T = 4, l = 4: strided positions 3 and 7. Equal keys: the mean over the union."""
+    keys = _tensor([[0.3]] * 10)
+    values = _tensor([[float(j)] for j in range(10)])
+    queries = _tensor([[1.0]] * 4)
+    output = naive.strided_attention(queries, keys, values, None, _config("strided", 3, 4, stride=4), scale=0.7)
+    # t = 0: {0, 1, 2, 3, 7}; t = 1: {3, 4, 5, 7} (3 once); t = 2: {6, 7, 8, 3}; t = 3: {9, 3, 7}
+    assert_exact(output, _tensor([[13 / 5], [19 / 4], [24 / 4], [19 / 3]]), "union means")
+
+
+# ------------------------------------------------------------------ star (relay)
+def test_star_relay_is_the_mean_of_every_key_and_value():
+    """d = 1, n = 4, s = 2, T = 2: query t = 0 attends keys 0, 1 and the relay (mean key 1.5, mean value 25)."""
+    keys = _tensor([[0.0], [1.0], [2.0], [3.0]])
+    values = _tensor([[10.0], [20.0], [30.0], [40.0]])
+    queries = _tensor([[1.0]])
+    output = naive.star_attention(queries, keys, values, None, _config("star", 2, 2), scale=1.0)
+    weights = torch.tensor([math.exp(0.0), math.exp(1.0), math.exp(1.5)], dtype=torch.float64)
+    expected = (weights / weights.sum()) @ torch.tensor([10.0, 20.0, 25.0], dtype=torch.float64)
+    assert_exact(output, _tensor([[expected.item()]]), "segment plus relay")
+
+
+# ------------------------------------------------------------------ fastformer
+def test_fastformer_is_the_query_times_the_additive_summaries():
+    """d = 2, two keys. w_k = 0: beta uniform, K_g and V_g the means. w_k = (2 sqrt(2), 0): beta ∝ exp(2 k_j[0])."""
+    keys = _tensor([[1.0, 0.0], [0.0, 2.0]])
+    values = _tensor([[4.0, 1.0], [2.0, 3.0]])
+    queries = _tensor([[0.5, -1.0]])
+    config = _config("fastformer")
+    output = naive.fastformer_attention(queries, keys, values, None, config, scale=0.3)
+    assert_exact(output, _tensor([[0.5 * 0.5 * 3.0, -1.0 * 1.0 * 2.0]]), "uniform beta")
+    weight = torch.tensor([2 * math.sqrt(2), 0.0], dtype=torch.float64)
+    output = naive.fastformer_attention(queries, keys, values, None, config, parameters={"key_weight": weight})
+    beta = torch.tensor([math.exp(2.0), 1.0], dtype=torch.float64) / (math.exp(2.0) + 1.0)
+    global_key, global_value = beta @ keys[0, 0], beta @ values[0, 0]
+    assert_exact(output, (queries[0, 0, 0] * global_key * global_value).view(1, 1, 1, 2), "learned w_k")
+    with pytest.raises(ValueError, match="does not have"):
+        naive.fastformer_attention(queries, keys, values, None, config, parameters={"raf.leak": weight})

@@ -83,9 +83,9 @@ def test_references_reject_another_variants_settings(name):
 
 
 def test_derived_tuples_follow_the_capabilities():
-    assert SEGMENT_FREE_VARIANTS == with_capability("segment_free") == ("full", "linear")
-    assert LEAN_VARIANTS == with_capability("lean_layout") == ("segmented", "srformer", "linear")
-    assert SEGMENT_SOFTMAX_VARIANTS == ("segmented", "srformer", "xl", "longt5")
+    assert SEGMENT_FREE_VARIANTS == with_capability("segment_free") == ("full", "linear", "fastformer")
+    assert LEAN_VARIANTS == with_capability("lean_layout") == ("segmented", "srformer", "linear", "fastformer")
+    assert SEGMENT_SOFTMAX_VARIANTS == ("segmented", "srformer", "xl", "longt5", "window", "strided", "star")
     assert set(with_capability("segment_free", False)) | set(SEGMENT_FREE_VARIANTS) == set(REGISTRY)
     with pytest.raises(ValueError, match="Unknown capability"):
         with_capability("fast")
@@ -132,11 +132,12 @@ def test_state_classes_are_the_ones_the_module_builds(name):
     for field in dataclasses.fields(state):
         value = getattr(state, field.name)
         assert isinstance(value, torch.Tensor) and value.shape[0] == 3, field.name
-    assert (state.is_lean, state.reads_encoder_rows) == ((False, False) if name != "linear" else (True, False))
+    small = not entry.capabilities.state_grows_with_input  # linear, fastformer: the state is its own lean layout
+    assert (state.is_lean, state.reads_encoder_rows) == (small, False)
     if entry.capabilities.lean_layout:
         lean = module.lean(state)
         assert type(lean) is entry.state_class(lean=True)
-        assert lean.is_lean and lean.reads_encoder_rows == (name != "linear")
+        assert lean.is_lean and lean.reads_encoder_rows == (not small)
     else:
         assert entry.lean_state is None
         with pytest.raises(ValueError, match="no SRformer state in the lean layout"):

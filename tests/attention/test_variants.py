@@ -140,3 +140,117 @@ def test_clamped_products_match_the_reference(name):
     assert_exact(output, _reference(module, queries, keys, values, valid), "clamped")
     unclamped = _module(name, segment_size=2, target_length=6)
     assert (output - unclamped(queries, unclamped.init_state(keys, values, valid))[0]).abs().max() > 1e-3
+
+
+@pytest.mark.filterwarnings("ignore:An encoder input has")
+@pytest.mark.parametrize("segment_size,window_size", [(3, 3), (3, 4), (3, 5), (3, 8), (2, 7), (4, 4), (4, 9)])
+def test_window_of_any_size_matches_the_reference_in_both_paths_and_paddings(segment_size, window_size):
+    """Windows that do not cover whole segments (per-position masks inside the edge blocks), even and odd."""
+    module = _module("window", segment_size, 6, scale=0.5, window_size=window_size)
+    lengths = [11, 6, 1, 0]
+    queries, keys, values, valid = _inputs(4, 2, 11, 9, 4, lengths)
+    parallel, _ = module(queries, module.init_state(keys, values, valid))
+    tol = exact_tolerance(parallel)
+    assert (parallel - _reference(module, queries, keys, values, valid)).abs().max().item() <= tol
+    incremental, _ = _incremental(module, queries, module.init_state(keys, values, valid))
+    assert (parallel - incremental).abs().max().item() <= tol
+    left = torch.stack([torch.roll(valid[b], 11 - n) for b, n in enumerate(lengths)])
+    left_keys = torch.stack([torch.roll(keys[b], 11 - n, dims=1) for b, n in enumerate(lengths)])
+    left_values = torch.stack([torch.roll(values[b], 11 - n, dims=1) for b, n in enumerate(lengths)])
+    left_output, _ = module(queries, module.init_state(left_keys, left_values, left))
+    assert (left_output - parallel).abs().max().item() <= tol
+
+
+def test_window_of_one_segment_is_segmented_attention():
+    queries, keys, values, valid = _inputs(2, 2, 10, 8, 4, [10, 7])
+    window = _module("window", 3, 6, window_size=3)
+    segmented = _module("segmented", 3, 6)
+    expected, _ = segmented(queries, segmented.init_state(keys, values, valid))
+    assert_exact(window(queries, window.init_state(keys, values, valid))[0], expected, "w = s")
+
+
+def test_window_blocks_by_hand():
+    from srformer.attention.window import window_blocks
+
+    # s = 3, w = 5: start = 3i + 1 - 2 = 3i - 1, so positions 3i - 1 .. 3i + 3
+    assert window_blocks(3, 5) == [(-1, [False, False, True]), (0, [True, True, True]), (1, [True, False, False])]
+    assert window_blocks(4, 12) == [(-1, [True] * 4), (0, [True] * 4), (1, [True] * 4)]  # the default 3s
+    assert window_blocks(4, 4) == [(0, [True] * 4)]
+
+
+def test_window_size_is_checked_and_saved():
+    with pytest.raises(ValueError, match="window_size"):
+        named_config("window", segment_size=4, window_size=3)  # smaller than a segment
+    with pytest.raises(ValueError, match="window_size"):
+        named_config("segmented", window_size=8)  # another variant
+    with pytest.raises(ValueError, match="window_size"):
+        named_config("window", window_size=7.5)
+    config = named_config("window", segment_size=4, window_size=9)
+    assert config.resolved_window_size() == 9 and named_config("window", segment_size=4).resolved_window_size() == 12
+    assert type(config).from_dict(config.to_dict()) == config
+
+
+@pytest.mark.filterwarnings("ignore:An encoder input has")
+@pytest.mark.parametrize("segment_size,stride", [(3, 2), (3, 5), (2, 7), (4, 4), (1, 3), (4, 2)])
+def test_strided_of_any_stride_matches_the_reference_in_both_paths_and_paddings(segment_size, stride):
+    """Strides below, equal to and above the segment size (strided positions inside the scheduled segment
+    are attended once)."""
+    module = _module("strided", segment_size, 6, scale=0.5, stride=stride)
+    lengths = [11, 6, 1, 0]
+    queries, keys, values, valid = _inputs(4, 2, 11, 9, 4, lengths)
+    parallel, _ = module(queries, module.init_state(keys, values, valid))
+    tol = exact_tolerance(parallel)
+    assert (parallel - _reference(module, queries, keys, values, valid)).abs().max().item() <= tol
+    incremental, _ = _incremental(module, queries, module.init_state(keys, values, valid))
+    assert (parallel - incremental).abs().max().item() <= tol
+    left = torch.stack([torch.roll(valid[b], 11 - n) for b, n in enumerate(lengths)])
+    left_keys = torch.stack([torch.roll(keys[b], 11 - n, dims=1) for b, n in enumerate(lengths)])
+    left_values = torch.stack([torch.roll(values[b], 11 - n, dims=1) for b, n in enumerate(lengths)])
+    left_output, _ = module(queries, module.init_state(left_keys, left_values, left))
+    assert (left_output - parallel).abs().max().item() <= tol
+
+
+def test_strided_keys_carry_gradient_to_every_strided_position_only():
+    module = _module("strided", 2, 8, stride=3)
+    queries, keys, values, _ = _inputs(1, 1, 9, 1, 4, [9])
+    keys.requires_grad_(True)
+    module(queries, module.init_state(keys, values, None))[0].sum().backward()  # t = 0: segment 0
+    touched = keys.grad[0, 0].abs().sum(-1) > 0
+    assert touched.tolist() == [True, True, True, False, False, True, False, False, True]  # 0, 1 and 2, 5, 8
+
+
+def test_stride_is_checked_and_saved():
+    with pytest.raises(ValueError, match="stride"):
+        named_config("strided", stride=1)
+    with pytest.raises(ValueError, match="stride"):
+        named_config("strided", segment_size=1)  # the default stride would be 1
+    with pytest.raises(ValueError, match="stride"):
+        named_config("window", stride=4)
+    config = named_config("strided", segment_size=4, stride=6)
+    assert config.resolved_stride() == 6 and named_config("strided", segment_size=4).resolved_stride() == 4
+    assert type(config).from_dict(config.to_dict()) == config
+
+
+def test_star_relay_carries_gradient_to_every_real_position():
+    module = _module("star", 2, 8)
+    queries, keys, values, valid = _inputs(2, 1, 7, 1, 4, [7, 4])
+    values.requires_grad_(True)
+    module(queries, module.init_state(keys, values, valid))[0].sum().backward()
+    assert (values.grad[0, 0].abs().sum(-1) > 0).all()  # every position through the relay
+    assert (values.grad[1, 0, :4].abs().sum(-1) > 0).all() and (values.grad[1, 0, 4:] == 0).all()  # not padding
+
+
+def test_fastformer_with_a_learned_key_weight_matches_the_reference_and_trains_it():
+    module = _module("fastformer")
+    with torch.no_grad():
+        module.key_weight.copy_(torch.tensor([1.5, -2.0, 0.5, 3.0], dtype=torch.float64))
+    lengths = [11, 6, 1, 0]
+    queries, keys, values, valid = _inputs(4, 2, 11, 5, 4, lengths)
+    parallel, _ = module(queries, module.init_state(keys, values, valid))
+    assert_exact(parallel, _reference(module, queries, keys, values, valid), "learned w_k")
+    incremental, _ = _incremental(module, queries, module.init_state(keys, values, valid))
+    assert_exact(incremental, parallel, "incremental")
+    keys.requires_grad_(True)
+    module(queries, module.init_state(keys, values, valid))[0].sum().backward()
+    assert torch.isfinite(module.key_weight.grad).all() and module.key_weight.grad.abs().sum() > 0
+    assert torch.isfinite(keys.grad).all() and (keys.grad[3] == 0).all()  # the empty row: finite, no gradient

@@ -28,8 +28,8 @@ SETTINGS = dict(segment_size=4, target_length=12)
 LENGTHS = (24, 17, 9, 0)  # 6, 5, 3 segments and an empty row
 DECODER_LENGTH = 14  # > target_length: the last positions use the schedule's final column
 NAMES = [name for name in NAMED_SETTINGS if name != "full"]  # every variant and ablation
-SOFTMAX_NAMES = [name for name in NAMES if name not in ("linear", "ablation-I")]
-LEAN_NAMES = ["segmented", "srformer", "linear"]
+SOFTMAX_NAMES = [name for name in NAMES if name not in ("linear", "fastformer", "ablation-I")]
+LEAN_NAMES = ["segmented", "srformer", "linear", "fastformer"]
 
 
 @functools.cache
@@ -98,13 +98,24 @@ def reference_weights(name: str, queries, keys, mask, scale: float) -> torch.Ten
         for t in range(q):
             i = min(t * m // target, m - 1)
             attended = segments[i] + (segments[i - 1] if variant == "xl" and i > 0 else [])
+            if variant == "window":  # w = 3s real positions starting at i*s + floor(s/2) - floor(w/2), cut at the ends
+                start = i * s + s // 2 - (3 * s) // 2
+                attended = real[max(start, 0):start + 3 * s]
+            if variant == "strided":  # the segment and every s-th real position (p mod s = s - 1), each once
+                attended = segments[i] + [j for p, j in enumerate(real) if p % s == s - 1 and j not in segments[i]]
             logits = torch.stack([(scale * keys[b, :, j] * queries[b, :, t]).sum(-1) for j in attended], dim=-1)
+            if variant == "star":  # one relay token: the mean of every real key
+                relay_key = keys[b, :, real].mean(dim=1)  # (H, d)
+                logits = torch.cat([logits, scale * (relay_key * queries[b, :, t]).sum(-1, keepdim=True)], dim=-1)
             if variant == "longt5":
                 global_keys = torch.stack([keys[b, :, segment].mean(dim=1) for segment in segments], dim=1)
                 logits = torch.cat([logits, scale * (global_keys * queries[b, :, t, None]).sum(-1)], dim=-1)
             probabilities = torch.softmax(logits, dim=-1)  # (H, n [+ m])
             for column, j in enumerate(attended):
                 weights[b, :, t, j] += probabilities[:, column]
+            if variant == "star":  # the relay's probability spread evenly over every real position
+                for j in real:
+                    weights[b, :, t, j] += probabilities[:, len(attended)] / len(real)
             if variant == "longt5":
                 for g, segment in enumerate(segments):
                     for j in segment:

@@ -1,19 +1,26 @@
 """Attention kernels: the segment schedule, the RAF neuron, one module per cross-attention mechanism
-(``segmented``, ``srformer``, the baselines ``xl``, ``longt5`` and ``linear``), each with its typed
+(``segmented``, ``srformer``, the baselines ``xl``, ``longt5`` and ``linear``, and ``window``, ``strided``,
+``star`` and ``fastformer`` from the efficient-transformer literature), each with its typed
 per-sequence state, the registry that maps variant names to them, and their float64 references."""
 
+from srformer.attention.fastformer import FastformerCrossAttention, FastformerState
 from srformer.attention.linear import LinearCrossAttention, LinearState
 from srformer.attention.longt5 import LongT5CrossAttention, LongT5State
 from srformer.attention.raf import RecurrentAccumulateAndFire
 from srformer.attention.schedule import compaction_order, num_segments, segment_index
 from srformer.attention.segmented import LeanSegmentState, SegmentedCrossAttention, SegmentState
 from srformer.attention.srformer import LeanSRformerState, SRformerCrossAttention, SRformerState
+from srformer.attention.star import StarCrossAttention, StarState
 from srformer.attention.state import CrossAttentionState, SRformerCacheLayer
+from srformer.attention.strided import StridedCrossAttention, StridedState
 from srformer.attention.variants import build_cross_attention
+from srformer.attention.window import WindowCrossAttention
 from srformer.attention.xl import XLCrossAttention
 
 __all__ = [
     "CrossAttentionState",
+    "FastformerCrossAttention",
+    "FastformerState",
     "LeanSRformerState",
     "LeanSegmentState",
     "LinearCrossAttention",
@@ -26,6 +33,11 @@ __all__ = [
     "SRformerState",
     "SegmentState",
     "SegmentedCrossAttention",
+    "StarCrossAttention",
+    "StarState",
+    "StridedCrossAttention",
+    "StridedState",
+    "WindowCrossAttention",
     "XLCrossAttention",
     "build_cross_attention",
     "compaction_order",

@@ -75,3 +75,14 @@ class LongT5CrossAttention(SegmentedCrossAttention):
         """The state's global tokens ``(keys, values, valid)``: (B, H, M, d) twice and (B, M) bool."""
         assert isinstance(state, LongT5State), type(state)
         return state.global_keys, state.global_values, state.global_valid
+
+    def global_token_spread(self, state: CrossAttentionState) -> torch.Tensor:
+        """(B, M, M*s): global token ``j`` is the mean of segment ``j``'s real positions, ``1 / count_j`` each
+        (:meth:`SegmentedCrossAttention.global_token_spread`)."""
+        assert isinstance(state, LongT5State), type(state)
+        real = state.segment_valid & (state.lengths > 0)[:, None, None]  # (B, M, s)
+        batch, max_segments, s = real.shape
+        wide = accumulation_dtype(state.keys.dtype)
+        share = real.to(wide) / real.sum(dim=2, keepdim=True).clamp(min=1).to(wide)  # (B, M, s)
+        own_block = torch.eye(max_segments, dtype=share.dtype, device=share.device)[None, :, :, None]
+        return (own_block * share[:, None]).view(batch, max_segments, max_segments * s)

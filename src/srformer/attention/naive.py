@@ -2,9 +2,9 @@
 
 Each function here computes one mechanism's output one example, one head and one decoder query at
 a time, in float64, with Python loops over segments where the equations have them: clarity over
-speed. They import nothing from the optimised modules (``segmented``, ``srformer``, ``xl``,
-``longt5``, ``linear``, ``raf``), so the tests that compare those modules with these functions compare two
-independent computations (``tests/attention/test_variants.py``, ``tests/attention/test_naive.py``).
+speed. They import nothing from the optimised modules (the mechanisms' modules, ``raf``), so the tests
+that compare those modules with these functions compare two independent computations
+(``tests/attention/test_variants.py``, ``tests/attention/test_naive.py``).
 
 Every reference has the same signature, so the registry (:mod:`srformer.attention.registry`) can hold
 one per mechanism::
@@ -262,6 +262,81 @@ def xl_attention(
     return per_query(queries, keys, values, key_valid, start_position, one_query)
 
 
+def window_attention(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    key_valid: torch.Tensor | None,
+    settings: SRformerConfig,
+    *,
+    scale: float = 1.0,
+    parameters: Mapping[str, torch.Tensor] | None = None,
+    start_position: int = 0,
+) -> torch.Tensor:
+    """``window`` (Longformer's sliding window, Beltagy et al. 2020, Sec. 3.1, centred by the schedule):
+    softmax over the real positions ``p`` with ``start <= p < start + w``, ``start = i(t) * s + floor(s / 2) -
+    floor(w / 2)``, ``w = settings.resolved_window_size()`` (the window cut at both ends of the input)."""
+    _check_call(settings, parameters, "window")
+    s, target, w = settings.segment_size, settings.target_length, settings.resolved_window_size()
+
+    def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
+        start = segment_of(t, num_segments(len(k), s), target) * s + s // 2 - w // 2
+        rows = slice(max(start, 0), min(start + w, len(k)))
+        return softmax_attention(query, k[rows], v[rows], scale)
+
+    return per_query(queries, keys, values, key_valid, start_position, one_query)
+
+
+def strided_attention(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    key_valid: torch.Tensor | None,
+    settings: SRformerConfig,
+    *,
+    scale: float = 1.0,
+    parameters: Mapping[str, torch.Tensor] | None = None,
+    start_position: int = 0,
+) -> torch.Tensor:
+    """``strided`` (Sparse Transformer's strided/fixed pattern, Child et al. 2019, Sec. 4.2-4.3, the scheduled
+    segment as its local part): softmax over the union of segment ``i(t)``'s real positions and the real
+    positions ``p`` with ``p mod l = l - 1``, ``l = settings.resolved_stride()``, each position once."""
+    _check_call(settings, parameters, "strided")
+    s, target, stride = settings.segment_size, settings.target_length, settings.resolved_stride()
+
+    def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
+        segment = segment_rows(segment_of(t, num_segments(len(k), s), target), len(k), s)
+        rows = sorted(set(range(segment.start, segment.stop)) | set(range(stride - 1, len(k), stride)))
+        return softmax_attention(query, k[rows], v[rows], scale)
+
+    return per_query(queries, keys, values, key_valid, start_position, one_query)
+
+
+def star_attention(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    key_valid: torch.Tensor | None,
+    settings: SRformerConfig,
+    *,
+    scale: float = 1.0,
+    parameters: Mapping[str, torch.Tensor] | None = None,
+    start_position: int = 0,
+) -> torch.Tensor:
+    """``star`` (Star-Transformer's relay node, Guo et al. 2019, Sec. 3, with the scheduled segment as the
+    satellites' neighbourhood): softmax over segment ``i(t)`` plus one relay token whose key and value are the
+    mean of all the example's real keys and values (s + 1 keys)."""
+    _check_call(settings, parameters, "star")
+    s, target = settings.segment_size, settings.target_length
+
+    def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
+        rows = segment_rows(segment_of(t, num_segments(len(k), s), target), len(k), s)
+        relay_key, relay_value = k.mean(dim=0, keepdim=True), v.mean(dim=0, keepdim=True)
+        return softmax_attention(query, torch.cat([k[rows], relay_key]), torch.cat([v[rows], relay_value]), scale)
+
+    return per_query(queries, keys, values, key_valid, start_position, one_query)
+
+
 def longt5_attention(
     queries: torch.Tensor,
     keys: torch.Tensor,
@@ -313,6 +388,40 @@ def linear_attention(
         key_value = torch.stack([torch.outer(phi(k[j]), v[j]) for j in range(len(k))]).sum(0)  # sum_j phi(K_j)^T V_j
         key_sum = torch.stack([phi(k[j]) for j in range(len(k))]).sum(0)  # sum_j phi(K_j)
         return (phi(query) @ key_value) / (phi(query) @ key_sum + settings.norm_eps)
+
+    return per_query(queries, keys, values, key_valid, start_position, one_query)
+
+
+#: The learned tensor of ``fastformer``: ``w_k`` of Eq. 5 (d,), zero at initialisation.
+FASTFORMER_PARAMETERS: tuple[str, ...] = ("key_weight",)
+
+
+def fastformer_attention(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    key_valid: torch.Tensor | None,
+    settings: SRformerConfig,
+    *,
+    scale: float = 1.0,
+    parameters: Mapping[str, torch.Tensor] | None = None,
+    start_position: int = 0,
+) -> torch.Tensor:
+    """``fastformer`` (Wu et al. 2021, Eq. 3-6, adapted to cross attention; ``srformer.attention.fastformer``):
+    ``beta_j = exp(w_k . K_j / sqrt(d)) / sum_l exp(w_k . K_l / sqrt(d))`` over the real positions,
+    ``K_g = sum_j beta_j K_j``, ``V_g = sum_j beta_j V_j`` and ``O[t] = Q_t * K_g * V_g`` element-wise.
+    ``parameters["key_weight"]`` is ``w_k`` (default: zero, its initial value). No segments and no attention
+    scale (``scale`` is ignored)."""
+    _check_call(settings, parameters, "fastformer", FASTFORMER_PARAMETERS)
+    given = parameters.get("key_weight") if parameters is not None else None
+    key_weight = torch.zeros(keys.shape[-1], dtype=torch.float64) if given is None else given.detach().double()
+
+    def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
+        scores = [math.exp(float(key_weight @ k[j]) / math.sqrt(len(query))) for j in range(len(k))]
+        beta = [score / sum(scores) for score in scores]
+        global_key = sum(beta[j] * k[j] for j in range(len(k)))
+        global_value = sum(beta[j] * v[j] for j in range(len(k)))
+        return query * global_key * global_value
 
     return per_query(queries, keys, values, key_valid, start_position, one_query)
 

@@ -15,6 +15,10 @@ Each mechanism is one module file with its own typed state (``docs/design.md``, 
   ``SRformerState``, ``LeanSRformerState``);
 * ``xl`` -- :mod:`srformer.attention.xl`; ``longt5`` -- :mod:`srformer.attention.longt5` (``LongT5State``);
 * ``linear`` -- :mod:`srformer.attention.linear` (``LinearState``);
+* ``window`` -- :mod:`srformer.attention.window` (``SegmentState``);
+* ``strided`` -- :mod:`srformer.attention.strided` (``StridedState``);
+* ``star`` -- :mod:`srformer.attention.star` (``StarState``);
+* ``fastformer`` -- :mod:`srformer.attention.fastformer` (``FastformerState``);
 * ``full`` keeps the wrapped model's own attention (no module, no state of its own).
 
 Adding a mechanism:
@@ -273,6 +277,72 @@ _ENTRIES: tuple[Mechanism, ...] = (
         step_cost="O(d²)",
         build_cost="O(k·d²)",
         state_size="d² + d (phi(K)^T V and sum_j phi(K_j))",
+    ),
+    Mechanism(
+        name="window",
+        doc="Longformer/LED-style sliding window: softmax over the w positions centred on segment i(t)'s centre.",
+        citation="Beltagy, Peters & Cohan 2020, Longformer: The Long-Document Transformer, Sec. 3.1 (sliding window)",
+        module="srformer.attention.window.WindowCrossAttention",
+        state=f"{_SEGMENTED}.SegmentState",
+        lean_state=None,
+        reference=naive.window_attention,
+        capabilities=Capabilities(
+            segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
+            has_softmax_part=True, recurrent_term=False, global_term=False,
+        ),
+        step_cost="O((w + 2s)·d)",
+        build_cost="O(k·d) (segment-major copy of keys/values)",
+        state_size="2·k·d (keys and values, segment-major)",
+    ),
+    Mechanism(
+        name="strided",
+        doc="Sparse Transformer strided pattern: softmax over segment i(t) plus every l-th position (p mod l = l-1).",
+        citation="Child, Gray, Radford & Sutskever 2019, Generating Long Sequences with Sparse Transformers, "
+        "Sec. 4.2-4.3 (strided and fixed patterns)",
+        module="srformer.attention.strided.StridedCrossAttention",
+        state="srformer.attention.strided.StridedState",
+        lean_state=None,
+        reference=naive.strided_attention,
+        capabilities=Capabilities(
+            segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
+            has_softmax_part=True, recurrent_term=False, global_term=True,
+        ),
+        step_cost="O((s + k/l)·d)",
+        build_cost="O(k·d) (segment-major copy, the k/l strided keys/values)",
+        state_size="2·k·d + 2·(k/l)·d (keys, values, strided keys and values)",
+    ),
+    Mechanism(
+        name="star",
+        doc="Star-Transformer relay: softmax over segment i(t) plus one relay token, the mean of all keys/values.",
+        citation="Guo, Qiu, Liu, Shao, Xue & Zhang 2019, Star-Transformer, Sec. 3 (relay node)",
+        module="srformer.attention.star.StarCrossAttention",
+        state="srformer.attention.star.StarState",
+        lean_state=None,
+        reference=naive.star_attention,
+        capabilities=Capabilities(
+            segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
+            has_softmax_part=True, recurrent_term=False, global_term=True,
+        ),
+        step_cost="O((s + 1)·d)",
+        build_cost="O(k·d) (segment-major copy, the relay mean)",
+        state_size="2·k·d + 2·d (keys, values, relay key and value)",
+    ),
+    Mechanism(
+        name="fastformer",
+        doc="Fastformer additive attention: O = Q_t * K_g * V_g with K_g, V_g summarised by additive attention.",
+        citation="Wu, Wu, Qi, Huang & Xie 2021, Fastformer: Additive Attention Can Be All You Need, Sec. 3, "
+        "Eq. 3-6 (adapted to cross attention: the decoder query is the global query)",
+        module="srformer.attention.fastformer.FastformerCrossAttention",
+        state="srformer.attention.fastformer.FastformerState",
+        lean_state="srformer.attention.fastformer.FastformerState",
+        reference=naive.fastformer_attention,
+        capabilities=Capabilities(
+            segment_free=True, lean_layout=True, state_grows_with_input=False, training_time_saving=True,
+            has_softmax_part=False, recurrent_term=False, global_term=True,
+        ),
+        step_cost="O(d)",
+        build_cost="O(k·d) (additive weights, global key and value)",
+        state_size="2·d (global key and value)",
     ),
 )
 

@@ -96,6 +96,17 @@ class LeanSegmentState(CrossAttentionState):
         return self.positions, self.positions
 
 
+def restrict(block_allowed: torch.Tensor, extra_mask: torch.Tensor | None) -> torch.Tensor:
+    """A block's attendable positions ``block_allowed`` (..., s) bool, restricted by a
+    :meth:`SegmentedCrossAttention.context_blocks` mask: None (no restriction), (N,) bool (per block) or
+    (N, s) bool (per position), N being the product of ``block_allowed``'s leading dimensions."""
+    if extra_mask is None:
+        return block_allowed
+    if extra_mask.dim() == 1:
+        return block_allowed & extra_mask.view(block_allowed.shape[:-1])[..., None]
+    return block_allowed & extra_mask.view(block_allowed.shape)
+
+
 def cast(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``tensor.to(dtype)``, skipped (no dispatcher call) when the dtype already matches: a decode step
     is a few dozen small operations, so even no-op calls show in its time."""
@@ -140,18 +151,21 @@ class SegmentedCrossAttention(nn.Module):
 
     # ------------------------------------------------------------------ what the softmax reads (hooks)
     def context_blocks(
-        self, segments: torch.Tensor, index: torch.Tensor
+        self, segments: torch.Tensor, index: torch.Tensor, max_segments: int
     ) -> list[tuple[torch.Tensor, torch.Tensor | None, bool]]:
         """The segment blocks a query of segment ``segments`` attends with softmax.
 
         Args:
             segments: (N,) long, ``i(t)`` of each query (flattened over batch and queries).
             index: (N,) long, the flat block index of ``segments`` (:func:`~srformer.attention.layout.block_index`).
+            max_segments: ``M``, the number of blocks per example in the state (a block index must stay in
+                its example's ``M`` blocks: ``index - segments + j`` for ``0 <= j < M``).
 
         Returns:
-            A list of ``(flat_index, extra_mask, memory)``: (N,) long block indices; None or (N,) bool, False
-            where that block must not be attended; and whether the block is a stop-gradient memory in the
-            parallel path. Here: the scheduled segment alone.
+            A list of ``(flat_index, extra_mask, memory)``: (N,) long block indices; None, (N,) bool (False
+            where that block must not be attended) or (N, s) bool (False at the block's positions that must
+            not be attended); and whether the block is a stop-gradient memory in the parallel path. The
+            first entry is the scheduled segment's block. Here: the scheduled segment alone.
         """
         return [(index, None, False)]
 
@@ -159,6 +173,17 @@ class SegmentedCrossAttention(nn.Module):
         """Summary tokens every query attends besides its blocks: ``(keys, values, valid)``, (B, H, G, d) twice
         and (B, G) bool, or None (here: none)."""
         return None
+
+    def global_token_spread(self, state: CrossAttentionState) -> torch.Tensor:
+        """How each of :meth:`global_tokens` summarises the compacted positions: (B, G, M*s), row ``g`` holding
+        the weights ``c`` with ``value_g = sum_p c[p] * V[p]`` over the compacted positions ``p`` (zero at
+        padding), so that a token's attention probability can be reported at encoder positions
+        (:mod:`srformer.attention.weights`). Needed only by a subclass that has global tokens.
+
+        Raises:
+            NotImplementedError: here (no global tokens).
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no global tokens to spread.")
 
     # ------------------------------------------------------------------ state
     @autocast_off
@@ -320,13 +345,10 @@ class SegmentedCrossAttention(nn.Module):
         query_rows = queries.transpose(1, 2).unsqueeze(-2)  # (B, q, H, 1, d)
         index = block_index(segments_of_query, max_segments)
         block_keys, block_values, allowed = [], [], []
-        for flat, extra_mask, memory in self.context_blocks(segments_of_query.reshape(-1), index):
+        for flat, extra_mask, memory in self.context_blocks(segments_of_query.reshape(-1), index, max_segments):
             block_keys.append(take_blocks(keys.detach() if memory else keys, flat, q).to(queries.dtype))
             block_values.append(take_blocks(values.detach() if memory else values, flat, q).to(queries.dtype))
-            block_allowed = take_blocks(segment_valid, flat, q)  # (B, q, s)
-            if extra_mask is not None:
-                block_allowed = block_allowed & extra_mask.view(-1, q)[:, :, None]
-            allowed.append(block_allowed)
+            allowed.append(restrict(take_blocks(segment_valid, flat, q), extra_mask))  # (B, q, s)
         scores = [torch.matmul(query_rows, block.transpose(-1, -2)) for block in block_keys]  # (B, q, H, 1, s)
         tokens = self.global_tokens(state)
         if tokens is not None:
@@ -430,11 +452,10 @@ class SegmentedCrossAttention(nn.Module):
         all_keys, all_values = state.keys.flatten(0, 1), state.values.flatten(0, 1)
         segment_valid = state.segment_valid.flatten(0, 1)
         keys, values, allowed = [], [], []
-        for flat, extra_mask, _ in self.context_blocks(segment, index):
+        for flat, extra_mask, _ in self.context_blocks(segment, index, state.segment_valid.shape[1]):
             keys.append(all_keys.index_select(0, flat))  # (B, H, s, d)
             values.append(all_values.index_select(0, flat))
-            block_allowed = segment_valid.index_select(0, flat)  # (B, s)
-            allowed.append(block_allowed if extra_mask is None else block_allowed & extra_mask[:, None])
+            allowed.append(restrict(segment_valid.index_select(0, flat), extra_mask))  # (B, s)
         tokens = self.global_tokens(state)
         if tokens is not None:
             keys.append(tokens[0])

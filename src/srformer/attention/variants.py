@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from srformer.attention.fastformer import FastformerCrossAttention
 from srformer.attention.linear import LinearCrossAttention
 from srformer.attention.registry import mechanism
 from srformer.attention.segmented import SegmentedCrossAttention
@@ -12,8 +13,8 @@ if TYPE_CHECKING:  # srformer.config imports the attention registry
     from srformer.config import SRformerConfig
 
 #: Every SRformer cross-attention module: the segment-based ones (``segmented``, and its subclasses for
-#: ``srformer``, ``xl``, ``longt5``) and ``linear``.
-CrossAttentionModule = SegmentedCrossAttention | LinearCrossAttention
+#: ``srformer``, ``xl``, ``longt5``, ``window``, ``strided``, ``star``), ``linear`` and ``fastformer``.
+CrossAttentionModule = SegmentedCrossAttention | LinearCrossAttention | FastformerCrossAttention
 
 
 def build_cross_attention(config: SRformerConfig, head_dim: int, scale: float = 1.0) -> CrossAttentionModule:
@@ -34,5 +35,5 @@ def build_cross_attention(config: SRformerConfig, head_dim: int, scale: float = 
             f"The {config.variant!r} variant keeps the model's own attention; no SRformer module is needed."
         )
     module = entry.build(config, head_dim, scale)
-    assert isinstance(module, SegmentedCrossAttention | LinearCrossAttention), type(module)
+    assert isinstance(module, SegmentedCrossAttention | LinearCrossAttention | FastformerCrossAttention), type(module)
     return module

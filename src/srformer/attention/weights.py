@@ -17,6 +17,8 @@ encoder positions per query and head. An SRformer layer's output is not one such
   output, and the row is a distribution over encoder positions (positions of segment ``i(t)`` get their
   local probability plus their share of its global token).
 * ``srformer`` ablation I (``recurrent_only``): no softmax term, so zeros (the output is all ``O_R``).
+* ``fastformer``: its additive weights ``beta_j`` (Eq. 5), the same for every query: ``V_g = beta V`` and the
+  output is ``Q_t * K_g * (A V)`` (element-wise), so ``A`` is the distribution the values are pooled with.
 * ``linear`` (see :func:`linear_weights`): the linear-attention weights
   ``phi(Q_t) . phi(K_j) / (phi(Q_t) . sum_l phi(K_l) + eps)``, for which ``O = A V`` exactly; they are
   non-negative and sum to ``S / (S + eps)`` with ``S = phi(Q_t) . sum_l phi(K_l)`` (1 up to ``eps / S``).
@@ -33,10 +35,11 @@ from __future__ import annotations
 
 import torch
 
+from srformer.attention.fastformer import FastformerCrossAttention, additive_weights
 from srformer.attention.layout import block_index, take_blocks
 from srformer.attention.linear import LinearCrossAttention, LinearState, feature_map
 from srformer.attention.schedule import segment_index
-from srformer.attention.segmented import LeanSegmentState, SegmentedCrossAttention, SegmentState
+from srformer.attention.segmented import LeanSegmentState, SegmentedCrossAttention, SegmentState, restrict
 from srformer.attention.state import CrossAttentionState
 from srformer.attention.variants import CrossAttentionModule
 
@@ -51,11 +54,11 @@ def segment_weights(
 ) -> torch.Tensor:
     """The softmax weights of a segment-based module for ``q`` consecutive decoder positions: its
     :meth:`~srformer.attention.segmented.SegmentedCrossAttention.context_blocks` at their encoder positions,
-    and its :meth:`~srformer.attention.segmented.SegmentedCrossAttention.global_tokens` spread over their
-    segments' real positions.
+    and its :meth:`~srformer.attention.segmented.SegmentedCrossAttention.global_tokens` spread over the
+    positions they summarise (:meth:`~srformer.attention.segmented.SegmentedCrossAttention.global_token_spread`).
 
     Args:
-        attention: the layer's module (read: ``settings.target_length``, ``scale`` and its two hooks).
+        attention: the layer's module (read: ``settings.target_length``, ``scale`` and its hooks).
         queries: (B, H, q, d) projected decoder queries at positions ``start_position ..``.
         keys: (B, H, k, d) projected encoder keys in encoder order (not compacted).
         state: the layer's state, either layout (``positions``, ``segment_valid``, ``num_segments``,
@@ -74,10 +77,10 @@ def segment_weights(
     positions = torch.arange(q, device=queries.device) + start_position
     segments = segment_index(positions, state.num_segments, attention.settings.target_length)  # (B, q) i(t)
     encoder_positions, allowed = [], []
-    for flat, extra_mask, _ in attention.context_blocks(segments.reshape(-1), block_index(segments, max_segments)):
+    blocks = attention.context_blocks(segments.reshape(-1), block_index(segments, max_segments), max_segments)
+    for flat, extra_mask, _ in blocks:
         encoder_positions.append(take_blocks(position_blocks, flat, q))  # (B, q, s)
-        block_allowed = take_blocks(segment_valid, flat, q)
-        allowed.append(block_allowed if extra_mask is None else block_allowed & extra_mask.view(-1, q)[:, :, None])
+        allowed.append(restrict(take_blocks(segment_valid, flat, q), extra_mask))
     local_positions = torch.cat(encoder_positions, dim=-1)  # (B, q, n)
     n = local_positions.shape[-1]
     gathered = keys.to(queries.dtype).gather(
@@ -95,12 +98,11 @@ def segment_weights(
     weights = queries.new_zeros(batch, heads, q, k)
     # masked keys have probability exactly 0, so the positions they carry (padding) receive nothing
     weights.scatter_add_(3, local_positions[:, None].expand(-1, heads, -1, -1), probabilities[..., :n])
-    real = segment_valid & (state.lengths > 0)[:, None, None]  # (B, M, s) the real positions of each segment
-    if tokens is not None:  # each global token's probability, spread evenly over its segment's real positions
-        share = probabilities[..., n:] / real.sum(dim=2).clamp(min=1)[:, None, None, :].to(probabilities.dtype)
-        spread = share[..., None] * real[:, None, None].to(share.dtype)  # (B, H, q, M, s)
+    if tokens is not None:  # each global token's probability, spread over the positions it summarises
+        spread = attention.global_token_spread(state).to(probabilities.dtype)  # (B, G, M*s)
+        token_weights = torch.matmul(probabilities[..., n:], spread[:, None])  # (B, H, q, M*s)
         all_positions = position_blocks.view(batch, 1, 1, max_segments * s).expand(-1, heads, q, -1)
-        weights.scatter_add_(3, all_positions, spread.flatten(-2))
+        weights.scatter_add_(3, all_positions, token_weights)
     return weights * (state.lengths > 0).to(weights.dtype)[:, None, None, None]
 
 
@@ -160,6 +162,9 @@ def cross_attention_weights(
     Returns:
         (B, H, q, k) in the queries' dtype.
     """
+    if isinstance(attention, FastformerCrossAttention):  # beta, the same for every query
+        weights = additive_weights(keys.to(queries.dtype), attention.key_weight.to(queries.dtype), key_valid)
+        return weights[:, :, None, :].expand(-1, -1, queries.shape[2], -1)
     if isinstance(attention, LinearCrossAttention):
         assert isinstance(state, LinearState), type(state)
         return linear_weights(queries, keys, state, key_valid, attention.settings.norm_eps)

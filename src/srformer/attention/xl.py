@@ -20,7 +20,7 @@ class XLCrossAttention(SegmentedCrossAttention):
     variants = ("xl",)
 
     def context_blocks(
-        self, segments: torch.Tensor, index: torch.Tensor
+        self, segments: torch.Tensor, index: torch.Tensor, max_segments: int
     ) -> list[tuple[torch.Tensor, torch.Tensor | None, bool]]:
         """Segment ``i(t)``, then segment ``i(t) - 1`` as a stop-gradient memory, masked out at ``i(t) = 0``
         (where its index is the current block's, which the mask then hides); arguments and result as

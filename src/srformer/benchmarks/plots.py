@@ -28,6 +28,10 @@ VARIANT_COLORS = {
     "xl": "tab:purple",
     "longt5": "tab:green",
     "linear": "tab:brown",
+    "window": "tab:olive",
+    "strided": "tab:pink",
+    "star": "gold",
+    "fastformer": "tab:gray",
     "full": "black",
 }
 TABLE1_LABELS = {variant: REGISTRY[variant].table1_row for variant in TABLE1_VARIANTS}

@@ -57,6 +57,7 @@ from transformers import (
 from transformers import initialization as init
 from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING
 
+from srformer.attention.fastformer import FastformerCrossAttention
 from srformer.attention.linear import LinearCrossAttention
 from srformer.attention.raf import RecurrentAccumulateAndFire, ScaledLinear
 from srformer.attention.segmented import SegmentedCrossAttention
@@ -85,8 +86,8 @@ def initialize_srformer_module(module: nn.Module) -> bool:
     - RAF ``W`` (:class:`~srformer.attention.raf.ScaledLinear`): uniform in ``±raf_linear_init_scale / sqrt(d)``.
     - RAF (:class:`~srformer.attention.raf.RecurrentAccumulateAndFire`): ``leak = raf_leak_init``,
       ``threshold = raf_threshold_init``.
-    - The attention module: the Eq. 10 mix logit ``a = logit(mix_init)`` if it has one (other variants have
-      no parameters of their own).
+    - The attention module: the Eq. 10 mix logit ``a = logit(mix_init)`` if it has one; ``fastformer``'s
+      ``w_k = 0`` (other variants have no parameters of their own).
 
     Inside transformers' ``initialize_weights`` the ``torch.nn.init`` functions are transformers' guarded
     ones, so parameters already loaded from a checkpoint are left alone.
@@ -102,6 +103,9 @@ def initialize_srformer_module(module: nn.Module) -> bool:
         if isinstance(mix_logit, torch.Tensor) and mix_init is not None:
             # the same float32 expression as at construction, so both paths give the same number
             init.copy_(mix_logit, torch.logit(torch.tensor(float(mix_init))))
+        return True
+    if isinstance(module, FastformerCrossAttention):
+        init.zeros_(module.key_weight)
         return True
     return isinstance(module, LinearCrossAttention)
 
