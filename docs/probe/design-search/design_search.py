@@ -1,4 +1,9 @@
-"""Probe task design search (development script, not part of the package; see docs/probe.md). Run from the repo root with PYTHONPATH=src."""
+"""Probe task design search (development script, not part of the package; see docs/probe.md). Run from the repo root.
+
+Designs `sum` (the current recall design) and `pair` run against this commit's package; `fact` and `density` used the
+fact tokens `K{q}=v{x}` (`ProbeVocabulary.fact_id`) of commit 2092cd0, which the package no longer has.
+It repeats a minimal version of `srformer.probe.training.train_model` so that it can evaluate every few hundred steps.
+"""
 import argparse, math, random, sys, time, json
 import torch
 sys.path.insert(0, "src")
