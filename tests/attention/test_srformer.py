@@ -261,15 +261,22 @@ def test_per_query_segment_blocks_equal_a_dense_masked_softmax_with_gradients(va
 ])
 def test_state_built_without_autograd_equals_the_autograd_build(settings):
     """The no-grad build (readouts written over the products' buffer one segment at a time) and the
-    autograd build (RAF scan, then the factor) give the same state."""
+    autograd build (RAF scan, then the factor) give the same state at every segment a query reads; the
+    no-grad build's slots after an example's last segment (read by no query) are 0."""
     settings = {"target_length": 8, **settings}
     module = _module("srformer", segment_size=2, **settings)
     _, keys, values, valid = _inputs(3, 2, 13, 1, 4, [13, 6, 0])
     with torch.no_grad():
         fast = module.init_state(keys, values, valid)
     tracked = module.init_state(keys.clone().requires_grad_(True), values, valid)
-    for name in ("raf_readout", "raf_total", "key_norm"):
+    for name in ("raf_total", "key_norm"):
         assert_exact(getattr(fast, name), getattr(tracked, name).detach(), name)
+    visited = module._visited(fast.num_segments, fast.raf_readout.shape[1])[:, :, None, None, None]
+    assert_exact(fast.raf_readout * visited, tracked.raf_readout.detach() * visited, "raf_readout")
+    trailing = torch.arange(visited.shape[1])[None, :] >= fast.num_segments[:, None]
+    assert trailing.any()  # the padded examples have slots after their last segment
+    if module.raf is not None and bool((visited.sum(1).flatten() == fast.num_segments).all()):
+        assert fast.raf_readout[trailing].abs().max() == 0
 
 
 @pytest.mark.parametrize("variant", ["segmented", "srformer"])

@@ -191,45 +191,80 @@ class SRformerCrossAttention(SegmentedCrossAttention):
                 raf_outputs, _, _ = self.raf.scan(raf_inputs, visited, zeros, zeros, axis=1)
             raf_readout = raf_outputs * factor[:, None]
         else:
-            raf_readout = self._readout_in_place(segment_products, total[:, 0], visited, factor)
+            raf_readout = self._readout_in_place(segment_products, total[:, 0], visited, state.num_segments, factor)
         return extend(SRformerState, state, raf_readout=raf_readout, raf_total=total[:, 0], key_norm=key_norm)
 
     def _readout_in_place(
-        self, segment_products: torch.Tensor, total: torch.Tensor, visited: torch.Tensor, factor: torch.Tensor
+        self,
+        segment_products: torch.Tensor,
+        total: torch.Tensor,
+        visited: torch.Tensor,
+        segments: torch.Tensor,
+        factor: torch.Tensor,
     ) -> torch.Tensor:
         """The readouts ``scale * RAF_out_j / norm(K)`` of every segment without autograd, written over
         ``segment_products`` (B, M, H, d, d) one segment at a time.
 
         The same operations as the autograd path (:meth:`RecurrentAccumulateAndFire.scan`, then the
-        factor), in the same order, so the same numbers; but the RAF inputs, potentials and outputs of a
-        segment are (B, H, d, d) temporaries that stay in cache, and the only (B, M, H, d, d) tensor is
-        the products' buffer, read once and overwritten with the readouts (no stacked copies).
+        factor), in the same order, so the same numbers at every segment a query reads. The only
+        (B, M, H, d, d) tensor is the products' buffer, read once and overwritten with the readouts (no
+        stacked copies). When every example visits its segments ``0 .. m_b - 1`` (no segment skipped by the
+        schedule; padding allowed), the update runs in place on one (B, H, d, d) membrane and one spike buffer,
+        with no temporaries (fresh tensors cost page faults on CPU), and the slots after an example's last
+        segment are set to 0 (no query reads them); otherwise (a skipping schedule, or compile/export, where
+        the check's host sync is not allowed) the rows that do not fire carry their state (:func:`raf.update`).
 
         Args:
             segment_products: ``W K_j^T V_j`` (clamped when ``kv_clamp`` is set), consumed.
             total: (B, H, d, d) ``W K^T V``.
             visited: (B, M) bool, the segments the schedule visits (:meth:`_visited`).
+            segments: (B,) long, ``m_b``, each example's number of segments.
             factor: (B, H, 1, d) ``scale / norm(K)``.
 
         Returns:
             ``segment_products``' storage holding the readouts.
         """
         batch, max_segments, heads, d, _ = segment_products.shape
-        every_segment_fires = False if tracing() else bool(visited.all())  # eager: one host sync
-        membrane = potential = segment_products.new_zeros(batch, heads, d, d)
         raf = self.raf
-        if raf is not None:
-            leak = raf.leak.to(segment_products.dtype)
-            threshold = raf.threshold.to(segment_products.dtype)
+        if raf is None:  # ablation III: the readout is P_j itself
+            for j in range(max_segments):
+                slot = segment_products[:, j]
+                torch.mul(self._recurrent_input(total, slot), factor, out=slot)
+            return segment_products
+        leak = raf.leak.to(segment_products.dtype)
+        threshold = raf.threshold.to(segment_products.dtype)
+        if tracing():
+            prefix = all_visited = False
+        else:  # eager: one host sync
+            counts = visited.sum(dim=1)
+            prefix, all_visited = torch.stack([(counts == segments).all(), (counts == max_segments).all()]).tolist()
+        if not prefix:
+            # compile/export, or a schedule that skips segments: carry the state of rows that do not fire
+            membrane = potential = segment_products.new_zeros(batch, heads, d, d)
+            for j in range(max_segments):
+                slot = segment_products[:, j]
+                fire_j = visited[:, j].view(-1, 1, 1, 1)
+                membrane, potential = raf_update(
+                    membrane, potential, self._recurrent_input(total, slot), leak, threshold, fire_j
+                )
+                torch.mul(torch.relu(potential), factor, out=slot)
+            return segment_products
+        # Every example visits its segments 0 .. m_b - 1 in order: fire for every slot, in place, with no
+        # temporaries (Appendix A.2, the same update as raf.update); the slots after an example's last segment
+        # are read by no query and are zeroed at the end.
+        membrane = segment_products.new_zeros(batch, heads, d, d)
+        spikes = torch.empty_like(membrane)
         for j in range(max_segments):
             slot = segment_products[:, j]
-            raf_input = self._recurrent_input(total, slot)
-            if raf is None:  # ablation III: the readout is P_j itself
-                torch.mul(raf_input, factor, out=slot)
-                continue
-            fire_j = None if every_segment_fires else visited[:, j].view(-1, 1, 1, 1)
-            membrane, potential = raf_update(membrane, potential, raf_input, leak, threshold, fire_j)
-            torch.mul(torch.relu(potential), factor, out=slot)
+            if not self.raf_reads_segment_products:
+                torch.sub(total, slot, out=slot)  # x_j = W P_j = W K^T V - W K_j^T V_j
+            torch.addcmul(slot, membrane, leak, out=membrane)  # mem = leak * mem + x
+            torch.div(membrane, threshold, out=slot).sub_(1.0)  # y = mem / threshold - 1
+            torch.gt(slot, 0, out=spikes)  # soft reset where y > 0: mem -= threshold
+            membrane.sub_(spikes.mul_(threshold))
+            slot.clamp_(min=0).mul_(factor)  # relu(y) * scale / norm(K)
+        if not all_visited:
+            segment_products.masked_fill_(~visited[:, :, None, None, None], 0.0)
         return segment_products
 
     def _segment_products(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
