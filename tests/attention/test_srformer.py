@@ -3,6 +3,8 @@ padding, state reordering."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -299,3 +301,33 @@ def test_lean_layout_projects_once_per_segment_change(variant):
     table = state.segment_table[:, torch.clamp(torch.arange(14), max=12)]  # (B, q) i(t)
     changes = 1 + int((table[:, 1:] != table[:, :-1]).any(dim=0).sum())  # the first step, then every change
     assert len(calls) == changes < 14
+
+
+@pytest.mark.parametrize("settings", [
+    {"variant": "segmented"}, {}, {"ablation": "no_raf"}, {"ablation": "segment_products"}, {"ablation": "no_norm"},
+    {"kv_clamp": 0.5},
+])
+@pytest.mark.parametrize("padded", [False, True])
+def test_lean_state_built_directly_equals_the_lean_of_the_standard_state(settings, padded):
+    """init_lean_state (no segment-major copy; K^T V in one matmul, then W) gives the state and the steps of
+    lean(init_state(...)): every field to the float64 tolerance, and the same outputs over every step."""
+    settings = {"variant": "srformer", **settings}
+    module = _module(segment_size=3, target_length=6, **settings)
+    lengths = [13, 7, 0] if padded else [13, 13, 13]
+    queries, keys, values, valid = _inputs(3, 2, 13, 8, 4, lengths)
+    key_valid = valid if padded else None
+    direct = module.init_lean_state(keys, values, key_valid)
+    converted = module.lean(module.init_state(keys, values, key_valid))
+    assert type(direct) is type(converted)
+    for field in dataclasses.fields(converted):
+        a, b = getattr(direct, field.name), getattr(converted, field.name)
+        if a is None or b is None:
+            assert a is None and b is None, field.name
+        elif a.is_floating_point():
+            assert_exact(a, b, field.name)
+        else:
+            assert torch.equal(a, b), field.name
+    rows = _rows_of(keys, values)
+    direct_output, _ = _incremental(module, queries, direct, rows)
+    converted_output, _ = _incremental(module, queries, converted, rows)
+    assert_exact(direct_output, converted_output, "lean steps")

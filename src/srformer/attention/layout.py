@@ -47,6 +47,24 @@ def take_blocks(blocks: torch.Tensor, index: torch.Tensor, count: int) -> torch.
     return blocks.flatten(0, 1).index_select(0, index).view(blocks.shape[0], count, *blocks.shape[2:])
 
 
+def segment_order(
+    key_valid: torch.Tensor | None, batch: int, key_length: int, segment_size: int, device: torch.device
+) -> torch.Tensor:
+    """The encoder position of each segment-major position, (B, M*s) long, ``M = ceil(k / s)``: each example's
+    real positions first, in order (compaction, when ``key_valid`` is given), then 0 at padding positions.
+
+    Args:
+        key_valid: (B, k) bool, True at real positions; None when nothing is padded.
+        batch, key_length, segment_size: ``B``, ``k`` and ``s`` (tokens).
+        device: where the result lives.
+    """
+    padded = -(-key_length // segment_size) * segment_size
+    if key_valid is None:
+        return F.pad(torch.arange(key_length, device=device), (0, padded - key_length)).expand(batch, padded)
+    order = compaction_order(key_valid.to(device=device, dtype=torch.bool))  # (B, k)
+    return F.pad(order, (0, padded - key_length)) if padded != key_length else order
+
+
 def segment_major(
     keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None, segment_size: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -67,15 +85,12 @@ def segment_major(
     padded = max_segments * segment_size
     device = keys.device
     rows_keys, rows_values = keys.transpose(1, 2), values.transpose(1, 2)  # (B, k, H, d)
+    order = segment_order(key_valid, batch, k, segment_size, device)
     if key_valid is not None:
-        order = compaction_order(key_valid.to(device=device, dtype=torch.bool))  # (B, k)
-        if padded != k:
-            order = F.pad(order, (0, padded - k))
         flat = (order + torch.arange(0, batch * k, k, device=device)[:, None]).reshape(-1)
         rows_keys = rows_keys.reshape(batch * k, heads, d).index_select(0, flat)
         rows_values = rows_values.reshape(batch * k, heads, d).index_select(0, flat)
     else:
-        order = F.pad(torch.arange(k, device=device), (0, padded - k)).expand(batch, padded)
         if padded != k:
             rows_keys = F.pad(rows_keys, (0, 0, 0, 0, 0, padded - k))
             rows_values = F.pad(rows_values, (0, 0, 0, 0, 0, padded - k))

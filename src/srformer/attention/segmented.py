@@ -26,7 +26,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from srformer.attention.layout import block_index, segment_major, take_blocks
+from srformer.attention.layout import block_index, segment_major, segment_order, take_blocks
 from srformer.attention.registry import mechanism
 from srformer.attention.schedule import num_segments, real_lengths, segment_index, tracing
 from srformer.attention.state import CrossAttentionState, autocast_off
@@ -212,16 +212,22 @@ class SegmentedCrossAttention(nn.Module):
         """
         batch, _, k, _ = keys.shape
         s = self.settings.segment_size
-        device = keys.device
-        lengths, compact = real_lengths(key_valid, batch, k, device)
-        max_segments = -(-k // s)
-        padded = max_segments * s
+        lengths, compact = real_lengths(key_valid, batch, k, keys.device)
         keys, values, order = segment_major(keys, values, key_valid if compact else None, s)
-        position_valid = torch.arange(padded, device=device)[None, :] < lengths[:, None]  # (B, M*s)
-        real_valid = position_valid.view(batch, max_segments, s)
-        if compact or padded != k:
-            mask = real_valid[:, :, None, :, None].to(keys.dtype)
+        fields = self._schedule_fields(lengths, order)
+        if compact or order.shape[1] != k:
+            mask = (fields["segment_valid"] & (lengths > 0)[:, None, None])[:, :, None, :, None].to(keys.dtype)
             keys, values = keys * mask, values * mask
+        return SegmentState(keys=keys, values=values, **fields)
+
+    def _schedule_fields(self, lengths: torch.Tensor, order: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The index fields shared by both layouts' states, from the real lengths (B,) and the segment-major
+        order (B, M*s) (:func:`~srformer.attention.layout.segment_order`); checks the schedule in eager mode."""
+        batch, padded = order.shape
+        s = self.settings.segment_size
+        max_segments = padded // s
+        device = lengths.device
+        real_valid = (torch.arange(padded, device=device)[None, :] < lengths[:, None]).view(batch, max_segments, s)
         empty = lengths == 0
         segments = num_segments(lengths, s).clamp(min=1)  # an empty example has one (empty) segment
         if not tracing():
@@ -229,9 +235,7 @@ class SegmentedCrossAttention(nn.Module):
         # attendable positions: the real ones; all of segment 0 (zero keys/values) for an empty example
         first_segment = torch.arange(max_segments, device=device)[None, :, None] == 0
         target = self.settings.target_length
-        return SegmentState(
-            keys=keys,
-            values=values,
+        return dict(
             positions=order.to(torch.int32),
             lengths=lengths,
             num_segments=segments,
@@ -239,6 +243,23 @@ class SegmentedCrossAttention(nn.Module):
             segment_table=segment_index(torch.arange(target + 1, device=device), segments, target),
             segment_valid=real_valid | (empty[:, None, None] & first_segment),
         )
+
+    def init_lean_state(
+        self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None
+    ) -> LeanSegmentState:
+        """The lean layout built directly, equal to ``self.lean(self.init_state(keys, values, key_valid))``
+        before any step but without the segment-major copy of the keys and values: O(k) index work here
+        (the lean steps project their segments' rows themselves). Arguments and errors as :meth:`init_state`.
+
+        Raises:
+            ValueError: for a variant whose registry entry offers no lean layout.
+        """
+        if not mechanism(self.settings.variant).capabilities.lean_layout:
+            raise ValueError(f"The lean cache layout is not implemented for variant {self.settings.variant!r}.")
+        batch, _, k, _ = keys.shape
+        lengths, compact = real_lengths(key_valid, batch, k, keys.device)
+        order = segment_order(key_valid if compact else None, batch, k, self.settings.segment_size, keys.device)
+        return LeanSegmentState(**self._schedule_fields(lengths, order))
 
     def _visited(self, segments: torch.Tensor, max_segments: int) -> torch.Tensor:
         """(B, M) bool: segment j is attended at some decoder position t >= 0 (the schedule may skip

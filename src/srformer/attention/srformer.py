@@ -304,6 +304,37 @@ class SRformerCrossAttention(SegmentedCrossAttention):
         return total - segment_products
 
     @autocast_off
+    def init_lean_state(
+        self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None
+    ) -> LeanSegmentState:
+        """The lean layout built directly, equal to ``self.lean(self.init_state(...))`` before any step:
+        ``W K^T V`` as ``(K^T V) W^T`` over the real positions (O(k*d^2) per head, one matmul, then O(d^3)),
+        ``norm(K)`` and a zero membrane; no segment-major copy, no per-segment products, no readouts.
+        Arguments and errors as :meth:`init_state`."""
+        lean = super().init_lean_state(keys, values, key_valid)
+        if not self.has_recurrence:
+            return lean
+        batch, heads, _, d = keys.shape
+        wide = accumulation_dtype(keys.dtype)
+        keys, values = keys.to(wide), values.to(wide)
+        if key_valid is not None:  # padding positions contribute nothing (compaction does not change sums)
+            real = key_valid.to(device=keys.device, dtype=torch.bool)[:, None, :, None]
+            keys = keys.masked_fill(~real, 0.0)
+        products = torch.matmul(keys.transpose(-1, -2), values)  # K^T V, (B, H, d, d)
+        if self.settings.kv_clamp is not None:
+            products = products.clamp(-self.settings.kv_clamp, self.settings.kv_clamp)
+        total = self._project(products)  # W K^T V (ablation III: K^T V)
+        if self.divides_by_key_norm:
+            key_norm = torch.linalg.vector_norm(keys, dim=2) + self.settings.norm_eps
+        else:  # ablation II
+            key_norm = torch.ones(batch, heads, d, dtype=wide, device=keys.device)
+        lean = extend(LeanSRformerState, lean, raf_total=total, key_norm=key_norm)
+        if self.raf is None:
+            return lean
+        zeros = total.new_zeros(batch, heads, d, d)
+        return replace(lean, membrane=zeros, raf_output=zeros)
+
+    @autocast_off
     def lean(self, state: CrossAttentionState) -> CrossAttentionState:
         """The lean layout of a standard ``state`` (:class:`LeanSRformerState`).
 

@@ -137,7 +137,14 @@ def run_cross_attention(
         # Built once per sequence; a lean state meeting a multi-token chunk is rebuilt in the
         # standard layout (its RAF outputs do not depend on the tokens decoded so far).
         keys, values = project(key_value_states)
-        state = attention.init_state(keys, values, key_padding_from_mask(mask, keys.shape[2]))  # float32-or-wider state
+        key_valid = key_padding_from_mask(mask, keys.shape[2])
+        build_lean = getattr(attention, "init_lean_state", None)
+        if cache is not None and q_len == 1 and attention.settings.lean_cache and build_lean is not None:
+            # the first single-token step of a lean cache: built lean directly (no segment-major copy); the
+            # step below projects its segment's rows
+            state = build_lean(keys, values, key_valid)
+        else:
+            state = attention.init_state(keys, values, key_valid)  # float32-or-wider state
         if not tracing():  # the check needs a host sync; compile/export run without it
             check_finite_state(key_value_states, keys, values, state, layer_idx, attention)
 
