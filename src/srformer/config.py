@@ -77,6 +77,14 @@ class SRformerConfig:
         stride: ``l``, the stride of the ``strided`` variant (Child et al. 2019): besides segment ``i(t)``
             a query attends every real position ``p`` with ``p mod l = l - 1``. At least 2. None
             (default): ``segment_size`` (the last position of every segment). ``strided`` only.
+        num_buckets: ``b``, the number of LSH buckets of the ``reformer`` variant (Kitaev et al. 2020, Sec. 2:
+            ``h(x) = argmax([xR; -xR])`` with ``R`` of shape ``(d, b/2)``). Even, at least 2. None (default): 8
+            (Reformer sizes ``b`` so that a bucket holds about 64 keys, ``b = 8`` at 512 encoder tokens).
+            ``reformer`` only.
+        hash_rounds: the number of independent hash rounds of the ``reformer`` variant (Sec. 2.3); a query
+            attends the union of its buckets over the rounds. At least 1. None (default): 1. ``reformer`` only.
+        content_seed: seed of the random draws of the content-based variants (``reformer``'s rotations),
+            stored with the model as a buffer. A non-negative integer. None (default): 0. ``reformer`` only.
         strict_schedule: if True, an input with more segments than ``target_length`` raises
             ``ValueError`` instead of warning (such segments are never attended by ``O_S``).
         lean_cache: generation memory mode (beyond the paper). False: each layer caches its
@@ -94,7 +102,8 @@ class SRformerConfig:
             with a variant other than ``srformer`` (or with ``recurrence=False``), ``mix_init``
             outside (0, 1) or with ablation I, ``lean_cache`` with a variant without a lean layout, or
             ``window_size`` below ``segment_size`` or with a variant other than ``window``, or ``stride``
-            below 2 or with a variant other than ``strided``.
+            below 2 or with a variant other than ``strided``, or ``num_buckets``/``hash_rounds``/``content_seed``
+            out of range or with a variant other than ``reformer``.
     """
 
     variant: str = "srformer"
@@ -110,6 +119,9 @@ class SRformerConfig:
     mix_init: float | None = None
     window_size: int | None = None
     stride: int | None = None
+    num_buckets: int | None = None
+    hash_rounds: int | None = None
+    content_seed: int | None = None
     strict_schedule: bool = False
     lean_cache: bool = False
 
@@ -180,12 +192,47 @@ class SRformerConfig:
                     f"`stride` (default: segment_size) must be an integer >= 2 (stride 1 would attend every "
                     f"position, full attention), got {stride!r}; set stride=2 or more."
                 )
+        self._check_content_settings()
         # ``full`` has no module of its own, so the runtime option has nothing to act on there
         if self.lean_cache and self.variant not in LEAN_VARIANTS and REGISTRY[self.variant].module is not None:
             raise ValueError(
                 f"`lean_cache` is implemented for the variants {', '.join(LEAN_VARIANTS)}, not {self.variant!r}; "
                 "set lean_cache=False."
             )
+
+    def _check_content_settings(self) -> None:
+        """The settings of the content-based variants (``reformer``): owner and range."""
+        owners = {"num_buckets": ("reformer",), "hash_rounds": ("reformer",), "content_seed": ("reformer",)}
+        for name, variants in owners.items():
+            if getattr(self, name) is not None and self.variant not in variants:
+                raise ValueError(
+                    f"`{name}` is a setting of variant {' or '.join(repr(v) for v in variants)}, got "
+                    f"variant={self.variant!r}; leave {name}=None."
+                )
+        if self.variant == "reformer":
+            buckets, rounds = self.resolved_num_buckets(), self.resolved_hash_rounds()
+            if _not_int(buckets) or buckets < 2 or buckets % 2:
+                raise ValueError(
+                    f"`num_buckets` must be an even integer >= 2 (angular LSH uses b/2 rotation columns), "
+                    f"got {buckets!r}."
+                )
+            if _not_int(rounds) or rounds < 1:
+                raise ValueError(f"`hash_rounds` must be an integer >= 1, got {rounds!r}.")
+        seed = self.resolved_content_seed()
+        if _not_int(seed) or seed < 0:
+            raise ValueError(f"`content_seed` must be a non-negative integer, got {seed!r}.")
+
+    def resolved_num_buckets(self) -> int:
+        """``b`` of the ``reformer`` variant: ``num_buckets``, or 8 when it is None."""
+        return self.num_buckets if self.num_buckets is not None else 8
+
+    def resolved_hash_rounds(self) -> int:
+        """The ``reformer`` variant's hash rounds: ``hash_rounds``, or 1 when it is None."""
+        return self.hash_rounds if self.hash_rounds is not None else 1
+
+    def resolved_content_seed(self) -> int:
+        """The seed of the content-based variants' random draws: ``content_seed``, or 0 when it is None."""
+        return self.content_seed if self.content_seed is not None else 0
 
     def resolved_window_size(self) -> int:
         """``w`` of the ``window`` variant: ``window_size``, or ``3 * segment_size`` when it is None."""
@@ -218,6 +265,11 @@ class SRformerConfig:
         if unknown:
             raise ValueError(f"Unknown SRformer settings {unknown}; known settings are {sorted(known)}.")
         return cls(**data)
+
+
+def _not_int(value: object) -> bool:
+    """True unless ``value`` is an ``int`` (a ``bool`` is not)."""
+    return isinstance(value, bool) or not isinstance(value, int)
 
 
 #: Named settings that do not depend on the segment size (their variant has no segments).

@@ -318,3 +318,43 @@ def test_fastformer_is_the_query_times_the_additive_summaries():
     assert_exact(output, (queries[0, 0, 0] * global_key * global_value).view(1, 1, 1, 2), "learned w_k")
     with pytest.raises(ValueError, match="does not have"):
         naive.fastformer_attention(queries, keys, values, None, config, parameters={"raf.leak": weight})
+
+
+# ------------------------------------------------------------------ reformer
+def test_reformer_attends_the_keys_of_the_querys_lsh_bucket():
+    """d = 2, b = 2, R = (1, 0)^T: h(x) = argmax([x_0, -x_0]), bucket 0 for x_0 > 0 and 1 for x_0 < 0.
+    Keys (1, 0), (-1, 0), (2, 1) fall in buckets 0, 1, 0."""
+    keys = _tensor([[1.0, 0.0], [-1.0, 0.0], [2.0, 1.0]])
+    values = _tensor([[10.0, 1.0], [20.0, 2.0], [30.0, 3.0]])
+    config = _config("reformer", num_buckets=2)
+    rotations = {"rotations": torch.tensor([[[1.0], [0.0]]], dtype=torch.float64)}
+    queries = _tensor([[1.0, 1.0], [-3.0, 0.5]])  # buckets 0 and 1
+    output = naive.reformer_attention(queries, keys, values, None, config, scale=0.5, parameters=rotations)
+    weights = torch.tensor([math.exp(0.5 * 1.0), math.exp(0.5 * 3.0)], dtype=torch.float64)
+    first = (weights / weights.sum()) @ torch.tensor([[10.0, 1.0], [30.0, 3.0]], dtype=torch.float64)
+    assert_exact(output, torch.stack([first, torch.tensor([20.0, 2.0], dtype=torch.float64)]).view(1, 1, 2, 2))
+    # a query whose bucket holds no real key attends every real key: with key 1 padded, query 1 is alone
+    valid = torch.tensor([[True, False, True]])
+    alone = naive.reformer_attention(queries[:, :, 1:], keys, values, valid, config, parameters=rotations)
+    full = naive.full_attention(queries[:, :, 1:], keys, values, valid, _config("full"))
+    assert_exact(alone, full, "empty bucket: every real key")
+    with pytest.raises(ValueError, match="rotations"):
+        naive.reformer_attention(queries, keys, values, None, config)
+
+
+def test_reformer_rounds_attend_the_union_of_the_buckets_each_key_once():
+    """Round 0 splits on x_0 (keys 0 and 2 with query 0), round 1 on x_1 (keys 1 and 2 with query 0, which has
+    x_1 > 0): the union is keys 0, 1, 2, each once (key 2 is in both), so full attention."""
+    keys = _tensor([[1.0, -1.0], [-1.0, 2.0], [2.0, 1.0]])
+    values = _tensor([[1.0, 0.0], [0.0, 1.0], [5.0, 5.0]])
+    queries = _tensor([[1.0, 1.0]])
+    rotations = {"rotations": torch.tensor([[[1.0], [0.0]], [[0.0], [1.0]]], dtype=torch.float64)}
+    config = _config("reformer", num_buckets=2, hash_rounds=2)
+    output = naive.reformer_attention(queries, keys, values, None, config, scale=0.3, parameters=rotations)
+    full = naive.full_attention(queries, keys, values, None, _config("full"), scale=0.3)
+    assert_exact(output, full, "union of two rounds")
+    one_round = {"rotations": rotations["rotations"][:1]}
+    single = naive.reformer_attention(queries, keys, values, None, _config("reformer", num_buckets=2),
+                                      scale=0.3, parameters=one_round)
+    assert_exact(single, naive.full_attention(queries, keys[:, :, [0, 2]], values[:, :, [0, 2]], None,
+                                              _config("full"), scale=0.3), "round 0 alone")

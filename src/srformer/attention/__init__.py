@@ -1,12 +1,14 @@
 """Attention kernels: the segment schedule, the RAF neuron, one module per cross-attention mechanism
 (``segmented``, ``srformer``, the baselines ``xl``, ``longt5`` and ``linear``, and ``window``, ``strided``,
-``star`` and ``fastformer`` from the efficient-transformer literature), each with its typed
+``star``, ``fastformer`` and ``reformer`` from the efficient-transformer literature), each with its typed
 per-sequence state, the registry that maps variant names to them, and their float64 references."""
 
+from srformer.attention.content import ContentSparseCrossAttention, ContentState
 from srformer.attention.fastformer import FastformerCrossAttention, FastformerState
 from srformer.attention.linear import LinearCrossAttention, LinearState
 from srformer.attention.longt5 import LongT5CrossAttention, LongT5State
 from srformer.attention.raf import RecurrentAccumulateAndFire
+from srformer.attention.reformer import ReformerCrossAttention
 from srformer.attention.schedule import compaction_order, num_segments, segment_index
 from srformer.attention.segmented import LeanSegmentState, SegmentedCrossAttention, SegmentState
 from srformer.attention.srformer import LeanSRformerState, SRformerCrossAttention, SRformerState
@@ -18,6 +20,8 @@ from srformer.attention.window import WindowCrossAttention
 from srformer.attention.xl import XLCrossAttention
 
 __all__ = [
+    "ContentSparseCrossAttention",
+    "ContentState",
     "CrossAttentionState",
     "FastformerCrossAttention",
     "FastformerState",
@@ -28,6 +32,7 @@ __all__ = [
     "LongT5CrossAttention",
     "LongT5State",
     "RecurrentAccumulateAndFire",
+    "ReformerCrossAttention",
     "SRformerCacheLayer",
     "SRformerCrossAttention",
     "SRformerState",

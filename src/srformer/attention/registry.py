@@ -19,6 +19,7 @@ Each mechanism is one module file with its own typed state (``docs/design.md``, 
 * ``strided`` -- :mod:`srformer.attention.strided` (``StridedState``);
 * ``star`` -- :mod:`srformer.attention.star` (``StarState``);
 * ``fastformer`` -- :mod:`srformer.attention.fastformer` (``FastformerState``);
+* ``reformer`` -- :mod:`srformer.attention.reformer` (``ContentState`` of :mod:`srformer.attention.content`);
 * ``full`` keeps the wrapped model's own attention (no module, no state of its own).
 
 Adding a mechanism:
@@ -343,6 +344,23 @@ _ENTRIES: tuple[Mechanism, ...] = (
         step_cost="O(d)",
         build_cost="O(k·d) (additive weights, global key and value)",
         state_size="2·d (global key and value)",
+    ),
+    Mechanism(
+        name="reformer",
+        doc="Reformer LSH attention: softmax over the real keys sharing the query's angular-LSH bucket (any round).",
+        citation="Kitaev, Kaiser & Levskaya 2020, Reformer: The Efficient Transformer, Sec. 2 (angular LSH "
+        "h(x) = argmax([xR; -xR]), multi-round hashing; queries and keys hashed with the same rotations)",
+        module="srformer.attention.reformer.ReformerCrossAttention",
+        state="srformer.attention.content.ContentState",
+        lean_state=None,
+        reference=naive.reformer_attention,
+        capabilities=Capabilities(
+            segment_free=True, lean_layout=False, state_grows_with_input=True, training_time_saving=False,
+            has_softmax_part=True, recurrent_term=False, global_term=False,
+        ),
+        step_cost="O(k·d + R·(d·b + k)) (hash the query, masked softmax over the k keys)",
+        build_cost="O(R·k·d·b) (hash every key in every round)",
+        state_size="2·k·d + R·k (keys, values, one bucket id per key and round)",
     ),
 )
 
