@@ -83,8 +83,15 @@ class SRformerConfig:
             ``reformer`` only.
         hash_rounds: the number of independent hash rounds of the ``reformer`` variant (Sec. 2.3); a query
             attends the union of its buckets over the rounds. At least 1. None (default): 1. ``reformer`` only.
-        content_seed: seed of the random draws of the content-based variants (``reformer``'s rotations),
-            stored with the model as a buffer. A non-negative integer. None (default): 0. ``reformer`` only.
+        num_clusters: ``c``, the number of k-means centroids of the ``routing`` variant (Roy et al. 2021, Sec. 4).
+            At least 1. None (default): 8 (the paper uses about ``sqrt(n)`` clusters: 8 at 64 tokens, a few
+            dozen at thousands; 8 keeps clusters populated at the short inputs this library is tested on).
+            ``routing`` only.
+        centroid_decay: ``lambda`` of the ``routing`` centroids' moving average (mini-batch k-means), in [0, 1).
+            None (default): 0.999 (a slow average over about 1000 training steps). ``routing`` only.
+        content_seed: seed of the random draws of the content-based variants (``reformer``'s rotations,
+            ``routing``'s initial centroids), stored with the model as a buffer. A non-negative integer. None
+            (default): 0. ``reformer`` and ``routing`` only.
         strict_schedule: if True, an input with more segments than ``target_length`` raises
             ``ValueError`` instead of warning (such segments are never attended by ``O_S``).
         lean_cache: generation memory mode (beyond the paper). False: each layer caches its
@@ -102,8 +109,8 @@ class SRformerConfig:
             with a variant other than ``srformer`` (or with ``recurrence=False``), ``mix_init``
             outside (0, 1) or with ablation I, ``lean_cache`` with a variant without a lean layout, or
             ``window_size`` below ``segment_size`` or with a variant other than ``window``, or ``stride``
-            below 2 or with a variant other than ``strided``, or ``num_buckets``/``hash_rounds``/``content_seed``
-            out of range or with a variant other than ``reformer``.
+            below 2 or with a variant other than ``strided``, or ``num_buckets``/``hash_rounds``/``num_clusters``/
+            ``centroid_decay``/``content_seed`` out of range or with a variant that does not read them.
     """
 
     variant: str = "srformer"
@@ -121,6 +128,8 @@ class SRformerConfig:
     stride: int | None = None
     num_buckets: int | None = None
     hash_rounds: int | None = None
+    num_clusters: int | None = None
+    centroid_decay: float | None = None
     content_seed: int | None = None
     strict_schedule: bool = False
     lean_cache: bool = False
@@ -201,8 +210,11 @@ class SRformerConfig:
             )
 
     def _check_content_settings(self) -> None:
-        """The settings of the content-based variants (``reformer``): owner and range."""
-        owners = {"num_buckets": ("reformer",), "hash_rounds": ("reformer",), "content_seed": ("reformer",)}
+        """The settings of the content-based variants (``reformer``, ``routing``): owner and range."""
+        owners = {
+            "num_buckets": ("reformer",), "hash_rounds": ("reformer",), "num_clusters": ("routing",),
+            "centroid_decay": ("routing",), "content_seed": ("reformer", "routing"),
+        }
         for name, variants in owners.items():
             if getattr(self, name) is not None and self.variant not in variants:
                 raise ValueError(
@@ -218,6 +230,14 @@ class SRformerConfig:
                 )
             if _not_int(rounds) or rounds < 1:
                 raise ValueError(f"`hash_rounds` must be an integer >= 1, got {rounds!r}.")
+        if self.variant == "routing":
+            clusters, decay = self.resolved_num_clusters(), self.resolved_centroid_decay()
+            if _not_int(clusters) or clusters < 1:
+                raise ValueError(f"`num_clusters` must be an integer >= 1, got {clusters!r}.")
+            if isinstance(decay, bool) or not isinstance(decay, int | float) or not 0.0 <= decay < 1.0:
+                raise ValueError(
+                    f"`centroid_decay` is the moving-average factor lambda and must lie in [0, 1), got {decay!r}."
+                )
         seed = self.resolved_content_seed()
         if _not_int(seed) or seed < 0:
             raise ValueError(f"`content_seed` must be a non-negative integer, got {seed!r}.")
@@ -229,6 +249,14 @@ class SRformerConfig:
     def resolved_hash_rounds(self) -> int:
         """The ``reformer`` variant's hash rounds: ``hash_rounds``, or 1 when it is None."""
         return self.hash_rounds if self.hash_rounds is not None else 1
+
+    def resolved_num_clusters(self) -> int:
+        """``c`` of the ``routing`` variant: ``num_clusters``, or 8 when it is None."""
+        return self.num_clusters if self.num_clusters is not None else 8
+
+    def resolved_centroid_decay(self) -> float:
+        """``lambda`` of the ``routing`` variant: ``centroid_decay``, or 0.999 when it is None."""
+        return self.centroid_decay if self.centroid_decay is not None else 0.999
 
     def resolved_content_seed(self) -> int:
         """The seed of the content-based variants' random draws: ``content_seed``, or 0 when it is None."""

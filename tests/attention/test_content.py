@@ -1,7 +1,7 @@
-"""The content-based sparse attentions (``reformer``): what the shared matrices over ``NAMED_SETTINGS`` do not
-cover (``tests/attention/test_variants.py``, ``tests/models/test_variants.py`` run them at default settings):
-several hash rounds against the float64 reference, the empty-bucket rule, the attention weights, and the seeded
-buffers saved with the model."""
+"""The content-based sparse attentions (``reformer``, ``routing``): what the shared matrices over ``NAMED_SETTINGS``
+do not cover (``tests/attention/test_variants.py``, ``tests/models/test_variants.py`` run them at default settings):
+several hash rounds against the float64 reference, the empty-bucket rule, the attention weights, the seeded
+buffers saved with the model, and routing's online k-means (moving average in training only)."""
 
 from __future__ import annotations
 
@@ -113,3 +113,83 @@ def test_bad_content_settings_name_the_argument():
             named_config("reformer", **settings)
     with pytest.raises(ValueError, match="num_buckets"):
         named_config("segmented", num_buckets=4)
+    for settings, match in ((dict(num_clusters=0), "num_clusters"), (dict(centroid_decay=1.0), "centroid_decay"),
+                            (dict(num_buckets=4), "num_buckets")):
+        with pytest.raises(ValueError, match=match):
+            named_config("routing", **settings)
+
+
+# ------------------------------------------------------------------ routing
+def test_routing_centroids_move_by_the_moving_average_in_training_only():
+    """One training forward: mu_c <- lambda mu_c + (1 - lambda) mean{unit queries and real unit keys in c},
+    written out per vector here; eval forwards and generation steps leave the centroids alone."""
+    module = _module("routing", num_clusters=3, centroid_decay=0.9)
+    queries, keys, values, valid = _inputs(2, 2, 6, 4, 4, [6, 3], seed=4)
+    state = module.init_state(keys, values, valid)
+    before = module.centroids.clone()
+    module(queries, state)
+    module.step(queries[:, :, :1], state, position=0)
+    assert torch.equal(module.centroids, before)  # eval
+    module.train()
+    module.step(queries[:, :, :1], state, position=0)
+    assert torch.equal(module.centroids, before)  # a generation step never updates
+    module(queries, state)
+    vectors = [q for q in queries.reshape(-1, 4)] + [keys[b, h, j] for b in range(2) for h in range(2)
+                                                     for j in range(6) if valid[b, j]]
+    expected = before.clone()
+    for c in range(3):
+        members = []
+        for x in vectors:
+            unit = x / x.norm()
+            distances = [float(((unit - before[i]) ** 2).sum()) for i in range(3)]
+            if min(range(3), key=distances.__getitem__) == c:
+                members.append(unit)
+        if members:
+            expected[c] = 0.9 * before[c] + 0.1 * torch.stack(members).mean(0)
+    assert_exact(module.centroids, expected, "moving average")
+    assert not torch.equal(module.centroids, before)
+
+
+def test_routing_reads_the_centroids_it_started_with_and_matches_the_reference():
+    module = _module("routing", num_clusters=3, scale=0.5).train()
+    queries, keys, values, valid = _inputs(3, 2, 8, 5, 4, [8, 5, 0], seed=6)
+    reference = _reference(module, queries, keys, values, valid)  # the centroids before the update
+    output, _ = module(queries, module.init_state(keys, values, valid))
+    assert_exact(output, reference, "training forward")
+    assert torch.equal(output[2], torch.zeros_like(output[2]))  # an empty document
+    weights = cross_attention_weights(module.eval(), queries, keys, module.init_state(keys, values, valid),
+                                      start_position=0, key_valid=valid)
+    assert_exact(torch.matmul(weights, values), module(queries, module.init_state(keys, values, valid))[0], "A V")
+
+
+def test_routing_centroids_after_training_are_saved_with_the_model(tmp_path):
+    model = converted(BUILDERS["t5"](), variant="routing", num_clusters=4, centroid_decay=0.5)
+    ids, mask = padded_batch(model)
+    dec = decoder_inputs(model, ids.shape[0], 6)
+    initial = [layer.srformer.centroids.clone() for _, _, layer in cross_attention_modules(model)]
+    model.train()
+    with torch.no_grad():
+        model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec)
+    model.eval()
+    trained = [layer.srformer.centroids.clone() for _, _, layer in cross_attention_modules(model)]
+    assert all(not torch.equal(a, b) for a, b in zip(initial, trained, strict=True))
+    model.save_pretrained(tmp_path)
+    loaded = srformer.from_pretrained(str(tmp_path))
+    for centroids, (_, _, layer) in zip(trained, cross_attention_modules(loaded), strict=True):
+        assert torch.equal(layer.srformer.centroids, centroids)
+    assert_exact(teacher_forced_logits(loaded, ids, mask, dec), teacher_forced_logits(model, ids, mask, dec))
+
+
+def test_routing_in_bf16_matches_the_reference_on_the_same_rounded_inputs():
+    """bf16 queries, keys and values (a bf16 model): the clusters are decided in float32 from the bf16 numbers, so
+    the float64 reference given the same numbers routes alike; the output then differs only by bf16 rounding of
+    the scores, probabilities and the weighted sum: a few units of 2**-8 relative to the values (8 allowed)."""
+    module = _module("routing", num_clusters=3)
+    queries, keys, values, valid = _inputs(2, 2, 8, 5, 4, [8, 5], seed=7)
+    low = [t.to(torch.bfloat16) for t in (queries, keys, values)]
+    bf16 = _module("routing", num_clusters=3).to(torch.bfloat16)
+    bf16.centroids = module.centroids.to(torch.bfloat16).double()  # the centroids the bf16 model holds, exactly
+    output, _ = bf16(low[0], bf16.init_state(low[1], low[2], valid))
+    assert output.dtype == torch.bfloat16
+    reference = _reference(bf16, *[t.double() for t in low], valid)
+    assert (output.double() - reference).abs().max().item() <= 8 * 2.0**-8 * values.abs().max().item()

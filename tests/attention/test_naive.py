@@ -358,3 +358,23 @@ def test_reformer_rounds_attend_the_union_of_the_buckets_each_key_once():
                                       scale=0.3, parameters=one_round)
     assert_exact(single, naive.full_attention(queries, keys[:, :, [0, 2]], values[:, :, [0, 2]], None,
                                               _config("full"), scale=0.3), "round 0 alone")
+
+
+# ------------------------------------------------------------------ routing
+def test_routing_attends_the_keys_of_the_querys_nearest_centroid():
+    """Centroids (1, 0) and (0, 1). Key (3, 0.1) is nearest to centroid 0; (0.2, 5) and (-1, 0) (distances 4 and 2
+    from the unit vector (-1, 0)) to centroid 1. Query (2, 1) is in cluster 0, query (0, 1) in cluster 1."""
+    keys = _tensor([[3.0, 0.1], [0.2, 5.0], [-1.0, 0.0]])
+    values = _tensor([[10.0, 1.0], [20.0, 2.0], [30.0, 3.0]])
+    centroids = {"centroids": torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)}
+    queries = _tensor([[2.0, 1.0], [0.0, 1.0]])
+    config = _config("routing", num_clusters=2)
+    output = naive.routing_attention(queries, keys, values, None, config, scale=0.5, parameters=centroids)
+    weights = torch.tensor([math.exp(0.5 * 5.0), math.exp(0.0)], dtype=torch.float64)
+    second = (weights / weights.sum()) @ torch.tensor([[20.0, 2.0], [30.0, 3.0]], dtype=torch.float64)
+    assert_exact(output, torch.stack([torch.tensor([10.0, 1.0], dtype=torch.float64), second]).view(1, 1, 2, 2))
+    valid = torch.tensor([[False, True, True]])  # cluster 0 holds no real key: query 0 attends every real key
+    alone = naive.routing_attention(queries[:, :, :1], keys, values, valid, config, parameters=centroids)
+    assert_exact(alone, naive.full_attention(queries[:, :, :1], keys, values, valid, _config("full")), "empty cluster")
+    with pytest.raises(ValueError, match="centroids"):
+        naive.routing_attention(queries, keys, values, None, config)

@@ -1,6 +1,6 @@
 """Attention kernels: the segment schedule, the RAF neuron, one module per cross-attention mechanism
 (``segmented``, ``srformer``, the baselines ``xl``, ``longt5`` and ``linear``, and ``window``, ``strided``,
-``star``, ``fastformer`` and ``reformer`` from the efficient-transformer literature), each with its typed
+``star``, ``fastformer``, ``reformer`` and ``routing`` from the efficient-transformer literature), each with its typed
 per-sequence state, the registry that maps variant names to them, and their float64 references."""
 
 from srformer.attention.content import ContentSparseCrossAttention, ContentState
@@ -9,6 +9,7 @@ from srformer.attention.linear import LinearCrossAttention, LinearState
 from srformer.attention.longt5 import LongT5CrossAttention, LongT5State
 from srformer.attention.raf import RecurrentAccumulateAndFire
 from srformer.attention.reformer import ReformerCrossAttention
+from srformer.attention.routing import RoutingCrossAttention
 from srformer.attention.schedule import compaction_order, num_segments, segment_index
 from srformer.attention.segmented import LeanSegmentState, SegmentedCrossAttention, SegmentState
 from srformer.attention.srformer import LeanSRformerState, SRformerCrossAttention, SRformerState
@@ -33,6 +34,7 @@ __all__ = [
     "LongT5State",
     "RecurrentAccumulateAndFire",
     "ReformerCrossAttention",
+    "RoutingCrossAttention",
     "SRformerCacheLayer",
     "SRformerCrossAttention",
     "SRformerState",

@@ -112,6 +112,12 @@ class ContentSparseCrossAttention(nn.Module):
         """Draw the mechanism's seeded buffers again (rotations, initial centroids)."""
         raise NotImplementedError
 
+    def wide_codes(self, vectors: torch.Tensor) -> torch.Tensor:
+        """:meth:`codes` of ``vectors`` in float32 or wider, without gradient and with autocast off (a group id
+        must not depend on whether bf16 autocast is on around the float32 arithmetic that decides it)."""
+        with torch.no_grad(), torch.autocast(device_type=vectors.device.type, enabled=False):
+            return self.codes(vectors.detach().to(accumulation_dtype(vectors.dtype)))
+
     # ------------------------------------------------------------------ state
     @autocast_off
     def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> ContentState:
@@ -131,9 +137,8 @@ class ContentSparseCrossAttention(nn.Module):
             valid = torch.ones(batch, k, dtype=torch.bool, device=keys.device)
         else:
             valid = key_valid.to(device=keys.device, dtype=torch.bool)
-        with torch.no_grad():  # a group id is piecewise constant: no gradient flows through it
-            key_codes = self.codes(keys.detach().to(accumulation_dtype(keys.dtype)))
-        key_codes = key_codes.masked_fill(~valid[:, None, None, :], -1)
+        # a group id is piecewise constant: no gradient flows through it
+        key_codes = self.wide_codes(keys).masked_fill(~valid[:, None, None, :], -1)
         return ContentState(
             lengths=lengths,
             num_segments=torch.ones_like(lengths),
@@ -169,8 +174,7 @@ class ContentSparseCrossAttention(nn.Module):
         """
         if not isinstance(state, ContentState):
             raise ValueError(f"{type(self).__name__} needs a ContentState, got a {type(state).__name__}.")
-        with torch.no_grad():
-            query_codes = self.codes(queries.detach().to(accumulation_dtype(queries.dtype)))  # (B, H, R, q)
+        query_codes = self.wide_codes(queries)  # (B, H, R, q)
         shared = (query_codes[..., :, None] == state.key_codes[..., None, :]).any(dim=2)  # (B, H, q, k)
         valid = state.key_valid[:, None, None, :]
         return torch.where(shared.any(dim=-1, keepdim=True), shared, valid)

@@ -20,6 +20,7 @@ Each mechanism is one module file with its own typed state (``docs/design.md``, 
 * ``star`` -- :mod:`srformer.attention.star` (``StarState``);
 * ``fastformer`` -- :mod:`srformer.attention.fastformer` (``FastformerState``);
 * ``reformer`` -- :mod:`srformer.attention.reformer` (``ContentState`` of :mod:`srformer.attention.content`);
+* ``routing`` -- :mod:`srformer.attention.routing` (``ContentState``);
 * ``full`` keeps the wrapped model's own attention (no module, no state of its own).
 
 Adding a mechanism:
@@ -361,6 +362,24 @@ _ENTRIES: tuple[Mechanism, ...] = (
         step_cost="O(k·d + R·(d·b + k)) (hash the query, masked softmax over the k keys)",
         build_cost="O(R·k·d·b) (hash every key in every round)",
         state_size="2·k·d + R·k (keys, values, one bucket id per key and round)",
+    ),
+    Mechanism(
+        name="routing",
+        doc="Routing Transformer: softmax over the real keys in the query's k-means cluster (EMA centroids).",
+        citation="Roy, Saffar, Vaswani & Grangier 2021, Efficient Content-Based Sparse Attention with Routing "
+        "Transformers, Sec. 4 (unit-norm queries and keys routed to the nearest of c centroids, mini-batch "
+        "k-means by exponential moving average)",
+        module="srformer.attention.routing.RoutingCrossAttention",
+        state="srformer.attention.content.ContentState",
+        lean_state=None,
+        reference=naive.routing_attention,
+        capabilities=Capabilities(
+            segment_free=True, lean_layout=False, state_grows_with_input=True, training_time_saving=False,
+            has_softmax_part=True, recurrent_term=False, global_term=False,
+        ),
+        step_cost="O(k·d + c·d) (route the query, masked softmax over the k keys)",
+        build_cost="O(k·d·c) (route every key)",
+        state_size="2·k·d + k (keys, values, one cluster id per key)",
     ),
 )
 

@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # srformer.config imports the attention registry
 
 #: Every SRformer cross-attention module: the segment-based ones (``segmented``, and its subclasses for
 #: ``srformer``, ``xl``, ``longt5``, ``window``, ``strided``, ``star``), ``linear``, ``fastformer`` and the
-#: content-based ones (``reformer``).
+#: content-based ones (``reformer``, ``routing``).
 CrossAttentionModule = (
     SegmentedCrossAttention | LinearCrossAttention | FastformerCrossAttention | ContentSparseCrossAttention
 )

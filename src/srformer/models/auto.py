@@ -88,8 +88,8 @@ def initialize_srformer_module(module: nn.Module) -> bool:
     - RAF (:class:`~srformer.attention.raf.RecurrentAccumulateAndFire`): ``leak = raf_leak_init``,
       ``threshold = raf_threshold_init``.
     - The attention module: the Eq. 10 mix logit ``a = logit(mix_init)`` if it has one; ``fastformer``'s
-      ``w_k = 0``; the seeded buffers of the content-based variants (``reformer``'s rotations) drawn again from
-      ``content_seed`` (other variants have no parameters of their own).
+      ``w_k = 0``; the seeded buffers of the content-based variants (``reformer``'s rotations, ``routing``'s
+      initial centroids) drawn again from ``content_seed`` (other variants have no parameters of their own).
 
     Inside transformers' ``initialize_weights`` the ``torch.nn.init`` functions are transformers' guarded
     ones, so parameters already loaded from a checkpoint are left alone.

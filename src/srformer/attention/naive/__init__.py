@@ -27,9 +27,9 @@ Args (shared by every reference):
     scale: the model's attention scale (T5: 1.0, BART: head_dim^-0.5).
     parameters: the mechanism's learned tensors (and seeded buffers) by their state-dict names in the module
         (SRformer: ``raf.linear.weight`` (d, d), ``raf.leak``, ``raf.threshold``, ``mix_logit``; ``reformer``:
-        ``rotations``). ``raf.leak``, ``raf.threshold`` and ``mix_logit`` default to the settings' initial values;
-        ``W`` has no deterministic initial value and must be given (except under ablation III, which has no ``W``),
-        nor do ``reformer``'s rotations.
+        ``rotations``; ``routing``: ``centroids``). ``raf.leak``, ``raf.threshold`` and ``mix_logit`` default to
+        the settings' initial values; ``W`` has no deterministic initial value and must be given (except under
+        ablation III, which has no ``W``), nor do ``reformer``'s rotations and ``routing``'s centroids.
     start_position: absolute decoder position ``t`` of the first query.
 
 Returns (every reference): (B, H, q, d) float64.
@@ -53,7 +53,12 @@ from srformer.attention.naive.common import (
     softmax_attention,
     visited_segments,
 )
-from srformer.attention.naive.content import REFORMER_PARAMETERS, reformer_attention
+from srformer.attention.naive.content import (
+    REFORMER_PARAMETERS,
+    ROUTING_PARAMETERS,
+    reformer_attention,
+    routing_attention,
+)
 from srformer.attention.naive.linear import FASTFORMER_PARAMETERS, fastformer_attention, linear_attention
 from srformer.attention.naive.softmax import (
     full_attention,
@@ -70,6 +75,7 @@ __all__ = [
     "FASTFORMER_PARAMETERS",
     "SRFORMER_PARAMETERS",
     "REFORMER_PARAMETERS",
+    "ROUTING_PARAMETERS",
     "QueryFunction",
     "fastformer_attention",
     "full_attention",
@@ -79,6 +85,7 @@ __all__ = [
     "per_query",
     "raf_fire",
     "reformer_attention",
+    "routing_attention",
     "segment_of",
     "segment_rows",
     "segmented_attention",

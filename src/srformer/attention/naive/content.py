@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 #: The tensor ``reformer`` reads: its random rotations ``rotations`` (R, d, b/2), one ``R`` per hash round.
 REFORMER_PARAMETERS: tuple[str, ...] = ("rotations",)
 
+#: The tensor ``routing`` reads: its k-means centroids ``centroids`` (c, d).
+ROUTING_PARAMETERS: tuple[str, ...] = ("centroids",)
+
 #: One vector's group in every round: (d,) float64 -> one int per round.
 Grouping = Callable[[torch.Tensor], list[int]]
 
@@ -88,3 +91,29 @@ def reformer_attention(
         return result
 
     return _grouped_attention(queries, keys, values, key_valid, scale, start_position, buckets)
+
+
+def routing_attention(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    key_valid: torch.Tensor | None,
+    settings: SRformerConfig,
+    *,
+    scale: float = 1.0,
+    parameters: Mapping[str, torch.Tensor] | None = None,
+    start_position: int = 0,
+) -> torch.Tensor:
+    """``routing`` (Roy et al. 2021, Sec. 4; ``srformer.attention.routing``) with fixed centroids (eval): a vector
+    ``x`` is in cluster ``argmin_c ||u - mu_c||^2`` with ``u = x / ||x||`` and ``mu`` = ``centroids`` (c, d) (the
+    first index on ties). Query ``t`` attends ``softmax(scale * Q_t K_A^T) V_A`` over the real keys ``A`` of its
+    cluster, or every real key when ``A`` is empty. ``parameters["centroids"]`` must be given."""
+    check_call(settings, parameters, "routing", ROUTING_PARAMETERS)
+    centroids = _given(parameters, "centroids", "routing")
+
+    def cluster(x: torch.Tensor) -> list[int]:
+        unit = x / x.norm() if x.norm() > 0 else x
+        distances = [-float(((unit - centroid) ** 2).sum()) for centroid in centroids]
+        return [_first_argmax(distances)]
+
+    return _grouped_attention(queries, keys, values, key_valid, scale, start_position, cluster)
