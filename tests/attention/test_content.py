@@ -1,7 +1,9 @@
 """The content-based sparse attentions (``reformer``, ``routing``): what the shared matrices over ``NAMED_SETTINGS``
-do not cover (``tests/attention/test_variants.py``, ``tests/models/test_variants.py`` run them at default settings):
-several hash rounds against the float64 reference, the empty-bucket rule, the attention weights, the seeded
-buffers saved with the model, and routing's online k-means (moving average in training only)."""
+do not cover (``tests/attention/test_variants.py``, ``tests/models/test_variants.py`` run them at default settings,
+where chunks and clusters of 64 hold every key of the tiny inputs): chunks and clusters smaller than the input and
+several hash rounds against the float64 reference, the fixed number of keys a step reads, the empty-bucket rule,
+the attention weights, the seeded buffers saved with the model, and routing's online k-means (moving average in
+training only)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from tests.tolerance import assert_exact
 
 
 def test_reformer_rounds_match_the_reference_in_both_paths_and_paddings():
-    module = _module("reformer", scale=0.5, num_buckets=4, hash_rounds=3)
+    module = _module("reformer", scale=0.5, num_buckets=4, hash_rounds=3, chunk_size=2)
     assert module.rotations.shape == (3, 4, 2)
     lengths = [9, 5, 1, 0]
     queries, keys, values, valid = _inputs(4, 2, 9, 7, 4, lengths, seed=5)
@@ -38,7 +40,7 @@ def test_reformer_rounds_match_the_reference_in_both_paths_and_paddings():
 
 def test_reformer_sparsity_and_the_empty_bucket_rule():
     """With one key per bucket-direction, queries see only their bucket; a query whose bucket holds no real key
-    attends every real key (full attention)."""
+    attends the chunk at its insertion point and the next, unmasked: here every real key (two keys, w = 64)."""
     module = _module("reformer", head_dim=2, num_buckets=2)
     with torch.no_grad():
         module.rotations.copy_(torch.tensor([[[1.0], [0.0]]]))  # bucket 0 for x_0 > 0, bucket 1 for x_0 < 0
@@ -46,23 +48,48 @@ def test_reformer_sparsity_and_the_empty_bucket_rule():
     values = torch.tensor([[[[1.0, 0.0], [0.0, 1.0], [7.0, 7.0]]]], dtype=torch.float64)
     queries = torch.tensor([[[[0.5, 1.0], [-2.0, 0.0]]]], dtype=torch.float64)
     state = module.init_state(keys, values, None)
-    assert state.key_codes.tolist() == [[[[0, 0, 1]]]]
+    assert state.sorted_buckets.tolist() == [[[[0, 0, 1]]]] and state.order.tolist() == [[[[0, 1, 2]]]]
     output, _ = module(queries, state)
     assert_exact(output[0, 0, 1], values[0, 0, 2], "bucket 1 holds key 2 alone")
     weights = torch.softmax(keys[0, 0, :2] @ queries[0, 0, 0], dim=0)
     assert_exact(output[0, 0, 0], weights @ values[0, 0, :2], "bucket 0 holds keys 0 and 1")
     padded = torch.tensor([[True, True, False]])
     state = module.init_state(keys, values, padded)
-    assert state.key_codes.tolist() == [[[[0, 0, -1]]]]
+    assert state.sorted_buckets.tolist() == [[[[0, 0, 2]]]]  # padding sorts last with bucket b
     output, _ = module(queries[:, :, 1:], state)
     full = torch.softmax(keys[0, 0, :2] @ queries[0, 0, 1], dim=0) @ values[0, 0, :2]
     assert_exact(output[0, 0, 0], full, "an empty bucket: every real key")
 
 
+def test_reformer_chunks_cut_a_large_bucket_and_a_step_reads_a_fixed_number_of_keys():
+    """d = 2, b = 2 (bucket 0 for x_0 > 0), w = 2. Sorted places: the keys of bucket 0 (positions 0, 2, 3, 5, 6)
+    then bucket 1 (1, 4). A bucket-0 query reads chunks 0 and 1 (places 0-3: positions 0, 2, 3, 5, not 6); a
+    bucket-1 query starts at place 5, chunk 2 (places 4, 5) and chunk 3 (place 6): positions 6 (masked, bucket 0),
+    1 and 4. Every step gathers R * 2w = 4 slots whatever k."""
+    module = _module("reformer", head_dim=2, num_buckets=2, chunk_size=2)
+    with torch.no_grad():
+        module.rotations.copy_(torch.tensor([[[1.0], [0.0]]]))
+    keys = torch.tensor([[1, 0], [-1, 0], [2, 1], [1, 1], [-2, 1], [1, -1], [3, 0]], dtype=torch.float64)[None, None]
+    values = torch.randn(1, 1, 7, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    queries = torch.tensor([[[[1.0, 0.5], [-1.0, 0.0]]]], dtype=torch.float64)
+    state = module.init_state(keys, values, None)
+    assert state.order.tolist() == [[[[0, 2, 3, 5, 6, 1, 4]]]]
+    positions, mask = module.slots(queries, state)
+    assert positions.shape == (1, 1, 2, 4)
+    assert positions[mask].tolist() == [0, 2, 3, 5, 1, 4]
+    output, _ = module(queries, state)
+    for t, attended in ((0, [0, 2, 3, 5]), (1, [1, 4])):
+        weights = torch.softmax(keys[0, 0, attended] @ queries[0, 0, t], dim=0)
+        assert_exact(output[0, 0, t], weights @ values[0, 0, attended], f"query {t}")
+    assert_exact(output, _reference(module, queries, keys, values, None), "reference")
+    long_keys = torch.randn(1, 1, 40, 2, dtype=torch.float64)
+    assert module.slots(queries, module.init_state(long_keys, long_keys, None))[0].shape == (1, 1, 2, 4)
+
+
 def test_reformer_weights_are_the_softmax_the_output_takes():
     """The weights (output_attentions) reproduce the output (O = A V) and equal the reference's own weights:
     the reference's output for one-hot values (V = I, d = k) is its weight matrix."""
-    module = _module("reformer", head_dim=6, scale=0.7, num_buckets=4, hash_rounds=2)
+    module = _module("reformer", head_dim=6, scale=0.7, num_buckets=4, hash_rounds=2, chunk_size=1)
     queries, keys, values, valid = _inputs(2, 2, 6, 5, 6, [6, 4], seed=2)
     state = module.init_state(keys, values, valid)
     weights = cross_attention_weights(module, queries, keys, state, start_position=0, key_valid=valid)
@@ -108,13 +135,15 @@ def test_bad_content_settings_name_the_argument():
     for settings, match in (
         (dict(num_buckets=3), "num_buckets"), (dict(num_buckets=0), "num_buckets"),
         (dict(hash_rounds=0), "hash_rounds"), (dict(content_seed=-1), "content_seed"),
+        (dict(chunk_size=0), "chunk_size"), (dict(cluster_size=4), "cluster_size"),
     ):
         with pytest.raises(ValueError, match=match):
             named_config("reformer", **settings)
     with pytest.raises(ValueError, match="num_buckets"):
         named_config("segmented", num_buckets=4)
     for settings, match in ((dict(num_clusters=0), "num_clusters"), (dict(centroid_decay=1.0), "centroid_decay"),
-                            (dict(num_buckets=4), "num_buckets")):
+                            (dict(num_buckets=4), "num_buckets"), (dict(cluster_size=0), "cluster_size"),
+                            (dict(chunk_size=2), "chunk_size")):
         with pytest.raises(ValueError, match=match):
             named_config("routing", **settings)
 
@@ -151,7 +180,7 @@ def test_routing_centroids_move_by_the_moving_average_in_training_only():
 
 
 def test_routing_reads_the_centroids_it_started_with_and_matches_the_reference():
-    module = _module("routing", num_clusters=3, scale=0.5).train()
+    module = _module("routing", num_clusters=3, cluster_size=3, scale=0.5).train()
     queries, keys, values, valid = _inputs(3, 2, 8, 5, 4, [8, 5, 0], seed=6)
     reference = _reference(module, queries, keys, values, valid)  # the centroids before the update
     output, _ = module(queries, module.init_state(keys, values, valid))
@@ -184,12 +213,47 @@ def test_routing_in_bf16_matches_the_reference_on_the_same_rounded_inputs():
     """bf16 queries, keys and values (a bf16 model): the clusters are decided in float32 from the bf16 numbers, so
     the float64 reference given the same numbers routes alike; the output then differs only by bf16 rounding of
     the scores, probabilities and the weighted sum: a few units of 2**-8 relative to the values (8 allowed)."""
-    module = _module("routing", num_clusters=3)
+    module = _module("routing", num_clusters=3, cluster_size=4)
     queries, keys, values, valid = _inputs(2, 2, 8, 5, 4, [8, 5], seed=7)
     low = [t.to(torch.bfloat16) for t in (queries, keys, values)]
-    bf16 = _module("routing", num_clusters=3).to(torch.bfloat16)
+    bf16 = _module("routing", num_clusters=3, cluster_size=4).to(torch.bfloat16)
     bf16.centroids = module.centroids.to(torch.bfloat16).double()  # the centroids the bf16 model holds, exactly
     output, _ = bf16(low[0], bf16.init_state(low[1], low[2], valid))
     assert output.dtype == torch.bfloat16
     reference = _reference(bf16, *[t.double() for t in low], valid)
     assert (output.double() - reference).abs().max().item() <= 8 * 2.0**-8 * values.abs().max().item()
+
+
+def test_routing_clusters_are_balanced_and_a_step_reads_w_keys():
+    """Centroids (1, 0) and (0, 1), w = 2. Unit keys at angles 0, 20, 45, 80 and 170 degrees: centroid 0 takes the
+    two nearest (0 and 20 degrees: positions 0, 1), centroid 1 the 80- and 45-degree keys (positions 3, 2); the
+    170-degree key is in no cluster. A query reads w = 2 keys whatever k."""
+    module = _module("routing", head_dim=2, num_clusters=2, cluster_size=2)
+    with torch.no_grad():
+        module.centroids.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0]]))
+    angles = torch.tensor([0.0, 20.0, 45.0, 80.0, 170.0], dtype=torch.float64).deg2rad()
+    keys = torch.stack([angles.cos(), angles.sin()], dim=-1)[None, None] * 2.0
+    values = torch.randn(1, 1, 5, 2, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    state = module.init_state(keys, values, None)
+    assert state.members.tolist() == [[[[0, 1], [3, 2]]]]
+    queries = torch.tensor([[[[0.2, 1.0], [1.0, -0.1]]]], dtype=torch.float64)  # centroids 1 and 0
+    positions, mask = module.slots(queries, state)
+    assert positions.tolist() == [[[[3, 2], [0, 1]]]] and bool(mask.all())
+    output, _ = module(queries, state)
+    for t, attended in ((0, [3, 2]), (1, [0, 1])):
+        weights = torch.softmax(keys[0, 0, attended] @ queries[0, 0, t], dim=0)
+        assert_exact(output[0, 0, t], weights @ values[0, 0, attended], f"query {t}")
+    assert_exact(output, _reference(module, queries, keys, values, None), "reference")
+    # one real key: every cluster holds it (slot 1 is masked)
+    valid = torch.tensor([[False, False, True, False, False]])
+    alone, _ = module(queries, module.init_state(keys, values, valid))
+    assert_exact(alone, values[0, 0, 2].expand(1, 1, 2, 2), "one real key")
+    long_keys = torch.randn(1, 1, 40, 2, dtype=torch.float64)
+    assert module.slots(queries, module.init_state(long_keys, long_keys, None))[0].shape == (1, 1, 2, 2)
+    default = _module("routing", head_dim=2, num_clusters=2)  # w = ceil(n / c): 3 places at k = 5, 2 count at n = 4
+    with torch.no_grad():
+        default.centroids.copy_(module.centroids)
+    valid = torch.tensor([[True, True, True, True, False]])
+    positions, mask = default.slots(queries, default.init_state(keys, values, valid))
+    assert positions.shape == (1, 1, 2, 3) and mask.sum(-1).tolist() == [[[2, 2]]]
+    assert positions[mask].tolist() == [3, 2, 0, 1]

@@ -8,8 +8,8 @@ from srformer.attention.fastformer import FastformerCrossAttention, FastformerSt
 from srformer.attention.linear import LinearCrossAttention, LinearState
 from srformer.attention.longt5 import LongT5CrossAttention, LongT5State
 from srformer.attention.raf import RecurrentAccumulateAndFire
-from srformer.attention.reformer import ReformerCrossAttention
-from srformer.attention.routing import RoutingCrossAttention
+from srformer.attention.reformer import LSHState, ReformerCrossAttention
+from srformer.attention.routing import RoutingCrossAttention, RoutingState
 from srformer.attention.schedule import compaction_order, num_segments, segment_index
 from srformer.attention.segmented import LeanSegmentState, SegmentedCrossAttention, SegmentState
 from srformer.attention.srformer import LeanSRformerState, SRformerCrossAttention, SRformerState
@@ -26,6 +26,7 @@ __all__ = [
     "CrossAttentionState",
     "FastformerCrossAttention",
     "FastformerState",
+    "LSHState",
     "LeanSRformerState",
     "LeanSegmentState",
     "LinearCrossAttention",
@@ -35,6 +36,7 @@ __all__ = [
     "RecurrentAccumulateAndFire",
     "ReformerCrossAttention",
     "RoutingCrossAttention",
+    "RoutingState",
     "SRformerCacheLayer",
     "SRformerCrossAttention",
     "SRformerState",

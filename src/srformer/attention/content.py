@@ -1,27 +1,26 @@
 """The base of the content-based sparse cross attentions (``reformer``, ``routing``): a decoder query attends,
-with one softmax, the real encoder keys that share a group (an LSH bucket, a k-means cluster) with it.
+with one softmax, a fixed number ``S`` of encoder keys chosen by its content and the keys' content (an LSH
+bucket's chunks, a k-means cluster's members).
 
 Which keys a query reads depends on the query's and the keys' content, not on the segment schedule, so these
 mechanisms have no segments (``segment_size``/``target_length`` are unused) and their output does not depend on
-the decoder position. A subclass says how vectors are grouped (:meth:`ContentSparseCrossAttention.codes`: one
-group id per round, ``R`` rounds); this base does the rest:
+the decoder position. A subclass builds its per-sequence layout in :meth:`ContentSparseCrossAttention.init_state`
+(a subclass of :class:`ContentState`: bucket-sorted key order, cluster members) and says which keys a query reads
+in :meth:`ContentSparseCrossAttention.slots`: ``S`` encoder positions per query (a fixed number, set by the
+settings and the padded encoder length, never by the data) and a mask of the slots that count. This base does
+the rest, the same in the parallel path and in a decoder step:
 
-* the state (:class:`ContentState`) holds the projected keys and values and the group ids of the keys
-  (``key_codes``, -1 at padding), computed once per sequence;
-* query ``t`` attends the union over rounds of the real keys whose group equals its own in that round, each key
-  once: ``O[t] = softmax_j(scale * Q_t . K_j | j in A(t)) V``. With one round this is the paper's "attend within
-  the bucket/cluster"; with several it is the set-union reading of Reformer's multi-round hashing (Kitaev et al.
-  2020, Sec. 2.3: a key found in several rounds is counted once);
-* a query that shares no group with any real key of its example (``A(t)`` empty) attends **every** real key:
-  the model's full cross attention. Its output is then a softmax over encoder positions like every other
-  query's, never the zero of an empty memory (the decoder would otherwise see a context-free step);
-* an example without real keys (an empty document) has output 0 (an empty memory), as in every mechanism.
+* gather the ``S`` keys and values of every query, ``O_t = sum_s softmax_s(scale * Q_t . K_{p_s} | mask) V_{p_s}``;
+  a position listed in two slots (two hash rounds that both find it) counts twice, as in the paper's combination
+  of rounds (``srformer.attention.reformer``);
+* a query without any unmasked slot (only an example without real keys, an empty document) has output 0 (an
+  empty memory), as in every mechanism.
 
-Cost, honestly: the layout is the encoder-order keys/values plus one long id per key and round; a step
-(and the parallel path, per query) takes a masked softmax over all ``k`` keys, ``O(k·(d + R))`` per head, the
-same order as full attention. The sparsity is in the attention pattern (what a query can see), not in the
-work: a bucket-sorted layout whose step reads only its group would need per-example group offsets and a
-capacity per group (the largest group, a host sync at build), left for later (``docs/design.md``).
+Cost per head and query: ``O(S·d)`` for the gather, scores and weighted sum, plus what the subclass needs to
+choose the slots (hashing or routing the query, ``O(d·b)`` or ``O(d·c)``): independent of the encoder length
+``k`` once ``S`` is fixed. No host synchronisation and no data-dependent shape: a batch of any content runs the
+same kernels. The attention weights (:meth:`ContentSparseCrossAttention.probabilities`) scatter the slot
+probabilities back to encoder positions, ``(B, H, q, k)``, and only they cost ``O(q·k)``.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from srformer.attention.schedule import real_lengths
-from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off
+from srformer.attention.state import CrossAttentionState, accumulation_dtype
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
     from srformer.config import SRformerConfig
@@ -42,19 +41,17 @@ if TYPE_CHECKING:  # srformer.config imports the attention registry
 
 @dataclass(kw_only=True)
 class ContentState(CrossAttentionState):
-    """The state of a content-based sparse attention (``reformer``, ``routing``). ``num_segments`` is 1.
+    """The fields every content-based sparse attention's state has (``reformer``, ``routing``); each mechanism
+    extends it with its layout. ``num_segments`` is 1.
 
     Attributes:
         keys: (B, H, k, d) projected encoder keys, in encoder order (padding included).
         values: (B, H, k, d) projected encoder values.
-        key_codes: (B, H, R, k) long, the group (bucket, cluster) of every key in each of the ``R`` rounds;
-            -1 at padding (no query has group -1).
         key_valid: (B, k) bool, True at real encoder positions.
     """
 
     keys: torch.Tensor
     values: torch.Tensor
-    key_codes: torch.Tensor
     key_valid: torch.Tensor
 
     def anchors(self) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: D102 - see the base class
@@ -64,6 +61,42 @@ class ContentState(CrossAttentionState):
 def unit_rows(x: torch.Tensor) -> torch.Tensor:
     """``x / ||x||`` along the last axis (a zero row stays zero)."""
     return x / x.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
+
+
+def gather_rows(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """The rows ``x[b, h, positions[b, h, t, s]]``.
+
+    Args:
+        x: (B, H, k, d). positions: (B, H, q, S) long in ``[0, k)``.
+
+    Returns:
+        (B, H, q, S, d).
+    """
+    batch, heads, queries, slots = positions.shape
+    index = positions.reshape(batch, heads, queries * slots, 1).expand(-1, -1, -1, x.shape[-1])
+    return x.gather(2, index).view(batch, heads, queries, slots, x.shape[-1])
+
+
+def content_base_state(keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> ContentState:
+    """The :class:`ContentState` fields of a sequence (a subclass's ``init_state`` extends them).
+
+    Args:
+        keys, values: (B, H, k, d). key_valid: (B, k) bool or None (nothing padded).
+    """
+    batch, _, k, _ = keys.shape
+    lengths, _ = real_lengths(key_valid, batch, k, keys.device)
+    if key_valid is None:
+        valid = torch.ones(batch, k, dtype=torch.bool, device=keys.device)
+    else:
+        valid = key_valid.to(device=keys.device, dtype=torch.bool)
+    return ContentState(
+        lengths=lengths,
+        num_segments=torch.ones_like(lengths),
+        last_segment=torch.full_like(lengths, -1),
+        keys=keys,
+        values=values,
+        key_valid=valid,
+    )
 
 
 class ContentSparseCrossAttention(nn.Module):
@@ -98,7 +131,7 @@ class ContentSparseCrossAttention(nn.Module):
 
     # ------------------------------------------------------------------ what a subclass defines
     def codes(self, vectors: torch.Tensor) -> torch.Tensor:
-        """The group of every vector in each round.
+        """The group (bucket, cluster) of every vector in each round.
 
         Args:
             vectors: (B, H, n, d) queries or keys, in float32 or wider.
@@ -112,42 +145,40 @@ class ContentSparseCrossAttention(nn.Module):
         """Draw the mechanism's seeded buffers again (rotations, initial centroids)."""
         raise NotImplementedError
 
+    def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> ContentState:
+        """The per-sequence layout (once per sequence).
+
+        Args:
+            keys: (B, H, k, d) projected encoder keys.
+            values: (B, H, k, d) projected encoder values.
+            key_valid: (B, k) bool, True at real encoder positions; None when nothing is padded.
+        """
+        raise NotImplementedError
+
+    def slots(self, queries: torch.Tensor, state: CrossAttentionState) -> tuple[torch.Tensor, torch.Tensor]:
+        """The encoder positions every query reads.
+
+        Args:
+            queries: (B, H, q, d) projected decoder queries.
+            state: this mechanism's state from :meth:`init_state`.
+
+        Returns:
+            ``(positions, mask)``: (B, H, q, S) long in ``[0, k)`` and (B, H, q, S) bool (the slots that count;
+            a masked slot's position is arbitrary).
+        """
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ shared
     def wide_codes(self, vectors: torch.Tensor) -> torch.Tensor:
         """:meth:`codes` of ``vectors`` in float32 or wider, without gradient and with autocast off (a group id
         must not depend on whether bf16 autocast is on around the float32 arithmetic that decides it)."""
         with torch.no_grad(), torch.autocast(device_type=vectors.device.type, enabled=False):
             return self.codes(vectors.detach().to(accumulation_dtype(vectors.dtype)))
 
-    # ------------------------------------------------------------------ state
-    @autocast_off
-    def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> ContentState:
-        """The keys, values and the keys' groups, once per sequence: ``O(k·d·G·R)`` per head for ``G`` groups.
-
-        Args:
-            keys: (B, H, k, d) projected encoder keys.
-            values: (B, H, k, d) projected encoder values.
-            key_valid: (B, k) bool, True at real encoder positions; None when nothing is padded.
-
-        Returns:
-            A :class:`ContentState`; an empty document has no real key (its output is 0).
-        """
-        batch, _, k, _ = keys.shape
-        lengths, _ = real_lengths(key_valid, batch, k, keys.device)
-        if key_valid is None:
-            valid = torch.ones(batch, k, dtype=torch.bool, device=keys.device)
-        else:
-            valid = key_valid.to(device=keys.device, dtype=torch.bool)
-        # a group id is piecewise constant: no gradient flows through it
-        key_codes = self.wide_codes(keys).masked_fill(~valid[:, None, None, :], -1)
-        return ContentState(
-            lengths=lengths,
-            num_segments=torch.ones_like(lengths),
-            last_segment=torch.full_like(lengths, -1),
-            keys=keys,
-            values=values,
-            key_codes=key_codes,
-            key_valid=valid,
-        )
+    def _state(self, state: CrossAttentionState) -> ContentState:
+        if not isinstance(state, ContentState):
+            raise ValueError(f"{type(self).__name__} needs a ContentState, got a {type(state).__name__}.")
+        return state
 
     def lean(self, state: CrossAttentionState) -> CrossAttentionState:
         """No lean layout: every step may read any key.
@@ -157,52 +188,50 @@ class ContentSparseCrossAttention(nn.Module):
         """
         raise ValueError(f"The lean cache layout is not implemented for variant {self.settings.variant!r}.")
 
-    # ------------------------------------------------------------------ attention
-    def allowed(self, queries: torch.Tensor, state: CrossAttentionState) -> torch.Tensor:
-        """Which keys each query attends: the real keys sharing a group with it in some round, or every real
-        key when there is none (see the module docstring).
+    def slot_probabilities(
+        self, queries: torch.Tensor, state: CrossAttentionState
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The softmax of every query over its slots (:meth:`slots`).
 
         Args:
             queries: (B, H, q, d) projected decoder queries.
-            state: a :class:`ContentState` from :meth:`init_state`.
+            state: this mechanism's state.
 
         Returns:
-            (B, H, q, k) bool; all False only for an example without real keys.
-
-        Raises:
-            ValueError: for a state of another class.
+            ``(positions, probabilities)``: (B, H, q, S) long and (B, H, q, S) in the queries' dtype, zero at masked
+            slots; a row sums to 1, or is all zero for an example without real keys.
         """
-        if not isinstance(state, ContentState):
-            raise ValueError(f"{type(self).__name__} needs a ContentState, got a {type(state).__name__}.")
-        query_codes = self.wide_codes(queries)  # (B, H, R, q)
-        shared = (query_codes[..., :, None] == state.key_codes[..., None, :]).any(dim=2)  # (B, H, q, k)
-        valid = state.key_valid[:, None, None, :]
-        return torch.where(shared.any(dim=-1, keepdim=True), shared, valid)
+        content = self._state(state)
+        positions, mask = self.slots(queries, content)
+        keys = gather_rows(content.keys.to(queries.dtype), positions)  # (B, H, q, S, d)
+        logits = torch.einsum("bhqd,bhqsd->bhqs", queries, keys) * self.scale
+        # an example without real keys takes a finite softmax (no NaN in values or gradients), then zeros
+        some = mask.any(dim=-1, keepdim=True)
+        logits = logits.masked_fill(~mask, float("-inf")).masked_fill(~some, 0.0)
+        return positions, torch.softmax(logits, dim=-1) * some.to(logits.dtype)
 
     def probabilities(self, queries: torch.Tensor, state: CrossAttentionState) -> torch.Tensor:
-        """The softmax weights of every query over the encoder positions (zero outside :meth:`allowed`).
+        """The attention weights at encoder positions: each slot's probability added at its position (a position
+        read by two slots gets both). ``O = A V`` exactly.
 
         Args:
             queries: (B, H, q, d) projected decoder queries.
-            state: a :class:`ContentState`.
+            state: this mechanism's state.
 
         Returns:
             (B, H, q, k) in the queries' dtype; rows sum to 1, all-zero rows for an empty document.
         """
-        allowed = self.allowed(queries, state)
-        assert isinstance(state, ContentState)
-        logits = torch.matmul(queries, state.keys.to(queries.dtype).transpose(-1, -2)) * self.scale
-        # an example without real keys takes a finite softmax (no NaN in values or gradients), then zeros
-        some = allowed.any(dim=-1, keepdim=True)
-        logits = logits.masked_fill(~allowed, float("-inf")).masked_fill(~some, 0.0)
-        return torch.softmax(logits, dim=-1) * some.to(logits.dtype)
+        positions, probabilities = self.slot_probabilities(queries, state)
+        content = self._state(state)
+        weights = probabilities.new_zeros(*probabilities.shape[:3], content.keys.shape[2])
+        return weights.scatter_add(-1, positions, probabilities)
 
     def _read(self, queries: torch.Tensor, state: CrossAttentionState, dropout: float) -> torch.Tensor:
-        probabilities = self.probabilities(queries, state)
+        positions, probabilities = self.slot_probabilities(queries, state)
         if dropout > 0.0:
             probabilities = F.dropout(probabilities, p=dropout, training=True)
-        assert isinstance(state, ContentState)
-        return torch.matmul(probabilities, state.values.to(queries.dtype))
+        values = gather_rows(self._state(state).values.to(queries.dtype), positions)
+        return torch.einsum("bhqs,bhqsd->bhqd", probabilities, values)
 
     def forward(
         self,
@@ -228,5 +257,5 @@ class ContentSparseCrossAttention(nn.Module):
     def step(
         self, queries: torch.Tensor, state: CrossAttentionState, *, position: int | torch.Tensor, project_rows=None
     ):
-        """One decoder position: same as :meth:`forward` with q = 1 (a masked softmax over the ``k`` keys)."""
+        """One decoder position: same as :meth:`forward` with q = 1 (a softmax over the query's ``S`` slots)."""
         return self._read(queries, state, 0.0), state

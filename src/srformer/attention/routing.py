@@ -2,15 +2,25 @@
 Content-Based Sparse Attention with Routing Transformers, Sec. 4), adapted to decoder cross attention: the
 ``routing`` variant.
 
-``c`` centroids ``mu_1 .. mu_c`` (``num_clusters``) route queries and keys: each is scaled to unit length (the
-paper normalises queries and keys so that they lie on a sphere; here ``u = x / ||x||``) and assigned to its
-nearest centroid, ``cluster(x) = argmin_c ||u - mu_c||^2``. A decoder query attends, with the model's softmax and
-scale over the unnormalised queries and keys, the real encoder keys of its cluster; a query whose cluster holds no
-real key attends every real key (:mod:`srformer.attention.content`).
+``c`` centroids ``mu_1 .. mu_c`` (``num_clusters``) route queries and keys, each scaled to unit length first (the
+paper normalises queries and keys so that they lie on a sphere; here ``u = x / ||x||``), by the distance
+``||u - mu||^2``. Clusters are balanced, as in the paper's implementation (top-``w`` per centroid): once per
+sequence, every centroid takes the ``w`` real encoder keys nearest to it (ties: the earlier position; all ``n``
+real keys when ``n <= w``), so every cluster has exactly ``min(w, n)`` keys and a key may sit in several clusters
+or in none. ``w = cluster_size`` when set; by default ``w = ceil(n / c)`` for an example with ``n`` real keys (the
+paper's ``n / c``), in ``W = ceil(k / c)`` places for the padded length ``k`` (a shape, so no host sync; the
+places past ``w`` are masked, so an example's output does not depend on its batch's padding).
+A decoder query goes to its nearest centroid, ``argmin_c ||u - mu_c||^2`` (ties:
+the first), and attends, with the model's softmax and scale over the unnormalised queries and keys, the keys of
+that cluster. No cluster is empty while the example has a real key, so there is no fallback; an example without
+real keys has output 0. Costs per head: build ``O(c·k·(d + log k))`` (distances, a sort per centroid), state
+``c·W`` key positions besides the keys and values, step ``O(c·d + W·d)`` (route the query, attend ``W`` places:
+``O((c + k/c)·d)`` by default, ``O(sqrt(k)·d)`` at the paper's ``c ≈ sqrt(k)``; ``O((c + w)·d)`` for a set
+``cluster_size``).
 
 The centroids are not trained by gradient: in training (``module.training``) every parallel forward pass moves
 them by an exponential moving average of the normalised queries and real keys assigned to them (Sec. 4,
-mini-batch k-means),
+mini-batch k-means), a vector being assigned to its nearest centroid,
 
     mu_c <- lambda * mu_c + (1 - lambda) * mean{u : u a normalised query or real key of the batch in cluster c}
 
@@ -25,16 +35,42 @@ persistent buffer ``centroids``: a saved model stores them, and a reloaded one r
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 from transformers import initialization as init
 
-from srformer.attention.content import ContentSparseCrossAttention, ContentState, unit_rows
-from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off
+from srformer.attention.content import ContentSparseCrossAttention, ContentState, content_base_state, unit_rows
+from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, extend
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
     from srformer.config import SRformerConfig
+
+
+@dataclass(kw_only=True)
+class RoutingState(ContentState):
+    """The ``routing`` state: the keys and values plus the members of every balanced cluster.
+
+    Attributes:
+        members: (B, H, c, W) long, ``W = min(cluster_size, k)`` (default ``ceil(k / c)``): the encoder positions
+            of each centroid's keys, nearest first; the places from ``min(w, n)`` on are not attended.
+    """
+
+    members: torch.Tensor
+
+
+def centroid_distances(vectors: torch.Tensor, centroids: torch.Tensor) -> torch.Tensor:
+    """``||u - mu_c||^2 - 1`` for ``u = x / ||x||`` (a constant off for a zero ``x``), as ``||mu_c||^2 - 2 u . mu_c``.
+
+    Args:
+        vectors: (B, H, n, d). centroids: (c, d).
+
+    Returns:
+        (B, H, n, c) in the vectors' dtype.
+    """
+    centroids = centroids.to(vectors.dtype)
+    return (centroids * centroids).sum(-1) - 2.0 * torch.matmul(unit_rows(vectors), centroids.transpose(0, 1))
 
 
 def initial_centroids(clusters: int, head_dim: int, seed: int) -> torch.Tensor:
@@ -52,9 +88,7 @@ def nearest_centroid(vectors: torch.Tensor, centroids: torch.Tensor) -> torch.Te
     Returns:
         (B, H, 1, n) long clusters (one routing round).
     """
-    centroids = centroids.to(vectors.dtype)
-    distances = (centroids * centroids).sum(-1) - 2.0 * torch.matmul(unit_rows(vectors), centroids.transpose(0, 1))
-    return distances.argmin(dim=-1)[:, :, None, :]
+    return centroid_distances(vectors, centroids).argmin(dim=-1)[:, :, None, :]
 
 
 class RoutingCrossAttention(ContentSparseCrossAttention):
@@ -62,7 +96,8 @@ class RoutingCrossAttention(ContentSparseCrossAttention):
     :class:`~srformer.attention.content.ContentSparseCrossAttention`).
 
     Args:
-        config: SRformer settings with ``variant='routing'`` (``num_clusters``, ``centroid_decay``, ``content_seed``).
+        config: SRformer settings with ``variant='routing'`` (``num_clusters``, ``cluster_size``, ``centroid_decay``,
+            ``content_seed``).
         head_dim: ``d``, size of one attention head.
         scale: the wrapped model's attention scale, used by the softmax.
 
@@ -76,6 +111,7 @@ class RoutingCrossAttention(ContentSparseCrossAttention):
     def __init__(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> None:
         super().__init__(config, head_dim, scale)
         self.num_clusters = config.resolved_num_clusters()
+        self.cluster_size = config.cluster_size  # None: ceil(n / c) per example
         self.decay = config.resolved_centroid_decay()
         self.centroids: torch.Tensor
         self.register_buffer("centroids", self._draw(), persistent=True)
@@ -94,18 +130,73 @@ class RoutingCrossAttention(ContentSparseCrossAttention):
         return nearest_centroid(vectors, self.centroids)
 
     @autocast_off
+    def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> RoutingState:
+        """Every centroid's ``W`` nearest real keys in order (module docstring), once per sequence.
+
+        Args:
+            keys: (B, H, k, d) projected encoder keys.
+            values: (B, H, k, d) projected encoder values.
+            key_valid: (B, k) bool, True at real encoder positions; None when nothing is padded.
+
+        Returns:
+            A :class:`RoutingState`; an empty document has no real key (its output is 0).
+        """
+        base = content_base_state(keys, values, key_valid)
+        with torch.no_grad(), torch.autocast(device_type=keys.device.type, enabled=False):
+            wide = keys.detach().to(accumulation_dtype(keys.dtype))
+            distances = centroid_distances(wide, self.centroids).transpose(-1, -2)  # (B, H, c, k)
+            distances = distances.masked_fill(~base.key_valid[:, None, None, :], float("inf"))
+            # a stable sort: ties go to the earlier position, and left/right padding order the real keys alike
+            order = torch.sort(distances, dim=-1, stable=True).indices
+        return extend(RoutingState, base, members=order[..., : self.places(keys.shape[2])].contiguous())
+
+    def places(self, k: int) -> int:
+        """``W``, the places of a cluster for ``k`` padded encoder positions: ``min(cluster_size, k)``, or
+        ``ceil(k / c)`` by default."""
+        if self.cluster_size is None:
+            return -(-k // self.num_clusters)
+        return min(self.cluster_size, k)
+
+    def cluster_width(self, lengths: torch.Tensor) -> torch.Tensor:
+        """``min(w, n)`` per example, the places that count: (B,) long from the real lengths ``n`` (B,)."""
+        if self.cluster_size is None:
+            return torch.div(lengths + self.num_clusters - 1, self.num_clusters, rounding_mode="floor")
+        return lengths.clamp_max(self.cluster_size)
+
+    def slots(self, queries: torch.Tensor, state: CrossAttentionState) -> tuple[torch.Tensor, torch.Tensor]:
+        """The members of the query's nearest centroid (module docstring).
+
+        Args:
+            queries: (B, H, q, d) projected decoder queries.
+            state: a :class:`RoutingState`.
+
+        Returns:
+            ``(positions, mask)``: (B, H, q, W); the mask keeps the first ``min(w, n)`` places.
+
+        Raises:
+            ValueError: for a state of another class.
+        """
+        if not isinstance(state, RoutingState):
+            raise ValueError(f"{type(self).__name__} needs a RoutingState, got a {type(state).__name__}.")
+        width = state.members.shape[-1]
+        clusters = self.wide_codes(queries)[:, :, 0]  # (B, H, q)
+        positions = state.members.gather(2, clusters[..., None].expand(-1, -1, -1, width))
+        mask = torch.arange(width, device=positions.device) < self.cluster_width(state.lengths).view(-1, 1, 1, 1)
+        return positions, mask.expand(positions.shape)
+
+    @autocast_off
     @torch.no_grad()
     def update_centroids(self, queries: torch.Tensor, state: ContentState) -> None:
         """One moving-average step of the centroids (module docstring) from a batch's queries and real keys.
 
         Args:
             queries: (B, H, q, d) projected decoder queries (every position is used).
-            state: the batch's :class:`~srformer.attention.content.ContentState` (its keys and their clusters,
-                -1 at padding, computed with the current centroids).
+            state: the batch's :class:`RoutingState` (its keys; the padding is left out).
         """
         wide = accumulation_dtype(torch.promote_types(queries.dtype, self.centroids.dtype))
         vectors = torch.cat([unit_rows(queries.to(wide)).flatten(0, 2), unit_rows(state.keys.to(wide)).flatten(0, 2)])
-        clusters = torch.cat([self.wide_codes(queries.to(wide)).flatten(), state.key_codes.flatten()])
+        key_clusters = self.wide_codes(state.keys.to(wide)).masked_fill(~state.key_valid[:, None, None, :], -1)
+        clusters = torch.cat([self.wide_codes(queries.to(wide)).flatten(), key_clusters.flatten()])
         real = clusters >= 0
         vectors, clusters = vectors[real], clusters[real]
         sums = torch.zeros(self.num_clusters, vectors.shape[-1], dtype=wide, device=vectors.device)

@@ -19,8 +19,9 @@ encoder positions per query and head. An SRformer layer's output is not one such
 * ``srformer`` ablation I (``recurrent_only``): no softmax term, so zeros (the output is all ``O_R``).
 * ``fastformer``: its additive weights ``beta_j`` (Eq. 5), the same for every query: ``V_g = beta V`` and the
   output is ``Q_t * K_g * (A V)`` (element-wise), so ``A`` is the distribution the values are pooled with.
-* ``reformer``, ``routing`` (content-based): the softmax over the real keys sharing a bucket or cluster with the
-  query (every real key when none does), at their encoder positions; ``O = A V`` exactly.
+* ``reformer``, ``routing`` (content-based): the softmax over the keys the query reads (its bucket inside two
+  chunks of the bucket-sorted keys in every round, or the chunks unmasked when the bucket is empty; its cluster's
+  ``w`` keys), at their encoder positions; a key read in two hash rounds gets the sum. ``O = A V`` exactly.
 * ``linear`` (see :func:`linear_weights`): the linear-attention weights
   ``phi(Q_t) . phi(K_j) / (phi(Q_t) . sum_l phi(K_l) + eps)``, for which ``O = A V`` exactly; they are
   non-negative and sum to ``S / (S + eps)`` with ``S = phi(Q_t) . sum_l phi(K_l)`` (1 up to ``eps / S``).
