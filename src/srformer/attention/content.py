@@ -45,8 +45,8 @@ class ContentState(CrossAttentionState):
     extends it with its layout. ``num_segments`` is 1.
 
     Attributes:
-        keys: (B, H, k, d) projected encoder keys, in encoder order (padding included).
-        values: (B, H, k, d) projected encoder values.
+        keys: (B, H, k, d) projected encoder keys, in encoder order (padding included), contiguous.
+        values: (B, H, k, d) projected encoder values, contiguous.
         key_valid: (B, k) bool, True at real encoder positions.
     """
 
@@ -64,17 +64,20 @@ def unit_rows(x: torch.Tensor) -> torch.Tensor:
 
 
 def gather_rows(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """The rows ``x[b, h, positions[b, h, t, s]]``.
+    """The rows ``x[b, h, positions[b, h, t, s]]``: ``O(S·d)`` per query and head, reading nothing else.
 
     Args:
-        x: (B, H, k, d). positions: (B, H, q, S) long in ``[0, k)``.
+        x: (B, H, k, d), contiguous (the states store their keys and values so; another ``x`` is copied first).
+        positions: (B, H, q, S) long in ``[0, k)``.
 
     Returns:
         (B, H, q, S, d).
     """
-    batch, heads, queries, slots = positions.shape
-    index = positions.reshape(batch, heads, queries * slots, 1).expand(-1, -1, -1, x.shape[-1])
-    return x.gather(2, index).view(batch, heads, queries, slots, x.shape[-1])
+    batch, heads, k, d = x.shape
+    # one index_select over the flattened rows: on CPU about ten times faster than advanced indexing or a gather
+    # with an index expanded over d (they copy element by element)
+    rows = torch.arange(batch * heads, device=positions.device).view(batch, heads, 1, 1) * k + positions
+    return x.contiguous().view(batch * heads * k, d).index_select(0, rows.reshape(-1)).view(*positions.shape, d)
 
 
 def content_base_state(keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> ContentState:
@@ -93,8 +96,8 @@ def content_base_state(keys: torch.Tensor, values: torch.Tensor, key_valid: torc
         lengths=lengths,
         num_segments=torch.ones_like(lengths),
         last_segment=torch.full_like(lengths, -1),
-        keys=keys,
-        values=values,
+        keys=keys.contiguous(),  # once per sequence, so that a step's gather reads whole rows (gather_rows)
+        values=values.contiguous(),
         key_valid=valid,
     )
 
@@ -203,7 +206,7 @@ class ContentSparseCrossAttention(nn.Module):
         """
         content = self._state(state)
         positions, mask = self.slots(queries, content)
-        keys = gather_rows(content.keys.to(queries.dtype), positions)  # (B, H, q, S, d)
+        keys = gather_rows(content.keys, positions).to(queries.dtype)  # (B, H, q, S, d)
         logits = torch.einsum("bhqd,bhqsd->bhqs", queries, keys) * self.scale
         # an example without real keys takes a finite softmax (no NaN in values or gradients), then zeros
         some = mask.any(dim=-1, keepdim=True)
@@ -230,7 +233,7 @@ class ContentSparseCrossAttention(nn.Module):
         positions, probabilities = self.slot_probabilities(queries, state)
         if dropout > 0.0:
             probabilities = F.dropout(probabilities, p=dropout, training=True)
-        values = gather_rows(self._state(state).values.to(queries.dtype), positions)
+        values = gather_rows(self._state(state).values, positions).to(queries.dtype)
         return torch.einsum("bhqs,bhqsd->bhqd", probabilities, values)
 
     def forward(
