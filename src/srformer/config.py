@@ -90,8 +90,8 @@ class SRformerConfig:
             holds about one chunk). ``reformer`` only.
         num_clusters: ``c``, the number of k-means centroids of the ``routing`` variant (Roy et al. 2021, Sec. 4).
             At least 1. None (default): 8 (the paper uses about ``sqrt(n)`` clusters: 8 at 64 tokens, a few
-            dozen at thousands; 8 keeps clusters populated at the short inputs this library is tested on).
-            ``routing`` only.
+            dozen at thousands; with the default ``cluster_size`` a step reads ``ceil(n / c)`` keys, so more
+            clusters make a step cheaper). ``routing`` only.
         cluster_size: ``w``, the number of keys in every cluster of the ``routing`` variant (balanced clusters:
             each centroid takes its ``w`` nearest real keys; a query reads the ``w`` keys of its centroid). At
             least 1. None (default): ``ceil(n / c)`` for an example with ``n`` real encoder keys (the paper's
