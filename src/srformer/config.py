@@ -77,6 +77,32 @@ class SRformerConfig:
         stride: ``l``, the stride of the ``strided`` variant (Child et al. 2019): besides segment ``i(t)``
             a query attends every real position ``p`` with ``p mod l = l - 1``. At least 2. None
             (default): ``segment_size`` (the last position of every segment). ``strided`` only.
+        num_buckets: ``b``, the number of LSH buckets of the ``reformer`` variant (Kitaev et al. 2020, Sec. 2:
+            ``h(x) = argmax([xR; -xR])`` with ``R`` of shape ``(d, b/2)``). Even, at least 2. None (default): 8
+            (Reformer sizes ``b`` so that a bucket holds about 64 keys, ``b = 8`` at 512 encoder tokens).
+            ``reformer`` only.
+        hash_rounds: the number of independent hash rounds of the ``reformer`` variant (Sec. 2 "multi-round LSH
+            attention"); a query's rounds are combined as one softmax over the keys each round gives it
+            (``srformer.attention.reformer``). At least 1. None (default): 1. ``reformer`` only.
+        chunk_size: ``w``, the chunk length of the ``reformer`` variant (Sec. 2 "sorting and chunking"): a query
+            reads, per round, at most the ``2w`` keys of two consecutive chunks of the bucket-sorted keys. At
+            least 1. None (default): 64 (Reformer's chunk length; with ``b = 8`` at 512 encoder tokens a bucket
+            holds about one chunk). ``reformer`` only.
+        num_clusters: ``c``, the number of k-means centroids of the ``routing`` variant (Roy et al. 2021, Sec. 4).
+            At least 1. None (default): 8 (the paper uses about ``sqrt(n)`` clusters: 8 at 64 tokens, a few
+            dozen at thousands; with the default ``cluster_size`` a step reads ``ceil(n / c)`` keys, so more
+            clusters make a step cheaper). ``routing`` only.
+        cluster_size: ``w``, the number of keys in every cluster of the ``routing`` variant (balanced clusters:
+            each centroid takes its ``w`` nearest real keys; a query reads the ``w`` keys of its centroid). At
+            least 1. None (default): ``ceil(n / c)`` for an example with ``n`` real encoder keys (the paper's
+            balanced ``n / c``: as many cluster places as keys, so every key can be read), held in
+            ``ceil(k / c)`` places for the padded length ``k``; an example's clusters depend on its own keys only,
+            not on the padding of its batch. ``routing`` only.
+        centroid_decay: ``lambda`` of the ``routing`` centroids' moving average (mini-batch k-means), in [0, 1).
+            None (default): 0.999 (a slow average over about 1000 training steps). ``routing`` only.
+        content_seed: seed of the random draws of the content-based variants (``reformer``'s rotations,
+            ``routing``'s initial centroids), stored with the model as a buffer. A non-negative integer. None
+            (default): 0. ``reformer`` and ``routing`` only.
         strict_schedule: if True, an input with more segments than ``target_length`` raises
             ``ValueError`` instead of warning (such segments are never attended by ``O_S``).
         lean_cache: generation memory mode (beyond the paper). False: each layer caches its
@@ -94,7 +120,9 @@ class SRformerConfig:
             with a variant other than ``srformer`` (or with ``recurrence=False``), ``mix_init``
             outside (0, 1) or with ablation I, ``lean_cache`` with a variant without a lean layout, or
             ``window_size`` below ``segment_size`` or with a variant other than ``window``, or ``stride``
-            below 2 or with a variant other than ``strided``.
+            below 2 or with a variant other than ``strided``, or ``num_buckets``/``hash_rounds``/``chunk_size``/
+            ``num_clusters``/``cluster_size``/``centroid_decay``/``content_seed`` out of range or with a variant
+            that does not read them.
     """
 
     variant: str = "srformer"
@@ -110,6 +138,13 @@ class SRformerConfig:
     mix_init: float | None = None
     window_size: int | None = None
     stride: int | None = None
+    num_buckets: int | None = None
+    hash_rounds: int | None = None
+    chunk_size: int | None = None
+    num_clusters: int | None = None
+    cluster_size: int | None = None
+    centroid_decay: float | None = None
+    content_seed: int | None = None
     strict_schedule: bool = False
     lean_cache: bool = False
 
@@ -180,12 +215,77 @@ class SRformerConfig:
                     f"`stride` (default: segment_size) must be an integer >= 2 (stride 1 would attend every "
                     f"position, full attention), got {stride!r}; set stride=2 or more."
                 )
+        self._check_content_settings()
         # ``full`` has no module of its own, so the runtime option has nothing to act on there
         if self.lean_cache and self.variant not in LEAN_VARIANTS and REGISTRY[self.variant].module is not None:
             raise ValueError(
                 f"`lean_cache` is implemented for the variants {', '.join(LEAN_VARIANTS)}, not {self.variant!r}; "
                 "set lean_cache=False."
             )
+
+    def _check_content_settings(self) -> None:
+        """The settings of the content-based variants (``reformer``, ``routing``): owner and range."""
+        owners = {
+            "num_buckets": ("reformer",), "hash_rounds": ("reformer",), "chunk_size": ("reformer",),
+            "num_clusters": ("routing",), "cluster_size": ("routing",), "centroid_decay": ("routing",),
+            "content_seed": ("reformer", "routing"),
+        }
+        for name, variants in owners.items():
+            if getattr(self, name) is not None and self.variant not in variants:
+                raise ValueError(
+                    f"`{name}` is a setting of variant {' or '.join(repr(v) for v in variants)}, got "
+                    f"variant={self.variant!r}; leave {name}=None."
+                )
+        if self.variant == "reformer":
+            buckets, rounds = self.resolved_num_buckets(), self.resolved_hash_rounds()
+            if _not_int(buckets) or buckets < 2 or buckets % 2:
+                raise ValueError(
+                    f"`num_buckets` must be an even integer >= 2 (angular LSH uses b/2 rotation columns), "
+                    f"got {buckets!r}."
+                )
+            if _not_int(rounds) or rounds < 1:
+                raise ValueError(f"`hash_rounds` must be an integer >= 1, got {rounds!r}.")
+            chunk = self.resolved_chunk_size()
+            if _not_int(chunk) or chunk < 1:
+                raise ValueError(f"`chunk_size` must be an integer >= 1, got {chunk!r}.")
+        if self.variant == "routing":
+            clusters, decay = self.resolved_num_clusters(), self.resolved_centroid_decay()
+            if _not_int(clusters) or clusters < 1:
+                raise ValueError(f"`num_clusters` must be an integer >= 1, got {clusters!r}.")
+            size = self.cluster_size
+            if size is not None and (_not_int(size) or size < 1):
+                raise ValueError(f"`cluster_size` must be an integer >= 1 or None (ceil(n / c)), got {size!r}.")
+            if isinstance(decay, bool) or not isinstance(decay, int | float) or not 0.0 <= decay < 1.0:
+                raise ValueError(
+                    f"`centroid_decay` is the moving-average factor lambda and must lie in [0, 1), got {decay!r}."
+                )
+        seed = self.resolved_content_seed()
+        if _not_int(seed) or seed < 0:
+            raise ValueError(f"`content_seed` must be a non-negative integer, got {seed!r}.")
+
+    def resolved_num_buckets(self) -> int:
+        """``b`` of the ``reformer`` variant: ``num_buckets``, or 8 when it is None."""
+        return self.num_buckets if self.num_buckets is not None else 8
+
+    def resolved_hash_rounds(self) -> int:
+        """The ``reformer`` variant's hash rounds: ``hash_rounds``, or 1 when it is None."""
+        return self.hash_rounds if self.hash_rounds is not None else 1
+
+    def resolved_chunk_size(self) -> int:
+        """``w`` of the ``reformer`` variant: ``chunk_size``, or 64 when it is None."""
+        return self.chunk_size if self.chunk_size is not None else 64
+
+    def resolved_num_clusters(self) -> int:
+        """``c`` of the ``routing`` variant: ``num_clusters``, or 8 when it is None."""
+        return self.num_clusters if self.num_clusters is not None else 8
+
+    def resolved_centroid_decay(self) -> float:
+        """``lambda`` of the ``routing`` variant: ``centroid_decay``, or 0.999 when it is None."""
+        return self.centroid_decay if self.centroid_decay is not None else 0.999
+
+    def resolved_content_seed(self) -> int:
+        """The seed of the content-based variants' random draws: ``content_seed``, or 0 when it is None."""
+        return self.content_seed if self.content_seed is not None else 0
 
     def resolved_window_size(self) -> int:
         """``w`` of the ``window`` variant: ``window_size``, or ``3 * segment_size`` when it is None."""
@@ -218,6 +318,11 @@ class SRformerConfig:
         if unknown:
             raise ValueError(f"Unknown SRformer settings {unknown}; known settings are {sorted(known)}.")
         return cls(**data)
+
+
+def _not_int(value: object) -> bool:
+    """True unless ``value`` is an ``int`` (a ``bool`` is not)."""
+    return isinstance(value, bool) or not isinstance(value, int)
 
 
 #: Named settings that do not depend on the segment size (their variant has no segments).

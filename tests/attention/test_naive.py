@@ -318,3 +318,80 @@ def test_fastformer_is_the_query_times_the_additive_summaries():
     assert_exact(output, (queries[0, 0, 0] * global_key * global_value).view(1, 1, 1, 2), "learned w_k")
     with pytest.raises(ValueError, match="does not have"):
         naive.fastformer_attention(queries, keys, values, None, config, parameters={"raf.leak": weight})
+
+
+# ------------------------------------------------------------------ reformer
+def test_reformer_attends_the_keys_of_the_querys_lsh_bucket():
+    """d = 2, b = 2, R = (1, 0)^T: h(x) = argmax([x_0, -x_0]), bucket 0 for x_0 > 0 and 1 for x_0 < 0.
+    Keys (1, 0), (-1, 0), (2, 1) fall in buckets 0, 1, 0; chunks of 64 hold them all."""
+    keys = _tensor([[1.0, 0.0], [-1.0, 0.0], [2.0, 1.0]])
+    values = _tensor([[10.0, 1.0], [20.0, 2.0], [30.0, 3.0]])
+    config = _config("reformer", num_buckets=2)
+    rotations = {"rotations": torch.tensor([[[1.0], [0.0]]], dtype=torch.float64)}
+    queries = _tensor([[1.0, 1.0], [-3.0, 0.5]])  # buckets 0 and 1
+    output = naive.reformer_attention(queries, keys, values, None, config, scale=0.5, parameters=rotations)
+    weights = torch.tensor([math.exp(0.5 * 1.0), math.exp(0.5 * 3.0)], dtype=torch.float64)
+    first = (weights / weights.sum()) @ torch.tensor([[10.0, 1.0], [30.0, 3.0]], dtype=torch.float64)
+    assert_exact(output, torch.stack([first, torch.tensor([20.0, 2.0], dtype=torch.float64)]).view(1, 1, 2, 2))
+    # a query whose bucket holds no real key reads its two chunks unmasked: with key 1 padded, both real keys
+    valid = torch.tensor([[True, False, True]])
+    alone = naive.reformer_attention(queries[:, :, 1:], keys, values, valid, config, parameters=rotations)
+    full = naive.full_attention(queries[:, :, 1:], keys, values, valid, _config("full"))
+    assert_exact(alone, full, "empty bucket: its chunks")
+    with pytest.raises(ValueError, match="rotations"):
+        naive.reformer_attention(queries, keys, values, None, config)
+
+
+def test_reformer_chunks_cut_a_bucket_at_two_chunks_and_place_an_empty_bucket_at_its_insertion_point():
+    """Four keys in bucket 0 (x_0 > 0), w = 1: sorted places 0..3 are positions 0..3. A bucket-0 query reads
+    chunks 0 and 1 (keys 0, 1); a bucket-1 query (no key) has start = 4, chunk min(4, 3) = 3: key 3 alone."""
+    keys = _tensor([[1.0, 0.0], [2.0, 1.0], [1.0, -1.0], [3.0, 0.5]])
+    values = _tensor([[1.0, 0.0], [0.0, 1.0], [5.0, 5.0], [7.0, -7.0]])
+    queries = _tensor([[1.0, 2.0], [-1.0, 0.0]])
+    rotations = {"rotations": torch.tensor([[[1.0], [0.0]]], dtype=torch.float64)}
+    config = _config("reformer", num_buckets=2, chunk_size=1)
+    output = naive.reformer_attention(queries, keys, values, None, config, scale=0.5, parameters=rotations)
+    weights = torch.tensor([math.exp(0.5 * 1.0), math.exp(0.5 * 4.0)], dtype=torch.float64)
+    first = (weights / weights.sum()) @ torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    assert_exact(output, torch.stack([first, torch.tensor([7.0, -7.0], dtype=torch.float64)]).view(1, 1, 2, 2))
+
+
+def test_reformer_rounds_combine_by_their_log_normalisers():
+    """Round 0 splits on x_0 (keys 0 and 2 with the query), round 1 on x_1 (keys 1 and 2, the query has x_1 > 0).
+    sum_r exp(L_r - logsumexp L) O_r with O_r = sum_{j in P_r} e^{s_j} v_j / e^{L_r} is
+    sum_r sum_{j in P_r} e^{s_j} v_j / sum_r e^{L_r}: one softmax over the keys of both rounds, key 2 twice."""
+    keys = _tensor([[1.0, -1.0], [-1.0, 2.0], [2.0, 1.0]])
+    values = _tensor([[1.0, 0.0], [0.0, 1.0], [5.0, 5.0]])
+    queries = _tensor([[1.0, 1.0]])
+    rotations = {"rotations": torch.tensor([[[1.0], [0.0]], [[0.0], [1.0]]], dtype=torch.float64)}
+    config = _config("reformer", num_buckets=2, hash_rounds=2)
+    output = naive.reformer_attention(queries, keys, values, None, config, scale=0.3, parameters=rotations)
+    weights = torch.tensor([1.0, math.exp(0.3), 2 * math.exp(0.9)], dtype=torch.float64)  # scores 0, 0.3, 0.9
+    assert_exact(output, _tensor([((weights / weights.sum()) @ values[0, 0]).tolist()]), "two rounds")
+    one_round = {"rotations": rotations["rotations"][:1]}
+    single = naive.reformer_attention(queries, keys, values, None, _config("reformer", num_buckets=2),
+                                      scale=0.3, parameters=one_round)
+    assert_exact(single, naive.full_attention(queries, keys[:, :, [0, 2]], values[:, :, [0, 2]], None,
+                                              _config("full"), scale=0.3), "round 0 alone")
+
+
+# ------------------------------------------------------------------ routing
+def test_routing_attends_the_w_keys_of_the_querys_nearest_centroid():
+    """Centroids (1, 0) and (0, 1). Unit keys of (3, 0.1), (0.2, 5), (-1, 0) lie at squared distances about
+    0.001, 1.92, 4 from centroid 0 and 1.93, 0.002, 2 from centroid 1. w = 2: cluster 0 = keys {0, 1}, cluster 1 =
+    keys {1, 0} (key 2 is in none); w = 1: {0} and {1}. Query (2, 1) goes to centroid 0, query (0, 1) to centroid 1."""
+    keys = _tensor([[3.0, 0.1], [0.2, 5.0], [-1.0, 0.0]])
+    values = _tensor([[10.0, 1.0], [20.0, 2.0], [30.0, 3.0]])
+    centroids = {"centroids": torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)}
+    queries = _tensor([[2.0, 1.0], [0.0, 1.0]])
+    config = _config("routing", num_clusters=2, cluster_size=2)
+    output = naive.routing_attention(queries, keys, values, None, config, scale=0.5, parameters=centroids)
+    first = torch.tensor([math.exp(0.5 * 6.1), math.exp(0.5 * 5.4)], dtype=torch.float64)
+    second = torch.tensor([math.exp(0.5 * 0.1), math.exp(0.5 * 5.0)], dtype=torch.float64)
+    expected = torch.stack([(first / first.sum()) @ values[0, 0, :2], (second / second.sum()) @ values[0, 0, :2]])
+    assert_exact(output, expected.view(1, 1, 2, 2), "w = 2")
+    single = naive.routing_attention(queries, keys, values, None, _config("routing", num_clusters=2, cluster_size=1),
+                                     parameters=centroids)
+    assert_exact(single, values[:, :, :2], "w = 1: one key each")
+    with pytest.raises(ValueError, match="centroids"):
+        naive.routing_attention(queries, keys, values, None, config)

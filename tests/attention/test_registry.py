@@ -40,6 +40,10 @@ def _module(name, segment_size=2, target_length=8, **settings):
 def _reference(name, queries, keys, values, valid, **settings):
     config = SRformerConfig(variant=name, **{"segment_size": 2, "target_length": 8, **settings})
     parameters = {"raf.linear.weight": torch.eye(4, dtype=torch.float64)} if name == "srformer" else None
+    if name == "reformer":  # its seeded rotations, as the module holds them
+        parameters = {"rotations": torch.randn(1, 4, 4, generator=torch.Generator().manual_seed(0))}
+    if name == "routing":  # its centroids
+        parameters = {"centroids": torch.randn(8, 4, generator=torch.Generator().manual_seed(0))}
     return mechanism(name).reference(queries, keys, values, valid, config, scale=0.5, parameters=parameters)
 
 
@@ -83,7 +87,9 @@ def test_references_reject_another_variants_settings(name):
 
 
 def test_derived_tuples_follow_the_capabilities():
-    assert SEGMENT_FREE_VARIANTS == with_capability("segment_free") == ("full", "linear", "fastformer")
+    assert SEGMENT_FREE_VARIANTS == with_capability("segment_free") == (
+        "full", "linear", "fastformer", "reformer", "routing"
+    )
     assert LEAN_VARIANTS == with_capability("lean_layout") == ("segmented", "srformer", "linear", "fastformer")
     assert SEGMENT_SOFTMAX_VARIANTS == ("segmented", "srformer", "xl", "longt5", "window", "strided", "star")
     assert set(with_capability("segment_free", False)) | set(SEGMENT_FREE_VARIANTS) == set(REGISTRY)

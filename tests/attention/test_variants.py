@@ -22,7 +22,8 @@ def _module(name, segment_size=3, target_length=8, head_dim=4, scale=1.0, **kw):
     kw.setdefault("raf_linear_init_scale", 1.0)
     kw.setdefault("raf_threshold_init", 1e-2)
     config = named_config(name, segment_size=segment_size, target_length=target_length, **kw)
-    return build_cross_attention(config, head_dim, scale).double()  # float64: exactness (tests/tolerance.py)
+    # float64: exactness (tests/tolerance.py); eval: routing's centroids stay fixed (their update: test_content.py)
+    return build_cross_attention(config, head_dim, scale).double().eval()
 
 
 def _reference(module, queries, keys, values, valid, start_position=0):

@@ -118,7 +118,12 @@ def test_bf16_generate_gives_finite_scores(family, lean_cache):
     assert all(torch.isfinite(score[score > -float("inf")]).all() for score in out.scores)
 
 
-@pytest.mark.parametrize("name", [name for name in NAMED_SETTINGS if name not in ("full", "segmented", "srformer")])
+# routing is left out: bf16 projections move queries across cluster boundaries (margins of 1e-4 between
+# centroid distances, measured on t5-tiny, against bf16's 2**-8), and a query in another cluster reads other keys;
+# its bf16 arithmetic is checked with the clusters held equal in tests/attention/test_content.py.
+@pytest.mark.parametrize(
+    "name", [name for name in NAMED_SETTINGS if name not in ("full", "segmented", "srformer", "routing")]
+)
 def test_every_named_variant_under_bf16_autocast_stays_close_to_float32(family, name):
     """At ordinary activations (measured: every variant within 0.3-2.4% of the largest logit, full
     attention 0.3-0.5%). Not with the encoder output scaled 300x: there the unmodified T5 itself is

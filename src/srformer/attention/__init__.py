@@ -1,12 +1,15 @@
 """Attention kernels: the segment schedule, the RAF neuron, one module per cross-attention mechanism
 (``segmented``, ``srformer``, the baselines ``xl``, ``longt5`` and ``linear``, and ``window``, ``strided``,
-``star`` and ``fastformer`` from the efficient-transformer literature), each with its typed
+``star``, ``fastformer``, ``reformer`` and ``routing`` from the efficient-transformer literature), each with its typed
 per-sequence state, the registry that maps variant names to them, and their float64 references."""
 
+from srformer.attention.content import ContentSparseCrossAttention, ContentState
 from srformer.attention.fastformer import FastformerCrossAttention, FastformerState
 from srformer.attention.linear import LinearCrossAttention, LinearState
 from srformer.attention.longt5 import LongT5CrossAttention, LongT5State
 from srformer.attention.raf import RecurrentAccumulateAndFire
+from srformer.attention.reformer import LSHState, ReformerCrossAttention
+from srformer.attention.routing import RoutingCrossAttention, RoutingState
 from srformer.attention.schedule import compaction_order, num_segments, segment_index
 from srformer.attention.segmented import LeanSegmentState, SegmentedCrossAttention, SegmentState
 from srformer.attention.srformer import LeanSRformerState, SRformerCrossAttention, SRformerState
@@ -18,9 +21,12 @@ from srformer.attention.window import WindowCrossAttention
 from srformer.attention.xl import XLCrossAttention
 
 __all__ = [
+    "ContentSparseCrossAttention",
+    "ContentState",
     "CrossAttentionState",
     "FastformerCrossAttention",
     "FastformerState",
+    "LSHState",
     "LeanSRformerState",
     "LeanSegmentState",
     "LinearCrossAttention",
@@ -28,6 +34,9 @@ __all__ = [
     "LongT5CrossAttention",
     "LongT5State",
     "RecurrentAccumulateAndFire",
+    "ReformerCrossAttention",
+    "RoutingCrossAttention",
+    "RoutingState",
     "SRformerCacheLayer",
     "SRformerCrossAttention",
     "SRformerState",

@@ -19,6 +19,9 @@ Each mechanism is one module file with its own typed state (``docs/design.md``, 
 * ``strided`` -- :mod:`srformer.attention.strided` (``StridedState``);
 * ``star`` -- :mod:`srformer.attention.star` (``StarState``);
 * ``fastformer`` -- :mod:`srformer.attention.fastformer` (``FastformerState``);
+* ``reformer`` -- :mod:`srformer.attention.reformer` (``LSHState``, extending ``ContentState`` of
+  :mod:`srformer.attention.content`);
+* ``routing`` -- :mod:`srformer.attention.routing` (``RoutingState``, extending ``ContentState``);
 * ``full`` keeps the wrapped model's own attention (no module, no state of its own).
 
 Adding a mechanism:
@@ -102,7 +105,8 @@ class Mechanism:
         reference: its float64 reference in :mod:`srformer.attention.naive`.
         capabilities: see :class:`Capabilities`.
         step_cost: work of one decoder step per head (standard layout), as a formula in ``k``
-            (encoder tokens), ``s`` (segment size), ``m`` (segments) and ``d`` (head_dim).
+            (encoder tokens), ``s`` (segment size), ``m`` (segments) and ``d`` (head_dim), and the
+            mechanism's own settings (``b`` buckets, ``R`` hash rounds, ``w`` chunk or cluster size, ``c`` clusters).
         build_cost: work of building the per-sequence state per head, once per sequence.
         state_size: numbers held per head by the standard-layout generation state.
         ablations: the ``SRformerConfig.ablation`` values that modify it, with one line each.
@@ -343,6 +347,45 @@ _ENTRIES: tuple[Mechanism, ...] = (
         step_cost="O(d)",
         build_cost="O(k·d) (additive weights, global key and value)",
         state_size="2·d (global key and value)",
+    ),
+    Mechanism(
+        name="reformer",
+        doc="Reformer LSH attention: softmax over the query's angular-LSH bucket inside two chunks of the "
+        "bucket-sorted keys (w = chunk_size), rounds combined by their log-normalisers.",
+        citation="Kitaev, Kaiser & Levskaya 2020, Reformer: The Efficient Transformer, Sec. 2 (angular LSH "
+        "h(x) = argmax([xR; -xR]), sorting and chunking, multi-round LSH attention; queries and keys hashed with "
+        "the same rotations)",
+        module="srformer.attention.reformer.ReformerCrossAttention",
+        state="srformer.attention.reformer.LSHState",
+        lean_state=None,
+        reference=naive.reformer_attention,
+        capabilities=Capabilities(
+            segment_free=True, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
+            has_softmax_part=True, recurrent_term=False, global_term=False,
+        ),
+        step_cost="O(R·(d·b + log k + w·d)) (hash the query, find its bucket, softmax over R·min(2w, k) keys)",
+        build_cost="O(R·k·(d·b + log k)) (hash every key and sort the keys in every round)",
+        state_size="2·k·d + 2·R·k (keys, values, sorted buckets and key order per round)",
+    ),
+    Mechanism(
+        name="routing",
+        doc="Routing Transformer: softmax over the w keys of the query's nearest centroid (balanced clusters: "
+        "each centroid's w nearest real keys, w = ceil(n/c) by default; EMA centroids).",
+        citation="Roy, Saffar, Vaswani & Grangier 2021, Efficient Content-Based Sparse Attention with Routing "
+        "Transformers, Sec. 4 (unit-norm queries and keys routed to the nearest of c centroids, balanced "
+        "top-w clusters, mini-batch k-means by exponential moving average)",
+        module="srformer.attention.routing.RoutingCrossAttention",
+        state="srformer.attention.routing.RoutingState",
+        lean_state=None,
+        reference=naive.routing_attention,
+        capabilities=Capabilities(
+            segment_free=True, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
+            has_softmax_part=True, recurrent_term=False, global_term=False,
+        ),
+        step_cost="O(c·d + w·d) (route the query, softmax over its cluster's w keys; w = cluster_size, default "
+        "ceil(k/c))",
+        build_cost="O(c·k·(d + log k)) (every key's distance to every centroid, one sort per centroid)",
+        state_size="2·k·d + c·w (keys, values, the key positions of every cluster)",
     ),
 )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from srformer.attention.content import ContentSparseCrossAttention
 from srformer.attention.fastformer import FastformerCrossAttention
 from srformer.attention.linear import LinearCrossAttention
 from srformer.attention.registry import mechanism
@@ -13,8 +14,11 @@ if TYPE_CHECKING:  # srformer.config imports the attention registry
     from srformer.config import SRformerConfig
 
 #: Every SRformer cross-attention module: the segment-based ones (``segmented``, and its subclasses for
-#: ``srformer``, ``xl``, ``longt5``, ``window``, ``strided``, ``star``), ``linear`` and ``fastformer``.
-CrossAttentionModule = SegmentedCrossAttention | LinearCrossAttention | FastformerCrossAttention
+#: ``srformer``, ``xl``, ``longt5``, ``window``, ``strided``, ``star``), ``linear``, ``fastformer`` and the
+#: content-based ones (``reformer``, ``routing``).
+CrossAttentionModule = (
+    SegmentedCrossAttention | LinearCrossAttention | FastformerCrossAttention | ContentSparseCrossAttention
+)
 
 
 def build_cross_attention(config: SRformerConfig, head_dim: int, scale: float = 1.0) -> CrossAttentionModule:
@@ -35,5 +39,5 @@ def build_cross_attention(config: SRformerConfig, head_dim: int, scale: float = 
             f"The {config.variant!r} variant keeps the model's own attention; no SRformer module is needed."
         )
     module = entry.build(config, head_dim, scale)
-    assert isinstance(module, SegmentedCrossAttention | LinearCrossAttention | FastformerCrossAttention), type(module)
+    assert isinstance(module, CrossAttentionModule), type(module)
     return module

@@ -19,6 +19,9 @@ encoder positions per query and head. An SRformer layer's output is not one such
 * ``srformer`` ablation I (``recurrent_only``): no softmax term, so zeros (the output is all ``O_R``).
 * ``fastformer``: its additive weights ``beta_j`` (Eq. 5), the same for every query: ``V_g = beta V`` and the
   output is ``Q_t * K_g * (A V)`` (element-wise), so ``A`` is the distribution the values are pooled with.
+* ``reformer``, ``routing`` (content-based): the softmax over the keys the query reads (its bucket inside two
+  chunks of the bucket-sorted keys in every round, or the chunks unmasked when the bucket is empty; its cluster's
+  ``w`` keys), at their encoder positions; a key read in two hash rounds gets the sum. ``O = A V`` exactly.
 * ``linear`` (see :func:`linear_weights`): the linear-attention weights
   ``phi(Q_t) . phi(K_j) / (phi(Q_t) . sum_l phi(K_l) + eps)``, for which ``O = A V`` exactly; they are
   non-negative and sum to ``S / (S + eps)`` with ``S = phi(Q_t) . sum_l phi(K_l)`` (1 up to ``eps / S``).
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import torch
 
+from srformer.attention.content import ContentSparseCrossAttention
 from srformer.attention.fastformer import FastformerCrossAttention, additive_weights
 from srformer.attention.layout import block_index, take_blocks
 from srformer.attention.linear import LinearCrossAttention, LinearState, feature_map
@@ -162,6 +166,8 @@ def cross_attention_weights(
     Returns:
         (B, H, q, k) in the queries' dtype.
     """
+    if isinstance(attention, ContentSparseCrossAttention):  # the softmax over the query's bucket or cluster
+        return attention.probabilities(queries, state)
     if isinstance(attention, FastformerCrossAttention):  # beta, the same for every query
         weights = additive_weights(keys.to(queries.dtype), attention.key_weight.to(queries.dtype), key_valid)
         return weights[:, :, None, :].expand(-1, -1, queries.shape[2], -1)

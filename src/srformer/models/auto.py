@@ -57,6 +57,7 @@ from transformers import (
 from transformers import initialization as init
 from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING
 
+from srformer.attention.content import ContentSparseCrossAttention
 from srformer.attention.fastformer import FastformerCrossAttention
 from srformer.attention.linear import LinearCrossAttention
 from srformer.attention.raf import RecurrentAccumulateAndFire, ScaledLinear
@@ -87,7 +88,8 @@ def initialize_srformer_module(module: nn.Module) -> bool:
     - RAF (:class:`~srformer.attention.raf.RecurrentAccumulateAndFire`): ``leak = raf_leak_init``,
       ``threshold = raf_threshold_init``.
     - The attention module: the Eq. 10 mix logit ``a = logit(mix_init)`` if it has one; ``fastformer``'s
-      ``w_k = 0`` (other variants have no parameters of their own).
+      ``w_k = 0``; the seeded buffers of the content-based variants (``reformer``'s rotations, ``routing``'s
+      initial centroids) drawn again from ``content_seed`` (other variants have no parameters of their own).
 
     Inside transformers' ``initialize_weights`` the ``torch.nn.init`` functions are transformers' guarded
     ones, so parameters already loaded from a checkpoint are left alone.
@@ -106,6 +108,9 @@ def initialize_srformer_module(module: nn.Module) -> bool:
         return True
     if isinstance(module, FastformerCrossAttention):
         init.zeros_(module.key_weight)
+        return True
+    if isinstance(module, ContentSparseCrossAttention):
+        module.reset_parameters()
         return True
     return isinstance(module, LinearCrossAttention)
 

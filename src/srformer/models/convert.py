@@ -157,6 +157,7 @@ def convert(model: PreTrainedModel, config: SRformerConfig, *, _loading: bool = 
             with torch.device("meta"):
                 attention = build_cross_attention(config, head_dim_of(module), attention_scale_of(module))
             module.add_module("srformer", attention.to_empty(device=weight.device))
+            attention.train(module.training)  # a model converted in eval mode stays there (routing's centroids)
             added.append(attention)
     model.config.srformer = config.to_dict()
     if added:

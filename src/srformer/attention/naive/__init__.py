@@ -1,6 +1,7 @@
 """Naive float64 references of every cross-attention mechanism, written straight from their equations.
 
-One module per family (``common``: schedule and per-query driver; ``softmax``; ``linear``; ``srformer``);
+One module per family (``common``: schedule and per-query driver; ``softmax``; ``linear``; ``srformer``;
+``content``: the content-based sparse attentions);
 every reference is re-exported here.
 
 Each function here computes one mechanism's output one example, one head and one decoder query at
@@ -24,10 +25,11 @@ Args (shared by every reference):
     settings: the :class:`~srformer.config.SRformerConfig` of the mechanism (its variant, schedule
         ``segment_size``/``target_length``, ``norm_eps``, ``kv_clamp``, ``ablation``, ``recurrence``).
     scale: the model's attention scale (T5: 1.0, BART: head_dim^-0.5).
-    parameters: the mechanism's learned tensors by their state-dict names in the module (SRformer:
-        ``raf.linear.weight`` (d, d), ``raf.leak``, ``raf.threshold``, ``mix_logit``). ``raf.leak``,
-        ``raf.threshold`` and ``mix_logit`` default to the settings' initial values; ``W`` has no
-        deterministic initial value and must be given (except under ablation III, which has no ``W``).
+    parameters: the mechanism's learned tensors (and seeded buffers) by their state-dict names in the module
+        (SRformer: ``raf.linear.weight`` (d, d), ``raf.leak``, ``raf.threshold``, ``mix_logit``; ``reformer``:
+        ``rotations``; ``routing``: ``centroids``). ``raf.leak``, ``raf.threshold`` and ``mix_logit`` default to
+        the settings' initial values; ``W`` has no deterministic initial value and must be given (except under
+        ablation III, which has no ``W``), nor do ``reformer``'s rotations and ``routing``'s centroids.
     start_position: absolute decoder position ``t`` of the first query.
 
 Returns (every reference): (B, H, q, d) float64.
@@ -51,6 +53,12 @@ from srformer.attention.naive.common import (
     softmax_attention,
     visited_segments,
 )
+from srformer.attention.naive.content import (
+    REFORMER_PARAMETERS,
+    ROUTING_PARAMETERS,
+    reformer_attention,
+    routing_attention,
+)
 from srformer.attention.naive.linear import FASTFORMER_PARAMETERS, fastformer_attention, linear_attention
 from srformer.attention.naive.softmax import (
     full_attention,
@@ -66,6 +74,8 @@ from srformer.attention.naive.srformer import SRFORMER_PARAMETERS, raf_fire, srf
 __all__ = [
     "FASTFORMER_PARAMETERS",
     "SRFORMER_PARAMETERS",
+    "REFORMER_PARAMETERS",
+    "ROUTING_PARAMETERS",
     "QueryFunction",
     "fastformer_attention",
     "full_attention",
@@ -74,6 +84,8 @@ __all__ = [
     "num_segments",
     "per_query",
     "raf_fire",
+    "reformer_attention",
+    "routing_attention",
     "segment_of",
     "segment_rows",
     "segmented_attention",

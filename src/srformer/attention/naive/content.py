@@ -1,0 +1,134 @@
+"""Float64 references of the content-based sparse attentions: Reformer's LSH attention with sorting and chunking
+(Kitaev et al. 2020, Sec. 2) and the Routing Transformer's balanced k-means routing (Roy et al. 2021, Sec. 4).
+Written per query from the rules in ``srformer.attention.reformer`` and ``srformer.attention.routing``: a query
+attends a fixed-size set of real keys chosen by content; an example without real keys has output 0."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import torch
+
+from srformer.attention.naive.common import check_call, per_query
+
+if TYPE_CHECKING:
+    from srformer.config import SRformerConfig
+
+#: The tensor ``reformer`` reads: its random rotations ``rotations`` (R, d, b/2), one ``R`` per hash round.
+REFORMER_PARAMETERS: tuple[str, ...] = ("rotations",)
+
+#: The tensor ``routing`` reads: its k-means centroids ``centroids`` (c, d).
+ROUTING_PARAMETERS: tuple[str, ...] = ("centroids",)
+
+
+def _given(parameters: Mapping[str, torch.Tensor] | None, name: str, variant: str) -> torch.Tensor:
+    if parameters is None or name not in parameters:
+        raise ValueError(
+            f"The {variant!r} reference needs the module's {name!r} in `parameters` (e.g. dict(module.state_dict()))."
+        )
+    return parameters[name].detach().to(torch.float64)
+
+
+def _unit(x: torch.Tensor) -> torch.Tensor:
+    return x / x.norm() if x.norm() > 0 else x
+
+
+def _first_argmax(numbers: list[float]) -> int:
+    """The index of the largest number, the first one on ties."""
+    best = 0
+    for index, number in enumerate(numbers):
+        if number > numbers[best]:
+            best = index
+    return best
+
+
+def _scores_and_output(query: torch.Tensor, keys: list[torch.Tensor], values: list[torch.Tensor], scale: float):
+    """``(L, o)``: the log-normaliser ``log sum_j exp(scale * q . k_j)`` and ``sum_j softmax_j v_j`` of one query."""
+    scores = [scale * float(query @ key) for key in keys]
+    top = max(scores)
+    exps = [math.exp(score - top) for score in scores]
+    total = sum(exps)
+    output = sum((e / total * value for e, value in zip(exps, values, strict=True)), torch.zeros_like(values[0]))
+    return top + math.log(total), output
+
+
+def reformer_attention(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    key_valid: torch.Tensor | None,
+    settings: SRformerConfig,
+    *,
+    scale: float = 1.0,
+    parameters: Mapping[str, torch.Tensor] | None = None,
+    start_position: int = 0,
+) -> torch.Tensor:
+    """``reformer`` (Kitaev et al. 2020, Sec. 2; ``srformer.attention.reformer``). In round ``r`` a vector ``x``
+    falls in bucket ``h_r(x) = argmax([u R_r ; -u R_r])`` with ``u = x / ||x||`` and ``R_r`` = ``rotations[r]``
+    (d, b/2) (the first index on ties). Per round, the ``n`` real keys sorted by (bucket, position) give places
+    ``0 .. n-1``; with ``w = chunk_size``, query ``t`` of bucket ``h`` has ``start`` = the number of keys with a
+    smaller bucket and reads the places ``c*w .. c*w + 2w - 1`` below ``n``, ``c = floor(min(start, n-1) / w)``,
+    keeping those of bucket ``h`` if any key has bucket ``h``, all of them otherwise: the set ``P_r``. With
+    ``O_r = softmax(scale * Q_t K_{P_r}^T) V_{P_r}`` and ``L_r = log sum_{j in P_r} exp(scale * Q_t . K_j)``, the
+    output is ``sum_r exp(L_r - log sum_r' exp(L_r')) O_r`` (Sec. 2, multi-round LSH attention).
+    ``parameters["rotations"]`` must be given."""
+    check_call(settings, parameters, "reformer", REFORMER_PARAMETERS)
+    rotations = _given(parameters, "rotations", "reformer")
+    chunk = settings.resolved_chunk_size()
+
+    def bucket(x: torch.Tensor, rotation: torch.Tensor) -> int:
+        projected = [float(_unit(x) @ rotation[:, c]) for c in range(rotation.shape[1])]
+        return _first_argmax(projected + [-p for p in projected])
+
+    def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
+        n = len(k)
+        rounds = []
+        for rotation in rotations:
+            key_buckets = [bucket(k[j], rotation) for j in range(n)]
+            order = sorted(range(n), key=lambda j: (key_buckets[j], j))
+            h = bucket(query, rotation)
+            start = sum(1 for j in range(n) if key_buckets[j] < h)
+            in_bucket = h in key_buckets
+            first_chunk = min(start, n - 1) // chunk
+            places = range(first_chunk * chunk, min(first_chunk * chunk + 2 * chunk, n))
+            attended = [order[i] for i in places if not in_bucket or key_buckets[order[i]] == h]
+            rounds.append(_scores_and_output(query, [k[j] for j in attended], [v[j] for j in attended], scale))
+        top = max(log_norm for log_norm, _ in rounds)
+        total = math.log(sum(math.exp(log_norm - top) for log_norm, _ in rounds)) + top
+        return sum((math.exp(log_norm - total) * output for log_norm, output in rounds), torch.zeros_like(query))
+
+    return per_query(queries, keys, values, key_valid, start_position, one_query)
+
+
+def routing_attention(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    key_valid: torch.Tensor | None,
+    settings: SRformerConfig,
+    *,
+    scale: float = 1.0,
+    parameters: Mapping[str, torch.Tensor] | None = None,
+    start_position: int = 0,
+) -> torch.Tensor:
+    """``routing`` (Roy et al. 2021, Sec. 4; ``srformer.attention.routing``) with fixed centroids (eval) and balanced
+    clusters: with ``u = x / ||x||`` and ``mu`` = ``centroids`` (c, d), cluster ``c`` holds the ``w`` real keys of
+    smallest ``||u_j - mu_c||^2`` (the earlier position on ties; every real key when there are at most ``w``),
+    ``w = cluster_size``, or ``ceil(n / c)`` for ``n`` real keys when it is None;
+    query ``t`` goes to the centroid of smallest ``||u_t - mu_c||^2`` (the first on ties) and takes
+    ``softmax(scale * Q_t K_A^T) V_A`` over that cluster's keys ``A``. ``parameters["centroids"]`` must be given."""
+    check_call(settings, parameters, "routing", ROUTING_PARAMETERS)
+    centroids = _given(parameters, "centroids", "routing")
+
+    def distance(x: torch.Tensor, centroid: torch.Tensor) -> float:
+        return float(((_unit(x) - centroid) ** 2).sum())
+
+    def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
+        nearest = _first_argmax([-distance(query, centroid) for centroid in centroids])
+        size = settings.cluster_size if settings.cluster_size is not None else math.ceil(len(k) / len(centroids))
+        members = sorted(range(len(k)), key=lambda j: (distance(k[j], centroids[nearest]), j))[:size]
+        return _scores_and_output(query, [k[j] for j in members], [v[j] for j in members], scale)[1]
+
+    return per_query(queries, keys, values, key_valid, start_position, one_query)
