@@ -77,6 +77,20 @@ class SRformerConfig:
         stride: ``l``, the stride of the ``strided`` variant (Child et al. 2019): besides segment ``i(t)``
             a query attends every real position ``p`` with ``p mod l = l - 1``. At least 2. None
             (default): ``segment_size`` (the last position of every segment). ``strided`` only.
+        num_global_tokens: ``g``, the global tokens of the ``bigbird`` variant (Zaheer et al. 2020, Sec. 2,
+            BigBird-ITC): the first ``g`` real encoder positions, attended by every decoder position. At least
+            1. None (default): ``2 * segment_size`` (BigBird-ITC's two global blocks). ``bigbird`` only.
+        num_random_blocks: ``r``, the random segment blocks each scheduled segment attends in ``bigbird``. At
+            least 0 (0: segment plus global tokens, ITC without its random part). None (default): 3 (the
+            paper's ``r = 3``). ``bigbird`` only.
+        random_blocks_seed: the seed of ``bigbird``'s random blocks: the blocks of segment ``i`` of an input
+            of ``m`` segments are a fixed function of ``(seed, i, m)`` (``docs/design.md``, "BigBird"), so a
+            saved and reloaded model attends the same blocks. A non-negative integer below ``2**32``. None
+            (default): 0. ``bigbird`` only.
+        compression_rate: ``c``, the compression rate of the ``compressive`` variant (Rae et al. 2020, Sec. 3):
+            each segment before ``i(t) - 1`` is kept as ``ceil(s / c)`` compressed rows, the means of ``c``
+            consecutive positions (the last window of a segment may be shorter). At least 1 (1: no
+            compression). None (default): 4 (the paper's WikiText-103 rate). ``compressive`` only.
         strict_schedule: if True, an input with more segments than ``target_length`` raises
             ``ValueError`` instead of warning (such segments are never attended by ``O_S``).
         lean_cache: generation memory mode (beyond the paper). False: each layer caches its
@@ -94,7 +108,8 @@ class SRformerConfig:
             with a variant other than ``srformer`` (or with ``recurrence=False``), ``mix_init``
             outside (0, 1) or with ablation I, ``lean_cache`` with a variant without a lean layout, or
             ``window_size`` below ``segment_size`` or with a variant other than ``window``, or ``stride``
-            below 2 or with a variant other than ``strided``.
+            below 2 or with a variant other than ``strided``, or a ``bigbird`` or ``compressive`` setting out of
+            its range or with another variant.
     """
 
     variant: str = "srformer"
@@ -110,6 +125,10 @@ class SRformerConfig:
     mix_init: float | None = None
     window_size: int | None = None
     stride: int | None = None
+    num_global_tokens: int | None = None
+    num_random_blocks: int | None = None
+    random_blocks_seed: int | None = None
+    compression_rate: int | None = None
     strict_schedule: bool = False
     lean_cache: bool = False
 
@@ -180,12 +199,51 @@ class SRformerConfig:
                     f"`stride` (default: segment_size) must be an integer >= 2 (stride 1 would attend every "
                     f"position, full attention), got {stride!r}; set stride=2 or more."
                 )
+        self._check_integer("num_global_tokens", "bigbird", 1, None, "BigBird's global tokens")
+        self._check_integer("num_random_blocks", "bigbird", 0, None, "BigBird's random blocks per segment")
+        self._check_integer("random_blocks_seed", "bigbird", 0, 2**32 - 1, "the seed of BigBird's random blocks")
+        self._check_integer("compression_rate", "compressive", 1, None, "positions per compressed row")
         # ``full`` has no module of its own, so the runtime option has nothing to act on there
         if self.lean_cache and self.variant not in LEAN_VARIANTS and REGISTRY[self.variant].module is not None:
             raise ValueError(
                 f"`lean_cache` is implemented for the variants {', '.join(LEAN_VARIANTS)}, not {self.variant!r}; "
                 "set lean_cache=False."
             )
+
+    def _check_integer(self, name: str, variant: str, minimum: int, maximum: int | None, meaning: str) -> None:
+        """Setting ``name`` of ``variant`` only: None, or an integer in ``[minimum, maximum]``.
+
+        Raises:
+            ValueError: naming the setting, for another variant or a value out of range.
+        """
+        value = getattr(self, name)
+        if value is None:
+            return
+        if self.variant != variant:
+            raise ValueError(
+                f"`{name}` ({meaning}) is a setting of variant={variant!r}, got variant={self.variant!r}; "
+                f"leave {name}=None."
+            )
+        upper = "" if maximum is None else f" and <= {maximum}"
+        integer = isinstance(value, int) and not isinstance(value, bool)
+        if not integer or value < minimum or (maximum is not None and value > maximum):
+            raise ValueError(f"`{name}` ({meaning}) must be an integer >= {minimum}{upper}, got {value!r}.")
+
+    def resolved_global_tokens(self) -> int:
+        """``g`` of the ``bigbird`` variant: ``num_global_tokens``, or ``2 * segment_size`` when it is None."""
+        return self.num_global_tokens if self.num_global_tokens is not None else 2 * self.segment_size
+
+    def resolved_random_blocks(self) -> int:
+        """``r`` of the ``bigbird`` variant: ``num_random_blocks``, or 3 when it is None."""
+        return self.num_random_blocks if self.num_random_blocks is not None else 3
+
+    def resolved_random_blocks_seed(self) -> int:
+        """The seed of ``bigbird``'s random blocks: ``random_blocks_seed``, or 0 when it is None."""
+        return self.random_blocks_seed if self.random_blocks_seed is not None else 0
+
+    def resolved_compression_rate(self) -> int:
+        """``c`` of the ``compressive`` variant: ``compression_rate``, or 4 when it is None."""
+        return self.compression_rate if self.compression_rate is not None else 4
 
     def resolved_window_size(self) -> int:
         """``w`` of the ``window`` variant: ``window_size``, or ``3 * segment_size`` when it is None."""

@@ -318,3 +318,26 @@ def test_fastformer_is_the_query_times_the_additive_summaries():
     assert_exact(output, (queries[0, 0, 0] * global_key * global_value).view(1, 1, 1, 2), "learned w_k")
     with pytest.raises(ValueError, match="does not have"):
         naive.fastformer_attention(queries, keys, values, None, config, parameters={"raf.leak": weight})
+
+
+# ------------------------------------------------------------------ bigbird
+def test_bigbird_of_equal_keys_averages_the_segment_and_the_global_values():
+    """n = 10, s = 3 (m = 4), T = 4, g = 2, r = 0: the segment plus positions 0 and 1, each once."""
+    keys = _tensor([[0.3]] * 10)
+    values = _tensor([[float(j)] for j in range(10)])
+    queries = _tensor([[1.0]] * 4)
+    config = _config("bigbird", 3, 4, num_global_tokens=2, num_random_blocks=0)
+    output = naive.bigbird_attention(queries, keys, values, None, config, scale=0.7)
+    # t = 0: {0, 1, 2}; t = 1: {0, 1, 3, 4, 5}; t = 2: {0, 1, 6, 7, 8}; t = 3: {0, 1, 9}
+    assert_exact(output, _tensor([[1.0], [13 / 5], [22 / 5], [10 / 3]]), "union means")
+
+
+def test_bigbird_with_every_other_segment_random_is_full_attention():
+    """r = m - 1 random blocks and g < s: every segment is attended, whatever the seed."""
+    queries, keys, values = _random(1, 2, 5, 3, 1), _random(1, 2, 10, 3, 2), _random(1, 2, 10, 3, 3)
+    full = naive.full_attention(queries, keys, values, None, _config("full"), scale=0.5)
+    for seed in (0, 5):
+        config = _config("bigbird", 3, 4, num_global_tokens=1, num_random_blocks=3, random_blocks_seed=seed)
+        assert_exact(naive.bigbird_attention(queries, keys, values, None, config, scale=0.5), full, f"seed {seed}")
+    assert sorted(naive.bigbird_random_blocks(5, 1, 4, 1, 3, 3)) == [0, 2, 3]
+    assert naive.bigbird_random_blocks(5, 1, 4, 6, 3, 3) == [2, 3]  # blocks 0, 1 are global: not candidates

@@ -17,6 +17,7 @@ import functools
 import pytest
 import torch
 
+from srformer.attention import naive
 from srformer.config import NAMED_SETTINGS
 from srformer.models.convert import cross_attention_modules
 from srformer.models.families import attention_scale_of, head_dim_of
@@ -103,6 +104,9 @@ def reference_weights(name: str, queries, keys, mask, scale: float) -> torch.Ten
                 attended = real[max(start, 0):start + 3 * s]
             if variant == "strided":  # the segment and every s-th real position (p mod s = s - 1), each once
                 attended = segments[i] + [j for p, j in enumerate(real) if p % s == s - 1 and j not in segments[i]]
+            if variant == "bigbird":  # the segment, the first g = 2s real positions and r = 3 seeded random segments
+                blocks = [i, *naive.bigbird_random_blocks(0, i, m, 2 * s, s, 3)]
+                attended = sorted(set(real[:2 * s]).union(*(segments[j] for j in blocks)))
             logits = torch.stack([(scale * keys[b, :, j] * queries[b, :, t]).sum(-1) for j in attended], dim=-1)
             if variant == "star":  # one relay token: the mean of every real key
                 relay_key = keys[b, :, real].mean(dim=1)  # (H, d)

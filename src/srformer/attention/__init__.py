@@ -1,8 +1,9 @@
 """Attention kernels: the segment schedule, the RAF neuron, one module per cross-attention mechanism
 (``segmented``, ``srformer``, the baselines ``xl``, ``longt5`` and ``linear``, and ``window``, ``strided``,
-``star`` and ``fastformer`` from the efficient-transformer literature), each with its typed
+``star``, ``fastformer`` and ``bigbird`` from the efficient-transformer literature), each with its typed
 per-sequence state, the registry that maps variant names to them, and their float64 references."""
 
+from srformer.attention.bigbird import BigBirdCrossAttention, BigBirdState
 from srformer.attention.fastformer import FastformerCrossAttention, FastformerState
 from srformer.attention.linear import LinearCrossAttention, LinearState
 from srformer.attention.longt5 import LongT5CrossAttention, LongT5State
@@ -18,6 +19,8 @@ from srformer.attention.window import WindowCrossAttention
 from srformer.attention.xl import XLCrossAttention
 
 __all__ = [
+    "BigBirdCrossAttention",
+    "BigBirdState",
     "CrossAttentionState",
     "FastformerCrossAttention",
     "FastformerState",

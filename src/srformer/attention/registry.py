@@ -19,6 +19,7 @@ Each mechanism is one module file with its own typed state (``docs/design.md``, 
 * ``strided`` -- :mod:`srformer.attention.strided` (``StridedState``);
 * ``star`` -- :mod:`srformer.attention.star` (``StarState``);
 * ``fastformer`` -- :mod:`srformer.attention.fastformer` (``FastformerState``);
+* ``bigbird`` -- :mod:`srformer.attention.bigbird` (``BigBirdState``);
 * ``full`` keeps the wrapped model's own attention (no module, no state of its own).
 
 Adding a mechanism:
@@ -343,6 +344,23 @@ _ENTRIES: tuple[Mechanism, ...] = (
         step_cost="O(d)",
         build_cost="O(k·d) (additive weights, global key and value)",
         state_size="2·d (global key and value)",
+    ),
+    Mechanism(
+        name="bigbird",
+        doc="BigBird-ITC pattern: softmax over segment i(t), the first g positions and r seeded random segments.",
+        citation="Zaheer et al. 2020, Big Bird: Transformers for Longer Sequences, Sec. 2 (window, global and "
+        "random attention; BigBird-ITC), the scheduled segment as the window",
+        module="srformer.attention.bigbird.BigBirdCrossAttention",
+        state="srformer.attention.bigbird.BigBirdState",
+        lean_state=None,
+        reference=naive.bigbird_attention,
+        capabilities=Capabilities(
+            segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
+            has_softmax_part=True, recurrent_term=False, global_term=True,
+        ),
+        step_cost="O((s + g + r·s)·d)",
+        build_cost="O(k·d + m²) (segment-major copy, the g global keys/values, the m×m random-block priorities)",
+        state_size="2·k·d + 2·g·d + m·r (keys, values, global keys and values, random-block table)",
     ),
 )
 

@@ -16,6 +16,8 @@ encoder positions per query and head. An SRformer layer's output is not one such
   over the segment's real positions times their values: spread that way, ``A V`` is again exactly the
   output, and the row is a distribution over encoder positions (positions of segment ``i(t)`` get their
   local probability plus their share of its global token).
+* ``bigbird``: the softmax over segment ``i(t)``, its random blocks and the global positions, each at its own
+  encoder position.
 * ``srformer`` ablation I (``recurrent_only``): no softmax term, so zeros (the output is all ``O_R``).
 * ``fastformer``: its additive weights ``beta_j`` (Eq. 5), the same for every query: ``V_g = beta V`` and the
   output is ``Q_t * K_g * (A V)`` (element-wise), so ``A`` is the distribution the values are pooled with.
@@ -77,7 +79,9 @@ def segment_weights(
     positions = torch.arange(q, device=queries.device) + start_position
     segments = segment_index(positions, state.num_segments, attention.settings.target_length)  # (B, q) i(t)
     encoder_positions, allowed = [], []
-    blocks = attention.context_blocks(segments.reshape(-1), block_index(segments, max_segments), max_segments)
+    blocks = attention.state_context_blocks(
+        state, segments.reshape(-1), block_index(segments, max_segments), max_segments
+    )
     for flat, extra_mask, _ in blocks:
         encoder_positions.append(take_blocks(position_blocks, flat, q))  # (B, q, s)
         allowed.append(restrict(take_blocks(segment_valid, flat, q), extra_mask))
@@ -89,9 +93,9 @@ def segment_weights(
     logits = [torch.einsum("bhqd,bhqnd->bhqn", queries, gathered)]
     tokens = attention.global_tokens(state)
     if tokens is not None:
-        global_keys, _, global_valid = tokens  # (B, H, M, d), (B, M): one token per segment
-        logits.append(torch.matmul(queries, global_keys.to(queries.dtype).transpose(-1, -2)))  # (B, H, q, M)
-        allowed.append(global_valid[:, None, :].expand(-1, q, -1))
+        global_keys, _, global_valid = tokens  # (B, H, G, d), (B, G)
+        logits.append(torch.matmul(queries, global_keys.to(queries.dtype).transpose(-1, -2)))  # (B, H, q, G)
+        allowed.append(attention.global_token_allowed(state, global_valid, segments))
     mask = torch.cat(allowed, dim=-1)[:, None]  # (B, 1, q, n [+ M])
     logits_all = torch.cat(logits, dim=-1) * attention.scale
     probabilities = torch.softmax(logits_all.masked_fill(~mask, float("-inf")), dim=-1)

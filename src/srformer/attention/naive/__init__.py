@@ -1,6 +1,7 @@
 """Naive float64 references of every cross-attention mechanism, written straight from their equations.
 
-One module per family (``common``: schedule and per-query driver; ``softmax``; ``linear``; ``srformer``);
+One module per family (``common``: schedule and per-query driver; ``softmax``; ``linear``; ``srformer``;
+``sparse``: ``bigbird`` and ``compressive``);
 every reference is re-exported here.
 
 Each function here computes one mechanism's output one example, one head and one decoder query at
@@ -61,12 +62,15 @@ from srformer.attention.naive.softmax import (
     window_attention,
     xl_attention,
 )
+from srformer.attention.naive.sparse import bigbird_attention, bigbird_random_blocks
 from srformer.attention.naive.srformer import SRFORMER_PARAMETERS, raf_fire, srformer_attention
 
 __all__ = [
     "FASTFORMER_PARAMETERS",
     "SRFORMER_PARAMETERS",
     "QueryFunction",
+    "bigbird_attention",
+    "bigbird_random_blocks",
     "fastformer_attention",
     "full_attention",
     "linear_attention",

@@ -1,0 +1,130 @@
+"""Mechanism-specific tests of the sparse-pattern mechanisms over the segment schedule (``bigbird``,
+``compressive``): their settings against their float64 references (:mod:`srformer.attention.naive.sparse`) in
+both paths and paddings, their seeds and tables, and where their gradients go. The registry matrices
+(``tests/attention/test_variants.py``, ``tests/models/``) cover them at their default settings."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import srformer
+from srformer.attention import naive
+from srformer.attention.bigbird import block_priority, random_block_table
+from srformer.config import named_config
+from tests.attention.test_srformer import _incremental, _inputs
+from tests.attention.test_variants import _module, _reference
+from tests.models.conftest import BUILDERS, converted, decoder_inputs, padded_batch
+from tests.models.test_exactness import teacher_forced_logits
+from tests.tolerance import assert_exact, exact_tolerance
+
+
+def _left_padded(keys, values, valid, lengths):
+    """The same examples with their padding moved to the left."""
+    k = valid.shape[1]
+    left = torch.stack([torch.roll(valid[b], k - n) for b, n in enumerate(lengths)])
+    left_keys = torch.stack([torch.roll(keys[b], k - n, dims=1) for b, n in enumerate(lengths)])
+    left_values = torch.stack([torch.roll(values[b], k - n, dims=1) for b, n in enumerate(lengths)])
+    return left_keys, left_values, left
+
+
+def _check_against_reference(module):
+    """Parallel and incremental paths against the float64 reference, right and left padding, an empty row."""
+    lengths = [11, 6, 1, 0]
+    queries, keys, values, valid = _inputs(4, 2, 11, 9, 4, lengths)
+    parallel, _ = module(queries, module.init_state(keys, values, valid))
+    tol = exact_tolerance(parallel)
+    assert (parallel - _reference(module, queries, keys, values, valid)).abs().max().item() <= tol
+    incremental, _ = _incremental(module, queries, module.init_state(keys, values, valid))
+    assert (parallel - incremental).abs().max().item() <= tol
+    left_keys, left_values, left = _left_padded(keys, values, valid, lengths)
+    left_output, _ = module(queries, module.init_state(left_keys, left_values, left))
+    assert (left_output - parallel).abs().max().item() <= tol
+    assert parallel[3].abs().max() == 0  # the empty document: an empty memory
+
+
+# ------------------------------------------------------------------ bigbird
+@pytest.mark.filterwarnings("ignore:An encoder input has")
+@pytest.mark.parametrize(
+    "segment_size,global_tokens,random_blocks,seed",
+    [(3, 6, 3, 0), (2, 1, 2, 7), (3, 4, 0, 0), (4, 20, 1, 3), (1, 2, 5, 1), (2, 3, 9, 2)],
+)
+def test_bigbird_of_any_pattern_matches_the_reference_in_both_paths_and_paddings(
+    segment_size, global_tokens, random_blocks, seed
+):
+    """Global tokens inside, across and beyond segments (g = 20 > k), no random block, more random blocks
+    than candidates, skipped segments (s = 1: m = 11 > T)."""
+    module = _module(
+        "bigbird", segment_size, 6, scale=0.5, num_global_tokens=global_tokens, num_random_blocks=random_blocks,
+        random_blocks_seed=seed,
+    )
+    _check_against_reference(module)
+
+
+def test_bigbird_random_table_is_the_references_choice_and_example_independent():
+    """The module's table (torch int64 hashes, top-r) equals the reference's (Python integers, sorted lists)
+    for every segment of inputs of 1 .. 12 segments, whatever the batch's largest input."""
+    for seed, g, s, r in [(0, 8, 4, 3), (12345, 1, 2, 2), (2**32 - 1, 5, 1, 4)]:
+        segments = torch.arange(1, 13)
+        blocks, valid = random_block_table(segments, 12, g, s, r, seed)
+        for b, m in enumerate(segments.tolist()):
+            for i in range(m):
+                chosen = blocks[b, i][valid[b, i]].tolist()
+                assert chosen == naive.bigbird_random_blocks(seed, i, m, g, s, r), (seed, m, i)
+        alone, alone_valid = random_block_table(torch.tensor([5]), 5, g, s, r, seed)  # batch of one: M = 5
+        assert torch.equal(alone[0][alone_valid[0]], blocks[4, :5][valid[4, :5]])
+
+
+def test_bigbird_seed_changes_the_blocks_and_hash_is_exact_in_int64():
+    first, _ = random_block_table(torch.tensor([16]), 16, 0, 1, 3, 0)
+    other, _ = random_block_table(torch.tensor([16]), 16, 0, 1, 3, 1)
+    assert not torch.equal(first, other)
+    # the hash by hand for seed 0, i = 0, j = 0: mix32(mix32(mix32(0))) = 0 (0 is a fixed point)
+    assert block_priority(0, torch.tensor(0), torch.tensor(0)).item() == 0
+    large = block_priority(2**32 - 1, torch.tensor(10**6), torch.arange(4))
+    assert ((large >= 0) & (large < 2**32)).all()
+
+
+def test_bigbird_seed_is_saved_with_the_model(tmp_path):
+    model = converted(
+        BUILDERS["t5"](), variant="bigbird", segment_size=4, target_length=12, num_global_tokens=2,
+        num_random_blocks=1, random_blocks_seed=11,
+    )
+    ids, mask = padded_batch(model, lengths=(24, 17))
+    dec = decoder_inputs(model, ids.shape[0], 8)
+    model.save_pretrained(tmp_path)
+    loaded = srformer.from_pretrained(str(tmp_path))
+    assert srformer.models.srformer_config_of(loaded).random_blocks_seed == 11
+    logits = teacher_forced_logits(model, ids, mask, dec)
+    assert_exact(teacher_forced_logits(loaded, ids, mask, dec), logits, "reloaded")
+    reseeded = converted(
+        BUILDERS["t5"](), variant="bigbird", segment_size=4, target_length=12, num_global_tokens=2,
+        num_random_blocks=1, random_blocks_seed=12,
+    )
+    assert (teacher_forced_logits(reseeded, ids, mask, dec) - logits).abs().max() > 1e-6  # the seed matters
+
+
+def test_bigbird_gradient_reaches_the_global_scheduled_and_random_positions_only():
+    module = _module("bigbird", 2, 8, num_global_tokens=1, num_random_blocks=1, random_blocks_seed=0)
+    queries, keys, values, _ = _inputs(1, 1, 12, 1, 4, [12])
+    keys.requires_grad_(True)
+    module(queries, module.init_state(keys, values, None))[0].sum().backward()  # t = 0: segment 0 of m = 6
+    (random_block,) = naive.bigbird_random_blocks(0, 0, 6, 1, 2, 1)
+    expected = {0, 1, 2 * random_block, 2 * random_block + 1}
+    touched = keys.grad[0, 0].abs().sum(-1) > 0
+    assert touched.tolist() == [p in expected for p in range(12)]
+
+
+def test_bigbird_settings_are_checked_and_saved():
+    for bad in (dict(num_global_tokens=0), dict(num_random_blocks=-1), dict(random_blocks_seed=-1),
+                dict(random_blocks_seed=2**32), dict(num_random_blocks=1.5), dict(num_global_tokens=True)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            named_config("bigbird", **bad)
+    with pytest.raises(ValueError, match="num_random_blocks"):
+        named_config("window", num_random_blocks=2)
+    config = named_config("bigbird", segment_size=4, num_global_tokens=3, num_random_blocks=0, random_blocks_seed=9)
+    default = named_config("bigbird", segment_size=4)
+    for settings, expected in ((config, (3, 0, 9)), (default, (8, 3, 0))):
+        resolved = (settings.resolved_global_tokens(), settings.resolved_random_blocks())
+        assert (*resolved, settings.resolved_random_blocks_seed()) == expected
+    assert type(config).from_dict(config.to_dict()) == config
