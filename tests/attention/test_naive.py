@@ -341,3 +341,23 @@ def test_bigbird_with_every_other_segment_random_is_full_attention():
         assert_exact(naive.bigbird_attention(queries, keys, values, None, config, scale=0.5), full, f"seed {seed}")
     assert sorted(naive.bigbird_random_blocks(5, 1, 4, 1, 3, 3)) == [0, 2, 3]
     assert naive.bigbird_random_blocks(5, 1, 4, 6, 3, 3) == [2, 3]  # blocks 0, 1 are global: not candidates
+
+
+# ------------------------------------------------------------------ compressive
+@pytest.mark.parametrize(
+    "rate,expected",
+    [
+        (1, [1.0, 2.5, 4.0, 4.5]),  # c = 1: every older position kept, the prefix up to segment i(t)
+        (3, [1.0, 15 / 6, 34 / 7, 35 / 6]),  # c = s: one mean row per older segment
+        (2, [1.0, 15 / 6, (33 + 0.5 + 2) / 8, (30 + 0.5 + 2 + 3.5 + 5) / 8]),  # windows {0,1}, {2}, {3,4}, {5}
+    ],
+)
+def test_compressive_of_equal_keys_averages_segment_memory_and_compressed_rows(rate, expected):
+    """n = 10, s = 3 (m = 4), T = 4, values p: t = i(t). Equal keys: the plain mean over the segment, the
+    memory segment i - 1 and one value per compressed row (the mean of its window)."""
+    keys = _tensor([[0.3]] * 10)
+    values = _tensor([[float(j)] for j in range(10)])
+    queries = _tensor([[1.0]] * 4)
+    config = _config("compressive", 3, 4, compression_rate=rate)
+    output = naive.compressive_attention(queries, keys, values, None, config, scale=0.7)
+    assert_exact(output, _tensor([[value] for value in expected]), f"c = {rate}")

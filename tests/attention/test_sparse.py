@@ -128,3 +128,41 @@ def test_bigbird_settings_are_checked_and_saved():
         resolved = (settings.resolved_global_tokens(), settings.resolved_random_blocks())
         assert (*resolved, settings.resolved_random_blocks_seed()) == expected
     assert type(config).from_dict(config.to_dict()) == config
+
+
+# ------------------------------------------------------------------ compressive
+@pytest.mark.filterwarnings("ignore:An encoder input has")
+@pytest.mark.parametrize("segment_size,rate", [(3, 2), (4, 4), (3, 1), (2, 5), (1, 1), (5, 2)])
+def test_compressive_of_any_rate_matches_the_reference_in_both_paths_and_paddings(segment_size, rate):
+    """Rates dividing the segment or not (a shorter last window), c = 1 (no compression), c > s (one row per
+    segment), skipped segments (s = 1: m = 11 > T)."""
+    _check_against_reference(_module("compressive", segment_size, 6, scale=0.5, compression_rate=rate))
+
+
+def test_compressive_memory_and_compressed_memory_get_no_gradient():
+    """s = 2, n = 8 (m = 4), T = 4: position 3 attends segment 3, memory segment 2 and the compressed segments
+    0 and 1; only segment 3's keys and values get gradients, and the no-gradient path agrees."""
+    module = _module("compressive", segment_size=2, target_length=4, compression_rate=2)
+    queries, keys, values, _ = _inputs(1, 1, 8, 4, 4, [8])
+    keys.requires_grad_(True)
+    values.requires_grad_(True)
+    output, _ = module(queries[:, :, 3:4], module.init_state(keys, values, None), start_position=3)
+    output.sum().backward()
+    assert keys.grad[0, 0, :6].abs().sum() == 0 and values.grad[0, 0, :6].abs().sum() == 0
+    assert keys.grad[0, 0, 6:].abs().sum() > 0 and values.grad[0, 0, 6:].abs().sum() > 0
+    with torch.no_grad():
+        again, _ = module(queries[:, :, 3:4], module.init_state(keys, values, None), start_position=3)
+    assert_exact(again, output, "no-gradient path")
+    compressed = module.init_state(keys, values, None).compressed_values  # (1, 1, 4, 4): one row per segment
+    assert_exact(compressed[0, 0, 1], values[0, 0, 2:4].mean(dim=0), "row of segment 1")
+
+
+def test_compression_rate_is_checked_and_saved():
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match="compression_rate"):
+            named_config("compressive", compression_rate=bad)
+    with pytest.raises(ValueError, match="compression_rate"):
+        named_config("xl", compression_rate=2)
+    config = named_config("compressive", segment_size=4, compression_rate=3)
+    assert config.resolved_compression_rate() == 3 and named_config("compressive").resolved_compression_rate() == 4
+    assert type(config).from_dict(config.to_dict()) == config

@@ -98,7 +98,7 @@ def reference_weights(name: str, queries, keys, mask, scale: float) -> torch.Ten
         segments = [real[j * s:(j + 1) * s] for j in range(m)]
         for t in range(q):
             i = min(t * m // target, m - 1)
-            attended = segments[i] + (segments[i - 1] if variant == "xl" and i > 0 else [])
+            attended = segments[i] + (segments[i - 1] if variant in ("xl", "compressive") and i > 0 else [])
             if variant == "window":  # w = 3s real positions starting at i*s + floor(s/2) - floor(w/2), cut at the ends
                 start = i * s + s // 2 - (3 * s) // 2
                 attended = real[max(start, 0):start + 3 * s]
@@ -114,12 +114,21 @@ def reference_weights(name: str, queries, keys, mask, scale: float) -> torch.Ten
             if variant == "longt5":
                 global_keys = torch.stack([keys[b, :, segment].mean(dim=1) for segment in segments], dim=1)
                 logits = torch.cat([logits, scale * (global_keys * queries[b, :, t, None]).sum(-1)], dim=-1)
+            if variant == "compressive":  # c = 4 = s: one mean row per segment before the memory, j <= i - 2
+                older = segments[: max(i - 1, 0)]
+                if older:
+                    mean_keys = torch.stack([keys[b, :, segment].mean(dim=1) for segment in older], dim=1)
+                    logits = torch.cat([logits, scale * (mean_keys * queries[b, :, t, None]).sum(-1)], dim=-1)
             probabilities = torch.softmax(logits, dim=-1)  # (H, n [+ m])
             for column, j in enumerate(attended):
                 weights[b, :, t, j] += probabilities[:, column]
             if variant == "star":  # the relay's probability spread evenly over every real position
                 for j in real:
                     weights[b, :, t, j] += probabilities[:, len(attended)] / len(real)
+            if variant == "compressive":  # each row's probability spread evenly over its segment
+                for g, segment in enumerate(segments[: max(i - 1, 0)]):
+                    for j in segment:
+                        weights[b, :, t, j] += probabilities[:, len(attended) + g] / len(segment)
             if variant == "longt5":
                 for g, segment in enumerate(segments):
                     for j in segment:

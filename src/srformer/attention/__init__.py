@@ -1,9 +1,10 @@
 """Attention kernels: the segment schedule, the RAF neuron, one module per cross-attention mechanism
 (``segmented``, ``srformer``, the baselines ``xl``, ``longt5`` and ``linear``, and ``window``, ``strided``,
-``star``, ``fastformer`` and ``bigbird`` from the efficient-transformer literature), each with its typed
-per-sequence state, the registry that maps variant names to them, and their float64 references."""
+``star``, ``fastformer``, ``bigbird`` and ``compressive`` from the efficient-transformer literature), each with
+its typed per-sequence state, the registry that maps variant names to them, and their float64 references."""
 
 from srformer.attention.bigbird import BigBirdCrossAttention, BigBirdState
+from srformer.attention.compressive import CompressiveCrossAttention, CompressiveState
 from srformer.attention.fastformer import FastformerCrossAttention, FastformerState
 from srformer.attention.linear import LinearCrossAttention, LinearState
 from srformer.attention.longt5 import LongT5CrossAttention, LongT5State
@@ -21,6 +22,8 @@ from srformer.attention.xl import XLCrossAttention
 __all__ = [
     "BigBirdCrossAttention",
     "BigBirdState",
+    "CompressiveCrossAttention",
+    "CompressiveState",
     "CrossAttentionState",
     "FastformerCrossAttention",
     "FastformerState",

@@ -20,6 +20,7 @@ Each mechanism is one module file with its own typed state (``docs/design.md``, 
 * ``star`` -- :mod:`srformer.attention.star` (``StarState``);
 * ``fastformer`` -- :mod:`srformer.attention.fastformer` (``FastformerState``);
 * ``bigbird`` -- :mod:`srformer.attention.bigbird` (``BigBirdState``);
+* ``compressive`` -- :mod:`srformer.attention.compressive` (``CompressiveState``);
 * ``full`` keeps the wrapped model's own attention (no module, no state of its own).
 
 Adding a mechanism:
@@ -361,6 +362,24 @@ _ENTRIES: tuple[Mechanism, ...] = (
         step_cost="O((s + g + r·s)·d)",
         build_cost="O(k·d + m²) (segment-major copy, the g global keys/values, the m×m random-block priorities)",
         state_size="2·k·d + 2·g·d + m·r (keys, values, global keys and values, random-block table)",
+    ),
+    Mechanism(
+        name="compressive",
+        doc="Compressive Transformer: softmax over segment i(t), the stop-gradient memory i(t) - 1 and the "
+        "older segments mean-pooled with rate c.",
+        citation="Rae, Potapenko, Jayakumar, Hillier & Lillicrap 2020, Compressive Transformers for Long-Range "
+        "Sequence Modelling, Sec. 3 (memory and compressed memory; mean-pooling compression)",
+        module="srformer.attention.compressive.CompressiveCrossAttention",
+        state="srformer.attention.compressive.CompressiveState",
+        lean_state=None,
+        reference=naive.compressive_attention,
+        capabilities=Capabilities(
+            segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
+            has_softmax_part=True, recurrent_term=False, global_term=True,
+        ),
+        step_cost="O((2s + k/c)·d)",
+        build_cost="O(k·d) (segment-major copy, the compressed rows)",
+        state_size="2·k·d + 2·m·ceil(s/c)·d (keys, values, compressed keys and values)",
     ),
 )
 

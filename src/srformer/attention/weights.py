@@ -18,6 +18,8 @@ encoder positions per query and head. An SRformer layer's output is not one such
   local probability plus their share of its global token).
 * ``bigbird``: the softmax over segment ``i(t)``, its random blocks and the global positions, each at its own
   encoder position.
+* ``compressive``: the softmax over segment ``i(t)``, its memory and the compressed rows of the older segments,
+  each row's probability spread evenly over its window's real positions (a row is their mean).
 * ``srformer`` ablation I (``recurrent_only``): no softmax term, so zeros (the output is all ``O_R``).
 * ``fastformer``: its additive weights ``beta_j`` (Eq. 5), the same for every query: ``V_g = beta V`` and the
   output is ``Q_t * K_g * (A V)`` (element-wise), so ``A`` is the distribution the values are pooled with.

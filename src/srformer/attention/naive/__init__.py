@@ -62,7 +62,7 @@ from srformer.attention.naive.softmax import (
     window_attention,
     xl_attention,
 )
-from srformer.attention.naive.sparse import bigbird_attention, bigbird_random_blocks
+from srformer.attention.naive.sparse import bigbird_attention, bigbird_random_blocks, compressive_attention
 from srformer.attention.naive.srformer import SRFORMER_PARAMETERS, raf_fire, srformer_attention
 
 __all__ = [
@@ -71,6 +71,7 @@ __all__ = [
     "QueryFunction",
     "bigbird_attention",
     "bigbird_random_blocks",
+    "compressive_attention",
     "fastformer_attention",
     "full_attention",
     "linear_attention",

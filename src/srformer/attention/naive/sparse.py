@@ -73,3 +73,38 @@ def bigbird_attention(
         return softmax_attention(query, k[rows_list], v[rows_list], scale)
 
     return per_query(queries, keys, values, key_valid, start_position, one_query)
+
+
+def compressive_attention(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    key_valid: torch.Tensor | None,
+    settings: SRformerConfig,
+    *,
+    scale: float = 1.0,
+    parameters: Mapping[str, torch.Tensor] | None = None,
+    start_position: int = 0,
+) -> torch.Tensor:
+    """``compressive`` (Rae et al. 2020, Compressive Transformers, Sec. 3, mean-pooling compression with rate
+    ``c``): softmax over segment ``i(t)``, its memory segment ``i(t) - 1`` and the compressed memory of every
+    segment ``j <= i(t) - 2``: for each window ``j*s + u*c .. min(j*s + (u+1)*c, (j+1)*s, n) - 1`` holding a real
+    position, one key and value, the mean of the window's keys and values. The stop-gradients of the memory
+    and the compressed memory change gradients, not outputs, so they do not appear here."""
+    check_call(settings, parameters, "compressive")
+    s, target, c = settings.segment_size, settings.target_length, settings.resolved_compression_rate()
+
+    def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
+        n = len(k)
+        i = segment_of(t, num_segments(n, s), target)
+        rows = list(range(max(i - 1, 0) * s, min((i + 1) * s, n)))  # memory and segment
+        window_keys, window_values = [k[rows]], [v[rows]]
+        for j in range(i - 1):
+            for start in range(j * s, (j + 1) * s, c):
+                window = slice(start, min(start + c, (j + 1) * s, n))
+                if window.stop > window.start:
+                    window_keys.append(k[window].mean(dim=0, keepdim=True))
+                    window_values.append(v[window].mean(dim=0, keepdim=True))
+        return softmax_attention(query, torch.cat(window_keys), torch.cat(window_values), scale)
+
+    return per_query(queries, keys, values, key_valid, start_position, one_query)
