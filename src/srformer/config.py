@@ -91,6 +91,14 @@ class SRformerConfig:
             each segment before ``i(t) - 1`` is kept as ``ceil(s / c)`` compressed rows, the means of ``c``
             consecutive positions (the last window of a segment may be shorter). At least 1 (1: no
             compression). None (default): 4 (the paper's WikiText-103 rate). ``compressive`` only.
+        max_span: ``S``, the largest span of the ``adaptive`` variant (Sukhbaatar et al. 2019, Sec. 3): a query
+            reads the positions at most ``S`` positions outside its scheduled segment. At least 0. None
+            (default): ``2 * segment_size``. ``adaptive`` only.
+        span_ramp: ``R``, the length of the soft mask's ramp ``m_z(x) = min(max((R + z - x) / R, 0), 1)``. At
+            least 1. None (default): ``segment_size``. ``adaptive`` only.
+        span_init: the initial span of every head as a fraction of ``S``, ``z = span_init * S``, in [0, 1]. None
+            (default): 0.5 (inside the range, so the ramp's keys give ``z`` a gradient from the first step).
+            ``adaptive`` only.
         strict_schedule: if True, an input with more segments than ``target_length`` raises
             ``ValueError`` instead of warning (such segments are never attended by ``O_S``).
         lean_cache: generation memory mode (beyond the paper). False: each layer caches its
@@ -109,7 +117,8 @@ class SRformerConfig:
             outside (0, 1) or with ablation I, ``lean_cache`` with a variant without a lean layout, or
             ``window_size`` below ``segment_size`` or with a variant other than ``window``, or ``stride``
             below 2 or with a variant other than ``strided``, or a ``bigbird`` or ``compressive`` setting out of
-            its range or with another variant.
+            its range or with another variant, or an ``adaptive`` setting (``max_span``, ``span_ramp``,
+            ``span_init``) out of its range or with another variant.
     """
 
     variant: str = "srformer"
@@ -129,6 +138,9 @@ class SRformerConfig:
     num_random_blocks: int | None = None
     random_blocks_seed: int | None = None
     compression_rate: int | None = None
+    max_span: int | None = None
+    span_ramp: int | None = None
+    span_init: float | None = None
     strict_schedule: bool = False
     lean_cache: bool = False
 
@@ -203,6 +215,19 @@ class SRformerConfig:
         self._check_integer("num_random_blocks", "bigbird", 0, None, "BigBird's random blocks per segment")
         self._check_integer("random_blocks_seed", "bigbird", 0, 2**32 - 1, "the seed of BigBird's random blocks")
         self._check_integer("compression_rate", "compressive", 1, None, "positions per compressed row")
+        self._check_integer("max_span", "adaptive", 0, None, "the largest adaptive span, in positions")
+        self._check_integer("span_ramp", "adaptive", 1, None, "the soft span mask's ramp, in positions")
+        if self.span_init is not None:
+            if self.variant != "adaptive":
+                raise ValueError(
+                    f"`span_init` is a setting of variant='adaptive', got variant={self.variant!r}; "
+                    "leave span_init=None."
+                )
+            number = isinstance(self.span_init, int | float) and not isinstance(self.span_init, bool)
+            if not number or not 0.0 <= self.span_init <= 1.0:
+                raise ValueError(
+                    f"`span_init` (the initial span / max_span) must lie in [0, 1], got {self.span_init!r}."
+                )
         # ``full`` has no module of its own, so the runtime option has nothing to act on there
         if self.lean_cache and self.variant not in LEAN_VARIANTS and REGISTRY[self.variant].module is not None:
             raise ValueError(
@@ -244,6 +269,18 @@ class SRformerConfig:
     def resolved_compression_rate(self) -> int:
         """``c`` of the ``compressive`` variant: ``compression_rate``, or 4 when it is None."""
         return self.compression_rate if self.compression_rate is not None else 4
+
+    def resolved_max_span(self) -> int:
+        """``S`` of the ``adaptive`` variant: ``max_span``, or ``2 * segment_size`` when it is None."""
+        return self.max_span if self.max_span is not None else 2 * self.segment_size
+
+    def resolved_span_ramp(self) -> int:
+        """``R`` of the ``adaptive`` variant: ``span_ramp``, or ``segment_size`` when it is None."""
+        return self.span_ramp if self.span_ramp is not None else self.segment_size
+
+    def resolved_span_init(self) -> float:
+        """The initial ``z / S`` of the ``adaptive`` variant: ``span_init``, or 0.5 when it is None."""
+        return float(self.span_init) if self.span_init is not None else 0.5
 
     def resolved_window_size(self) -> int:
         """``w`` of the ``window`` variant: ``window_size``, or ``3 * segment_size`` when it is None."""

@@ -361,3 +361,26 @@ def test_compressive_of_equal_keys_averages_segment_memory_and_compressed_rows(r
     config = _config("compressive", 3, 4, compression_rate=rate)
     output = naive.compressive_attention(queries, keys, values, None, config, scale=0.7)
     assert_exact(output, _tensor([[value] for value in expected]), f"c = {rate}")
+
+
+# ------------------------------------------------------------------ adaptive span
+def test_adaptive_span_weights_by_the_soft_mask_and_reduces_to_segmented():
+    """n = 6, s = 2 (m = 3), T = 3, S = 4, R = 2, equal keys: t = 1 reads segment 1 (positions 2, 3) with mask 1 and
+    positions 1, 4 (x = 1), 0, 5 (x = 2) with m = (R + z - x) / R. z = 0 and R = 1 is ``segmented``."""
+    keys = _tensor([[0.3]] * 6)
+    values = _tensor([[float(j)] for j in range(6)])
+    queries = _tensor([[1.0]] * 3)
+    config = _config("adaptive", 2, 3, max_span=4, span_ramp=2)
+    output = naive.adaptive_attention(queries, keys, values, None, config, scale=0.7)  # z = 0.5 * 4 = 2
+    # x = 1: m = 1; x = 2: m = 1; x = 3: m = 0.5; x = 4: m = 0
+    # t = 1: every position, m = (1, 1, 1, 1, 1, 1) -> mean 2.5; t = 0: 0, 1 (x = 0), 2, 3 (1, 2), 4 (x = 3, 0.5)
+    assert_exact(output[:, :, 1:2], _tensor([[2.5]]), "t = 1")
+    assert_exact(output[:, :, 0:1], _tensor([[(0 + 1 + 2 + 3 + 0.5 * 4) / 4.5]]), "t = 0")
+    narrow = naive.adaptive_attention(
+        queries, keys, values, None, config, scale=0.7, parameters={"span_fraction": torch.tensor([0.125])}
+    )  # z = 0.5: x = 1 -> m = 0.75, x = 2 -> m = 0.25
+    assert_exact(narrow[:, :, 2:3], _tensor([[(4 + 5 + 0.75 * 3 + 0.25 * 2) / 3.0]]), "t = 2, z = 0.5")
+    queries, keys, values = _random(1, 2, 3, 3, 1), _random(1, 2, 6, 3, 2), _random(1, 2, 6, 3, 3)
+    segmented = naive.segmented_attention(queries, keys, values, None, _config("segmented", 2, 3), scale=0.5)
+    zero_span = _config("adaptive", 2, 3, max_span=4, span_ramp=1, span_init=0.0)
+    assert_exact(naive.adaptive_attention(queries, keys, values, None, zero_span, scale=0.5), segmented, "z = 0")

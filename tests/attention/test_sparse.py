@@ -1,7 +1,8 @@
 """Mechanism-specific tests of the sparse-pattern mechanisms over the segment schedule (``bigbird``,
-``compressive``): their settings against their float64 references (:mod:`srformer.attention.naive.sparse`) in
-both paths and paddings, their seeds and tables, and where their gradients go. The registry matrices
-(``tests/attention/test_variants.py``, ``tests/models/``) cover them at their default settings."""
+``compressive``, ``adaptive``): their settings against their float64 references
+(:mod:`srformer.attention.naive.sparse`) in both paths and paddings, their seeds and tables, and where their
+gradients go. The registry matrices (``tests/attention/test_variants.py``, ``tests/models/``) cover them at
+their default settings."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 import srformer
 from srformer.attention import naive
 from srformer.attention.bigbird import block_priority, random_block_table
+from srformer.attention.variants import build_cross_attention
 from srformer.config import named_config
 from tests.attention.test_srformer import _incremental, _inputs
 from tests.attention.test_variants import _module, _reference
@@ -165,4 +167,57 @@ def test_compression_rate_is_checked_and_saved():
         named_config("xl", compression_rate=2)
     config = named_config("compressive", segment_size=4, compression_rate=3)
     assert config.resolved_compression_rate() == 3 and named_config("compressive").resolved_compression_rate() == 4
+    assert type(config).from_dict(config.to_dict()) == config
+
+
+# ------------------------------------------------------------------ adaptive span
+def _adaptive(segment_size=3, target_length=6, num_heads=2, fractions=None, **settings):
+    torch.manual_seed(0)
+    config = named_config("adaptive", segment_size=segment_size, target_length=target_length, **settings)
+    module = build_cross_attention(config, 4, 0.5, num_heads=num_heads).double()
+    if fractions is not None:
+        with torch.no_grad():
+            module.span_fraction.copy_(torch.tensor(fractions, dtype=torch.float64))
+    return module
+
+
+@pytest.mark.filterwarnings("ignore:An encoder input has")
+@pytest.mark.parametrize(
+    "segment_size,max_span,ramp,fractions",
+    [(3, 6, 3, [0.5, 0.2]), (2, 3, 1, [0.0, 1.3]), (3, 0, 1, [0.5, 0.5]), (4, 5, 2, [0.9, -0.1]),
+     (1, 4, 2, [0.3, 0.8])],
+)
+def test_adaptive_span_per_head_matches_the_reference_in_both_paths_and_paddings(
+    segment_size, max_span, ramp, fractions
+):
+    """Spans below, inside and above [0, S] (clamped), S = 0 (the scheduled segment only), S not a multiple of s,
+    skipped segments (s = 1: m = 11 > T); a different span for each head."""
+    _check_against_reference(_adaptive(segment_size, max_span=max_span, span_ramp=ramp, fractions=fractions))
+
+
+def test_adaptive_span_gets_a_gradient_per_head_and_the_conversion_gives_one_span_per_head():
+    module = _adaptive(2, 8, max_span=4, span_ramp=2, fractions=[0.3, 0.6])
+    queries, keys, values, _ = _inputs(1, 2, 12, 4, 4, [12])
+    output, _ = module(queries, module.init_state(keys, values, None))
+    output.sum().backward()
+    gradient = module.span_fraction.grad
+    assert gradient is not None and torch.isfinite(gradient).all() and (gradient.abs() > 0).all()
+    model = converted(BUILDERS["bart"](), variant="adaptive", segment_size=4, target_length=12)
+    for _, _, layer in srformer.models.cross_attention_modules(model):
+        assert layer.srformer.span_fraction.shape == (layer.num_heads,)
+        assert_exact(layer.srformer.span_fraction.double(), torch.full((layer.num_heads,), 0.5).double(), "init")
+
+
+def test_adaptive_span_settings_are_checked_and_saved():
+    for bad in (dict(max_span=-1), dict(span_ramp=0), dict(span_init=1.5), dict(span_init=-0.1), dict(span_init="0.5")):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            named_config("adaptive", **bad)
+    with pytest.raises(ValueError, match="span_init"):
+        named_config("window", span_init=0.5)
+    with pytest.raises(ValueError, match="num_heads"):
+        _adaptive(num_heads=0)
+    config = named_config("adaptive", segment_size=4, max_span=7, span_ramp=3, span_init=0.25)
+    default = named_config("adaptive", segment_size=4)
+    assert (config.resolved_max_span(), config.resolved_span_ramp(), config.resolved_span_init()) == (7, 3, 0.25)
+    assert (default.resolved_max_span(), default.resolved_span_ramp(), default.resolved_span_init()) == (8, 4, 0.5)
     assert type(config).from_dict(config.to_dict()) == config

@@ -107,7 +107,13 @@ def reference_weights(name: str, queries, keys, mask, scale: float) -> torch.Ten
             if variant == "bigbird":  # the segment, the first g = 2s real positions and r = 3 seeded random segments
                 blocks = [i, *naive.bigbird_random_blocks(0, i, m, 2 * s, s, 3)]
                 attended = sorted(set(real[:2 * s]).union(*(segments[j] for j in blocks)))
+            if variant == "adaptive":  # compacted positions at most S = 2s outside the segment, cut at the ends
+                compacted = range(max(i * s - 2 * s, 0), min((i + 1) * s + 2 * s, len(real)))
+                attended = [real[p] for p in compacted]
             logits = torch.stack([(scale * keys[b, :, j] * queries[b, :, t]).sum(-1) for j in attended], dim=-1)
+            if variant == "adaptive":  # + log m_z(x): z = S / 2 = s (span_init 0.5), R = s, x from the segment
+                distance = torch.tensor([max(i * s - p, p - (i * s + s - 1), 0) for p in compacted], dtype=logits.dtype)
+                logits = logits + torch.log(((s + s - distance) / s).clamp(0, 1))
             if variant == "star":  # one relay token: the mean of every real key
                 relay_key = keys[b, :, real].mean(dim=1)  # (H, d)
                 logits = torch.cat([logits, scale * (relay_key * queries[b, :, t]).sum(-1, keepdim=True)], dim=-1)

@@ -1,8 +1,9 @@
 """Attention kernels: the segment schedule, the RAF neuron, one module per cross-attention mechanism
 (``segmented``, ``srformer``, the baselines ``xl``, ``longt5`` and ``linear``, and ``window``, ``strided``,
-``star``, ``fastformer``, ``bigbird`` and ``compressive`` from the efficient-transformer literature), each with
-its typed per-sequence state, the registry that maps variant names to them, and their float64 references."""
+``star``, ``fastformer``, ``bigbird``, ``compressive`` and ``adaptive`` from the efficient-transformer literature),
+each with its typed per-sequence state, the registry that maps variant names to them, and their float64 references."""
 
+from srformer.attention.adaptive import AdaptiveSpanCrossAttention
 from srformer.attention.bigbird import BigBirdCrossAttention, BigBirdState
 from srformer.attention.compressive import CompressiveCrossAttention, CompressiveState
 from srformer.attention.fastformer import FastformerCrossAttention, FastformerState
@@ -20,6 +21,7 @@ from srformer.attention.window import WindowCrossAttention
 from srformer.attention.xl import XLCrossAttention
 
 __all__ = [
+    "AdaptiveSpanCrossAttention",
     "BigBirdCrossAttention",
     "BigBirdState",
     "CompressiveCrossAttention",

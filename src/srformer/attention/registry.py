@@ -21,6 +21,7 @@ Each mechanism is one module file with its own typed state (``docs/design.md``, 
 * ``fastformer`` -- :mod:`srformer.attention.fastformer` (``FastformerState``);
 * ``bigbird`` -- :mod:`srformer.attention.bigbird` (``BigBirdState``);
 * ``compressive`` -- :mod:`srformer.attention.compressive` (``CompressiveState``);
+* ``adaptive`` -- :mod:`srformer.attention.adaptive` (``SegmentState``);
 * ``full`` keeps the wrapped model's own attention (no module, no state of its own).
 
 Adding a mechanism:
@@ -150,11 +151,17 @@ class Mechanism:
             raise ValueError(f"The {self.name!r} variant has no SRformer state in the {layout} layout.")
         return _import(path)
 
-    def build(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> nn.Module:
-        """The module for ``config`` (``config.variant`` must be :attr:`name`); see :meth:`module_class`."""
+    def build(
+        self, config: SRformerConfig, head_dim: int, scale: float = 1.0, *, num_heads: int | None = None
+    ) -> nn.Module:
+        """The module for ``config`` (``config.variant`` must be :attr:`name`); see :meth:`module_class`.
+        ``num_heads`` reaches only a module class whose ``per_head_parameters`` is True (``adaptive``)."""
         if config.variant != self.name:
             raise ValueError(f"Mechanism {self.name!r} cannot build a module for variant {config.variant!r}.")
-        return self.module_class()(config, head_dim, scale)
+        cls = self.module_class()
+        if num_heads is not None and getattr(cls, "per_head_parameters", False):
+            return cls(config, head_dim, scale, num_heads=num_heads)
+        return cls(config, head_dim, scale)
 
 
 def _import(path: str) -> type:
@@ -380,6 +387,23 @@ _ENTRIES: tuple[Mechanism, ...] = (
         step_cost="O((2s + k/c)·d)",
         build_cost="O(k·d) (segment-major copy, the compressed rows)",
         state_size="2·k·d + 2·m·ceil(s/c)·d (keys, values, compressed keys and values)",
+    ),
+    Mechanism(
+        name="adaptive",
+        doc="Adaptive attention span: softmax around segment i(t) weighted by a learned soft mask m_z(x) per head.",
+        citation="Sukhbaatar, Grave, Bojanowski & Joulin 2019, Adaptive Attention Span in Transformers, Sec. 3 "
+        "(soft mask m_z(x) = min(max((R + z - x) / R, 0), 1), x measured from the scheduled segment)",
+        module="srformer.attention.adaptive.AdaptiveSpanCrossAttention",
+        state=f"{_SEGMENTED}.SegmentState",
+        lean_state=None,
+        reference=naive.adaptive_attention,
+        capabilities=Capabilities(
+            segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
+            has_softmax_part=True, recurrent_term=False, global_term=False,
+        ),
+        step_cost="O((3s + 2S)·d)",
+        build_cost="O(k·d) (segment-major copy of keys/values)",
+        state_size="2·k·d (keys and values, segment-major)",
     ),
 )
 

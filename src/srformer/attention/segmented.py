@@ -180,6 +180,13 @@ class SegmentedCrossAttention(nn.Module):
         arguments and the result as :meth:`context_blocks` (``segments`` flattened in batch-major order)."""
         return self.context_blocks(segments, index, max_segments)
 
+    def block_bias(self, dtype: torch.dtype) -> torch.Tensor | None:
+        """Additive log-weights of the positions of :meth:`context_blocks`, the same for every query: (H or 1, n)
+        in ``dtype``, ``n`` = blocks x ``s`` in the order the blocks are returned, added to the scaled scores
+        before the softmax (``log m`` multiplies the weights by ``m`` and renormalises: ``adaptive``'s soft span
+        mask); ``-inf`` excludes a position. None (here): no bias."""
+        return None
+
     def global_tokens(self, state: CrossAttentionState) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
         """Summary tokens every query attends besides its blocks: ``(keys, values, valid)``, (B, H, G, d) twice
         and (B, G) bool, or None (here: none)."""
@@ -378,7 +385,11 @@ class SegmentedCrossAttention(nn.Module):
             scores.append(torch.einsum("bhqd,bhmd->bqhm", queries, global_keys.to(queries.dtype)).unsqueeze(-2))
             allowed.append(self.global_token_allowed(state, global_valid, segments_of_query))
         mask = torch.cat(allowed, dim=-1)[:, :, None, None, :]  # (B, q, 1, 1, n)
-        logits = (torch.cat(scores, dim=-1) * self.scale).masked_fill(~mask, float("-inf"))
+        logits = torch.cat(scores, dim=-1) * self.scale
+        bias = self.block_bias(logits.dtype)
+        if bias is not None:  # (H or 1, n blocks' positions); global tokens get none
+            logits = logits + F.pad(bias, (0, logits.shape[-1] - bias.shape[-1]))[:, None, :]
+        logits = logits.masked_fill(~mask, float("-inf"))
         probabilities = torch.softmax(logits, dim=-1)  # every query has an allowed key (state invariant)
         if dropout > 0.0:
             probabilities = F.dropout(probabilities, p=dropout, training=True)
@@ -447,9 +458,13 @@ class SegmentedCrossAttention(nn.Module):
         if self.has_softmax:
             assert context is not None
             keys, values, allowed = context
+            mask = allowed[:, None, None, :]
+            bias = self.block_bias(queries.dtype)
+            if bias is not None:  # (B, H or 1, 1, n): the log-weights at the allowed positions, -inf elsewhere
+                bias = F.pad(bias, (0, allowed.shape[-1] - bias.shape[-1]))
+                mask = torch.where(mask, bias[None, :, None, :], float("-inf"))
             output = F.scaled_dot_product_attention(
-                queries, cast(keys, queries.dtype), cast(values, queries.dtype), attn_mask=allowed[:, None, None, :],
-                scale=self.scale,
+                queries, cast(keys, queries.dtype), cast(values, queries.dtype), attn_mask=mask, scale=self.scale
             )
         return self._step_output(queries, output, state, new_state, index), new_state
 

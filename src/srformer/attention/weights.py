@@ -20,6 +20,8 @@ encoder positions per query and head. An SRformer layer's output is not one such
   encoder position.
 * ``compressive``: the softmax over segment ``i(t)``, its memory and the compressed rows of the older segments,
   each row's probability spread evenly over its window's real positions (a row is their mean).
+* ``adaptive``: the softmax of the scores plus ``log m_z(x)`` (the soft span mask, renormalised) at the read
+  positions.
 * ``srformer`` ablation I (``recurrent_only``): no softmax term, so zeros (the output is all ``O_R``).
 * ``fastformer``: its additive weights ``beta_j`` (Eq. 5), the same for every query: ``V_g = beta V`` and the
   output is ``Q_t * K_g * (A V)`` (element-wise), so ``A`` is the distribution the values are pooled with.
@@ -38,6 +40,7 @@ without host synchronisation. In training they are the probabilities before atte
 from __future__ import annotations
 
 import torch
+from torch.nn import functional as F
 
 from srformer.attention.fastformer import FastformerCrossAttention, additive_weights
 from srformer.attention.layout import block_index, take_blocks
@@ -100,6 +103,9 @@ def segment_weights(
         allowed.append(attention.global_token_allowed(state, global_valid, segments))
     mask = torch.cat(allowed, dim=-1)[:, None]  # (B, 1, q, n [+ M])
     logits_all = torch.cat(logits, dim=-1) * attention.scale
+    bias = attention.block_bias(logits_all.dtype)
+    if bias is not None:  # (H or 1, n): the blocks' log-weights (adaptive span); global tokens get none
+        logits_all = logits_all + F.pad(bias, (0, logits_all.shape[-1] - bias.shape[-1]))[None, :, None, :]
     probabilities = torch.softmax(logits_all.masked_fill(~mask, float("-inf")), dim=-1)
     weights = queries.new_zeros(batch, heads, q, k)
     # masked keys have probability exactly 0, so the positions they carry (padding) receive nothing

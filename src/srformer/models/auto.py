@@ -57,6 +57,7 @@ from transformers import (
 from transformers import initialization as init
 from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING
 
+from srformer.attention.adaptive import AdaptiveSpanCrossAttention
 from srformer.attention.fastformer import FastformerCrossAttention
 from srformer.attention.linear import LinearCrossAttention
 from srformer.attention.raf import RecurrentAccumulateAndFire, ScaledLinear
@@ -87,7 +88,7 @@ def initialize_srformer_module(module: nn.Module) -> bool:
     - RAF (:class:`~srformer.attention.raf.RecurrentAccumulateAndFire`): ``leak = raf_leak_init``,
       ``threshold = raf_threshold_init``.
     - The attention module: the Eq. 10 mix logit ``a = logit(mix_init)`` if it has one; ``fastformer``'s
-      ``w_k = 0`` (other variants have no parameters of their own).
+      ``w_k = 0``; ``adaptive``'s span fractions ``f = span_init`` (other variants have no parameters of their own).
 
     Inside transformers' ``initialize_weights`` the ``torch.nn.init`` functions are transformers' guarded
     ones, so parameters already loaded from a checkpoint are left alone.
@@ -97,6 +98,9 @@ def initialize_srformer_module(module: nn.Module) -> bool:
     """
     if isinstance(module, ScaledLinear | RecurrentAccumulateAndFire):
         module.reset_parameters()
+        return True
+    if isinstance(module, AdaptiveSpanCrossAttention):
+        init.constant_(module.span_fraction, module.settings.resolved_span_init())
         return True
     if isinstance(module, SegmentedCrossAttention):
         mix_logit, mix_init = getattr(module, "mix_logit", None), module.settings.mix_init

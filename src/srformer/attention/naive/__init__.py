@@ -1,7 +1,7 @@
 """Naive float64 references of every cross-attention mechanism, written straight from their equations.
 
 One module per family (``common``: schedule and per-query driver; ``softmax``; ``linear``; ``srformer``;
-``sparse``: ``bigbird`` and ``compressive``);
+``sparse``: ``bigbird``, ``compressive`` and ``adaptive``);
 every reference is re-exported here.
 
 Each function here computes one mechanism's output one example, one head and one decoder query at
@@ -62,13 +62,21 @@ from srformer.attention.naive.softmax import (
     window_attention,
     xl_attention,
 )
-from srformer.attention.naive.sparse import bigbird_attention, bigbird_random_blocks, compressive_attention
+from srformer.attention.naive.sparse import (
+    ADAPTIVE_PARAMETERS,
+    adaptive_attention,
+    bigbird_attention,
+    bigbird_random_blocks,
+    compressive_attention,
+)
 from srformer.attention.naive.srformer import SRFORMER_PARAMETERS, raf_fire, srformer_attention
 
 __all__ = [
+    "ADAPTIVE_PARAMETERS",
     "FASTFORMER_PARAMETERS",
     "SRFORMER_PARAMETERS",
     "QueryFunction",
+    "adaptive_attention",
     "bigbird_attention",
     "bigbird_random_blocks",
     "compressive_attention",

@@ -1,6 +1,7 @@
 """Float64 references of the sparse-pattern mechanisms over the segment schedule: ``bigbird`` (Zaheer et al.
-2020) and ``compressive`` (Rae et al. 2020), each query's key set written from the paper (and the choices of
-``docs/design.md``, "Mechanisms of the efficient-transformer literature") with Python loops and sets."""
+2020), ``compressive`` (Rae et al. 2020) and ``adaptive`` (Sukhbaatar et al. 2019), each query's key set (and
+``adaptive``'s mask) written from the paper and the choices of ``docs/design.md``, "Mechanisms of the
+efficient-transformer literature", with Python loops and sets."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 from srformer.attention.naive.common import (
     check_call,
     num_segments,
+    parameter,
     per_query,
     segment_of,
     segment_rows,
@@ -108,3 +110,60 @@ def compressive_attention(
         return softmax_attention(query, torch.cat(window_keys), torch.cat(window_values), scale)
 
     return per_query(queries, keys, values, key_valid, start_position, one_query)
+
+
+#: The learned tensors of ``adaptive`` by their state-dict names: ``span_fraction`` (H,) or (1,), ``f`` with
+#: the span ``z = S * clamp(f, 0, 1)``.
+ADAPTIVE_PARAMETERS = ("span_fraction",)
+
+
+def adaptive_attention(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    key_valid: torch.Tensor | None,
+    settings: SRformerConfig,
+    *,
+    scale: float = 1.0,
+    parameters: Mapping[str, torch.Tensor] | None = None,
+    start_position: int = 0,
+) -> torch.Tensor:
+    """``adaptive`` (Sukhbaatar et al. 2019, Adaptive Attention Span, Sec. 3): head ``h`` weights real position ``p``
+    by ``m(p) exp(scale * Q_t K_p)``, renormalised, with ``m = min(max((R + z_h - x) / R, 0), 1)``, ``x`` the distance
+    of ``p`` from segment ``i(t)`` (0 inside it), ``z_h = S * clamp(f_h, 0, 1)``, over the positions with ``x <= S``.
+    ``parameters["span_fraction"]``: (H,) or (1,) ``f`` (default: ``span_init`` for every head)."""
+    check_call(settings, parameters, "adaptive", ADAPTIVE_PARAMETERS)
+    s, target = settings.segment_size, settings.target_length
+    ramp, max_span = settings.resolved_span_ramp(), settings.resolved_max_span()
+    fraction = parameter(parameters, "span_fraction", settings.resolved_span_init()).reshape(-1)
+    heads = queries.shape[1]
+    spans = max_span * fraction.clamp(0.0, 1.0)
+    if spans.numel() == 1:
+        spans = spans.expand(heads)
+    if spans.numel() != heads:
+        raise ValueError(f"`span_fraction` has {spans.numel()} spans for {heads} heads; give one per head or one.")
+
+    def one_query_of(span: float):  # noqa: ANN202 - a QueryFunction
+        def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
+            n = len(k)
+            i = segment_of(t, num_segments(n, s), target)
+            first, last = i * s, i * s + s - 1  # the scheduled segment's positions (the last one may be short)
+            rows, masks = [], []
+            for p in range(n):
+                distance = first - p if p < first else (p - last if p > last else 0)
+                mask = min(max((ramp + span - distance) / ramp, 0.0), 1.0)
+                if distance <= max_span and mask > 0:
+                    rows.append(p)
+                    masks.append(mask)
+            scores = scale * (k[rows] @ query)
+            weights = torch.tensor(masks, dtype=torch.float64) * torch.exp(scores - scores.max())
+            return (weights / weights.sum()) @ v[rows]
+
+        return one_query
+
+    outputs = [
+        per_query(queries[:, h : h + 1], keys[:, h : h + 1], values[:, h : h + 1], key_valid, start_position,
+                  one_query_of(float(spans[h])))
+        for h in range(heads)
+    ]
+    return torch.cat(outputs, dim=1)
