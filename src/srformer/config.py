@@ -99,6 +99,9 @@ class SRformerConfig:
         span_init: the initial span of every head as a fraction of ``S``, ``z = span_init * S``, in [0, 1]. None
             (default): 0.5 (inside the range, so the ramp's keys give ``z`` a gradient from the first step).
             ``adaptive`` only.
+        span_nodes: ``k``, the span nodes per level and side of the ``bp`` variant (Ye et al. 2019, Sec. 3): a query
+            attends its segment token by token and ``k`` (or ``k + 1``, to align) nodes of each level of a binary
+            partition tree over the segments on each side. At least 1. None (default): 2. ``bp`` only.
         strict_schedule: if True, an input with more segments than ``target_length`` raises
             ``ValueError`` instead of warning (such segments are never attended by ``O_S``).
         lean_cache: generation memory mode (beyond the paper). False: each layer caches its
@@ -118,7 +121,7 @@ class SRformerConfig:
             ``window_size`` below ``segment_size`` or with a variant other than ``window``, or ``stride``
             below 2 or with a variant other than ``strided``, or a ``bigbird`` or ``compressive`` setting out of
             its range or with another variant, or an ``adaptive`` setting (``max_span``, ``span_ramp``,
-            ``span_init``) out of its range or with another variant.
+            ``span_init``) or ``bp``'s ``span_nodes`` out of its range or with another variant.
     """
 
     variant: str = "srformer"
@@ -141,6 +144,7 @@ class SRformerConfig:
     max_span: int | None = None
     span_ramp: int | None = None
     span_init: float | None = None
+    span_nodes: int | None = None
     strict_schedule: bool = False
     lean_cache: bool = False
 
@@ -217,6 +221,7 @@ class SRformerConfig:
         self._check_integer("compression_rate", "compressive", 1, None, "positions per compressed row")
         self._check_integer("max_span", "adaptive", 0, None, "the largest adaptive span, in positions")
         self._check_integer("span_ramp", "adaptive", 1, None, "the soft span mask's ramp, in positions")
+        self._check_integer("span_nodes", "bp", 1, None, "span nodes per tree level and side")
         if self.span_init is not None:
             if self.variant != "adaptive":
                 raise ValueError(
@@ -281,6 +286,10 @@ class SRformerConfig:
     def resolved_span_init(self) -> float:
         """The initial ``z / S`` of the ``adaptive`` variant: ``span_init``, or 0.5 when it is None."""
         return float(self.span_init) if self.span_init is not None else 0.5
+
+    def resolved_span_nodes(self) -> int:
+        """``k`` of the ``bp`` variant: ``span_nodes``, or 2 when it is None."""
+        return self.span_nodes if self.span_nodes is not None else 2
 
     def resolved_window_size(self) -> int:
         """``w`` of the ``window`` variant: ``window_size``, or ``3 * segment_size`` when it is None."""

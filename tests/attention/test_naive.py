@@ -384,3 +384,21 @@ def test_adaptive_span_weights_by_the_soft_mask_and_reduces_to_segmented():
     segmented = naive.segmented_attention(queries, keys, values, None, _config("segmented", 2, 3), scale=0.5)
     zero_span = _config("adaptive", 2, 3, max_span=4, span_ramp=1, span_init=0.0)
     assert_exact(naive.adaptive_attention(queries, keys, values, None, zero_span, scale=0.5), segmented, "z = 0")
+
+
+# ------------------------------------------------------------------ bp (binary partition)
+def test_bp_partition_by_hand_and_equal_keys_average_segment_and_node_means():
+    """k = 1, m = 20, segment 9: level 0 nodes 8 | 10, 11 (the extra one aligns the boundary); level 1 nodes 2, 3
+    (segments 4-7) | 6, 7 (12-15); level 2 node 0 (0-3) | 4 (16-19). Equal keys: the mean of the segment's values
+    and one value per node (the mean of its positions)."""
+    assert naive.bp_partition(9, 20, 1) == [(0, 8), (0, 10), (0, 11), (1, 2), (1, 3), (1, 6), (1, 7), (2, 0), (2, 4)]
+    assert naive.bp_partition(0, 1, 2) == []  # one segment: no node
+    # m = 5, segment 2, k = 1: level 0 nodes 0, 1 (lo = 1 is odd: lowered to 0) | 3; level 1 node 2 (segments 4-5;
+    # node 3, segments 6-7, is past the input)
+    assert naive.bp_partition(2, 5, 1) == [(0, 0), (0, 1), (0, 3), (1, 2)]
+    keys = _tensor([[0.3]] * 10)
+    values = _tensor([[float(j)] for j in range(10)])
+    queries = _tensor([[1.0]] * 5)
+    output = naive.bp_attention(queries, keys, values, None, _config("bp", 2, 5, span_nodes=1), scale=0.7)
+    # t = 2 reads segment 2 (positions 4, 5) and the node means 0.5, 2.5, 6.5 and 8.5 (positions 8, 9)
+    assert_exact(output[:, :, 2:3], _tensor([[(4 + 5 + 0.5 + 2.5 + 6.5 + 8.5) / 6]]), "t = 2")

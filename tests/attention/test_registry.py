@@ -86,7 +86,8 @@ def test_derived_tuples_follow_the_capabilities():
     assert SEGMENT_FREE_VARIANTS == with_capability("segment_free") == ("full", "linear", "fastformer")
     assert LEAN_VARIANTS == with_capability("lean_layout") == ("segmented", "srformer", "linear", "fastformer")
     assert SEGMENT_SOFTMAX_VARIANTS == (
-        "segmented", "srformer", "xl", "longt5", "window", "strided", "star", "bigbird", "compressive", "adaptive"
+        "segmented", "srformer", "xl", "longt5", "window", "strided", "star", "bigbird", "compressive", "adaptive",
+        "bp",
     )
     assert set(with_capability("segment_free", False)) | set(SEGMENT_FREE_VARIANTS) == set(REGISTRY)
     with pytest.raises(ValueError, match="Unknown capability"):

@@ -1,5 +1,5 @@
 """Mechanism-specific tests of the sparse-pattern mechanisms over the segment schedule (``bigbird``,
-``compressive``, ``adaptive``): their settings against their float64 references
+``compressive``, ``adaptive``, ``bp``): their settings against their float64 references
 (:mod:`srformer.attention.naive.sparse`) in both paths and paddings, their seeds and tables, and where their
 gradients go. The registry matrices (``tests/attention/test_variants.py``, ``tests/models/``) cover them at
 their default settings."""
@@ -220,4 +220,42 @@ def test_adaptive_span_settings_are_checked_and_saved():
     default = named_config("adaptive", segment_size=4)
     assert (config.resolved_max_span(), config.resolved_span_ramp(), config.resolved_span_init()) == (7, 3, 0.25)
     assert (default.resolved_max_span(), default.resolved_span_ramp(), default.resolved_span_init()) == (8, 4, 0.5)
+    assert type(config).from_dict(config.to_dict()) == config
+
+
+# ------------------------------------------------------------------ bp (binary partition)
+def test_bp_partition_covers_every_other_segment_once_with_few_nodes():
+    """The segment and its nodes cover segments 0 .. m - 1 exactly once, with at most (k + 1) nodes per level and
+    side (and a level per halving of m)."""
+    for span_nodes in (1, 2, 3):
+        for segments in range(1, 40):
+            for segment in range(segments):
+                nodes = naive.bp_partition(segment, segments, span_nodes)
+                covered = [segment] + [
+                    j for level, node in nodes for j in range(node * 2**level, min((node + 1) * 2**level, segments))
+                ]
+                assert sorted(covered) == list(range(segments)), (span_nodes, segments, segment)
+                assert len(nodes) <= 2 * (span_nodes + 1) * segments.bit_length()
+
+
+@pytest.mark.filterwarnings("ignore:An encoder input has")
+@pytest.mark.parametrize("segment_size,span_nodes", [(1, 1), (2, 1), (3, 2), (1, 3), (4, 1)])
+def test_bp_of_any_node_count_matches_the_reference_in_both_paths_and_paddings(segment_size, span_nodes):
+    """Up to 11 segments (four levels), node counts below and above the neighbours available, skipped segments."""
+    _check_against_reference(_module("bp", segment_size, 6, scale=0.5, span_nodes=span_nodes))
+
+
+def test_bp_nodes_carry_gradient_to_every_segment_and_span_nodes_is_checked():
+    module = _module("bp", segment_size=1, target_length=8, span_nodes=1)
+    queries, keys, values, _ = _inputs(1, 1, 8, 1, 4, [8])
+    values.requires_grad_(True)
+    module(queries, module.init_state(keys, values, None))[0].sum().backward()  # t = 0: segment 0, nodes cover 1-7
+    assert (values.grad[0, 0].abs().sum(-1) > 0).all()
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="span_nodes"):
+            named_config("bp", span_nodes=bad)
+    with pytest.raises(ValueError, match="span_nodes"):
+        named_config("star", span_nodes=2)
+    config = named_config("bp", span_nodes=3)
+    assert config.resolved_span_nodes() == 3 and named_config("bp").resolved_span_nodes() == 2
     assert type(config).from_dict(config.to_dict()) == config

@@ -125,6 +125,10 @@ def reference_weights(name: str, queries, keys, mask, scale: float) -> torch.Ten
                 if older:
                     mean_keys = torch.stack([keys[b, :, segment].mean(dim=1) for segment in older], dim=1)
                     logits = torch.cat([logits, scale * (mean_keys * queries[b, :, t, None]).sum(-1)], dim=-1)
+            if variant == "bp":  # span nodes of the partition (k = 2), each the mean of its segments' real keys
+                nodes = [sum(segments[j * 2**level:(j + 1) * 2**level], []) for level, j in naive.bp_partition(i, m, 2)]
+                node_keys = torch.stack([keys[b, :, node].mean(dim=1) for node in nodes], dim=1)
+                logits = torch.cat([logits, scale * (node_keys * queries[b, :, t, None]).sum(-1)], dim=-1)
             probabilities = torch.softmax(logits, dim=-1)  # (H, n [+ m])
             for column, j in enumerate(attended):
                 weights[b, :, t, j] += probabilities[:, column]
@@ -135,6 +139,10 @@ def reference_weights(name: str, queries, keys, mask, scale: float) -> torch.Ten
                 for g, segment in enumerate(segments[: max(i - 1, 0)]):
                     for j in segment:
                         weights[b, :, t, j] += probabilities[:, len(attended) + g] / len(segment)
+            if variant == "bp":  # each node's probability spread evenly over its positions
+                for g, node in enumerate(nodes):
+                    for j in node:
+                        weights[b, :, t, j] += probabilities[:, len(attended) + g] / len(node)
             if variant == "longt5":
                 for g, segment in enumerate(segments):
                     for j in segment:

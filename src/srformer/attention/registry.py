@@ -22,6 +22,7 @@ Each mechanism is one module file with its own typed state (``docs/design.md``, 
 * ``bigbird`` -- :mod:`srformer.attention.bigbird` (``BigBirdState``);
 * ``compressive`` -- :mod:`srformer.attention.compressive` (``CompressiveState``);
 * ``adaptive`` -- :mod:`srformer.attention.adaptive` (``SegmentState``);
+* ``bp`` -- :mod:`srformer.attention.bp` (``BPState``);
 * ``full`` keeps the wrapped model's own attention (no module, no state of its own).
 
 Adding a mechanism:
@@ -404,6 +405,24 @@ _ENTRIES: tuple[Mechanism, ...] = (
         step_cost="O((3s + 2S)·d)",
         build_cost="O(k·d) (segment-major copy of keys/values)",
         state_size="2·k·d (keys and values, segment-major)",
+    ),
+    Mechanism(
+        name="bp",
+        doc="BP-Transformer partition: softmax over segment i(t) token by token plus span nodes (segment means) "
+        "of a binary tree over the segments, k per level and side, coarser further away.",
+        citation="Ye, Guo, Gan, Qiu & Zhang 2019, BP-Transformer: Modelling Long-Range Context via Binary "
+        "Partitioning, Sec. 3 (binary partition tree, k contexts per level), segments as the leaves",
+        module="srformer.attention.bp.BPCrossAttention",
+        state="srformer.attention.bp.BPState",
+        lean_state=None,
+        reference=naive.bp_attention,
+        capabilities=Capabilities(
+            segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
+            has_softmax_part=True, recurrent_term=False, global_term=True,
+        ),
+        step_cost="O((s + 2m)·d)",
+        build_cost="O(k·d + m·d) (segment-major copy, the 2m - 1 span-node means)",
+        state_size="2·k·d + 4·m·d (keys, values, span-node keys and values)",
     ),
 )
 

@@ -22,6 +22,8 @@ encoder positions per query and head. An SRformer layer's output is not one such
   each row's probability spread evenly over its window's real positions (a row is their mean).
 * ``adaptive``: the softmax of the scores plus ``log m_z(x)`` (the soft span mask, renormalised) at the read
   positions.
+* ``bp``: the softmax over segment ``i(t)`` and its span nodes, each node's probability spread evenly over the
+  real positions it spans (a node is their mean).
 * ``srformer`` ablation I (``recurrent_only``): no softmax term, so zeros (the output is all ``O_R``).
 * ``fastformer``: its additive weights ``beta_j`` (Eq. 5), the same for every query: ``V_g = beta V`` and the
   output is ``Q_t * K_g * (A V)`` (element-wise), so ``A`` is the distribution the values are pooled with.

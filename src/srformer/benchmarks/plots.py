@@ -35,6 +35,7 @@ VARIANT_COLORS = {
     "bigbird": "darkgreen",
     "compressive": "navy",
     "adaptive": "teal",
+    "bp": "sienna",
     "full": "black",
 }
 TABLE1_LABELS = {variant: REGISTRY[variant].table1_row for variant in TABLE1_VARIANTS}

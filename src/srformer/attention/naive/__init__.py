@@ -1,7 +1,7 @@
 """Naive float64 references of every cross-attention mechanism, written straight from their equations.
 
 One module per family (``common``: schedule and per-query driver; ``softmax``; ``linear``; ``srformer``;
-``sparse``: ``bigbird``, ``compressive`` and ``adaptive``);
+``sparse``: ``bigbird``, ``compressive``, ``adaptive`` and ``bp``);
 every reference is re-exported here.
 
 Each function here computes one mechanism's output one example, one head and one decoder query at
@@ -67,6 +67,8 @@ from srformer.attention.naive.sparse import (
     adaptive_attention,
     bigbird_attention,
     bigbird_random_blocks,
+    bp_attention,
+    bp_partition,
     compressive_attention,
 )
 from srformer.attention.naive.srformer import SRFORMER_PARAMETERS, raf_fire, srformer_attention
@@ -79,6 +81,8 @@ __all__ = [
     "adaptive_attention",
     "bigbird_attention",
     "bigbird_random_blocks",
+    "bp_attention",
+    "bp_partition",
     "compressive_attention",
     "fastformer_attention",
     "full_attention",

@@ -1,7 +1,7 @@
 """Float64 references of the sparse-pattern mechanisms over the segment schedule: ``bigbird`` (Zaheer et al.
-2020), ``compressive`` (Rae et al. 2020) and ``adaptive`` (Sukhbaatar et al. 2019), each query's key set (and
-``adaptive``'s mask) written from the paper and the choices of ``docs/design.md``, "Mechanisms of the
-efficient-transformer literature", with Python loops and sets."""
+2020), ``compressive`` (Rae et al. 2020), ``adaptive`` (Sukhbaatar et al. 2019) and ``bp`` (Ye et al. 2019),
+each query's key set (and ``adaptive``'s mask) written from the paper and the choices of ``docs/design.md``,
+"Mechanisms of the efficient-transformer literature", with Python loops and sets."""
 
 from __future__ import annotations
 
@@ -167,3 +167,55 @@ def adaptive_attention(
         for h in range(heads)
     ]
     return torch.cat(outputs, dim=1)
+
+
+def bp_partition(segment: int, segments: int, span_nodes: int) -> list[tuple[int, int]]:
+    """The span nodes ``(level, index)`` a query of segment ``segment`` attends in an input of ``segments``
+    segments (BP-Transformer's partition over segment leaves, ``docs/design.md``): ``span_nodes`` nodes per level
+    and side, one more where the boundary must be aligned to the next level; nodes wholly past the last segment
+    are left out. Together with the segment itself they cover every segment exactly once."""
+    nodes = []
+    left, right, level = segment, segment + 1, 0
+    while left > 0 or right * 2**level < segments:
+        low = left - span_nodes
+        if low > 0 and low % 2 == 1:
+            low -= 1
+        low = max(low, 0)
+        high = right + span_nodes
+        high += high % 2
+        nodes += [(level, j) for j in range(low, left)]
+        nodes += [(level, j) for j in range(right, high) if j * 2**level < segments]
+        left, right, level = low // 2, high // 2, level + 1
+    return nodes
+
+
+def bp_attention(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    key_valid: torch.Tensor | None,
+    settings: SRformerConfig,
+    *,
+    scale: float = 1.0,
+    parameters: Mapping[str, torch.Tensor] | None = None,
+    start_position: int = 0,
+) -> torch.Tensor:
+    """``bp`` (Ye et al. 2019, BP-Transformer, Sec. 3, binary partitioning with segments as leaves): softmax over
+    the real positions of segment ``i(t)`` and the span nodes of :func:`bp_partition`, node ``(l, j)`` having as key
+    and value the mean of the real keys and values of segments ``j * 2**l .. (j + 1) * 2**l - 1``."""
+    check_call(settings, parameters, "bp")
+    s, target, k_nodes = settings.segment_size, settings.target_length, settings.resolved_span_nodes()
+
+    def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
+        n = len(k)
+        m = num_segments(n, s)
+        i = segment_of(t, m, target)
+        rows = segment_rows(i, n, s)
+        node_keys, node_values = [k[rows]], [v[rows]]
+        for level, j in bp_partition(i, m, k_nodes):
+            span = slice(j * 2**level * s, min((j + 1) * 2**level * s, n))
+            node_keys.append(k[span].mean(dim=0, keepdim=True))
+            node_values.append(v[span].mean(dim=0, keepdim=True))
+        return softmax_attention(query, torch.cat(node_keys), torch.cat(node_values), scale)
+
+    return per_query(queries, keys, values, key_valid, start_position, one_query)
