@@ -52,7 +52,9 @@ def span_distances(segment_size: int, max_span: int, device: torch.device | None
     """(n,) long ``x`` of each position of the blocks of :func:`span_offsets`, in their order: block offset ``o``,
     position ``u``: ``max(-(o*s + u), o*s + u - (s - 1), 0)``."""
     s = segment_size
-    offsets = torch.tensor(span_offsets(s, max_span), device=device)
+    reach = -(-max_span // s)
+    ordered = torch.arange(-reach, reach + 1, device=device)  # built on the device: no host-to-device copy per step
+    offsets = torch.cat([ordered[reach : reach + 1], ordered[:reach], ordered[reach + 1 :]])  # span_offsets' order
     relative = (offsets[:, None] * s + torch.arange(s, device=device)[None, :]).reshape(-1)
     return torch.clamp(torch.maximum(-relative, relative - (s - 1)), min=0)
 

@@ -79,7 +79,7 @@ def mix32(x: torch.Tensor) -> torch.Tensor:
 def block_priority(seed: int, segments: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
     """``h(seed, i, j) = mix32(mix32(mix32(seed) + i) + j)``: the priority of block ``j`` as a random block
     of segment ``i`` (smaller first); int64 tensors ``segments`` and ``candidates`` broadcast together."""
-    base = mix32(torch.tensor(seed, dtype=torch.long, device=segments.device))
+    base = mix32(torch.full((), seed, dtype=torch.long, device=segments.device))
     return mix32(mix32(base + segments) + candidates)
 
 

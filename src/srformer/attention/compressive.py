@@ -15,7 +15,7 @@ position ``t`` attends with one softmax to
   without a real position is not attended).
 
 The compression function is the paper's mean pooling (its cheapest, parameter-free function, with
-``c = compression_rate``, default 4); since the memories it compresses are stop-gradient, so are the
+``c = compression_rate``, default 4, our choice); since the memories it compresses are stop-gradient, so are the
 compressed rows (built from detached keys and values, in both paths); mean pooling has no parameters, so
 the paper's auxiliary reconstruction loss has nothing to train. The paper's fixed compressed-memory size
 (oldest compressed rows discarded) bounds the memory of an unbounded stream; a cross-attention input is
