@@ -103,6 +103,32 @@ class SRformerConfig:
         content_seed: seed of the random draws of the content-based variants (``reformer``'s rotations,
             ``routing``'s initial centroids), stored with the model as a buffer. A non-negative integer. None
             (default): 0. ``reformer`` and ``routing`` only.
+        num_global_tokens: ``g``, the global tokens of the ``bigbird`` variant (Zaheer et al. 2020, Sec. 2,
+            BigBird-ITC): the first ``g`` real encoder positions, attended by every decoder position. At least
+            1. None (default): ``2 * segment_size`` (BigBird-ITC's two global blocks). ``bigbird`` only.
+        num_random_blocks: ``r``, the random segment blocks each scheduled segment attends in ``bigbird``. At
+            least 0 (0: segment plus global tokens, ITC without its random part). None (default): 3 (the
+            paper's ``r = 3``). ``bigbird`` only.
+        random_blocks_seed: the seed of ``bigbird``'s random blocks: the blocks of segment ``i`` of an input
+            of ``m`` segments are a fixed function of ``(seed, i, m)`` (``docs/design.md``, "BigBird"), so a
+            saved and reloaded model attends the same blocks. A non-negative integer below ``2**32``. None
+            (default): 0. ``bigbird`` only.
+        compression_rate: ``c``, the compression rate of the ``compressive`` variant (Rae et al. 2020, Sec. 3):
+            each segment before ``i(t) - 1`` is kept as ``ceil(s / c)`` compressed rows, the means of ``c``
+            consecutive positions (the last window of a segment may be shorter). At least 1 (1: no
+            compression). None (default): 4 (our choice: at ``s = 64`` an older segment keeps 16 rows).
+            ``compressive`` only.
+        max_span: ``S``, the largest span of the ``adaptive`` variant (Sukhbaatar et al. 2019, Sec. 3): a query
+            reads the positions at most ``S`` positions outside its scheduled segment. At least 0. None
+            (default): ``2 * segment_size``. ``adaptive`` only.
+        span_ramp: ``R``, the length of the soft mask's ramp ``m_z(x) = min(max((R + z - x) / R, 0), 1)``. At
+            least 1. None (default): ``segment_size``. ``adaptive`` only.
+        span_init: the initial span of every head as a fraction of ``S``, ``z = span_init * S``, in [0, 1]. None
+            (default): 0.5 (inside the range, so the ramp's keys give ``z`` a gradient from the first step).
+            ``adaptive`` only.
+        span_nodes: ``k``, the span nodes per level and side of the ``bp`` variant (Ye et al. 2019, Sec. 3): a query
+            attends its segment token by token and ``k`` (or ``k + 1``, to align) nodes of each level of a binary
+            partition tree over the segments on each side. At least 1. None (default): 2. ``bp`` only.
         strict_schedule: if True, an input with more segments than ``target_length`` raises
             ``ValueError`` instead of warning (such segments are never attended by ``O_S``).
         lean_cache: generation memory mode (beyond the paper). False: each layer caches its
@@ -122,7 +148,9 @@ class SRformerConfig:
             ``window_size`` below ``segment_size`` or with a variant other than ``window``, or ``stride``
             below 2 or with a variant other than ``strided``, or ``num_buckets``/``hash_rounds``/``chunk_size``/
             ``num_clusters``/``cluster_size``/``centroid_decay``/``content_seed`` out of range or with a variant
-            that does not read them.
+            that does not read them, or a ``bigbird`` or ``compressive`` setting out of its range or with
+            another variant, or an ``adaptive`` setting (``max_span``, ``span_ramp``, ``span_init``) or ``bp``'s
+            ``span_nodes`` out of its range or with another variant.
     """
 
     variant: str = "srformer"
@@ -145,6 +173,14 @@ class SRformerConfig:
     cluster_size: int | None = None
     centroid_decay: float | None = None
     content_seed: int | None = None
+    num_global_tokens: int | None = None
+    num_random_blocks: int | None = None
+    random_blocks_seed: int | None = None
+    compression_rate: int | None = None
+    max_span: int | None = None
+    span_ramp: int | None = None
+    span_init: float | None = None
+    span_nodes: int | None = None
     strict_schedule: bool = False
     lean_cache: bool = False
 
@@ -216,6 +252,24 @@ class SRformerConfig:
                     f"position, full attention), got {stride!r}; set stride=2 or more."
                 )
         self._check_content_settings()
+        self._check_integer("num_global_tokens", "bigbird", 1, None, "BigBird's global tokens")
+        self._check_integer("num_random_blocks", "bigbird", 0, None, "BigBird's random blocks per segment")
+        self._check_integer("random_blocks_seed", "bigbird", 0, 2**32 - 1, "the seed of BigBird's random blocks")
+        self._check_integer("compression_rate", "compressive", 1, None, "positions per compressed row")
+        self._check_integer("max_span", "adaptive", 0, None, "the largest adaptive span, in positions")
+        self._check_integer("span_ramp", "adaptive", 1, None, "the soft span mask's ramp, in positions")
+        self._check_integer("span_nodes", "bp", 1, None, "span nodes per tree level and side")
+        if self.span_init is not None:
+            if self.variant != "adaptive":
+                raise ValueError(
+                    f"`span_init` is a setting of variant='adaptive', got variant={self.variant!r}; "
+                    "leave span_init=None."
+                )
+            number = isinstance(self.span_init, int | float) and not isinstance(self.span_init, bool)
+            if not number or not 0.0 <= self.span_init <= 1.0:
+                raise ValueError(
+                    f"`span_init` (the initial span / max_span) must lie in [0, 1], got {self.span_init!r}."
+                )
         # ``full`` has no module of its own, so the runtime option has nothing to act on there
         if self.lean_cache and self.variant not in LEAN_VARIANTS and REGISTRY[self.variant].module is not None:
             raise ValueError(
@@ -286,6 +340,57 @@ class SRformerConfig:
     def resolved_content_seed(self) -> int:
         """The seed of the content-based variants' random draws: ``content_seed``, or 0 when it is None."""
         return self.content_seed if self.content_seed is not None else 0
+
+    def _check_integer(self, name: str, variant: str, minimum: int, maximum: int | None, meaning: str) -> None:
+        """Setting ``name`` of ``variant`` only: None, or an integer in ``[minimum, maximum]``.
+
+        Raises:
+            ValueError: naming the setting, for another variant or a value out of range.
+        """
+        value = getattr(self, name)
+        if value is None:
+            return
+        if self.variant != variant:
+            raise ValueError(
+                f"`{name}` ({meaning}) is a setting of variant={variant!r}, got variant={self.variant!r}; "
+                f"leave {name}=None."
+            )
+        upper = "" if maximum is None else f" and <= {maximum}"
+        integer = isinstance(value, int) and not isinstance(value, bool)
+        if not integer or value < minimum or (maximum is not None and value > maximum):
+            raise ValueError(f"`{name}` ({meaning}) must be an integer >= {minimum}{upper}, got {value!r}.")
+
+    def resolved_global_tokens(self) -> int:
+        """``g`` of the ``bigbird`` variant: ``num_global_tokens``, or ``2 * segment_size`` when it is None."""
+        return self.num_global_tokens if self.num_global_tokens is not None else 2 * self.segment_size
+
+    def resolved_random_blocks(self) -> int:
+        """``r`` of the ``bigbird`` variant: ``num_random_blocks``, or 3 when it is None."""
+        return self.num_random_blocks if self.num_random_blocks is not None else 3
+
+    def resolved_random_blocks_seed(self) -> int:
+        """The seed of ``bigbird``'s random blocks: ``random_blocks_seed``, or 0 when it is None."""
+        return self.random_blocks_seed if self.random_blocks_seed is not None else 0
+
+    def resolved_compression_rate(self) -> int:
+        """``c`` of the ``compressive`` variant: ``compression_rate``, or 4 when it is None."""
+        return self.compression_rate if self.compression_rate is not None else 4
+
+    def resolved_max_span(self) -> int:
+        """``S`` of the ``adaptive`` variant: ``max_span``, or ``2 * segment_size`` when it is None."""
+        return self.max_span if self.max_span is not None else 2 * self.segment_size
+
+    def resolved_span_ramp(self) -> int:
+        """``R`` of the ``adaptive`` variant: ``span_ramp``, or ``segment_size`` when it is None."""
+        return self.span_ramp if self.span_ramp is not None else self.segment_size
+
+    def resolved_span_init(self) -> float:
+        """The initial ``z / S`` of the ``adaptive`` variant: ``span_init``, or 0.5 when it is None."""
+        return float(self.span_init) if self.span_init is not None else 0.5
+
+    def resolved_span_nodes(self) -> int:
+        """``k`` of the ``bp`` variant: ``span_nodes``, or 2 when it is None."""
+        return self.span_nodes if self.span_nodes is not None else 2
 
     def resolved_window_size(self) -> int:
         """``w`` of the ``window`` variant: ``window_size``, or ``3 * segment_size`` when it is None."""

@@ -395,3 +395,87 @@ def test_routing_attends_the_w_keys_of_the_querys_nearest_centroid():
     assert_exact(single, values[:, :, :2], "w = 1: one key each")
     with pytest.raises(ValueError, match="centroids"):
         naive.routing_attention(queries, keys, values, None, config)
+
+
+# ------------------------------------------------------------------ bigbird
+def test_bigbird_of_equal_keys_averages_the_segment_and_the_global_values():
+    """n = 10, s = 3 (m = 4), T = 4, g = 2, r = 0: the segment plus positions 0 and 1, each once."""
+    keys = _tensor([[0.3]] * 10)
+    values = _tensor([[float(j)] for j in range(10)])
+    queries = _tensor([[1.0]] * 4)
+    config = _config("bigbird", 3, 4, num_global_tokens=2, num_random_blocks=0)
+    output = naive.bigbird_attention(queries, keys, values, None, config, scale=0.7)
+    # t = 0: {0, 1, 2}; t = 1: {0, 1, 3, 4, 5}; t = 2: {0, 1, 6, 7, 8}; t = 3: {0, 1, 9}
+    assert_exact(output, _tensor([[1.0], [13 / 5], [22 / 5], [10 / 3]]), "union means")
+
+
+def test_bigbird_with_every_other_segment_random_is_full_attention():
+    """r = m - 1 random blocks and g < s: every segment is attended, whatever the seed."""
+    queries, keys, values = _random(1, 2, 5, 3, 1), _random(1, 2, 10, 3, 2), _random(1, 2, 10, 3, 3)
+    full = naive.full_attention(queries, keys, values, None, _config("full"), scale=0.5)
+    for seed in (0, 5):
+        config = _config("bigbird", 3, 4, num_global_tokens=1, num_random_blocks=3, random_blocks_seed=seed)
+        assert_exact(naive.bigbird_attention(queries, keys, values, None, config, scale=0.5), full, f"seed {seed}")
+    assert sorted(naive.bigbird_random_blocks(5, 1, 4, 1, 3, 3)) == [0, 2, 3]
+    assert naive.bigbird_random_blocks(5, 1, 4, 6, 3, 3) == [2, 3]  # blocks 0, 1 are global: not candidates
+
+
+# ------------------------------------------------------------------ compressive
+@pytest.mark.parametrize(
+    "rate,expected",
+    [
+        (1, [1.0, 2.5, 4.0, 4.5]),  # c = 1: every older position kept, the prefix up to segment i(t)
+        (3, [1.0, 15 / 6, 34 / 7, 35 / 6]),  # c = s: one mean row per older segment
+        (2, [1.0, 15 / 6, (33 + 0.5 + 2) / 8, (30 + 0.5 + 2 + 3.5 + 5) / 8]),  # windows {0,1}, {2}, {3,4}, {5}
+    ],
+)
+def test_compressive_of_equal_keys_averages_segment_memory_and_compressed_rows(rate, expected):
+    """n = 10, s = 3 (m = 4), T = 4, values p: t = i(t). Equal keys: the plain mean over the segment, the
+    memory segment i - 1 and one value per compressed row (the mean of its window)."""
+    keys = _tensor([[0.3]] * 10)
+    values = _tensor([[float(j)] for j in range(10)])
+    queries = _tensor([[1.0]] * 4)
+    config = _config("compressive", 3, 4, compression_rate=rate)
+    output = naive.compressive_attention(queries, keys, values, None, config, scale=0.7)
+    assert_exact(output, _tensor([[value] for value in expected]), f"c = {rate}")
+
+
+# ------------------------------------------------------------------ adaptive span
+def test_adaptive_span_weights_by_the_soft_mask_and_reduces_to_segmented():
+    """n = 6, s = 2 (m = 3), T = 3, S = 4, R = 2, equal keys: t = 1 reads segment 1 (positions 2, 3) with mask 1 and
+    positions 1, 4 (x = 1), 0, 5 (x = 2) with m = (R + z - x) / R. z = 0 and R = 1 is ``segmented``."""
+    keys = _tensor([[0.3]] * 6)
+    values = _tensor([[float(j)] for j in range(6)])
+    queries = _tensor([[1.0]] * 3)
+    config = _config("adaptive", 2, 3, max_span=4, span_ramp=2)
+    output = naive.adaptive_attention(queries, keys, values, None, config, scale=0.7)  # z = 0.5 * 4 = 2
+    # x = 1: m = 1; x = 2: m = 1; x = 3: m = 0.5; x = 4: m = 0
+    # t = 1: every position, m = (1, 1, 1, 1, 1, 1) -> mean 2.5; t = 0: 0, 1 (x = 0), 2, 3 (1, 2), 4 (x = 3, 0.5)
+    assert_exact(output[:, :, 1:2], _tensor([[2.5]]), "t = 1")
+    assert_exact(output[:, :, 0:1], _tensor([[(0 + 1 + 2 + 3 + 0.5 * 4) / 4.5]]), "t = 0")
+    narrow = naive.adaptive_attention(
+        queries, keys, values, None, config, scale=0.7, parameters={"span_fraction": torch.tensor([0.125])}
+    )  # z = 0.5: x = 1 -> m = 0.75, x = 2 -> m = 0.25
+    assert_exact(narrow[:, :, 2:3], _tensor([[(4 + 5 + 0.75 * 3 + 0.25 * 2) / 3.0]]), "t = 2, z = 0.5")
+    queries, keys, values = _random(1, 2, 3, 3, 1), _random(1, 2, 6, 3, 2), _random(1, 2, 6, 3, 3)
+    segmented = naive.segmented_attention(queries, keys, values, None, _config("segmented", 2, 3), scale=0.5)
+    zero_span = _config("adaptive", 2, 3, max_span=4, span_ramp=1, span_init=0.0)
+    assert_exact(naive.adaptive_attention(queries, keys, values, None, zero_span, scale=0.5), segmented, "z = 0")
+
+
+# ------------------------------------------------------------------ bp (binary partition)
+def test_bp_partition_by_hand_and_equal_keys_average_segment_and_node_means():
+    """k = 1, m = 20, segment 9: level 0 nodes 8 | 10, 11 (the extra one aligns the boundary); level 1 nodes 2, 3
+    (segments 4-7) | 6, 7 (12-15); level 2 node 0 (0-3) | 4 (16-19). Equal keys: the mean of the segment's values
+    and one value per node (the mean of its positions)."""
+    assert naive.bp_partition(9, 20, 1) == [(0, 8), (0, 10), (0, 11), (1, 2), (1, 3), (1, 6), (1, 7), (2, 0), (2, 4)]
+    assert naive.bp_partition(0, 1, 2) == []  # one segment: no node
+    # m = 5, segment 2, k = 1: level 0 nodes 0, 1 (lo = 1 is odd: lowered to 0) | 3; level 1 node 2 (segments 4-5;
+    # node 3, segments 6-7, is past the input)
+    assert naive.bp_partition(2, 5, 1) == [(0, 0), (0, 1), (0, 3), (1, 2)]
+    keys = _tensor([[0.3]] * 10)
+    values = _tensor([[float(j)] for j in range(10)])
+    queries = _tensor([[1.0]] * 5)
+    output = naive.bp_attention(queries, keys, values, None, _config("bp", 2, 5, span_nodes=1), scale=0.7)
+    # t = 2 reads segment 2 (positions 4, 5) and the node means 0.5, 2.5, 6.5 and 8.5 (positions 8, 9)
+    assert_exact(output[:, :, 2:3], _tensor([[(4 + 5 + 0.5 + 2.5 + 6.5 + 8.5) / 6]]), "t = 2")

@@ -39,7 +39,7 @@ def test_a_good_record_round_trips_through_json(tmp_path):
 @pytest.mark.parametrize(
     "change",
     [
-        dict(variant="bigbird"),
+        dict(variant="no-such-variant"),
         dict(variant="linear"),  # linear attention has no segments (GOOD has s = 64)
         dict(metric="speed"),
         dict(unit="s"),  # a known unit, but not the metric's
@@ -117,4 +117,4 @@ def test_bench_variants_are_derived_from_the_registry():
     assert {VARIANT_SPECS[n].srformer_variant for n in DEFAULT_BENCH_VARIANTS} == set(TABLE1_VARIANTS)
     assert BENCH_VARIANTS == ("full-sdpa", "full-eager", "segmented", "segmented-lean", "srformer", "srformer-lean",
                               "xl", "longt5", "linear", "window", "strided", "star", "fastformer", "reformer",
-                              "routing")
+                              "routing", "bigbird", "compressive", "adaptive", "bp")

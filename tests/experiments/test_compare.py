@@ -126,7 +126,7 @@ def test_grid_runs_segment_free_settings_once_per_seed_and_ablations_at_one_size
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(variants=("bigbird",)), "Unknown variant names"),
+    (dict(variants=("no-such-variant",)), "Unknown variant names"),
     (dict(variants=(), ablations=()), "grid is empty"),
     (dict(seeds=()), "seeds"),
     (dict(base_steps=0), "base_steps=0"),

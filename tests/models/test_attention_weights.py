@@ -17,6 +17,7 @@ import functools
 import pytest
 import torch
 
+from srformer.attention import naive
 from srformer.config import NAMED_SETTINGS
 from srformer.models.convert import cross_attention_modules
 from srformer.models.families import attention_scale_of, head_dim_of
@@ -98,25 +99,51 @@ def reference_weights(name: str, queries, keys, mask, scale: float) -> torch.Ten
         segments = [real[j * s:(j + 1) * s] for j in range(m)]
         for t in range(q):
             i = min(t * m // target, m - 1)
-            attended = segments[i] + (segments[i - 1] if variant == "xl" and i > 0 else [])
+            attended = segments[i] + (segments[i - 1] if variant in ("xl", "compressive") and i > 0 else [])
             if variant == "window":  # w = 3s real positions starting at i*s + floor(s/2) - floor(w/2), cut at the ends
                 start = i * s + s // 2 - (3 * s) // 2
                 attended = real[max(start, 0):start + 3 * s]
             if variant == "strided":  # the segment and every s-th real position (p mod s = s - 1), each once
                 attended = segments[i] + [j for p, j in enumerate(real) if p % s == s - 1 and j not in segments[i]]
+            if variant == "bigbird":  # the segment, the first g = 2s real positions and r = 3 seeded random segments
+                blocks = [i, *naive.bigbird_random_blocks(0, i, m, 2 * s, s, 3)]
+                attended = sorted(set(real[:2 * s]).union(*(segments[j] for j in blocks)))
+            if variant == "adaptive":  # compacted positions at most S = 2s outside the segment, cut at the ends
+                compacted = range(max(i * s - 2 * s, 0), min((i + 1) * s + 2 * s, len(real)))
+                attended = [real[p] for p in compacted]
             logits = torch.stack([(scale * keys[b, :, j] * queries[b, :, t]).sum(-1) for j in attended], dim=-1)
+            if variant == "adaptive":  # + log m_z(x): z = S / 2 = s (span_init 0.5), R = s, x from the segment
+                distance = torch.tensor([max(i * s - p, p - (i * s + s - 1), 0) for p in compacted], dtype=logits.dtype)
+                logits = logits + torch.log(((s + s - distance) / s).clamp(0, 1))
             if variant == "star":  # one relay token: the mean of every real key
                 relay_key = keys[b, :, real].mean(dim=1)  # (H, d)
                 logits = torch.cat([logits, scale * (relay_key * queries[b, :, t]).sum(-1, keepdim=True)], dim=-1)
             if variant == "longt5":
                 global_keys = torch.stack([keys[b, :, segment].mean(dim=1) for segment in segments], dim=1)
                 logits = torch.cat([logits, scale * (global_keys * queries[b, :, t, None]).sum(-1)], dim=-1)
+            if variant == "compressive":  # c = 4 = s: one mean row per segment before the memory, j <= i - 2
+                older = segments[: max(i - 1, 0)]
+                if older:
+                    mean_keys = torch.stack([keys[b, :, segment].mean(dim=1) for segment in older], dim=1)
+                    logits = torch.cat([logits, scale * (mean_keys * queries[b, :, t, None]).sum(-1)], dim=-1)
+            if variant == "bp":  # span nodes of the partition (k = 2), each the mean of its segments' real keys
+                nodes = [sum(segments[j * 2**level:(j + 1) * 2**level], []) for level, j in naive.bp_partition(i, m, 2)]
+                node_keys = torch.stack([keys[b, :, node].mean(dim=1) for node in nodes], dim=1)
+                logits = torch.cat([logits, scale * (node_keys * queries[b, :, t, None]).sum(-1)], dim=-1)
             probabilities = torch.softmax(logits, dim=-1)  # (H, n [+ m])
             for column, j in enumerate(attended):
                 weights[b, :, t, j] += probabilities[:, column]
             if variant == "star":  # the relay's probability spread evenly over every real position
                 for j in real:
                     weights[b, :, t, j] += probabilities[:, len(attended)] / len(real)
+            if variant == "compressive":  # each row's probability spread evenly over its segment
+                for g, segment in enumerate(segments[: max(i - 1, 0)]):
+                    for j in segment:
+                        weights[b, :, t, j] += probabilities[:, len(attended) + g] / len(segment)
+            if variant == "bp":  # each node's probability spread evenly over its positions
+                for g, node in enumerate(nodes):
+                    for j in node:
+                        weights[b, :, t, j] += probabilities[:, len(attended) + g] / len(node)
             if variant == "longt5":
                 for g, segment in enumerate(segments):
                     for j in segment:

@@ -1,8 +1,13 @@
 """Attention kernels: the segment schedule, the RAF neuron, one module per cross-attention mechanism
 (``segmented``, ``srformer``, the baselines ``xl``, ``longt5`` and ``linear``, and ``window``, ``strided``,
-``star``, ``fastformer``, ``reformer`` and ``routing`` from the efficient-transformer literature), each with its typed
-per-sequence state, the registry that maps variant names to them, and their float64 references."""
+``star``, ``fastformer``, ``reformer``, ``routing``, ``bigbird``, ``compressive``, ``adaptive`` and ``bp`` from
+the efficient-transformer literature), each with its typed per-sequence state, the registry that maps variant
+names to them, and their float64 references."""
 
+from srformer.attention.adaptive import AdaptiveSpanCrossAttention
+from srformer.attention.bigbird import BigBirdCrossAttention, BigBirdState
+from srformer.attention.bp import BPCrossAttention, BPState
+from srformer.attention.compressive import CompressiveCrossAttention, CompressiveState
 from srformer.attention.content import ContentSparseCrossAttention, ContentState
 from srformer.attention.fastformer import FastformerCrossAttention, FastformerState
 from srformer.attention.linear import LinearCrossAttention, LinearState
@@ -23,6 +28,13 @@ from srformer.attention.xl import XLCrossAttention
 __all__ = [
     "ContentSparseCrossAttention",
     "ContentState",
+    "AdaptiveSpanCrossAttention",
+    "BPCrossAttention",
+    "BPState",
+    "BigBirdCrossAttention",
+    "BigBirdState",
+    "CompressiveCrossAttention",
+    "CompressiveState",
     "CrossAttentionState",
     "FastformerCrossAttention",
     "FastformerState",

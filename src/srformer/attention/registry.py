@@ -22,6 +22,10 @@ Each mechanism is one module file with its own typed state (``docs/design.md``, 
 * ``reformer`` -- :mod:`srformer.attention.reformer` (``LSHState``, extending ``ContentState`` of
   :mod:`srformer.attention.content`);
 * ``routing`` -- :mod:`srformer.attention.routing` (``RoutingState``, extending ``ContentState``);
+* ``bigbird`` -- :mod:`srformer.attention.bigbird` (``BigBirdState``);
+* ``compressive`` -- :mod:`srformer.attention.compressive` (``CompressiveState``);
+* ``adaptive`` -- :mod:`srformer.attention.adaptive` (``SegmentState``);
+* ``bp`` -- :mod:`srformer.attention.bp` (``BPState``);
 * ``full`` keeps the wrapped model's own attention (no module, no state of its own).
 
 Adding a mechanism:
@@ -152,11 +156,17 @@ class Mechanism:
             raise ValueError(f"The {self.name!r} variant has no SRformer state in the {layout} layout.")
         return _import(path)
 
-    def build(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> nn.Module:
-        """The module for ``config`` (``config.variant`` must be :attr:`name`); see :meth:`module_class`."""
+    def build(
+        self, config: SRformerConfig, head_dim: int, scale: float = 1.0, *, num_heads: int | None = None
+    ) -> nn.Module:
+        """The module for ``config`` (``config.variant`` must be :attr:`name`); see :meth:`module_class`.
+        ``num_heads`` reaches only a module class whose ``per_head_parameters`` is True (``adaptive``)."""
         if config.variant != self.name:
             raise ValueError(f"Mechanism {self.name!r} cannot build a module for variant {config.variant!r}.")
-        return self.module_class()(config, head_dim, scale)
+        cls = self.module_class()
+        if num_heads is not None and getattr(cls, "per_head_parameters", False):
+            return cls(config, head_dim, scale, num_heads=num_heads)
+        return cls(config, head_dim, scale)
 
 
 def _import(path: str) -> type:
@@ -386,6 +396,76 @@ _ENTRIES: tuple[Mechanism, ...] = (
         "ceil(k/c))",
         build_cost="O(c·k·(d + log k)) (every key's distance to every centroid, one sort per centroid)",
         state_size="2·k·d + c·w (keys, values, the key positions of every cluster)",
+    ),
+    Mechanism(
+        name="bigbird",
+        doc="BigBird-ITC pattern: softmax over segment i(t), the first g positions and r seeded random segments.",
+        citation="Zaheer et al. 2020, Big Bird: Transformers for Longer Sequences, Sec. 2 (window, global and "
+        "random attention; BigBird-ITC), the scheduled segment as the window",
+        module="srformer.attention.bigbird.BigBirdCrossAttention",
+        state="srformer.attention.bigbird.BigBirdState",
+        lean_state=None,
+        reference=naive.bigbird_attention,
+        capabilities=Capabilities(
+            segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
+            has_softmax_part=True, recurrent_term=False, global_term=True,
+        ),
+        step_cost="O((s + g + r·s)·d)",
+        build_cost="O(k·d + m²) (segment-major copy, the g global keys/values, the m×m random-block priorities)",
+        state_size="2·k·d + 2·g·d + m·r (keys, values, global keys and values, random-block table)",
+    ),
+    Mechanism(
+        name="compressive",
+        doc="Compressive Transformer: softmax over segment i(t), the stop-gradient memory i(t) - 1 and the "
+        "older segments mean-pooled with rate c.",
+        citation="Rae, Potapenko, Jayakumar, Hillier & Lillicrap 2020, Compressive Transformers for Long-Range "
+        "Sequence Modelling, Sec. 3 (memory and compressed memory; mean-pooling compression)",
+        module="srformer.attention.compressive.CompressiveCrossAttention",
+        state="srformer.attention.compressive.CompressiveState",
+        lean_state=None,
+        reference=naive.compressive_attention,
+        capabilities=Capabilities(
+            segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
+            has_softmax_part=True, recurrent_term=False, global_term=True,
+        ),
+        step_cost="O((2s + k/c)·d)",
+        build_cost="O(k·d) (segment-major copy, the compressed rows)",
+        state_size="2·k·d + 2·m·ceil(s/c)·d (keys, values, compressed keys and values)",
+    ),
+    Mechanism(
+        name="adaptive",
+        doc="Adaptive attention span: softmax around segment i(t) weighted by a learned soft mask m_z(x) per head.",
+        citation="Sukhbaatar, Grave, Bojanowski & Joulin 2019, Adaptive Attention Span in Transformers, Sec. 3 "
+        "(soft mask m_z(x) = min(max((R + z - x) / R, 0), 1), x measured from the scheduled segment)",
+        module="srformer.attention.adaptive.AdaptiveSpanCrossAttention",
+        state=f"{_SEGMENTED}.SegmentState",
+        lean_state=None,
+        reference=naive.adaptive_attention,
+        capabilities=Capabilities(
+            segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
+            has_softmax_part=True, recurrent_term=False, global_term=False,
+        ),
+        step_cost="O((3s + 2S)·d)",
+        build_cost="O(k·d) (segment-major copy of keys/values)",
+        state_size="2·k·d (keys and values, segment-major)",
+    ),
+    Mechanism(
+        name="bp",
+        doc="BP-Transformer partition: softmax over segment i(t) token by token plus span nodes (segment means) "
+        "of a binary tree over the segments, k per level and side, coarser further away.",
+        citation="Ye, Guo, Gan, Qiu & Zhang 2019, BP-Transformer: Modelling Long-Range Context via Binary "
+        "Partitioning, Sec. 3 (binary partition tree, k contexts per level), segments as the leaves",
+        module="srformer.attention.bp.BPCrossAttention",
+        state="srformer.attention.bp.BPState",
+        lean_state=None,
+        reference=naive.bp_attention,
+        capabilities=Capabilities(
+            segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
+            has_softmax_part=True, recurrent_term=False, global_term=True,
+        ),
+        step_cost="O((s + 2m)·d)",
+        build_cost="O(k·d + m·d) (segment-major copy, the 2m - 1 span-node means)",
+        state_size="2·k·d + 4·m·d (keys, values, span-node keys and values)",
     ),
 )
 

@@ -7,8 +7,10 @@ mechanisms share: the segment-major state (:mod:`srformer.attention.layout`), th
 the parallel path (every query gathers its own segment's block: ``O(q*s*d)`` per head, not ``O(q*k*d)``),
 the incremental path (one block per step, no host sync) and the lean layout (each step projects its
 segment's rows of the encoder output). A subclass changes what the softmax reads through two hooks,
-:meth:`~SegmentedCrossAttention.context_blocks` (further segment blocks: ``xl``'s memory) and
-:meth:`~SegmentedCrossAttention.global_tokens` (a fixed set of summary tokens: ``longt5``), and may add a
+:meth:`~SegmentedCrossAttention.context_blocks` (further segment blocks: ``xl``'s memory; or
+:meth:`~SegmentedCrossAttention.state_context_blocks` when they depend on the example: ``bigbird``) and
+:meth:`~SegmentedCrossAttention.global_tokens` (a fixed set of summary tokens: ``longt5``; with
+:meth:`~SegmentedCrossAttention.global_token_allowed` when a query may read only some), and may add a
 term to the output (``srformer``'s recurrent attention) by overriding :meth:`~SegmentedCrossAttention._output`
 and :meth:`~SegmentedCrossAttention._step_output`.
 
@@ -169,10 +171,36 @@ class SegmentedCrossAttention(nn.Module):
         """
         return [(index, None, False)]
 
+    def state_context_blocks(
+        self, state: CrossAttentionState, segments: torch.Tensor, index: torch.Tensor, max_segments: int
+    ) -> list[tuple[torch.Tensor, torch.Tensor | None, bool]]:
+        """:meth:`context_blocks` for a mechanism whose blocks depend on the example (its number of segments,
+        a table in its state: ``bigbird``'s random blocks). The paths and the attention weights call this
+        one; here it returns :meth:`context_blocks`. ``state``: the layer's state, either layout; the other
+        arguments and the result as :meth:`context_blocks` (``segments`` flattened in batch-major order)."""
+        return self.context_blocks(segments, index, max_segments)
+
+    def block_bias(self, dtype: torch.dtype) -> torch.Tensor | None:
+        """Additive log-weights of the positions of :meth:`context_blocks`, the same for every query: (H or 1, n)
+        in ``dtype``, ``n`` = blocks x ``s`` in the order the blocks are returned, added to the scaled scores
+        before the softmax (``log m`` multiplies the weights by ``m`` and renormalises: ``adaptive``'s soft span
+        mask); ``-inf`` excludes a position. None (here): no bias."""
+        return None
+
     def global_tokens(self, state: CrossAttentionState) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
         """Summary tokens every query attends besides its blocks: ``(keys, values, valid)``, (B, H, G, d) twice
         and (B, G) bool, or None (here: none)."""
         return None
+
+    def global_token_allowed(
+        self, state: CrossAttentionState, valid: torch.Tensor, segments: torch.Tensor
+    ) -> torch.Tensor:
+        """Which of :meth:`global_tokens` each query may attend: (B, n, G) bool from the tokens' validity
+        ``valid`` (B, G) bool and the queries' segments ``segments`` (B, n) long, ``i(t)``. Here every
+        valid token, whatever the segment; a subclass whose tokens depend on ``i(t)`` restricts it
+        (``compressive``: only segments before ``i(t) - 1``). A query must keep some attendable key: its
+        scheduled block has one (state invariant), so a token may be masked for any query."""
+        return valid[:, None, :].expand(-1, segments.shape[1], -1)
 
     def global_token_spread(self, state: CrossAttentionState) -> torch.Tensor:
         """How each of :meth:`global_tokens` summarises the compacted positions: (B, G, M*s), row ``g`` holding
@@ -366,7 +394,8 @@ class SegmentedCrossAttention(nn.Module):
         query_rows = queries.transpose(1, 2).unsqueeze(-2)  # (B, q, H, 1, d)
         index = block_index(segments_of_query, max_segments)
         block_keys, block_values, allowed = [], [], []
-        for flat, extra_mask, memory in self.context_blocks(segments_of_query.reshape(-1), index, max_segments):
+        blocks = self.state_context_blocks(state, segments_of_query.reshape(-1), index, max_segments)
+        for flat, extra_mask, memory in blocks:
             block_keys.append(take_blocks(keys.detach() if memory else keys, flat, q).to(queries.dtype))
             block_values.append(take_blocks(values.detach() if memory else values, flat, q).to(queries.dtype))
             allowed.append(restrict(take_blocks(segment_valid, flat, q), extra_mask))  # (B, q, s)
@@ -375,9 +404,13 @@ class SegmentedCrossAttention(nn.Module):
         if tokens is not None:
             global_keys, global_values, global_valid = tokens  # (B, H, G, d) twice, (B, G)
             scores.append(torch.einsum("bhqd,bhmd->bqhm", queries, global_keys.to(queries.dtype)).unsqueeze(-2))
-            allowed.append(global_valid[:, None, :].expand(-1, q, -1))
+            allowed.append(self.global_token_allowed(state, global_valid, segments_of_query))
         mask = torch.cat(allowed, dim=-1)[:, :, None, None, :]  # (B, q, 1, 1, n)
-        logits = (torch.cat(scores, dim=-1) * self.scale).masked_fill(~mask, float("-inf"))
+        logits = torch.cat(scores, dim=-1) * self.scale
+        bias = self.block_bias(logits.dtype)
+        if bias is not None:  # (H or 1, n blocks' positions); global tokens get none
+            logits = logits + F.pad(bias, (0, logits.shape[-1] - bias.shape[-1]))[:, None, :]
+        logits = logits.masked_fill(~mask, float("-inf"))
         probabilities = torch.softmax(logits, dim=-1)  # every query has an allowed key (state invariant)
         if dropout > 0.0:
             probabilities = F.dropout(probabilities, p=dropout, training=True)
@@ -446,9 +479,13 @@ class SegmentedCrossAttention(nn.Module):
         if self.has_softmax:
             assert context is not None
             keys, values, allowed = context
+            mask = allowed[:, None, None, :]
+            bias = self.block_bias(queries.dtype)
+            if bias is not None:  # (B, H or 1, 1, n): the log-weights at the allowed positions, -inf elsewhere
+                bias = F.pad(bias, (0, allowed.shape[-1] - bias.shape[-1]))
+                mask = torch.where(mask, bias[None, :, None, :], float("-inf"))
             output = F.scaled_dot_product_attention(
-                queries, cast(keys, queries.dtype), cast(values, queries.dtype), attn_mask=allowed[:, None, None, :],
-                scale=self.scale,
+                queries, cast(keys, queries.dtype), cast(values, queries.dtype), attn_mask=mask, scale=self.scale
             )
         return self._step_output(queries, output, state, new_state, index), new_state
 
@@ -473,7 +510,7 @@ class SegmentedCrossAttention(nn.Module):
         all_keys, all_values = state.keys.flatten(0, 1), state.values.flatten(0, 1)
         segment_valid = state.segment_valid.flatten(0, 1)
         keys, values, allowed = [], [], []
-        for flat, extra_mask, _ in self.context_blocks(segment, index, state.segment_valid.shape[1]):
+        for flat, extra_mask, _ in self.state_context_blocks(state, segment, index, state.segment_valid.shape[1]):
             keys.append(all_keys.index_select(0, flat))  # (B, H, s, d)
             values.append(all_values.index_select(0, flat))
             allowed.append(restrict(segment_valid.index_select(0, flat), extra_mask))  # (B, s)
@@ -481,7 +518,7 @@ class SegmentedCrossAttention(nn.Module):
         if tokens is not None:
             keys.append(tokens[0])
             values.append(tokens[1])
-            allowed.append(tokens[2])
+            allowed.append(self.global_token_allowed(state, tokens[2], segment[:, None])[:, 0])
         if len(keys) == 1:
             return keys[0], values[0], allowed[0]
         return torch.cat(keys, dim=2), torch.cat(values, dim=2), torch.cat(allowed, dim=1)

@@ -21,7 +21,9 @@ CrossAttentionModule = (
 )
 
 
-def build_cross_attention(config: SRformerConfig, head_dim: int, scale: float = 1.0) -> CrossAttentionModule:
+def build_cross_attention(
+    config: SRformerConfig, head_dim: int, scale: float = 1.0, *, num_heads: int | None = None
+) -> CrossAttentionModule:
     """The module of ``config.variant``'s registry entry (:mod:`srformer.attention.registry`), e.g.
     :class:`~srformer.attention.srformer.SRformerCrossAttention` for ``srformer`` (and its ablations).
 
@@ -29,6 +31,8 @@ def build_cross_attention(config: SRformerConfig, head_dim: int, scale: float = 
         config: the SRformer settings.
         head_dim: ``d``, size of one attention head.
         scale: the wrapped model's attention scale (T5: 1.0, BART: head_dim^-0.5).
+        num_heads: the layer's number of heads, for a mechanism with parameters per head (``adaptive``'s spans);
+            None: one set shared by the heads. The other mechanisms ignore it.
 
     Raises:
         ValueError: for ``full``, which keeps the model's own attention module.
@@ -38,6 +42,6 @@ def build_cross_attention(config: SRformerConfig, head_dim: int, scale: float = 
         raise ValueError(
             f"The {config.variant!r} variant keeps the model's own attention; no SRformer module is needed."
         )
-    module = entry.build(config, head_dim, scale)
+    module = entry.build(config, head_dim, scale, num_heads=num_heads)
     assert isinstance(module, CrossAttentionModule), type(module)
     return module

@@ -16,6 +16,14 @@ encoder positions per query and head. An SRformer layer's output is not one such
   over the segment's real positions times their values: spread that way, ``A V`` is again exactly the
   output, and the row is a distribution over encoder positions (positions of segment ``i(t)`` get their
   local probability plus their share of its global token).
+* ``bigbird``: the softmax over segment ``i(t)``, its random blocks and the global positions, each at its own
+  encoder position.
+* ``compressive``: the softmax over segment ``i(t)``, its memory and the compressed rows of the older segments,
+  each row's probability spread evenly over its window's real positions (a row is their mean).
+* ``adaptive``: the softmax of the scores plus ``log m_z(x)`` (the soft span mask, renormalised) at the read
+  positions.
+* ``bp``: the softmax over segment ``i(t)`` and its span nodes, each node's probability spread evenly over the
+  real positions it spans (a node is their mean).
 * ``srformer`` ablation I (``recurrent_only``): no softmax term, so zeros (the output is all ``O_R``).
 * ``fastformer``: its additive weights ``beta_j`` (Eq. 5), the same for every query: ``V_g = beta V`` and the
   output is ``Q_t * K_g * (A V)`` (element-wise), so ``A`` is the distribution the values are pooled with.
@@ -37,6 +45,7 @@ without host synchronisation. In training they are the probabilities before atte
 from __future__ import annotations
 
 import torch
+from torch.nn import functional as F
 
 from srformer.attention.content import ContentSparseCrossAttention
 from srformer.attention.fastformer import FastformerCrossAttention, additive_weights
@@ -81,7 +90,9 @@ def segment_weights(
     positions = torch.arange(q, device=queries.device) + start_position
     segments = segment_index(positions, state.num_segments, attention.settings.target_length)  # (B, q) i(t)
     encoder_positions, allowed = [], []
-    blocks = attention.context_blocks(segments.reshape(-1), block_index(segments, max_segments), max_segments)
+    blocks = attention.state_context_blocks(
+        state, segments.reshape(-1), block_index(segments, max_segments), max_segments
+    )
     for flat, extra_mask, _ in blocks:
         encoder_positions.append(take_blocks(position_blocks, flat, q))  # (B, q, s)
         allowed.append(restrict(take_blocks(segment_valid, flat, q), extra_mask))
@@ -93,11 +104,14 @@ def segment_weights(
     logits = [torch.einsum("bhqd,bhqnd->bhqn", queries, gathered)]
     tokens = attention.global_tokens(state)
     if tokens is not None:
-        global_keys, _, global_valid = tokens  # (B, H, M, d), (B, M): one token per segment
-        logits.append(torch.matmul(queries, global_keys.to(queries.dtype).transpose(-1, -2)))  # (B, H, q, M)
-        allowed.append(global_valid[:, None, :].expand(-1, q, -1))
+        global_keys, _, global_valid = tokens  # (B, H, G, d), (B, G)
+        logits.append(torch.matmul(queries, global_keys.to(queries.dtype).transpose(-1, -2)))  # (B, H, q, G)
+        allowed.append(attention.global_token_allowed(state, global_valid, segments))
     mask = torch.cat(allowed, dim=-1)[:, None]  # (B, 1, q, n [+ M])
     logits_all = torch.cat(logits, dim=-1) * attention.scale
+    bias = attention.block_bias(logits_all.dtype)
+    if bias is not None:  # (H or 1, n): the blocks' log-weights (adaptive span); global tokens get none
+        logits_all = logits_all + F.pad(bias, (0, logits_all.shape[-1] - bias.shape[-1]))[None, :, None, :]
     probabilities = torch.softmax(logits_all.masked_fill(~mask, float("-inf")), dim=-1)
     weights = queries.new_zeros(batch, heads, q, k)
     # masked keys have probability exactly 0, so the positions they carry (padding) receive nothing

@@ -34,6 +34,10 @@ VARIANT_COLORS = {
     "fastformer": "tab:gray",
     "reformer": "darkred",
     "routing": "teal",
+    "bigbird": "darkgreen",
+    "compressive": "navy",
+    "adaptive": "teal",
+    "bp": "sienna",
     "full": "black",
 }
 TABLE1_LABELS = {variant: REGISTRY[variant].table1_row for variant in TABLE1_VARIANTS}

@@ -57,6 +57,7 @@ from transformers import (
 from transformers import initialization as init
 from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING
 
+from srformer.attention.adaptive import AdaptiveSpanCrossAttention
 from srformer.attention.content import ContentSparseCrossAttention
 from srformer.attention.fastformer import FastformerCrossAttention
 from srformer.attention.linear import LinearCrossAttention
@@ -89,7 +90,8 @@ def initialize_srformer_module(module: nn.Module) -> bool:
       ``threshold = raf_threshold_init``.
     - The attention module: the Eq. 10 mix logit ``a = logit(mix_init)`` if it has one; ``fastformer``'s
       ``w_k = 0``; the seeded buffers of the content-based variants (``reformer``'s rotations, ``routing``'s
-      initial centroids) drawn again from ``content_seed`` (other variants have no parameters of their own).
+      initial centroids) drawn again from ``content_seed``; ``adaptive``'s span fractions ``f = span_init`` (other
+      variants have no parameters of their own).
 
     Inside transformers' ``initialize_weights`` the ``torch.nn.init`` functions are transformers' guarded
     ones, so parameters already loaded from a checkpoint are left alone.
@@ -99,6 +101,9 @@ def initialize_srformer_module(module: nn.Module) -> bool:
     """
     if isinstance(module, ScaledLinear | RecurrentAccumulateAndFire):
         module.reset_parameters()
+        return True
+    if isinstance(module, AdaptiveSpanCrossAttention):
+        init.constant_(module.span_fraction, module.settings.resolved_span_init())
         return True
     if isinstance(module, SegmentedCrossAttention):
         mix_logit, mix_init = getattr(module, "mix_logit", None), module.settings.mix_init

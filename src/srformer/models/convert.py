@@ -34,6 +34,7 @@ from srformer.models.families import (
     SRformerT5AttentionMixin,
     attention_scale_of,
     head_dim_of,
+    num_heads_of,
     projection_weight,
 )
 
@@ -155,7 +156,9 @@ def convert(model: PreTrainedModel, config: SRformerConfig, *, _loading: bool = 
             # Built without storage and initialised below through the model's _init_weights: one draw per
             # parameter, in the dtype of construction (float32), then cast to the model's dtype.
             with torch.device("meta"):
-                attention = build_cross_attention(config, head_dim_of(module), attention_scale_of(module))
+                attention = build_cross_attention(
+                    config, head_dim_of(module), attention_scale_of(module), num_heads=num_heads_of(module)
+                )
             module.add_module("srformer", attention.to_empty(device=weight.device))
             attention.train(module.training)  # a model converted in eval mode stays there (routing's centroids)
             added.append(attention)

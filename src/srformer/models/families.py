@@ -137,6 +137,17 @@ def attention_scale_of(module: nn.Module) -> float:
     return float(getattr(module, "scaling", 1.0))
 
 
+def num_heads_of(module: nn.Module) -> int:
+    """The number of heads of a T5-style (``n_heads``) or BART-style (``num_heads``) attention module."""
+    heads = getattr(module, "n_heads", None) or getattr(module, "num_heads", None)
+    if not isinstance(heads, int):
+        raise TypeError(
+            f"{type(module).__name__} has neither an int `n_heads` (T5) nor `num_heads` (BART); "
+            "it is not a supported cross-attention module."
+        )
+    return heads
+
+
 def head_dim_of(module: nn.Module) -> int:
     """``d`` of a T5-style (``key_value_proj_dim``) or BART-style (``head_dim``) attention module."""
     head_dim = getattr(module, "key_value_proj_dim", None) or getattr(module, "head_dim", None)

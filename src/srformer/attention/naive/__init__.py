@@ -1,7 +1,8 @@
 """Naive float64 references of every cross-attention mechanism, written straight from their equations.
 
 One module per family (``common``: schedule and per-query driver; ``softmax``; ``linear``; ``srformer``;
-``content``: the content-based sparse attentions);
+``content``: the content-based sparse attentions;
+``sparse``: ``bigbird``, ``compressive``, ``adaptive`` and ``bp``);
 every reference is re-exported here.
 
 Each function here computes one mechanism's output one example, one head and one decoder query at
@@ -69,14 +70,30 @@ from srformer.attention.naive.softmax import (
     window_attention,
     xl_attention,
 )
+from srformer.attention.naive.sparse import (
+    ADAPTIVE_PARAMETERS,
+    adaptive_attention,
+    bigbird_attention,
+    bigbird_random_blocks,
+    bp_attention,
+    bp_partition,
+    compressive_attention,
+)
 from srformer.attention.naive.srformer import SRFORMER_PARAMETERS, raf_fire, srformer_attention
 
 __all__ = [
+    "ADAPTIVE_PARAMETERS",
     "FASTFORMER_PARAMETERS",
     "SRFORMER_PARAMETERS",
     "REFORMER_PARAMETERS",
     "ROUTING_PARAMETERS",
     "QueryFunction",
+    "adaptive_attention",
+    "bigbird_attention",
+    "bigbird_random_blocks",
+    "bp_attention",
+    "bp_partition",
+    "compressive_attention",
     "fastformer_attention",
     "full_attention",
     "linear_attention",
