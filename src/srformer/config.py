@@ -77,6 +77,14 @@ class SRformerConfig:
         stride: ``l``, the stride of the ``strided`` variant (Child et al. 2019): besides segment ``i(t)``
             a query attends every real position ``p`` with ``p mod l = l - 1``. At least 2. None
             (default): ``segment_size`` (the last position of every segment). ``strided`` only.
+        projected_length: ``r``, the number of rows the ``linformer`` variant's learned projections ``E, F``
+            (Wang et al. 2020, Sec. 4) map the encoder keys and values to. At least 1. None (default): 256, the
+            largest projected length of the paper's experiments (Sec. 5: 128 and 256). ``linformer`` only.
+        max_source_length: ``N``, the number of columns of ``E, F``: the most real encoder tokens a ``linformer``
+            example may have (an example of ``n <= N`` tokens is projected by the first ``n`` columns; a longer
+            one raises ``ValueError``). At least 1. None (default): 4096, the longest sequence of the paper's
+            experiments (Sec. 5) and of common long-document summarisation inputs; the two projections then hold
+            ``2 * 256 * 4096`` numbers per layer. ``linformer`` only.
         strict_schedule: if True, an input with more segments than ``target_length`` raises
             ``ValueError`` instead of warning (such segments are never attended by ``O_S``).
         lean_cache: generation memory mode (beyond the paper). False: each layer caches its
@@ -85,8 +93,9 @@ class SRformerConfig:
             current segment's keys/values from the encoder output at every step: less memory,
             more compute per step. Same outputs either way. ``strict_schedule`` and ``lean_cache``
             are runtime options: checkpoints that differ only in them are the same model. The lean
-            layout exists for ``segmented``, ``srformer``, ``linear`` and ``fastformer`` (whose states are
-            always O(heads * d^2) and O(heads * d)); the others (``xl``, ``longt5``, ``window``, ...) reject it.
+            layout exists for ``segmented``, ``srformer``, ``linear``, ``fastformer`` and ``linformer`` (whose
+            states are always O(heads * d^2), O(heads * d) and O(heads * r * d)); the others (``xl``, ``longt5``,
+            ``window``, ...) reject it.
 
     Raises:
         ValueError: for an unknown ``variant`` or ``ablation``, a non-positive ``segment_size``,
@@ -94,7 +103,8 @@ class SRformerConfig:
             with a variant other than ``srformer`` (or with ``recurrence=False``), ``mix_init``
             outside (0, 1) or with ablation I, ``lean_cache`` with a variant without a lean layout, or
             ``window_size`` below ``segment_size`` or with a variant other than ``window``, or ``stride``
-            below 2 or with a variant other than ``strided``.
+            below 2 or with a variant other than ``strided``, or a variant's own setting (``projected_length``,
+            ...) that is not a positive integer or is given with another variant.
     """
 
     variant: str = "srformer"
@@ -110,6 +120,8 @@ class SRformerConfig:
     mix_init: float | None = None
     window_size: int | None = None
     stride: int | None = None
+    projected_length: int | None = None
+    max_source_length: int | None = None
     strict_schedule: bool = False
     lean_cache: bool = False
 
@@ -180,12 +192,38 @@ class SRformerConfig:
                     f"`stride` (default: segment_size) must be an integer >= 2 (stride 1 would attend every "
                     f"position, full attention), got {stride!r}; set stride=2 or more."
                 )
+        for name in ("projected_length", "max_source_length"):
+            self._check_positive_setting(name, "linformer")
         # ``full`` has no module of its own, so the runtime option has nothing to act on there
         if self.lean_cache and self.variant not in LEAN_VARIANTS and REGISTRY[self.variant].module is not None:
             raise ValueError(
                 f"`lean_cache` is implemented for the variants {', '.join(LEAN_VARIANTS)}, not {self.variant!r}; "
                 "set lean_cache=False."
             )
+
+    def _check_positive_setting(self, name: str, variant: str) -> None:
+        """A setting of one variant: None, or a positive integer with that variant.
+
+        Raises:
+            ValueError: naming the setting, for another variant or a value that is not a positive integer.
+        """
+        value = getattr(self, name)
+        if value is None:
+            return
+        if self.variant != variant:
+            raise ValueError(
+                f"`{name}` is a setting of variant={variant!r}, got variant={self.variant!r}; leave {name}=None."
+            )
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+
+    def resolved_projected_length(self) -> int:
+        """``r`` of the ``linformer`` variant: ``projected_length``, or 256 when it is None."""
+        return self.projected_length if self.projected_length is not None else 256
+
+    def resolved_max_source_length(self) -> int:
+        """``N`` of the ``linformer`` variant: ``max_source_length``, or 4096 when it is None."""
+        return self.max_source_length if self.max_source_length is not None else 4096
 
     def resolved_window_size(self) -> int:
         """``w`` of the ``window`` variant: ``window_size``, or ``3 * segment_size`` when it is None."""

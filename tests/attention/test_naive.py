@@ -318,3 +318,23 @@ def test_fastformer_is_the_query_times_the_additive_summaries():
     assert_exact(output, (queries[0, 0, 0] * global_key * global_value).view(1, 1, 1, 2), "learned w_k")
     with pytest.raises(ValueError, match="does not have"):
         naive.fastformer_attention(queries, keys, values, None, config, parameters={"raf.leak": weight})
+
+
+# ------------------------------------------------------------------ linformer
+def test_linformer_with_identity_projections_is_full_attention_and_rows_by_hand():
+    """E = F = I (r = N = n): the projected keys/values are the keys/values themselves, so the output is full
+    attention. d = 1, n = 2, E = [[1, 1]], F = [[1, -1]]: one row, K~ = k0 + k1, V~ = v0 - v1, output V~."""
+    queries, keys, values = _random(2, 2, 3, 4, 0), _random(2, 2, 5, 4, 1), _random(2, 2, 5, 4, 2)
+    identity = {"key_projection": torch.eye(5), "value_projection": torch.eye(5)}
+    output = naive.linformer_attention(queries, keys, values, None, _config("linformer"), scale=0.5,
+                                       parameters=identity)
+    assert_exact(output, naive.full_attention(queries, keys, values, None, _config("full"), scale=0.5), "E = F = I")
+    one_row = {"key_projection": torch.tensor([[1.0, 1.0, 7.0]]), "value_projection": torch.tensor([[1.0, -1.0, 7.0]])}
+    output = naive.linformer_attention(_tensor([[3.0]]), _tensor([[1.0], [2.0]]), _tensor([[5.0], [2.0]]), None,
+                                       _config("linformer"), parameters=one_row)
+    assert_exact(output, _tensor([[3.0]]), "one row: softmax of one logit is 1, V~ = 5 - 2")
+    with pytest.raises(ValueError, match="max_source_length"):  # 4 real positions, N = 3 columns
+        naive.linformer_attention(_tensor([[3.0]]), _tensor([[1.0]] * 4), _tensor([[1.0]] * 4), None,
+                                  _config("linformer"), parameters=one_row)
+    with pytest.raises(ValueError, match="key_projection"):
+        naive.linformer_attention(queries, keys, values, None, _config("linformer"))

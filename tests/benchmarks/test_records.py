@@ -116,4 +116,5 @@ def test_bench_variants_are_derived_from_the_registry():
     assert lean == {"segmented", "srformer"}
     assert {VARIANT_SPECS[n].srformer_variant for n in DEFAULT_BENCH_VARIANTS} == set(TABLE1_VARIANTS)
     assert BENCH_VARIANTS == ("full-sdpa", "full-eager", "segmented", "segmented-lean", "srformer", "srformer-lean",
-                              "xl", "longt5", "linear", "window", "strided", "star", "fastformer")
+                              "xl", "longt5", "linear", "window", "strided", "star", "fastformer",
+                              "linformer")

@@ -1,10 +1,11 @@
 """Attention kernels: the segment schedule, the RAF neuron, one module per cross-attention mechanism
 (``segmented``, ``srformer``, the baselines ``xl``, ``longt5`` and ``linear``, and ``window``, ``strided``,
-``star`` and ``fastformer`` from the efficient-transformer literature), each with its typed
+``star``, ``fastformer`` and ``linformer`` from the efficient-transformer literature), each with its typed
 per-sequence state, the registry that maps variant names to them, and their float64 references."""
 
 from srformer.attention.fastformer import FastformerCrossAttention, FastformerState
 from srformer.attention.linear import LinearCrossAttention, LinearState
+from srformer.attention.linformer import LinformerCrossAttention
 from srformer.attention.longt5 import LongT5CrossAttention, LongT5State
 from srformer.attention.raf import RecurrentAccumulateAndFire
 from srformer.attention.schedule import compaction_order, num_segments, segment_index
@@ -13,6 +14,7 @@ from srformer.attention.srformer import LeanSRformerState, SRformerCrossAttentio
 from srformer.attention.star import StarCrossAttention, StarState
 from srformer.attention.state import CrossAttentionState, SRformerCacheLayer
 from srformer.attention.strided import StridedCrossAttention, StridedState
+from srformer.attention.summary import SummaryCrossAttention, SummaryState
 from srformer.attention.variants import build_cross_attention
 from srformer.attention.window import WindowCrossAttention
 from srformer.attention.xl import XLCrossAttention
@@ -25,6 +27,7 @@ __all__ = [
     "LeanSegmentState",
     "LinearCrossAttention",
     "LinearState",
+    "LinformerCrossAttention",
     "LongT5CrossAttention",
     "LongT5State",
     "RecurrentAccumulateAndFire",
@@ -37,6 +40,8 @@ __all__ = [
     "StarState",
     "StridedCrossAttention",
     "StridedState",
+    "SummaryCrossAttention",
+    "SummaryState",
     "WindowCrossAttention",
     "XLCrossAttention",
     "build_cross_attention",

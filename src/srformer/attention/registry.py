@@ -19,6 +19,7 @@ Each mechanism is one module file with its own typed state (``docs/design.md``, 
 * ``strided`` -- :mod:`srformer.attention.strided` (``StridedState``);
 * ``star`` -- :mod:`srformer.attention.star` (``StarState``);
 * ``fastformer`` -- :mod:`srformer.attention.fastformer` (``FastformerState``);
+* ``linformer`` -- :mod:`srformer.attention.linformer` (``SummaryState`` of :mod:`srformer.attention.summary`);
 * ``full`` keeps the wrapped model's own attention (no module, no state of its own).
 
 Adding a mechanism:
@@ -162,6 +163,7 @@ def _import(path: str) -> type:
 
 
 _SEGMENTED = "srformer.attention.segmented"
+_SUMMARY_STATE = "srformer.attention.summary.SummaryState"
 _PAPER = "Long, Chowdhury & Roy, Segmented Recurrent Transformer"
 
 _ENTRIES: tuple[Mechanism, ...] = (
@@ -343,6 +345,23 @@ _ENTRIES: tuple[Mechanism, ...] = (
         step_cost="O(d)",
         build_cost="O(k·d) (additive weights, global key and value)",
         state_size="2·d (global key and value)",
+    ),
+    Mechanism(
+        name="linformer",
+        doc="Linformer: softmax over r rows E K, F V projected along the sequence by learned E, F (r x N).",
+        citation="Wang, Li, Khabsa, Fang & Ma 2020, Linformer: Self-Attention with Linear Complexity, Sec. 4, Eq. 7 "
+        "(headwise sharing; the first n columns of E, F for n real positions)",
+        module="srformer.attention.linformer.LinformerCrossAttention",
+        state=_SUMMARY_STATE,
+        lean_state=_SUMMARY_STATE,
+        reference=naive.linformer_attention,
+        capabilities=Capabilities(
+            segment_free=True, lean_layout=True, state_grows_with_input=False, training_time_saving=True,
+            has_softmax_part=True, recurrent_term=False, global_term=True,
+        ),
+        step_cost="O(r·d)",
+        build_cost="O(r·k·d) (E K and F V)",
+        state_size="2·r·d (projected keys and values)",
     ),
 )
 

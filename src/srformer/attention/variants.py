@@ -8,13 +8,15 @@ from srformer.attention.fastformer import FastformerCrossAttention
 from srformer.attention.linear import LinearCrossAttention
 from srformer.attention.registry import mechanism
 from srformer.attention.segmented import SegmentedCrossAttention
+from srformer.attention.summary import SummaryCrossAttention
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
     from srformer.config import SRformerConfig
 
 #: Every SRformer cross-attention module: the segment-based ones (``segmented``, and its subclasses for
-#: ``srformer``, ``xl``, ``longt5``, ``window``, ``strided``, ``star``), ``linear`` and ``fastformer``.
-CrossAttentionModule = SegmentedCrossAttention | LinearCrossAttention | FastformerCrossAttention
+#: ``srformer``, ``xl``, ``longt5``, ``window``, ``strided``, ``star``), ``linear``, ``fastformer`` and the summaries
+#: (:class:`~srformer.attention.summary.SummaryCrossAttention`: ``linformer``).
+CrossAttentionModule = SegmentedCrossAttention | LinearCrossAttention | FastformerCrossAttention | SummaryCrossAttention
 
 
 def build_cross_attention(config: SRformerConfig, head_dim: int, scale: float = 1.0) -> CrossAttentionModule:
@@ -35,5 +37,5 @@ def build_cross_attention(config: SRformerConfig, head_dim: int, scale: float = 
             f"The {config.variant!r} variant keeps the model's own attention; no SRformer module is needed."
         )
     module = entry.build(config, head_dim, scale)
-    assert isinstance(module, SegmentedCrossAttention | LinearCrossAttention | FastformerCrossAttention), type(module)
+    assert isinstance(module, CrossAttentionModule), type(module)
     return module

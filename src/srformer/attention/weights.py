@@ -19,6 +19,10 @@ encoder positions per query and head. An SRformer layer's output is not one such
 * ``srformer`` ablation I (``recurrent_only``): no softmax term, so zeros (the output is all ``O_R``).
 * ``fastformer``: its additive weights ``beta_j`` (Eq. 5), the same for every query: ``V_g = beta V`` and the
   output is ``Q_t * K_g * (A V)`` (element-wise), so ``A`` is the distribution the values are pooled with.
+* ``linformer``: ``A = P F`` with ``P`` the softmax over the ``r`` projected rows and ``F`` the value projection
+  over the example's positions, so ``O = A V`` exactly; ``F`` is a learned real matrix, so these weights may be
+  negative and their rows need not sum to 1
+  (:meth:`~srformer.attention.summary.SummaryCrossAttention.attention_weights`).
 * ``linear`` (see :func:`linear_weights`): the linear-attention weights
   ``phi(Q_t) . phi(K_j) / (phi(Q_t) . sum_l phi(K_l) + eps)``, for which ``O = A V`` exactly; they are
   non-negative and sum to ``S / (S + eps)`` with ``S = phi(Q_t) . sum_l phi(K_l)`` (1 up to ``eps / S``).
@@ -41,6 +45,7 @@ from srformer.attention.linear import LinearCrossAttention, LinearState, feature
 from srformer.attention.schedule import segment_index
 from srformer.attention.segmented import LeanSegmentState, SegmentedCrossAttention, SegmentState, restrict
 from srformer.attention.state import CrossAttentionState
+from srformer.attention.summary import SummaryCrossAttention
 from srformer.attention.variants import CrossAttentionModule
 
 
@@ -162,6 +167,8 @@ def cross_attention_weights(
     Returns:
         (B, H, q, k) in the queries' dtype.
     """
+    if isinstance(attention, SummaryCrossAttention):  # the probabilities over the summary rows, spread
+        return attention.attention_weights(queries, keys, state, key_valid)
     if isinstance(attention, FastformerCrossAttention):  # beta, the same for every query
         weights = additive_weights(keys.to(queries.dtype), attention.key_weight.to(queries.dtype), key_valid)
         return weights[:, :, None, :].expand(-1, -1, queries.shape[2], -1)

@@ -32,6 +32,7 @@ VARIANT_COLORS = {
     "strided": "tab:pink",
     "star": "gold",
     "fastformer": "tab:gray",
+    "linformer": "darkgoldenrod",
     "full": "black",
 }
 TABLE1_LABELS = {variant: REGISTRY[variant].table1_row for variant in TABLE1_VARIANTS}

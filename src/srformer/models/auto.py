@@ -61,6 +61,7 @@ from srformer.attention.fastformer import FastformerCrossAttention
 from srformer.attention.linear import LinearCrossAttention
 from srformer.attention.raf import RecurrentAccumulateAndFire, ScaledLinear
 from srformer.attention.segmented import SegmentedCrossAttention
+from srformer.attention.summary import SummaryCrossAttention
 
 
 def _recordable_outputs_registry() -> Any:
@@ -87,7 +88,8 @@ def initialize_srformer_module(module: nn.Module) -> bool:
     - RAF (:class:`~srformer.attention.raf.RecurrentAccumulateAndFire`): ``leak = raf_leak_init``,
       ``threshold = raf_threshold_init``.
     - The attention module: the Eq. 10 mix logit ``a = logit(mix_init)`` if it has one; ``fastformer``'s
-      ``w_k = 0`` (other variants have no parameters of their own).
+      ``w_k = 0``; a summary module's own ``reset_parameters`` (``linformer``'s ``E, F``); other variants have no
+      parameters of their own.
 
     Inside transformers' ``initialize_weights`` the ``torch.nn.init`` functions are transformers' guarded
     ones, so parameters already loaded from a checkpoint are left alone.
@@ -106,6 +108,9 @@ def initialize_srformer_module(module: nn.Module) -> bool:
         return True
     if isinstance(module, FastformerCrossAttention):
         init.zeros_(module.key_weight)
+        return True
+    if isinstance(module, SummaryCrossAttention):
+        module.reset_parameters()
         return True
     return isinstance(module, LinearCrossAttention)
 

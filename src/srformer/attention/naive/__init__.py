@@ -1,6 +1,7 @@
 """Naive float64 references of every cross-attention mechanism, written straight from their equations.
 
-One module per family (``common``: schedule and per-query driver; ``softmax``; ``linear``; ``srformer``);
+One module per family (``common``: schedule and per-query driver; ``softmax``; ``linear``; ``srformer``;
+``summary``: the segment-free summaries of the encoder);
 every reference is re-exported here.
 
 Each function here computes one mechanism's output one example, one head and one decoder query at
@@ -62,14 +63,17 @@ from srformer.attention.naive.softmax import (
     xl_attention,
 )
 from srformer.attention.naive.srformer import SRFORMER_PARAMETERS, raf_fire, srformer_attention
+from srformer.attention.naive.summary import LINFORMER_PARAMETERS, linformer_attention
 
 __all__ = [
     "FASTFORMER_PARAMETERS",
+    "LINFORMER_PARAMETERS",
     "SRFORMER_PARAMETERS",
     "QueryFunction",
     "fastformer_attention",
     "full_attention",
     "linear_attention",
+    "linformer_attention",
     "longt5_attention",
     "num_segments",
     "per_query",

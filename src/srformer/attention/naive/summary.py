@@ -1,0 +1,65 @@
+"""Float64 references of the segment-free summaries of the encoder: Linformer (Wang et al. 2020), Performer's
+FAVOR+ (Choromanski et al. 2021), memory-compressed attention (Liu et al. 2018) and Set Transformer's
+inducing points (Lee et al. 2019). Each builds its summary from one example's real keys and values, with
+Python loops where the equations have sums, and attends it from one query."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import torch
+
+from srformer.attention.naive.common import check_call, per_query, softmax_attention
+
+if TYPE_CHECKING:
+    from srformer.config import SRformerConfig
+
+
+def _required(parameters: Mapping[str, torch.Tensor] | None, name: str) -> torch.Tensor:
+    """A learned tensor without a deterministic initial value, in float64."""
+    if parameters is None or name not in parameters:
+        raise ValueError(
+            f"The reference needs the learned tensor {name!r} in `parameters` (e.g. dict(module.state_dict()))."
+        )
+    return parameters[name].detach().to(torch.float64)
+
+
+#: The learned tensors of ``linformer``: ``E`` and ``F`` (r, N), shared by the heads.
+LINFORMER_PARAMETERS: tuple[str, ...] = ("key_projection", "value_projection")
+
+
+def linformer_attention(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    key_valid: torch.Tensor | None,
+    settings: SRformerConfig,
+    *,
+    scale: float = 1.0,
+    parameters: Mapping[str, torch.Tensor] | None = None,
+    start_position: int = 0,
+) -> torch.Tensor:
+    """``linformer`` (Wang et al. 2020, Sec. 4, Eq. 7; ``srformer.attention.linformer``): with the example's
+    ``n`` real keys and values in order, ``K~_i = sum_{p < n} E[i, p] K_p``, ``V~_i = sum_{p < n} F[i, p] V_p``
+    (``i < r``) and ``O[t] = softmax(scale * Q_t K~^T) V~``. ``parameters`` must hold ``key_projection`` (``E``)
+    and ``value_projection`` (``F``), (r, N).
+
+    Raises:
+        ValueError: as every reference, without ``E``/``F``, or for an example with more than ``N`` real positions
+            (naming ``max_source_length``).
+    """
+    check_call(settings, parameters, "linformer", LINFORMER_PARAMETERS)
+    key_projection = _required(parameters, "key_projection")
+    value_projection = _required(parameters, "value_projection")
+    limit = key_projection.shape[1]
+
+    def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
+        if len(k) > limit:
+            raise ValueError(f"An example has {len(k)} real positions, more than max_source_length={limit}.")
+        summary_keys = key_projection[:, : len(k)] @ k  # K~_i = sum_p E[i, p] K_p
+        summary_values = value_projection[:, : len(k)] @ v
+        return softmax_attention(query, summary_keys, summary_values, scale)
+
+    return per_query(queries, keys, values, key_valid, start_position, one_query)
+

@@ -1,0 +1,90 @@
+"""Mechanism-specific tests of the segment-free summaries (``srformer.attention.summary`` and its variants):
+reductions to full attention, the variable-length rules, the attention weights against the output, the
+settings' checks. The generic matrices (float64 reference, parallel == incremental, padding, reordering,
+models, save/load, bf16) cover them through the registry (tests/attention/test_variants.py, tests/models)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from srformer.attention import naive
+from srformer.attention.variants import build_cross_attention
+from srformer.config import named_config
+from tests.attention.test_srformer import _inputs
+from tests.tolerance import assert_exact
+
+
+def _module(name, head_dim=4, scale=0.5, **settings):
+    torch.manual_seed(0)
+    return build_cross_attention(named_config(name, **settings), head_dim, scale).double()
+
+
+def _left_padded(keys, values, valid, lengths):
+    """The same examples with their real positions moved to the end (left padding)."""
+    width = valid.shape[1]
+    shift = [width - n for n in lengths]
+    return (torch.stack([torch.roll(keys[b], s, dims=1) for b, s in enumerate(shift)]),
+            torch.stack([torch.roll(values[b], s, dims=1) for b, s in enumerate(shift)]),
+            torch.stack([torch.roll(valid[b], s) for b, s in enumerate(shift)]))
+
+
+def _output(module, queries, keys, values, valid):
+    return module(queries, module.init_state(keys, values, valid))[0]
+
+
+def _weights_times_values(module, queries, keys, values, valid):
+    """``A V`` with ``A`` the module's ``output_attentions`` weights over the encoder positions."""
+    weights = module.attention_weights(queries, keys, module.init_state(keys, values, valid), valid)
+    return torch.matmul(weights, values)
+
+
+# ------------------------------------------------------------------ linformer
+def test_linformer_with_identity_projections_is_full_attention_in_either_padding():
+    """E = F = I with r = N = n: every example has exactly N real positions (padded to 7 on either side)."""
+    module = _module("linformer", projected_length=5, max_source_length=5)
+    with torch.no_grad():
+        module.key_projection.copy_(torch.eye(5))
+        module.value_projection.copy_(torch.eye(5))
+    queries, keys, values, valid = _inputs(2, 2, 7, 3, 4, [5, 5])
+    expected = naive.full_attention(queries, keys, values, valid, named_config("full"), scale=0.5)
+    assert_exact(_output(module, queries, keys, values, valid), expected, "right padded")
+    assert_exact(_output(module, queries, *_left_padded(keys, values, valid, [5, 5])), expected, "left padded")
+
+
+def test_linformer_reads_the_first_n_columns_and_rejects_longer_inputs():
+    """A padded width above N is fine while no example has more than N real positions (left padding puts
+    them past column N); N + 1 real positions raise, naming the setting."""
+    module = _module("linformer", projected_length=3, max_source_length=6)
+    queries, keys, values, valid = _inputs(2, 2, 9, 3, 4, [6, 2])
+    left_keys, left_values, left = _left_padded(keys, values, valid, [6, 2])
+    reference = naive.linformer_attention(queries, keys, values, valid, module.settings, scale=0.5,
+                                          parameters=module.state_dict())
+    assert_exact(_output(module, queries, left_keys, left_values, left), reference, "width 9 > N = 6")
+    with pytest.raises(ValueError, match="max_source_length"):
+        module.init_state(keys, values, torch.ones_like(valid))  # 9 real positions
+
+
+def test_linformer_weights_times_values_are_the_output():
+    """``A = P F`` over the encoder positions: ``A V = O`` exactly, also with left padding and an empty row."""
+    module = _module("linformer", projected_length=3, max_source_length=8)
+    lengths = [8, 3, 0]
+    queries, keys, values, valid = _inputs(3, 2, 8, 4, 4, lengths)
+    left_keys, left_values, left = _left_padded(keys, values, valid, lengths)
+    output = _output(module, queries, left_keys, left_values, left)
+    assert_exact(_weights_times_values(module, queries, left_keys, left_values, left), output, "A V")
+    assert output[2].abs().max() == 0  # the empty document: output and weights 0
+
+
+def test_linformer_settings_are_checked_defaulted_and_saved():
+    config = named_config("linformer")
+    assert (config.resolved_projected_length(), config.resolved_max_source_length()) == (256, 4096)
+    config = named_config("linformer", projected_length=8, max_source_length=100)
+    assert type(config).from_dict(config.to_dict()) == config
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="projected_length"):
+            named_config("linformer", projected_length=bad)
+    with pytest.raises(ValueError, match="max_source_length.*variant='linformer'"):
+        named_config("segmented", max_source_length=100)
+    module = _module("linformer", projected_length=8, max_source_length=100)
+    assert module.key_projection.shape == module.value_projection.shape == (8, 100)
