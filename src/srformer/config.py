@@ -85,6 +85,12 @@ class SRformerConfig:
             one raises ``ValueError``). At least 1. None (default): 4096, the longest sequence of the paper's
             experiments (Sec. 5) and of common long-document summarisation inputs; the two projections then hold
             ``2 * 256 * 4096`` numbers per layer. ``linformer`` only.
+        num_random_features: ``m``, the number of positive orthogonal random features of the ``performer``
+            variant (Choromanski et al. 2021, FAVOR+). At least 1. None (default): ``d * ceil(ln d)`` for head
+            size ``d`` (at least ``d``; Theorem 4's ``m = Theta(d log d)``: 320 at d = 64). ``performer`` only.
+        random_feature_seed: the seed the ``performer`` features are drawn from (once, at construction; they
+            are also kept in the model's state dict, so a reloaded model is the same). A non-negative integer.
+            None (default): 0. ``performer`` only.
         strict_schedule: if True, an input with more segments than ``target_length`` raises
             ``ValueError`` instead of warning (such segments are never attended by ``O_S``).
         lean_cache: generation memory mode (beyond the paper). False: each layer caches its
@@ -93,9 +99,9 @@ class SRformerConfig:
             current segment's keys/values from the encoder output at every step: less memory,
             more compute per step. Same outputs either way. ``strict_schedule`` and ``lean_cache``
             are runtime options: checkpoints that differ only in them are the same model. The lean
-            layout exists for ``segmented``, ``srformer``, ``linear``, ``fastformer`` and ``linformer`` (whose
-            states are always O(heads * d^2), O(heads * d) and O(heads * r * d)); the others (``xl``, ``longt5``,
-            ``window``, ...) reject it.
+            layout exists for ``segmented``, ``srformer``, ``linear``, ``fastformer``, ``linformer`` and ``performer``
+            (whose states are always O(heads * d^2), O(heads * d), O(heads * r * d) and O(heads * m * d)); the
+            others (``xl``, ``longt5``, ``window``, ...) reject it.
 
     Raises:
         ValueError: for an unknown ``variant`` or ``ablation``, a non-positive ``segment_size``,
@@ -122,6 +128,8 @@ class SRformerConfig:
     stride: int | None = None
     projected_length: int | None = None
     max_source_length: int | None = None
+    num_random_features: int | None = None
+    random_feature_seed: int | None = None
     strict_schedule: bool = False
     lean_cache: bool = False
 
@@ -194,6 +202,9 @@ class SRformerConfig:
                 )
         for name in ("projected_length", "max_source_length"):
             self._check_positive_setting(name, "linformer")
+        self._check_positive_setting("num_random_features", "performer")
+        if self.random_feature_seed is not None:
+            self._check_positive_setting("random_feature_seed", "performer", minimum=0)
         # ``full`` has no module of its own, so the runtime option has nothing to act on there
         if self.lean_cache and self.variant not in LEAN_VARIANTS and REGISTRY[self.variant].module is not None:
             raise ValueError(
@@ -201,8 +212,8 @@ class SRformerConfig:
                 "set lean_cache=False."
             )
 
-    def _check_positive_setting(self, name: str, variant: str) -> None:
-        """A setting of one variant: None, or a positive integer with that variant.
+    def _check_positive_setting(self, name: str, variant: str, minimum: int = 1) -> None:
+        """A setting of one variant: None, or an integer ``>= minimum`` with that variant.
 
         Raises:
             ValueError: naming the setting, for another variant or a value that is not a positive integer.
@@ -214,8 +225,8 @@ class SRformerConfig:
             raise ValueError(
                 f"`{name}` is a setting of variant={variant!r}, got variant={self.variant!r}; leave {name}=None."
             )
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
 
     def resolved_projected_length(self) -> int:
         """``r`` of the ``linformer`` variant: ``projected_length``, or 256 when it is None."""
@@ -224,6 +235,10 @@ class SRformerConfig:
     def resolved_max_source_length(self) -> int:
         """``N`` of the ``linformer`` variant: ``max_source_length``, or 4096 when it is None."""
         return self.max_source_length if self.max_source_length is not None else 4096
+
+    def resolved_feature_seed(self) -> int:
+        """The seed of the ``performer`` features: ``random_feature_seed``, or 0 when it is None."""
+        return self.random_feature_seed if self.random_feature_seed is not None else 0
 
     def resolved_window_size(self) -> int:
         """``w`` of the ``window`` variant: ``window_size``, or ``3 * segment_size`` when it is None."""

@@ -338,3 +338,19 @@ def test_linformer_with_identity_projections_is_full_attention_and_rows_by_hand(
                                   _config("linformer"), parameters=one_row)
     with pytest.raises(ValueError, match="key_projection"):
         naive.linformer_attention(queries, keys, values, None, _config("linformer"))
+
+
+# ------------------------------------------------------------------ performer
+def test_performer_with_two_opposite_features_by_hand():
+    """d = 1, W = [[1], [-1]], scale 1, eps negligible (1e-300): phi(x) . phi(y) = e^{-c} e^{-x^2/2 - y^2/2}
+    (e^{x + y} + e^{-x - y}), so the query's factors cancel and O = sum_j w_j v_j / sum_j w_j with
+    w_j = cosh(x + y_j) e^{-y_j^2/2}."""
+    x, ys, vs = 0.3, [0.5, -1.0], [2.0, -4.0]
+    output = naive.performer_attention(
+        _tensor([[x]]), _tensor([[y] for y in ys]), _tensor([[v] for v in vs]), None,
+        _config("performer", norm_eps=1e-300), parameters={"random_features": torch.tensor([[1.0], [-1.0]])},
+    )
+    w = [math.cosh(x + y) * math.exp(-y * y / 2) for y in ys]
+    assert_exact(output, _tensor([[(w[0] * vs[0] + w[1] * vs[1]) / (w[0] + w[1])]]), "two features")
+    with pytest.raises(ValueError, match="random_features"):
+        naive.performer_attention(_tensor([[x]]), _tensor([[0.5]]), _tensor([[1.0]]), None, _config("performer"))

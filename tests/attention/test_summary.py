@@ -12,7 +12,7 @@ from srformer.attention import naive
 from srformer.attention.variants import build_cross_attention
 from srformer.config import named_config
 from tests.attention.test_srformer import _inputs
-from tests.tolerance import assert_exact
+from tests.tolerance import assert_exact, float32_tolerance
 
 
 def _module(name, head_dim=4, scale=0.5, **settings):
@@ -88,3 +88,63 @@ def test_linformer_settings_are_checked_defaulted_and_saved():
         named_config("segmented", max_source_length=100)
     module = _module("linformer", projected_length=8, max_source_length=100)
     assert module.key_projection.shape == module.value_projection.shape == (8, 100)
+
+
+# ------------------------------------------------------------------ performer
+def test_performer_features_are_orthogonal_blocks_drawn_from_the_seed():
+    from srformer.attention.performer import orthogonal_random_features
+
+    features = orthogonal_random_features(10, 4, seed=3).double()  # blocks of 4, 4, 2 rows
+    for block in (features[:4], features[4:8], features[8:]):
+        gram = block @ block.T
+        off_diagonal = gram - torch.diag(torch.diagonal(gram))
+        # float32 rows of norm ~2: products rounded at 2**-24 relative, 4 terms (tests/tolerance.py)
+        assert off_diagonal.abs().max() <= float32_tolerance(gram.abs().max(), terms=4)
+    assert torch.equal(features, orthogonal_random_features(10, 4, seed=3).double())
+    assert not torch.equal(features, orthogonal_random_features(10, 4, seed=4).double())
+    module = _module("performer", random_feature_seed=3, num_random_features=10)
+    assert torch.equal(module.random_features, features)
+    assert _module("performer").random_features.shape == (4 * 2, 4)  # d ceil(ln d) = 4 * 2 at d = 4
+
+
+def test_performer_keeps_its_saved_features_over_its_seed():
+    """The features are a persistent buffer: a state dict holding other features (another torch version's
+    draw, say) is what a reloaded module computes with, and the output follows it."""
+    module = _module("performer")
+    queries, keys, values, valid = _inputs(2, 2, 6, 3, 4, [6, 4])
+    state = module.state_dict()
+    assert "random_features" in state
+    state["random_features"] = state["random_features"].flip(0) * 0.5
+    reloaded = _module("performer")
+    reloaded.load_state_dict(state)
+    assert torch.equal(reloaded.random_features, state["random_features"])
+    expected = naive.performer_attention(queries, keys, values, valid, module.settings, scale=0.5, parameters=state)
+    assert_exact(_output(reloaded, queries, keys, values, valid), expected, "reloaded features")
+
+
+def test_performer_is_padding_invariant_with_huge_padded_keys_and_its_weights_give_the_output():
+    """Padded keys of 1e4 would overflow exp() if they entered the stabiliser or the sums; the weights are
+    the normalised kernel (O = A V, rows summing to 1)."""
+    module = _module("performer")
+    lengths = [6, 2, 0]
+    queries, keys, values, valid = _inputs(3, 2, 6, 3, 4, lengths)
+    keys = keys.masked_fill(~valid[:, None, :, None], 1e4)
+    expected = naive.performer_attention(queries, keys, values, valid, module.settings, scale=0.5,
+                                         parameters=module.state_dict())
+    output = _output(module, queries, keys, values, valid)
+    assert torch.isfinite(output).all()
+    assert_exact(output, expected, "huge padding")
+    assert_exact(_weights_times_values(module, queries, keys, values, valid), output, "A V")
+    weights = module.attention_weights(queries, keys, module.init_state(keys, values, valid), valid)
+    assert_exact(weights.sum(-1)[:2], torch.ones_like(weights.sum(-1)[:2]), "rows sum to 1")
+
+
+def test_performer_settings_are_checked():
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="num_random_features"):
+            named_config("performer", num_random_features=bad)
+    with pytest.raises(ValueError, match="random_feature_seed"):
+        named_config("performer", random_feature_seed=-1)
+    with pytest.raises(ValueError, match="random_feature_seed.*variant='performer'"):
+        named_config("linformer", random_feature_seed=1)
+    assert named_config("performer", random_feature_seed=0).resolved_feature_seed() == 0

@@ -1,12 +1,13 @@
 """Attention kernels: the segment schedule, the RAF neuron, one module per cross-attention mechanism
 (``segmented``, ``srformer``, the baselines ``xl``, ``longt5`` and ``linear``, and ``window``, ``strided``,
-``star``, ``fastformer`` and ``linformer`` from the efficient-transformer literature), each with its typed
-per-sequence state, the registry that maps variant names to them, and their float64 references."""
+``star``, ``fastformer``, ``linformer`` and ``performer`` from the efficient-transformer literature), each with
+its typed per-sequence state, the registry that maps variant names to them, and their float64 references."""
 
 from srformer.attention.fastformer import FastformerCrossAttention, FastformerState
 from srformer.attention.linear import LinearCrossAttention, LinearState
 from srformer.attention.linformer import LinformerCrossAttention
 from srformer.attention.longt5 import LongT5CrossAttention, LongT5State
+from srformer.attention.performer import PerformerCrossAttention, PerformerState
 from srformer.attention.raf import RecurrentAccumulateAndFire
 from srformer.attention.schedule import compaction_order, num_segments, segment_index
 from srformer.attention.segmented import LeanSegmentState, SegmentedCrossAttention, SegmentState
@@ -30,6 +31,8 @@ __all__ = [
     "LinformerCrossAttention",
     "LongT5CrossAttention",
     "LongT5State",
+    "PerformerCrossAttention",
+    "PerformerState",
     "RecurrentAccumulateAndFire",
     "SRformerCacheLayer",
     "SRformerCrossAttention",

@@ -20,6 +20,7 @@ Each mechanism is one module file with its own typed state (``docs/design.md``, 
 * ``star`` -- :mod:`srformer.attention.star` (``StarState``);
 * ``fastformer`` -- :mod:`srformer.attention.fastformer` (``FastformerState``);
 * ``linformer`` -- :mod:`srformer.attention.linformer` (``SummaryState`` of :mod:`srformer.attention.summary`);
+* ``performer`` -- :mod:`srformer.attention.performer` (``PerformerState``);
 * ``full`` keeps the wrapped model's own attention (no module, no state of its own).
 
 Adding a mechanism:
@@ -362,6 +363,23 @@ _ENTRIES: tuple[Mechanism, ...] = (
         step_cost="O(r·d)",
         build_cost="O(r·k·d) (E K and F V)",
         state_size="2·r·d (projected keys and values)",
+    ),
+    Mechanism(
+        name="performer",
+        doc="Performer FAVOR+: phi(Q)(phi(K)^T V) / (phi(Q) . sum phi(K)), m positive orthogonal random features.",
+        citation="Choromanski et al. 2021, Rethinking Attention with Performers, Sec. 2.2-2.4 (FAVOR+, positive "
+        "orthogonal random features for the softmax kernel; non-causal)",
+        module="srformer.attention.performer.PerformerCrossAttention",
+        state="srformer.attention.performer.PerformerState",
+        lean_state="srformer.attention.performer.PerformerState",
+        reference=naive.performer_attention,
+        capabilities=Capabilities(
+            segment_free=True, lean_layout=True, state_grows_with_input=False, training_time_saving=True,
+            has_softmax_part=False, recurrent_term=False, global_term=True,
+        ),
+        step_cost="O(m·d)",
+        build_cost="O(k·m·d) (phi(K)^T V and sum phi(K))",
+        state_size="m·d + m + 1 (phi(K)^T V, sum phi(K), the keys' stabiliser)",
     ),
 )
 

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from srformer.attention.fastformer import FastformerCrossAttention
 from srformer.attention.linear import LinearCrossAttention
+from srformer.attention.performer import PerformerCrossAttention
 from srformer.attention.registry import mechanism
 from srformer.attention.segmented import SegmentedCrossAttention
 from srformer.attention.summary import SummaryCrossAttention
@@ -15,8 +16,11 @@ if TYPE_CHECKING:  # srformer.config imports the attention registry
 
 #: Every SRformer cross-attention module: the segment-based ones (``segmented``, and its subclasses for
 #: ``srformer``, ``xl``, ``longt5``, ``window``, ``strided``, ``star``), ``linear``, ``fastformer`` and the summaries
-#: (:class:`~srformer.attention.summary.SummaryCrossAttention`: ``linformer``).
-CrossAttentionModule = SegmentedCrossAttention | LinearCrossAttention | FastformerCrossAttention | SummaryCrossAttention
+#: (:class:`~srformer.attention.summary.SummaryCrossAttention`: ``linformer``) and ``performer``.
+CrossAttentionModule = (
+    SegmentedCrossAttention | LinearCrossAttention | FastformerCrossAttention | SummaryCrossAttention
+    | PerformerCrossAttention
+)
 
 
 def build_cross_attention(config: SRformerConfig, head_dim: int, scale: float = 1.0) -> CrossAttentionModule:

@@ -23,6 +23,9 @@ encoder positions per query and head. An SRformer layer's output is not one such
   over the example's positions, so ``O = A V`` exactly; ``F`` is a learned real matrix, so these weights may be
   negative and their rows need not sum to 1
   (:meth:`~srformer.attention.summary.SummaryCrossAttention.attention_weights`).
+* ``performer``: ``A[t, j] = phi(Q_t) . phi(K_j) / (phi(Q_t) . sum_l phi(K_l))`` with its random features
+  (:meth:`~srformer.attention.performer.PerformerCrossAttention.attention_weights`): ``O = A V`` exactly,
+  non-negative, rows summing to 1 (the FAVOR+ estimate of the softmax, not the softmax itself).
 * ``linear`` (see :func:`linear_weights`): the linear-attention weights
   ``phi(Q_t) . phi(K_j) / (phi(Q_t) . sum_l phi(K_l) + eps)``, for which ``O = A V`` exactly; they are
   non-negative and sum to ``S / (S + eps)`` with ``S = phi(Q_t) . sum_l phi(K_l)`` (1 up to ``eps / S``).
@@ -42,6 +45,7 @@ import torch
 from srformer.attention.fastformer import FastformerCrossAttention, additive_weights
 from srformer.attention.layout import block_index, take_blocks
 from srformer.attention.linear import LinearCrossAttention, LinearState, feature_map
+from srformer.attention.performer import PerformerCrossAttention
 from srformer.attention.schedule import segment_index
 from srformer.attention.segmented import LeanSegmentState, SegmentedCrossAttention, SegmentState, restrict
 from srformer.attention.state import CrossAttentionState
@@ -167,7 +171,7 @@ def cross_attention_weights(
     Returns:
         (B, H, q, k) in the queries' dtype.
     """
-    if isinstance(attention, SummaryCrossAttention):  # the probabilities over the summary rows, spread
+    if isinstance(attention, SummaryCrossAttention | PerformerCrossAttention):  # their own definitions (above)
         return attention.attention_weights(queries, keys, state, key_valid)
     if isinstance(attention, FastformerCrossAttention):  # beta, the same for every query
         weights = additive_weights(keys.to(queries.dtype), attention.key_weight.to(queries.dtype), key_valid)

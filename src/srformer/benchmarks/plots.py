@@ -33,6 +33,7 @@ VARIANT_COLORS = {
     "star": "gold",
     "fastformer": "tab:gray",
     "linformer": "darkgoldenrod",
+    "performer": "teal",
     "full": "black",
 }
 TABLE1_LABELS = {variant: REGISTRY[variant].table1_row for variant in TABLE1_VARIANTS}

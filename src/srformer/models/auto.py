@@ -59,6 +59,7 @@ from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING
 
 from srformer.attention.fastformer import FastformerCrossAttention
 from srformer.attention.linear import LinearCrossAttention
+from srformer.attention.performer import PerformerCrossAttention
 from srformer.attention.raf import RecurrentAccumulateAndFire, ScaledLinear
 from srformer.attention.segmented import SegmentedCrossAttention
 from srformer.attention.summary import SummaryCrossAttention
@@ -88,8 +89,8 @@ def initialize_srformer_module(module: nn.Module) -> bool:
     - RAF (:class:`~srformer.attention.raf.RecurrentAccumulateAndFire`): ``leak = raf_leak_init``,
       ``threshold = raf_threshold_init``.
     - The attention module: the Eq. 10 mix logit ``a = logit(mix_init)`` if it has one; ``fastformer``'s
-      ``w_k = 0``; a summary module's own ``reset_parameters`` (``linformer``'s ``E, F``); other variants have no
-      parameters of their own.
+      ``w_k = 0``; a summary module's own ``reset_parameters`` (``linformer``'s ``E, F``); ``performer``'s
+      random features redrawn from their seed; other variants have no parameters of their own.
 
     Inside transformers' ``initialize_weights`` the ``torch.nn.init`` functions are transformers' guarded
     ones, so parameters already loaded from a checkpoint are left alone.
@@ -111,6 +112,11 @@ def initialize_srformer_module(module: nn.Module) -> bool:
         return True
     if isinstance(module, SummaryCrossAttention):
         module.reset_parameters()
+        return True
+    if isinstance(module, PerformerCrossAttention):  # the buffer, redrawn from the seed: the same values
+        features = module.random_features
+        assert isinstance(features, torch.Tensor)
+        init.copy_(features, module.drawn_features())
         return True
     return isinstance(module, LinearCrossAttention)
 

@@ -63,11 +63,17 @@ from srformer.attention.naive.softmax import (
     xl_attention,
 )
 from srformer.attention.naive.srformer import SRFORMER_PARAMETERS, raf_fire, srformer_attention
-from srformer.attention.naive.summary import LINFORMER_PARAMETERS, linformer_attention
+from srformer.attention.naive.summary import (
+    LINFORMER_PARAMETERS,
+    PERFORMER_PARAMETERS,
+    linformer_attention,
+    performer_attention,
+)
 
 __all__ = [
     "FASTFORMER_PARAMETERS",
     "LINFORMER_PARAMETERS",
+    "PERFORMER_PARAMETERS",
     "SRFORMER_PARAMETERS",
     "QueryFunction",
     "fastformer_attention",
@@ -77,6 +83,7 @@ __all__ = [
     "longt5_attention",
     "num_segments",
     "per_query",
+    "performer_attention",
     "raf_fire",
     "segment_of",
     "segment_rows",

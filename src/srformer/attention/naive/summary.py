@@ -5,6 +5,7 @@ Python loops where the equations have sums, and attends it from one query."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -63,3 +64,46 @@ def linformer_attention(
 
     return per_query(queries, keys, values, key_valid, start_position, one_query)
 
+
+
+#: The learned tensor of ``performer``: its random features ``W`` (m, d), a buffer drawn from the seed.
+PERFORMER_PARAMETERS: tuple[str, ...] = ("random_features",)
+
+
+def performer_attention(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    key_valid: torch.Tensor | None,
+    settings: SRformerConfig,
+    *,
+    scale: float = 1.0,
+    parameters: Mapping[str, torch.Tensor] | None = None,
+    start_position: int = 0,
+) -> torch.Tensor:
+    """``performer`` (Choromanski et al. 2021, FAVOR+, Sec. 2.2-2.4; ``srformer.attention.performer``): with
+    ``x = sqrt(scale) Q_t``, ``y_j = sqrt(scale) K_j`` and the exponents ``e(z) = W z - |z|^2 / 2``,
+
+    * ``phi(Q_t)_f = exp(e(x)_f - max_g e(x)_g) + eps``,
+    * ``phi(K_j)_f = exp(e(y_j)_f - c) + eps`` with ``c = max_{j, g} e(y_j)_g`` over the example's real keys,
+    * ``O[t] = sum_j (phi(Q_t) . phi(K_j)) V_j / sum_j (phi(Q_t) . phi(K_j))``,
+
+    ``eps = settings.norm_eps``. ``parameters["random_features"]`` is ``W`` (m, d)."""
+    check_call(settings, parameters, "performer", PERFORMER_PARAMETERS)
+    features = _required(parameters, "random_features")
+    root = math.sqrt(scale)
+    eps = settings.norm_eps
+
+    def exponents(z: torch.Tensor) -> torch.Tensor:
+        return features @ (root * z) - 0.5 * float((root * z) @ (root * z))
+
+    def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
+        query_exponents = exponents(query)
+        phi_query = torch.exp(query_exponents - query_exponents.max()) + eps
+        key_exponents = [exponents(k[j]) for j in range(len(k))]
+        offset = max(float(e.max()) for e in key_exponents)
+        kernel = [float(phi_query @ (torch.exp(e - offset) + eps)) for e in key_exponents]
+        weighted = torch.stack([kernel[j] * v[j] for j in range(len(k))]).sum(dim=0)
+        return weighted / sum(kernel)
+
+    return per_query(queries, keys, values, key_valid, start_position, one_query)
