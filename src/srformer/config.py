@@ -91,6 +91,10 @@ class SRformerConfig:
         random_feature_seed: the seed the ``performer`` features are drawn from (once, at construction; they
             are also kept in the model's state dict, so a reloaded model is the same). A non-negative integer.
             None (default): 0. ``performer`` only.
+        compression_stride: ``c``, kernel size and stride of the ``compressed`` variant's convolutions over the
+            keys and values (Liu et al. 2018, Sec. 4.2.3): ``n`` real encoder tokens become ``ceil(n / c)`` rows. At
+            least 1 (1 keeps every position, each through the learned map). None (default): 3, the paper's.
+            ``compressed`` only.
         strict_schedule: if True, an input with more segments than ``target_length`` raises
             ``ValueError`` instead of warning (such segments are never attended by ``O_S``).
         lean_cache: generation memory mode (beyond the paper). False: each layer caches its
@@ -130,6 +134,7 @@ class SRformerConfig:
     max_source_length: int | None = None
     num_random_features: int | None = None
     random_feature_seed: int | None = None
+    compression_stride: int | None = None
     strict_schedule: bool = False
     lean_cache: bool = False
 
@@ -203,6 +208,7 @@ class SRformerConfig:
         for name in ("projected_length", "max_source_length"):
             self._check_positive_setting(name, "linformer")
         self._check_positive_setting("num_random_features", "performer")
+        self._check_positive_setting("compression_stride", "compressed")
         if self.random_feature_seed is not None:
             self._check_positive_setting("random_feature_seed", "performer", minimum=0)
         # ``full`` has no module of its own, so the runtime option has nothing to act on there
@@ -239,6 +245,10 @@ class SRformerConfig:
     def resolved_feature_seed(self) -> int:
         """The seed of the ``performer`` features: ``random_feature_seed``, or 0 when it is None."""
         return self.random_feature_seed if self.random_feature_seed is not None else 0
+
+    def resolved_compression_stride(self) -> int:
+        """``c`` of the ``compressed`` variant: ``compression_stride``, or 3 when it is None."""
+        return self.compression_stride if self.compression_stride is not None else 3
 
     def resolved_window_size(self) -> int:
         """``w`` of the ``window`` variant: ``window_size``, or ``3 * segment_size`` when it is None."""

@@ -354,3 +354,15 @@ def test_performer_with_two_opposite_features_by_hand():
     assert_exact(output, _tensor([[(w[0] * vs[0] + w[1] * vs[1]) / (w[0] + w[1])]]), "two features")
     with pytest.raises(ValueError, match="random_features"):
         naive.performer_attention(_tensor([[x]]), _tensor([[0.5]]), _tensor([[1.0]]), None, _config("performer"))
+
+
+# ------------------------------------------------------------------ compressed
+def test_compressed_mean_pooling_with_a_partial_last_block_by_hand():
+    """d = 1, c = 2, n = 3 at the initial weights (mean pooling, zero bias): rows (k0 + k1) / 2 and k2 / 2 (the
+    last block reads a zero past the end), values alike; query 1, scale 1."""
+    keys, values = _tensor([[1.0], [3.0], [6.0]]), _tensor([[10.0], [20.0], [40.0]])
+    config = _config("compressed", compression_stride=2)
+    output = naive.compressed_attention(_tensor([[1.0]]), keys, values, None, config)
+    weights = torch.tensor([math.exp(2.0), math.exp(3.0)], dtype=torch.float64)  # rows 2 and 3
+    expected = (weights / weights.sum()) @ torch.tensor([15.0, 20.0], dtype=torch.float64)
+    assert_exact(output, _tensor([[expected.item()]]), "two rows")

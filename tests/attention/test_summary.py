@@ -148,3 +148,52 @@ def test_performer_settings_are_checked():
     with pytest.raises(ValueError, match="random_feature_seed.*variant='performer'"):
         named_config("linformer", random_feature_seed=1)
     assert named_config("performer", random_feature_seed=0).resolved_feature_seed() == 0
+
+
+# ------------------------------------------------------------------ compressed
+def test_compressed_with_stride_one_and_identity_is_full_attention():
+    module = _module("compressed", compression_stride=1)  # initial W = I / 1, b = 0: every key and value itself
+    lengths = [7, 4]
+    queries, keys, values, valid = _inputs(2, 2, 7, 3, 4, lengths)
+    expected = naive.full_attention(queries, keys, values, valid, named_config("full"), scale=0.5)
+    assert_exact(_output(module, queries, *_left_padded(keys, values, valid, lengths)), expected, "c = 1")
+
+
+def test_compressed_learned_convolutions_and_partial_last_blocks_match_the_reference():
+    """n = 7, 5, 3, 1 and 0 real positions with c = 3: full, partial and single-position last blocks, an empty
+    document; learned (random) weights and biases; right and left padding."""
+    module = _module("compressed", compression_stride=3)
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.copy_(torch.randn_like(parameter))
+    lengths = [7, 5, 3, 1, 0]
+    queries, keys, values, valid = _inputs(5, 2, 7, 3, 4, lengths)
+    expected = naive.compressed_attention(queries, keys, values, valid, module.settings, scale=0.5,
+                                          parameters=module.state_dict())
+    assert_exact(_output(module, queries, keys, values, valid), expected, "right padded")
+    assert_exact(_output(module, queries, *_left_padded(keys, values, valid, lengths)), expected, "left padded")
+    state = module.init_state(keys, values, valid)
+    assert state.summary_valid.sum(dim=1).tolist() == [3, 2, 1, 1, 0]  # ceil(n / 3)
+    with pytest.raises(ValueError, match="lean cache layout is not implemented"):
+        module.lean(state)
+
+
+def test_compressed_weights_spread_each_row_over_its_blocks_real_positions():
+    """With mean pooling and c = n (one block) every query gives each real position 1/n; padding gets 0."""
+    module = _module("compressed", compression_stride=4)
+    queries, keys, values, valid = _inputs(2, 1, 6, 2, 4, [4, 3])
+    left_keys, left_values, left = _left_padded(keys, values, valid, [4, 3])
+    weights = module.attention_weights(queries, left_keys, module.init_state(left_keys, left_values, left), left)
+    expected = left.to(torch.float64)[:, None, None, :] / left.sum(dim=1).to(torch.float64)[:, None, None, None]
+    assert_exact(weights, expected.expand_as(weights), "one block each")
+
+
+def test_compressed_settings_are_checked():
+    assert named_config("compressed").resolved_compression_stride() == 3
+    for bad in (0, 2.0, False):
+        with pytest.raises(ValueError, match="compression_stride"):
+            named_config("compressed", compression_stride=bad)
+    with pytest.raises(ValueError, match="compression_stride.*variant='compressed'"):
+        named_config("linformer", compression_stride=2)
+    with pytest.raises(ValueError, match="lean_cache"):
+        named_config("compressed", lean_cache=True)

@@ -1,8 +1,10 @@
 """Attention kernels: the segment schedule, the RAF neuron, one module per cross-attention mechanism
 (``segmented``, ``srformer``, the baselines ``xl``, ``longt5`` and ``linear``, and ``window``, ``strided``,
-``star``, ``fastformer``, ``linformer`` and ``performer`` from the efficient-transformer literature), each with
-its typed per-sequence state, the registry that maps variant names to them, and their float64 references."""
+``star``, ``fastformer``, ``linformer``, ``performer`` and ``compressed`` from the efficient-transformer
+literature), each with its typed per-sequence state, the registry that maps variant names to them, and their
+float64 references."""
 
+from srformer.attention.compressed import CompressedCrossAttention, CompressedState
 from srformer.attention.fastformer import FastformerCrossAttention, FastformerState
 from srformer.attention.linear import LinearCrossAttention, LinearState
 from srformer.attention.linformer import LinformerCrossAttention
@@ -21,6 +23,8 @@ from srformer.attention.window import WindowCrossAttention
 from srformer.attention.xl import XLCrossAttention
 
 __all__ = [
+    "CompressedCrossAttention",
+    "CompressedState",
     "CrossAttentionState",
     "FastformerCrossAttention",
     "FastformerState",

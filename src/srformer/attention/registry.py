@@ -21,6 +21,7 @@ Each mechanism is one module file with its own typed state (``docs/design.md``, 
 * ``fastformer`` -- :mod:`srformer.attention.fastformer` (``FastformerState``);
 * ``linformer`` -- :mod:`srformer.attention.linformer` (``SummaryState`` of :mod:`srformer.attention.summary`);
 * ``performer`` -- :mod:`srformer.attention.performer` (``PerformerState``);
+* ``compressed`` -- :mod:`srformer.attention.compressed` (``CompressedState``);
 * ``full`` keeps the wrapped model's own attention (no module, no state of its own).
 
 Adding a mechanism:
@@ -380,6 +381,23 @@ _ENTRIES: tuple[Mechanism, ...] = (
         step_cost="O(m·d)",
         build_cost="O(k·m·d) (phi(K)^T V and sum phi(K))",
         state_size="m·d + m + 1 (phi(K)^T V, sum phi(K), the keys' stabiliser)",
+    ),
+    Mechanism(
+        name="compressed",
+        doc="Memory-compressed attention: softmax over ceil(k/c) rows of a strided convolution (kernel = stride = c).",
+        citation="Liu, Saleh, Pot, Goodrich, Sepassi, Kaiser & Shazeer 2018, Generating Wikipedia by Summarizing "
+        "Long Sequences, Sec. 4.2.3 (memory-compressed attention)",
+        module="srformer.attention.compressed.CompressedCrossAttention",
+        state="srformer.attention.compressed.CompressedState",
+        lean_state=None,
+        reference=naive.compressed_attention,
+        capabilities=Capabilities(
+            segment_free=True, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
+            has_softmax_part=True, recurrent_term=False, global_term=True,
+        ),
+        step_cost="O((k/c)·d)",
+        build_cost="O(k·d²) (the two convolutions)",
+        state_size="2·(k/c)·d (compressed keys and values)",
     ),
 )
 

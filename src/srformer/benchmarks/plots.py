@@ -34,6 +34,7 @@ VARIANT_COLORS = {
     "fastformer": "tab:gray",
     "linformer": "darkgoldenrod",
     "performer": "teal",
+    "compressed": "slateblue",
     "full": "black",
 }
 TABLE1_LABELS = {variant: REGISTRY[variant].table1_row for variant in TABLE1_VARIANTS}

@@ -57,6 +57,7 @@ from transformers import (
 from transformers import initialization as init
 from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING
 
+from srformer.attention.compressed import CompressedCrossAttention, mean_pooling
 from srformer.attention.fastformer import FastformerCrossAttention
 from srformer.attention.linear import LinearCrossAttention
 from srformer.attention.performer import PerformerCrossAttention
@@ -90,7 +91,8 @@ def initialize_srformer_module(module: nn.Module) -> bool:
       ``threshold = raf_threshold_init``.
     - The attention module: the Eq. 10 mix logit ``a = logit(mix_init)`` if it has one; ``fastformer``'s
       ``w_k = 0``; a summary module's own ``reset_parameters`` (``linformer``'s ``E, F``); ``performer``'s
-      random features redrawn from their seed; other variants have no parameters of their own.
+      random features redrawn from their seed; ``compressed``'s mean-pooling convolutions; other variants have
+      no parameters of their own.
 
     Inside transformers' ``initialize_weights`` the ``torch.nn.init`` functions are transformers' guarded
     ones, so parameters already loaded from a checkpoint are left alone.
@@ -109,6 +111,12 @@ def initialize_srformer_module(module: nn.Module) -> bool:
         return True
     if isinstance(module, FastformerCrossAttention):
         init.zeros_(module.key_weight)
+        return True
+    if isinstance(module, CompressedCrossAttention):  # mean pooling, through transformers' guarded functions
+        for weight in (module.key_weight, module.value_weight):
+            init.copy_(weight, mean_pooling(module.head_dim, module.stride))
+        init.zeros_(module.key_bias)
+        init.zeros_(module.value_bias)
         return True
     if isinstance(module, SummaryCrossAttention):
         module.reset_parameters()

@@ -64,18 +64,22 @@ from srformer.attention.naive.softmax import (
 )
 from srformer.attention.naive.srformer import SRFORMER_PARAMETERS, raf_fire, srformer_attention
 from srformer.attention.naive.summary import (
+    COMPRESSED_PARAMETERS,
     LINFORMER_PARAMETERS,
     PERFORMER_PARAMETERS,
+    compressed_attention,
     linformer_attention,
     performer_attention,
 )
 
 __all__ = [
+    "COMPRESSED_PARAMETERS",
     "FASTFORMER_PARAMETERS",
     "LINFORMER_PARAMETERS",
     "PERFORMER_PARAMETERS",
     "SRFORMER_PARAMETERS",
     "QueryFunction",
+    "compressed_attention",
     "fastformer_attention",
     "full_attention",
     "linear_attention",

@@ -107,3 +107,45 @@ def performer_attention(
         return weighted / sum(kernel)
 
     return per_query(queries, keys, values, key_valid, start_position, one_query)
+
+
+#: The learned tensors of ``compressed``: its two convolutions, (d, d, c) weights and (d,) biases.
+COMPRESSED_PARAMETERS: tuple[str, ...] = ("key_weight", "key_bias", "value_weight", "value_bias")
+
+
+def compressed_attention(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    key_valid: torch.Tensor | None,
+    settings: SRformerConfig,
+    *,
+    scale: float = 1.0,
+    parameters: Mapping[str, torch.Tensor] | None = None,
+    start_position: int = 0,
+) -> torch.Tensor:
+    """``compressed`` (memory-compressed attention, Liu et al. 2018, Sec. 4.2.3; ``srformer.attention.compressed``):
+    with the example's ``n`` real keys and values in order and ``c = settings.resolved_compression_stride()``,
+    row ``r < ceil(n / c)`` is ``K~_r = b_K + sum_{j < c, rc + j < n} W_K[:, :, j] K_{rc + j}`` (and ``V~_r``
+    alike: positions past ``n - 1`` read as zero), and ``O[t] = softmax(scale * Q_t K~^T) V~``. The weights and
+    biases default to their initial values, mean pooling ``W[o, i, j] = [o = i] / c`` and ``b = 0``."""
+    check_call(settings, parameters, "compressed", COMPRESSED_PARAMETERS)
+    c, d = settings.resolved_compression_stride(), keys.shape[-1]
+    given = dict(parameters or {})
+    pooling = (torch.eye(d, dtype=torch.float64)[:, :, None] / c).expand(-1, -1, c)
+    weights = {name: given[name].detach().double() if name in given else pooling
+               for name in ("key_weight", "value_weight")}
+    biases = {name: given[name].detach().double() if name in given else torch.zeros(d, dtype=torch.float64)
+              for name in ("key_bias", "value_bias")}
+
+    def convolve(rows: torch.Tensor, kind: str) -> torch.Tensor:
+        weight, bias = weights[f"{kind}_weight"], biases[f"{kind}_bias"]
+        blocks = range(math.ceil(len(rows) / c))
+        return torch.stack([
+            bias + sum(weight[:, :, j] @ rows[r * c + j] for j in range(c) if r * c + j < len(rows)) for r in blocks
+        ])
+
+    def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
+        return softmax_attention(query, convolve(k, "key"), convolve(v, "value"), scale)
+
+    return per_query(queries, keys, values, key_valid, start_position, one_query)
