@@ -95,6 +95,9 @@ class SRformerConfig:
             keys and values (Liu et al. 2018, Sec. 4.2.3): ``n`` real encoder tokens become ``ceil(n / c)`` rows. At
             least 1 (1 keeps every position, each through the learned map). None (default): 3, the paper's.
             ``compressed`` only.
+        num_inducing_points: ``I``, the number of learned inducing queries of the ``inducing`` variant (Lee et al.
+            2019, Set Transformer): the encoder is summarised into ``I`` rows per head. At least 1. None (default):
+            32, the largest number of the paper's experiments. ``inducing`` only.
         strict_schedule: if True, an input with more segments than ``target_length`` raises
             ``ValueError`` instead of warning (such segments are never attended by ``O_S``).
         lean_cache: generation memory mode (beyond the paper). False: each layer caches its
@@ -103,9 +106,9 @@ class SRformerConfig:
             current segment's keys/values from the encoder output at every step: less memory,
             more compute per step. Same outputs either way. ``strict_schedule`` and ``lean_cache``
             are runtime options: checkpoints that differ only in them are the same model. The lean
-            layout exists for ``segmented``, ``srformer``, ``linear``, ``fastformer``, ``linformer`` and ``performer``
-            (whose states are always O(heads * d^2), O(heads * d), O(heads * r * d) and O(heads * m * d)); the
-            others (``xl``, ``longt5``, ``window``, ...) reject it.
+            layout exists for ``segmented``, ``srformer``, ``linear``, ``fastformer``, ``linformer``, ``performer`` and
+            ``inducing`` (whose states are always O(heads * d^2), O(heads * d), O(heads * r * d), O(heads * m * d)
+            and O(heads * I * d)); the others (``xl``, ``longt5``, ``window``, ...) reject it.
 
     Raises:
         ValueError: for an unknown ``variant`` or ``ablation``, a non-positive ``segment_size``,
@@ -135,6 +138,7 @@ class SRformerConfig:
     num_random_features: int | None = None
     random_feature_seed: int | None = None
     compression_stride: int | None = None
+    num_inducing_points: int | None = None
     strict_schedule: bool = False
     lean_cache: bool = False
 
@@ -209,6 +213,7 @@ class SRformerConfig:
             self._check_positive_setting(name, "linformer")
         self._check_positive_setting("num_random_features", "performer")
         self._check_positive_setting("compression_stride", "compressed")
+        self._check_positive_setting("num_inducing_points", "inducing")
         if self.random_feature_seed is not None:
             self._check_positive_setting("random_feature_seed", "performer", minimum=0)
         # ``full`` has no module of its own, so the runtime option has nothing to act on there
@@ -249,6 +254,10 @@ class SRformerConfig:
     def resolved_compression_stride(self) -> int:
         """``c`` of the ``compressed`` variant: ``compression_stride``, or 3 when it is None."""
         return self.compression_stride if self.compression_stride is not None else 3
+
+    def resolved_inducing_points(self) -> int:
+        """``I`` of the ``inducing`` variant: ``num_inducing_points``, or 32 when it is None."""
+        return self.num_inducing_points if self.num_inducing_points is not None else 32
 
     def resolved_window_size(self) -> int:
         """``w`` of the ``window`` variant: ``window_size``, or ``3 * segment_size`` when it is None."""

@@ -366,3 +366,20 @@ def test_compressed_mean_pooling_with_a_partial_last_block_by_hand():
     weights = torch.tensor([math.exp(2.0), math.exp(3.0)], dtype=torch.float64)  # rows 2 and 3
     expected = (weights / weights.sum()) @ torch.tensor([15.0, 20.0], dtype=torch.float64)
     assert_exact(output, _tensor([[expected.item()]]), "two rows")
+
+
+# ------------------------------------------------------------------ inducing
+def test_inducing_points_pool_then_attend_by_hand():
+    """d = 1, one inducing point 0: P is uniform, so the single row is the mean key and value and the output is
+    the mean value. Two points far apart (+-50, scale 1) pick the largest and the smallest key."""
+    keys, values = _tensor([[1.0], [2.0], [4.0]]), _tensor([[3.0], [6.0], [12.0]])
+    config = _config("inducing")
+    output = naive.inducing_attention(_tensor([[0.7]]), keys, values, None, config,
+                                      parameters={"inducing_points": torch.zeros(1, 1)})
+    assert_exact(output, _tensor([[7.0]]), "one uniform point: the mean value")
+    output = naive.inducing_attention(_tensor([[1.0]]), keys, values, None, config,
+                                      parameters={"inducing_points": torch.tensor([[50.0], [-50.0]])})
+    weights = torch.tensor([math.exp(4.0), math.exp(1.0)], dtype=torch.float64)  # rows: key 4 (value 12), key 1 (3)
+    expected = (weights / weights.sum()) @ torch.tensor([12.0, 3.0], dtype=torch.float64)
+    # P puts exp(-100) or less on the other keys: a relative change below 1e-40, far under the tolerance
+    assert_exact(output, _tensor([[expected.item()]]), "two extreme points")

@@ -27,7 +27,7 @@ from tests.attention.test_srformer import _inputs
 from tests.tolerance import exact_tolerance
 
 MODULE_VARIANTS = [name for name, entry in REGISTRY.items() if entry.module is not None]
-LEARNED_SUMMARIES = ("linformer", "performer")
+LEARNED_SUMMARIES = ("linformer", "performer", "inducing")
 REFERENCE_SIGNATURE = list(inspect.signature(naive.srformer_attention).parameters)
 
 
@@ -87,10 +87,10 @@ def test_references_reject_another_variants_settings(name):
 
 def test_derived_tuples_follow_the_capabilities():
     assert SEGMENT_FREE_VARIANTS == with_capability("segment_free") == (
-        "full", "linear", "fastformer", "linformer", "performer", "compressed"
+        "full", "linear", "fastformer", "linformer", "performer", "compressed", "inducing"
     )
     assert LEAN_VARIANTS == with_capability("lean_layout") == (
-        "segmented", "srformer", "linear", "fastformer", "linformer", "performer"
+        "segmented", "srformer", "linear", "fastformer", "linformer", "performer", "inducing"
     )
     assert SEGMENT_SOFTMAX_VARIANTS == ("segmented", "srformer", "xl", "longt5", "window", "strided", "star")
     assert set(with_capability("segment_free", False)) | set(SEGMENT_FREE_VARIANTS) == set(REGISTRY)

@@ -197,3 +197,29 @@ def test_compressed_settings_are_checked():
         named_config("linformer", compression_stride=2)
     with pytest.raises(ValueError, match="lean_cache"):
         named_config("compressed", lean_cache=True)
+
+
+# ------------------------------------------------------------------ inducing
+def test_inducing_weights_give_the_output_and_rows_sum_to_one():
+    module = _module("inducing", num_inducing_points=3)
+    lengths = [6, 2, 0]
+    queries, keys, values, valid = _inputs(3, 2, 6, 3, 4, lengths)
+    left_keys, left_values, left = _left_padded(keys, values, valid, lengths)
+    output = _output(module, queries, left_keys, left_values, left)
+    expected = naive.inducing_attention(queries, keys, values, valid, module.settings, scale=0.5,
+                                        parameters=module.state_dict())
+    assert_exact(output, expected, "left padded")
+    assert_exact(_weights_times_values(module, queries, left_keys, left_values, left), output, "A V")
+    weights = module.attention_weights(queries, left_keys, module.init_state(left_keys, left_values, left), left)
+    assert_exact(weights.sum(-1)[:2], torch.ones_like(weights.sum(-1)[:2]), "rows sum to 1")
+    assert (weights >= 0).all() and weights[2].abs().max() == 0
+
+
+def test_inducing_settings_are_checked():
+    assert named_config("inducing").resolved_inducing_points() == 32
+    assert _module("inducing", num_inducing_points=5).inducing_points.shape == (5, 4)
+    for bad in (0, 3.0, True):
+        with pytest.raises(ValueError, match="num_inducing_points"):
+            named_config("inducing", num_inducing_points=bad)
+    with pytest.raises(ValueError, match="num_inducing_points.*variant='inducing'"):
+        named_config("performer", num_inducing_points=4)

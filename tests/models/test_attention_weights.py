@@ -30,7 +30,7 @@ DECODER_LENGTH = 14  # > target_length: the last positions use the schedule's fi
 NAMES = [name for name in NAMED_SETTINGS if name != "full"]  # every variant and ablation
 #: Variants whose weights are not a softmax over scheduled encoder positions (reference_weights does not cover them;
 #: the summaries are checked against their own definitions in tests/attention/test_summary.py).
-SUMMARY_NAMES = ("linformer", "performer", "compressed")
+SUMMARY_NAMES = ("linformer", "performer", "compressed", "inducing")
 SOFTMAX_NAMES = [name for name in NAMES if name not in ("linear", "fastformer", "ablation-I", *SUMMARY_NAMES)]
 #: Weights ``A = P F`` with a learned real ``F`` (``linformer``): signed, rows need not sum to 1 (documented).
 SIGNED_NAMES = ("linformer",)

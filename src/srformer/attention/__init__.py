@@ -1,11 +1,12 @@
 """Attention kernels: the segment schedule, the RAF neuron, one module per cross-attention mechanism
 (``segmented``, ``srformer``, the baselines ``xl``, ``longt5`` and ``linear``, and ``window``, ``strided``,
-``star``, ``fastformer``, ``linformer``, ``performer`` and ``compressed`` from the efficient-transformer
-literature), each with its typed per-sequence state, the registry that maps variant names to them, and their
-float64 references."""
+``star``, ``fastformer``, ``linformer``, ``performer``, ``compressed`` and ``inducing`` from the
+efficient-transformer literature), each with its typed per-sequence state, the registry that maps variant
+names to them, and their float64 references."""
 
 from srformer.attention.compressed import CompressedCrossAttention, CompressedState
 from srformer.attention.fastformer import FastformerCrossAttention, FastformerState
+from srformer.attention.inducing import InducingCrossAttention
 from srformer.attention.linear import LinearCrossAttention, LinearState
 from srformer.attention.linformer import LinformerCrossAttention
 from srformer.attention.longt5 import LongT5CrossAttention, LongT5State
@@ -28,6 +29,7 @@ __all__ = [
     "CrossAttentionState",
     "FastformerCrossAttention",
     "FastformerState",
+    "InducingCrossAttention",
     "LeanSRformerState",
     "LeanSegmentState",
     "LinearCrossAttention",

@@ -22,6 +22,7 @@ Each mechanism is one module file with its own typed state (``docs/design.md``, 
 * ``linformer`` -- :mod:`srformer.attention.linformer` (``SummaryState`` of :mod:`srformer.attention.summary`);
 * ``performer`` -- :mod:`srformer.attention.performer` (``PerformerState``);
 * ``compressed`` -- :mod:`srformer.attention.compressed` (``CompressedState``);
+* ``inducing`` -- :mod:`srformer.attention.inducing` (``SummaryState``);
 * ``full`` keeps the wrapped model's own attention (no module, no state of its own).
 
 Adding a mechanism:
@@ -398,6 +399,23 @@ _ENTRIES: tuple[Mechanism, ...] = (
         step_cost="O((k/c)·d)",
         build_cost="O(k·d²) (the two convolutions)",
         state_size="2·(k/c)·d (compressed keys and values)",
+    ),
+    Mechanism(
+        name="inducing",
+        doc="Set Transformer inducing points: softmax over I rows P K, P V pooled by I learned queries (P = softmax).",
+        citation="Lee, Lee, Kim, Kosiorek, Choi & Teh 2019, Set Transformer, Sec. 3.2 (ISAB, PMA: learned queries "
+        "attend the set; the decoder attends their summary)",
+        module="srformer.attention.inducing.InducingCrossAttention",
+        state=_SUMMARY_STATE,
+        lean_state=_SUMMARY_STATE,
+        reference=naive.inducing_attention,
+        capabilities=Capabilities(
+            segment_free=True, lean_layout=True, state_grows_with_input=False, training_time_saving=True,
+            has_softmax_part=True, recurrent_term=False, global_term=True,
+        ),
+        step_cost="O(I·d)",
+        build_cost="O(I·k·d) (P, P K and P V)",
+        state_size="2·I·d (pooled keys and values)",
     ),
 )
 

@@ -16,7 +16,8 @@ if TYPE_CHECKING:  # srformer.config imports the attention registry
 
 #: Every SRformer cross-attention module: the segment-based ones (``segmented``, and its subclasses for
 #: ``srformer``, ``xl``, ``longt5``, ``window``, ``strided``, ``star``), ``linear``, ``fastformer`` and the summaries
-#: (:class:`~srformer.attention.summary.SummaryCrossAttention`: ``linformer``, ``compressed``) and ``performer``.
+#: (:class:`~srformer.attention.summary.SummaryCrossAttention`: ``linformer``, ``compressed``,
+#: ``inducing``) and ``performer``.
 CrossAttentionModule = (
     SegmentedCrossAttention | LinearCrossAttention | FastformerCrossAttention | SummaryCrossAttention
     | PerformerCrossAttention

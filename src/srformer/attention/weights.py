@@ -29,6 +29,8 @@ encoder positions per query and head. An SRformer layer's output is not one such
 * ``compressed``: the softmax over the ``ceil(n/c)`` compressed rows, each row's probability spread evenly over
   the real positions of its block: a distribution over the encoder positions (rows sum to 1), but not one with
   ``O = A V`` (the learned convolution mixes the features of the block's values).
+* ``inducing``: ``A = p P`` with ``p`` the softmax over the ``I`` pooled rows and ``P`` the inducing points'
+  pooling weights over the positions: ``O = A V`` exactly, non-negative, rows summing to 1.
 * ``linear`` (see :func:`linear_weights`): the linear-attention weights
   ``phi(Q_t) . phi(K_j) / (phi(Q_t) . sum_l phi(K_l) + eps)``, for which ``O = A V`` exactly; they are
   non-negative and sum to ``S / (S + eps)`` with ``S = phi(Q_t) . sum_l phi(K_l)`` (1 up to ``eps / S``).

@@ -35,6 +35,7 @@ VARIANT_COLORS = {
     "linformer": "darkgoldenrod",
     "performer": "teal",
     "compressed": "slateblue",
+    "inducing": "crimson",
     "full": "black",
 }
 TABLE1_LABELS = {variant: REGISTRY[variant].table1_row for variant in TABLE1_VARIANTS}

@@ -91,8 +91,8 @@ def initialize_srformer_module(module: nn.Module) -> bool:
       ``threshold = raf_threshold_init``.
     - The attention module: the Eq. 10 mix logit ``a = logit(mix_init)`` if it has one; ``fastformer``'s
       ``w_k = 0``; a summary module's own ``reset_parameters`` (``linformer``'s ``E, F``); ``performer``'s
-      random features redrawn from their seed; ``compressed``'s mean-pooling convolutions; other variants have
-      no parameters of their own.
+      random features redrawn from their seed; ``compressed``'s mean-pooling convolutions; ``inducing``'s
+      points; other variants have no parameters of their own.
 
     Inside transformers' ``initialize_weights`` the ``torch.nn.init`` functions are transformers' guarded
     ones, so parameters already loaded from a checkpoint are left alone.

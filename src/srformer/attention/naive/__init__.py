@@ -65,9 +65,11 @@ from srformer.attention.naive.softmax import (
 from srformer.attention.naive.srformer import SRFORMER_PARAMETERS, raf_fire, srformer_attention
 from srformer.attention.naive.summary import (
     COMPRESSED_PARAMETERS,
+    INDUCING_PARAMETERS,
     LINFORMER_PARAMETERS,
     PERFORMER_PARAMETERS,
     compressed_attention,
+    inducing_attention,
     linformer_attention,
     performer_attention,
 )
@@ -75,6 +77,7 @@ from srformer.attention.naive.summary import (
 __all__ = [
     "COMPRESSED_PARAMETERS",
     "FASTFORMER_PARAMETERS",
+    "INDUCING_PARAMETERS",
     "LINFORMER_PARAMETERS",
     "PERFORMER_PARAMETERS",
     "SRFORMER_PARAMETERS",
@@ -82,6 +85,7 @@ __all__ = [
     "compressed_attention",
     "fastformer_attention",
     "full_attention",
+    "inducing_attention",
     "linear_attention",
     "linformer_attention",
     "longt5_attention",

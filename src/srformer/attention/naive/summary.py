@@ -149,3 +149,34 @@ def compressed_attention(
         return softmax_attention(query, convolve(k, "key"), convolve(v, "value"), scale)
 
     return per_query(queries, keys, values, key_valid, start_position, one_query)
+
+
+#: The learned tensor of ``inducing``: the inducing queries (I, d), shared by the heads.
+INDUCING_PARAMETERS: tuple[str, ...] = ("inducing_points",)
+
+
+def inducing_attention(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    key_valid: torch.Tensor | None,
+    settings: SRformerConfig,
+    *,
+    scale: float = 1.0,
+    parameters: Mapping[str, torch.Tensor] | None = None,
+    start_position: int = 0,
+) -> torch.Tensor:
+    """``inducing`` (Set Transformer's inducing points, Lee et al. 2019, Sec. 3.2; ``srformer.attention.inducing``):
+    for each inducing point ``I_i``, ``P_i = softmax_j(scale * I_i . K_j)`` over the example's real positions,
+    ``K~_i = sum_j P_ij K_j``, ``V~_i = sum_j P_ij V_j``, and ``O[t] = softmax(scale * Q_t K~^T) V~``.
+    ``parameters["inducing_points"]`` is ``I`` (I, d)."""
+    check_call(settings, parameters, "inducing", INDUCING_PARAMETERS)
+    points = _required(parameters, "inducing_points")
+
+    def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
+        rows = [torch.softmax(scale * (k @ point), dim=0) for point in points]  # P_i over the n positions
+        summary_keys = torch.stack([row @ k for row in rows])
+        summary_values = torch.stack([row @ v for row in rows])
+        return softmax_attention(query, summary_keys, summary_values, scale)
+
+    return per_query(queries, keys, values, key_valid, start_position, one_query)
