@@ -229,6 +229,7 @@ class _Context:
                 target_length=self.settings.target_length,
                 device=self.device,
                 seed=self.settings.seed,
+                longest_input=max(self.settings.encoder_lengths),
             )
         return self.models[key]
 
