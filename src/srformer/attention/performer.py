@@ -29,6 +29,9 @@ random features"). They are drawn once from ``random_feature_seed`` and kept in 
 (``random_features``): a saved and reloaded model computes the same output. They are not redrawn during
 training (the paper's optional feature redrawing is left out, so the model is one deterministic function).
 
+Under autocast the features and sums are computed in float32 or wider (autocast off), in both paths: the
+exponential turns a bf16 exponent's relative rounding into a relative error of the feature itself.
+
 Costs per head: build ``O(k·m·d)``, step ``O(m·d)``, state ``m·d + m + 1`` numbers (its own lean layout).
 """
 
@@ -216,12 +219,14 @@ class PerformerCrossAttention(nn.Module):
         empty = (state.lengths == 0).to(total.dtype)[:, None, None, None]
         return total + empty
 
+    @autocast_off  # the exponential amplifies a bf16 exponent's rounding (2^-8 relative) into the features
     def _read(self, queries: torch.Tensor, state: CrossAttentionState) -> torch.Tensor:
         state = self._state(state)
         features = self.query_features(queries.to(state.feature_values.dtype))  # (B, H, q, m)
         numerator = torch.matmul(features, state.feature_values)
         return (numerator / self.denominator(features, state)).to(queries.dtype)
 
+    @autocast_off
     def attention_weights(
         self, queries: torch.Tensor, keys: torch.Tensor, state: CrossAttentionState, key_valid: torch.Tensor | None
     ) -> torch.Tensor:
