@@ -129,6 +129,27 @@ class SRformerConfig:
         span_nodes: ``k``, the span nodes per level and side of the ``bp`` variant (Ye et al. 2019, Sec. 3): a query
             attends its segment token by token and ``k`` (or ``k + 1``, to align) nodes of each level of a binary
             partition tree over the segments on each side. At least 1. None (default): 2. ``bp`` only.
+        projected_length: ``r``, the number of rows the ``linformer`` variant's learned projections ``E, F``
+            (Wang et al. 2020, Sec. 4) map the encoder keys and values to. At least 1. None (default): 256, the
+            largest projected length of the paper's experiments (Sec. 5: 128 and 256). ``linformer`` only.
+        max_source_length: ``N``, the number of columns of ``E, F``: the most real encoder tokens a ``linformer``
+            example may have (an example of ``n <= N`` tokens is projected by the first ``n`` columns; a longer
+            one raises ``ValueError``). At least 1. None (default): 4096, the longest sequence of the paper's
+            experiments (Sec. 5) and of common long-document summarisation inputs; the two projections then hold
+            ``2 * 256 * 4096`` numbers per layer. ``linformer`` only.
+        num_random_features: ``m``, the number of positive orthogonal random features of the ``performer``
+            variant (Choromanski et al. 2021, FAVOR+). At least 1. None (default): ``d * ceil(ln d)`` for head
+            size ``d`` (at least ``d``; Theorem 4's ``m = Theta(d log d)``: 320 at d = 64). ``performer`` only.
+        random_feature_seed: the seed the ``performer`` features are drawn from (once, at construction; they
+            are also kept in the model's state dict, so a reloaded model is the same). A non-negative integer.
+            None (default): 0. ``performer`` only.
+        compression_stride: ``c``, kernel size and stride of the ``compressed`` variant's convolutions over the
+            keys and values (Liu et al. 2018, Sec. 4.2.3): ``n`` real encoder tokens become ``ceil(n / c)`` rows. At
+            least 1 (1 keeps every position, each through the learned map). None (default): 3, the paper's.
+            ``compressed`` only.
+        num_inducing_points: ``I``, the number of learned inducing queries of the ``inducing`` variant (Lee et al.
+            2019, Set Transformer): the encoder is summarised into ``I`` rows per head. At least 1. None (default):
+            32, the largest number of the paper's experiments. ``inducing`` only.
         strict_schedule: if True, an input with more segments than ``target_length`` raises
             ``ValueError`` instead of warning (such segments are never attended by ``O_S``).
         lean_cache: generation memory mode (beyond the paper). False: each layer caches its
@@ -137,8 +158,9 @@ class SRformerConfig:
             current segment's keys/values from the encoder output at every step: less memory,
             more compute per step. Same outputs either way. ``strict_schedule`` and ``lean_cache``
             are runtime options: checkpoints that differ only in them are the same model. The lean
-            layout exists for ``segmented``, ``srformer``, ``linear`` and ``fastformer`` (whose states are
-            always O(heads * d^2) and O(heads * d)); the others (``xl``, ``longt5``, ``window``, ...) reject it.
+            layout exists for ``segmented``, ``srformer``, ``linear``, ``fastformer``, ``linformer``, ``performer`` and
+            ``inducing`` (whose states are always O(heads * d^2), O(heads * d), O(heads * r * d), O(heads * m * d)
+            and O(heads * I * d)); the others (``xl``, ``longt5``, ``window``, ...) reject it.
 
     Raises:
         ValueError: for an unknown ``variant`` or ``ablation``, a non-positive ``segment_size``,
@@ -150,7 +172,8 @@ class SRformerConfig:
             ``num_clusters``/``cluster_size``/``centroid_decay``/``content_seed`` out of range or with a variant
             that does not read them, or a ``bigbird`` or ``compressive`` setting out of its range or with
             another variant, or an ``adaptive`` setting (``max_span``, ``span_ramp``, ``span_init``) or ``bp``'s
-            ``span_nodes`` out of its range or with another variant.
+            ``span_nodes`` out of its range or with another variant, or a variant's own setting
+            (``projected_length``, ...) that is not a positive integer or is given with another variant.
     """
 
     variant: str = "srformer"
@@ -181,6 +204,12 @@ class SRformerConfig:
     span_ramp: int | None = None
     span_init: float | None = None
     span_nodes: int | None = None
+    projected_length: int | None = None
+    max_source_length: int | None = None
+    num_random_features: int | None = None
+    random_feature_seed: int | None = None
+    compression_stride: int | None = None
+    num_inducing_points: int | None = None
     strict_schedule: bool = False
     lean_cache: bool = False
 
@@ -270,6 +299,13 @@ class SRformerConfig:
                 raise ValueError(
                     f"`span_init` (the initial span / max_span) must lie in [0, 1], got {self.span_init!r}."
                 )
+        for name in ("projected_length", "max_source_length"):
+            self._check_positive_setting(name, "linformer")
+        self._check_positive_setting("num_random_features", "performer")
+        self._check_positive_setting("compression_stride", "compressed")
+        self._check_positive_setting("num_inducing_points", "inducing")
+        if self.random_feature_seed is not None:
+            self._check_positive_setting("random_feature_seed", "performer", minimum=0)
         # ``full`` has no module of its own, so the runtime option has nothing to act on there
         if self.lean_cache and self.variant not in LEAN_VARIANTS and REGISTRY[self.variant].module is not None:
             raise ValueError(
@@ -391,6 +427,42 @@ class SRformerConfig:
     def resolved_span_nodes(self) -> int:
         """``k`` of the ``bp`` variant: ``span_nodes``, or 2 when it is None."""
         return self.span_nodes if self.span_nodes is not None else 2
+
+    def _check_positive_setting(self, name: str, variant: str, minimum: int = 1) -> None:
+        """A setting of one variant: None, or an integer ``>= minimum`` with that variant.
+
+        Raises:
+            ValueError: naming the setting, for another variant or a value that is not a positive integer.
+        """
+        value = getattr(self, name)
+        if value is None:
+            return
+        if self.variant != variant:
+            raise ValueError(
+                f"`{name}` is a setting of variant={variant!r}, got variant={self.variant!r}; leave {name}=None."
+            )
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
+
+    def resolved_projected_length(self) -> int:
+        """``r`` of the ``linformer`` variant: ``projected_length``, or 256 when it is None."""
+        return self.projected_length if self.projected_length is not None else 256
+
+    def resolved_max_source_length(self) -> int:
+        """``N`` of the ``linformer`` variant: ``max_source_length``, or 4096 when it is None."""
+        return self.max_source_length if self.max_source_length is not None else 4096
+
+    def resolved_feature_seed(self) -> int:
+        """The seed of the ``performer`` features: ``random_feature_seed``, or 0 when it is None."""
+        return self.random_feature_seed if self.random_feature_seed is not None else 0
+
+    def resolved_compression_stride(self) -> int:
+        """``c`` of the ``compressed`` variant: ``compression_stride``, or 3 when it is None."""
+        return self.compression_stride if self.compression_stride is not None else 3
+
+    def resolved_inducing_points(self) -> int:
+        """``I`` of the ``inducing`` variant: ``num_inducing_points``, or 32 when it is None."""
+        return self.num_inducing_points if self.num_inducing_points is not None else 32
 
     def resolved_window_size(self) -> int:
         """``w`` of the ``window`` variant: ``window_size``, or ``3 * segment_size`` when it is None."""

@@ -479,3 +479,68 @@ def test_bp_partition_by_hand_and_equal_keys_average_segment_and_node_means():
     output = naive.bp_attention(queries, keys, values, None, _config("bp", 2, 5, span_nodes=1), scale=0.7)
     # t = 2 reads segment 2 (positions 4, 5) and the node means 0.5, 2.5, 6.5 and 8.5 (positions 8, 9)
     assert_exact(output[:, :, 2:3], _tensor([[(4 + 5 + 0.5 + 2.5 + 6.5 + 8.5) / 6]]), "t = 2")
+
+
+# ------------------------------------------------------------------ linformer
+def test_linformer_with_identity_projections_is_full_attention_and_rows_by_hand():
+    """E = F = I (r = N = n): the projected keys/values are the keys/values themselves, so the output is full
+    attention. d = 1, n = 2, E = [[1, 1]], F = [[1, -1]]: one row, K~ = k0 + k1, V~ = v0 - v1, output V~."""
+    queries, keys, values = _random(2, 2, 3, 4, 0), _random(2, 2, 5, 4, 1), _random(2, 2, 5, 4, 2)
+    identity = {"key_projection": torch.eye(5), "value_projection": torch.eye(5)}
+    output = naive.linformer_attention(queries, keys, values, None, _config("linformer"), scale=0.5,
+                                       parameters=identity)
+    assert_exact(output, naive.full_attention(queries, keys, values, None, _config("full"), scale=0.5), "E = F = I")
+    one_row = {"key_projection": torch.tensor([[1.0, 1.0, 7.0]]), "value_projection": torch.tensor([[1.0, -1.0, 7.0]])}
+    output = naive.linformer_attention(_tensor([[3.0]]), _tensor([[1.0], [2.0]]), _tensor([[5.0], [2.0]]), None,
+                                       _config("linformer"), parameters=one_row)
+    assert_exact(output, _tensor([[3.0]]), "one row: softmax of one logit is 1, V~ = 5 - 2")
+    with pytest.raises(ValueError, match="max_source_length"):  # 4 real positions, N = 3 columns
+        naive.linformer_attention(_tensor([[3.0]]), _tensor([[1.0]] * 4), _tensor([[1.0]] * 4), None,
+                                  _config("linformer"), parameters=one_row)
+    with pytest.raises(ValueError, match="key_projection"):
+        naive.linformer_attention(queries, keys, values, None, _config("linformer"))
+
+
+# ------------------------------------------------------------------ performer
+def test_performer_with_two_opposite_features_by_hand():
+    """d = 1, W = [[1], [-1]], scale 1, eps negligible (1e-300): phi(x) . phi(y) = e^{-c} e^{-x^2/2 - y^2/2}
+    (e^{x + y} + e^{-x - y}), so the query's factors cancel and O = sum_j w_j v_j / sum_j w_j with
+    w_j = cosh(x + y_j) e^{-y_j^2/2}."""
+    x, ys, vs = 0.3, [0.5, -1.0], [2.0, -4.0]
+    output = naive.performer_attention(
+        _tensor([[x]]), _tensor([[y] for y in ys]), _tensor([[v] for v in vs]), None,
+        _config("performer", norm_eps=1e-300), parameters={"random_features": torch.tensor([[1.0], [-1.0]])},
+    )
+    w = [math.cosh(x + y) * math.exp(-y * y / 2) for y in ys]
+    assert_exact(output, _tensor([[(w[0] * vs[0] + w[1] * vs[1]) / (w[0] + w[1])]]), "two features")
+    with pytest.raises(ValueError, match="random_features"):
+        naive.performer_attention(_tensor([[x]]), _tensor([[0.5]]), _tensor([[1.0]]), None, _config("performer"))
+
+
+# ------------------------------------------------------------------ compressed
+def test_compressed_mean_pooling_with_a_partial_last_block_by_hand():
+    """d = 1, c = 2, n = 3 at the initial weights (mean pooling, zero bias): rows (k0 + k1) / 2 and k2 / 2 (the
+    last block reads a zero past the end), values alike; query 1, scale 1."""
+    keys, values = _tensor([[1.0], [3.0], [6.0]]), _tensor([[10.0], [20.0], [40.0]])
+    config = _config("compressed", compression_stride=2)
+    output = naive.compressed_attention(_tensor([[1.0]]), keys, values, None, config)
+    weights = torch.tensor([math.exp(2.0), math.exp(3.0)], dtype=torch.float64)  # rows 2 and 3
+    expected = (weights / weights.sum()) @ torch.tensor([15.0, 20.0], dtype=torch.float64)
+    assert_exact(output, _tensor([[expected.item()]]), "two rows")
+
+
+# ------------------------------------------------------------------ inducing
+def test_inducing_points_pool_then_attend_by_hand():
+    """d = 1, one inducing point 0: P is uniform, so the single row is the mean key and value and the output is
+    the mean value. Two points far apart (+-50, scale 1) pick the largest and the smallest key."""
+    keys, values = _tensor([[1.0], [2.0], [4.0]]), _tensor([[3.0], [6.0], [12.0]])
+    config = _config("inducing")
+    output = naive.inducing_attention(_tensor([[0.7]]), keys, values, None, config,
+                                      parameters={"inducing_points": torch.zeros(1, 1)})
+    assert_exact(output, _tensor([[7.0]]), "one uniform point: the mean value")
+    output = naive.inducing_attention(_tensor([[1.0]]), keys, values, None, config,
+                                      parameters={"inducing_points": torch.tensor([[50.0], [-50.0]])})
+    weights = torch.tensor([math.exp(4.0), math.exp(1.0)], dtype=torch.float64)  # rows: key 4 (value 12), key 1 (3)
+    expected = (weights / weights.sum()) @ torch.tensor([12.0, 3.0], dtype=torch.float64)
+    # P puts exp(-100) or less on the other keys: a relative change below 1e-40, far under the tolerance
+    assert_exact(output, _tensor([[expected.item()]]), "two extreme points")

@@ -27,6 +27,7 @@ from tests.attention.test_srformer import _inputs
 from tests.tolerance import exact_tolerance
 
 MODULE_VARIANTS = [name for name, entry in REGISTRY.items() if entry.module is not None]
+LEARNED_SUMMARIES = ("linformer", "performer", "inducing")
 REFERENCE_SIGNATURE = list(inspect.signature(naive.srformer_attention).parameters)
 
 
@@ -44,6 +45,8 @@ def _reference(name, queries, keys, values, valid, **settings):
         parameters = {"rotations": torch.randn(1, 4, 4, generator=torch.Generator().manual_seed(0))}
     if name == "routing":  # its centroids
         parameters = {"centroids": torch.randn(8, 4, generator=torch.Generator().manual_seed(0))}
+    if name in LEARNED_SUMMARIES:  # learned tensors without a deterministic initial value: a seeded module's
+        parameters = dict(_module(name, **{k: v for k, v in settings.items() if k != "segment_size"}).state_dict())
     return mechanism(name).reference(queries, keys, values, valid, config, scale=0.5, parameters=parameters)
 
 
@@ -88,9 +91,11 @@ def test_references_reject_another_variants_settings(name):
 
 def test_derived_tuples_follow_the_capabilities():
     assert SEGMENT_FREE_VARIANTS == with_capability("segment_free") == (
-        "full", "linear", "fastformer", "reformer", "routing"
+        "full", "linear", "fastformer", "reformer", "routing", "linformer", "performer", "compressed", "inducing"
     )
-    assert LEAN_VARIANTS == with_capability("lean_layout") == ("segmented", "srformer", "linear", "fastformer")
+    assert LEAN_VARIANTS == with_capability("lean_layout") == (
+        "segmented", "srformer", "linear", "fastformer", "linformer", "performer", "inducing"
+    )
     assert SEGMENT_SOFTMAX_VARIANTS == (
         "segmented", "srformer", "xl", "longt5", "window", "strided", "star", "bigbird", "compressive", "adaptive",
         "bp",

@@ -74,3 +74,14 @@ def test_every_fill_rebuilds_the_cross_attention_cache(variant):
     second_keys = second.state.keys if variant == "srformer" else second.keys
     assert second is not first and second_keys is not first_keys
     assert torch.equal(second_keys, first_keys)
+
+
+def test_linformer_bench_model_accepts_the_longest_encoder_length_of_the_run():
+    """``srformer bench`` passes its longest ``k``: linformer's E, F then get one column per position (beyond the
+    default 4096), and the other variants are unchanged."""
+    module = first_cross_attention(build_model("t5-tiny", "linformer", segment_size=None, target_length=16,
+                                               longest_input=5000))
+    assert module.srformer.key_projection.shape[1] == 5000
+    default = first_cross_attention(build_model("t5-tiny", "linformer", segment_size=None, target_length=16,
+                                                longest_input=512))
+    assert default.srformer.key_projection.shape[1] == 4096

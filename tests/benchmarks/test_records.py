@@ -117,4 +117,5 @@ def test_bench_variants_are_derived_from_the_registry():
     assert {VARIANT_SPECS[n].srformer_variant for n in DEFAULT_BENCH_VARIANTS} == set(TABLE1_VARIANTS)
     assert BENCH_VARIANTS == ("full-sdpa", "full-eager", "segmented", "segmented-lean", "srformer", "srformer-lean",
                               "xl", "longt5", "linear", "window", "strided", "star", "fastformer", "reformer",
-                              "routing", "bigbird", "compressive", "adaptive", "bp")
+                              "routing", "bigbird", "compressive", "adaptive", "bp", "linformer", "performer",
+                              "compressed", "inducing")

@@ -119,7 +119,7 @@ def test_config_object_is_required():
         (dict(segment_size=0), "segment_size"),
         (dict(segment_size=-3), "segment_size"),
         (dict(target_length=0), "target_length"),
-        (dict(variant="linformer"), "Unknown SRformer variant 'linformer'"),
+        (dict(variant="no-such-variant"), "Unknown SRformer variant 'no-such-variant'"),
         (dict(raf_threshold_init=0.0), "raf_threshold_init"),
     ],
 )

@@ -138,3 +138,19 @@ def test_init_weights_after_conversion_keeps_srformers_scale(family):
     for _, _, module in cross_attention_modules(model):  # transformers' per-module call, as its tests make it
         model._init_weights(module.srformer.raf.linear)
     assert_srformer_initialisation(model, eager_converted(family), "_init_weights(W)")
+
+
+def test_meta_construction_redraws_performers_buffer_from_its_seed():
+    """A module whose only tensor is a buffer (performer's random features): built on meta, to_empty() +
+    init_weights() gives the features of the eager model (drawn from the same seed), not uninitialised memory."""
+    settings = srformer.SRformerConfig(variant="performer", segment_size=4, target_length=12)
+    reference = srformer.convert(BUILDERS["t5"](dtype=torch.float32), settings)
+    with torch.device("meta"):
+        model = srformer.convert(type(BUILDERS["t5"]())(BUILDERS["t5"]().config), settings)
+    model.to_empty(device="cpu")
+    model.init_weights()
+    expected = reference.state_dict()
+    features = {name: value for name, value in model.state_dict().items() if name.endswith("random_features")}
+    assert len(features) == 2
+    for name, value in features.items():
+        assert torch.equal(value, expected[name]), name

@@ -38,7 +38,10 @@ def test_parallel_equals_incremental_and_padding_does_not_matter(family, name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_each_variant_computes_something_different(family, name):
-    """Guard: a variant that silently fell back to another would pass every test above."""
+    """Guard: a variant that silently fell back to another would pass every test above. Such a fallback agrees
+    with the other variant to float64 rounding (``exact_tolerance``, about 1e-10 here); the bound 1e-6 sits far
+    above that and below the closest honest pair: ``performer`` estimates full attention, and in BART's tiny
+    model (0.02-std weights, small scores) its logits come within 8.4e-5 of full attention's."""
     base = BUILDERS[family]()
     ids, mask = padded_batch(base)
     dec = decoder_inputs(base, ids.shape[0], 14)
@@ -49,7 +52,7 @@ def test_each_variant_computes_something_different(family, name):
     mine = teacher_forced_logits(_model(family, name), ids, mask, dec)
     for other, reference in logits.items():
         if other != name:
-            assert (mine - reference).abs().max().item() > 1e-4, other
+            assert (mine - reference).abs().max().item() > 1e-6, other
 
 
 def test_xl_with_one_segment_covering_the_input_equals_full_attention(family):

@@ -1,17 +1,21 @@
 """Attention kernels: the segment schedule, the RAF neuron, one module per cross-attention mechanism
 (``segmented``, ``srformer``, the baselines ``xl``, ``longt5`` and ``linear``, and ``window``, ``strided``,
-``star``, ``fastformer``, ``reformer``, ``routing``, ``bigbird``, ``compressive``, ``adaptive`` and ``bp`` from
-the efficient-transformer literature), each with its typed per-sequence state, the registry that maps variant
-names to them, and their float64 references."""
+``star``, ``fastformer``, ``reformer``, ``routing``, ``bigbird``, ``compressive``, ``adaptive``, ``bp``,
+``linformer``, ``performer``, ``compressed`` and ``inducing`` from the efficient-transformer literature), each with
+its typed per-sequence state, the registry that maps variant names to them, and their float64 references."""
 
 from srformer.attention.adaptive import AdaptiveSpanCrossAttention
 from srformer.attention.bigbird import BigBirdCrossAttention, BigBirdState
 from srformer.attention.bp import BPCrossAttention, BPState
+from srformer.attention.compressed import CompressedCrossAttention, CompressedState
 from srformer.attention.compressive import CompressiveCrossAttention, CompressiveState
 from srformer.attention.content import ContentSparseCrossAttention, ContentState
 from srformer.attention.fastformer import FastformerCrossAttention, FastformerState
+from srformer.attention.inducing import InducingCrossAttention
 from srformer.attention.linear import LinearCrossAttention, LinearState
+from srformer.attention.linformer import LinformerCrossAttention
 from srformer.attention.longt5 import LongT5CrossAttention, LongT5State
+from srformer.attention.performer import PerformerCrossAttention, PerformerState
 from srformer.attention.raf import RecurrentAccumulateAndFire
 from srformer.attention.reformer import LSHState, ReformerCrossAttention
 from srformer.attention.routing import RoutingCrossAttention, RoutingState
@@ -21,30 +25,37 @@ from srformer.attention.srformer import LeanSRformerState, SRformerCrossAttentio
 from srformer.attention.star import StarCrossAttention, StarState
 from srformer.attention.state import CrossAttentionState, SRformerCacheLayer
 from srformer.attention.strided import StridedCrossAttention, StridedState
+from srformer.attention.summary import SummaryCrossAttention, SummaryState
 from srformer.attention.variants import build_cross_attention
 from srformer.attention.window import WindowCrossAttention
 from srformer.attention.xl import XLCrossAttention
 
 __all__ = [
-    "ContentSparseCrossAttention",
-    "ContentState",
     "AdaptiveSpanCrossAttention",
     "BPCrossAttention",
     "BPState",
     "BigBirdCrossAttention",
     "BigBirdState",
+    "CompressedCrossAttention",
+    "CompressedState",
     "CompressiveCrossAttention",
     "CompressiveState",
+    "ContentSparseCrossAttention",
+    "ContentState",
     "CrossAttentionState",
     "FastformerCrossAttention",
     "FastformerState",
+    "InducingCrossAttention",
     "LSHState",
     "LeanSRformerState",
     "LeanSegmentState",
     "LinearCrossAttention",
     "LinearState",
+    "LinformerCrossAttention",
     "LongT5CrossAttention",
     "LongT5State",
+    "PerformerCrossAttention",
+    "PerformerState",
     "RecurrentAccumulateAndFire",
     "ReformerCrossAttention",
     "RoutingCrossAttention",
@@ -58,6 +69,8 @@ __all__ = [
     "StarState",
     "StridedCrossAttention",
     "StridedState",
+    "SummaryCrossAttention",
+    "SummaryState",
     "WindowCrossAttention",
     "XLCrossAttention",
     "build_cross_attention",

@@ -26,6 +26,10 @@ Each mechanism is one module file with its own typed state (``docs/design.md``, 
 * ``compressive`` -- :mod:`srformer.attention.compressive` (``CompressiveState``);
 * ``adaptive`` -- :mod:`srformer.attention.adaptive` (``SegmentState``);
 * ``bp`` -- :mod:`srformer.attention.bp` (``BPState``);
+* ``linformer`` -- :mod:`srformer.attention.linformer` (``SummaryState`` of :mod:`srformer.attention.summary`);
+* ``performer`` -- :mod:`srformer.attention.performer` (``PerformerState``);
+* ``compressed`` -- :mod:`srformer.attention.compressed` (``CompressedState``);
+* ``inducing`` -- :mod:`srformer.attention.inducing` (``SummaryState``);
 * ``full`` keeps the wrapped model's own attention (no module, no state of its own).
 
 Adding a mechanism:
@@ -176,6 +180,7 @@ def _import(path: str) -> type:
 
 
 _SEGMENTED = "srformer.attention.segmented"
+_SUMMARY_STATE = "srformer.attention.summary.SummaryState"
 _PAPER = "Long, Chowdhury & Roy, Segmented Recurrent Transformer"
 
 _ENTRIES: tuple[Mechanism, ...] = (
@@ -466,6 +471,74 @@ _ENTRIES: tuple[Mechanism, ...] = (
         step_cost="O((s + 2m)·d)",
         build_cost="O(k·d + m·d) (segment-major copy, the 2m - 1 span-node means)",
         state_size="2·k·d + 4·m·d (keys, values, span-node keys and values)",
+    ),
+    Mechanism(
+        name="linformer",
+        doc="Linformer: softmax over r rows E K, F V projected along the sequence by learned E, F (r x N).",
+        citation="Wang, Li, Khabsa, Fang & Ma 2020, Linformer: Self-Attention with Linear Complexity, Sec. 4, Eq. 7 "
+        "(headwise sharing; the first n columns of E, F for n real positions)",
+        module="srformer.attention.linformer.LinformerCrossAttention",
+        state=_SUMMARY_STATE,
+        lean_state=_SUMMARY_STATE,
+        reference=naive.linformer_attention,
+        capabilities=Capabilities(
+            segment_free=True, lean_layout=True, state_grows_with_input=False, training_time_saving=True,
+            has_softmax_part=True, recurrent_term=False, global_term=True,
+        ),
+        step_cost="O(r·d)",
+        build_cost="O(r·k·d) (E K and F V)",
+        state_size="2·r·d (projected keys and values)",
+    ),
+    Mechanism(
+        name="performer",
+        doc="Performer FAVOR+: phi(Q)(phi(K)^T V) / (phi(Q) . sum phi(K)), m positive orthogonal random features.",
+        citation="Choromanski et al. 2021, Rethinking Attention with Performers, Sec. 2.2-2.4 (FAVOR+, positive "
+        "orthogonal random features for the softmax kernel; non-causal)",
+        module="srformer.attention.performer.PerformerCrossAttention",
+        state="srformer.attention.performer.PerformerState",
+        lean_state="srformer.attention.performer.PerformerState",
+        reference=naive.performer_attention,
+        capabilities=Capabilities(
+            segment_free=True, lean_layout=True, state_grows_with_input=False, training_time_saving=True,
+            has_softmax_part=False, recurrent_term=False, global_term=True,
+        ),
+        step_cost="O(m·d)",
+        build_cost="O(k·m·d) (phi(K)^T V and sum phi(K))",
+        state_size="m·d + m + 1 (phi(K)^T V, sum phi(K), the keys' stabiliser)",
+    ),
+    Mechanism(
+        name="compressed",
+        doc="Memory-compressed attention: softmax over ceil(k/c) rows of a strided convolution (kernel = stride = c).",
+        citation="Liu, Saleh, Pot, Goodrich, Sepassi, Kaiser & Shazeer 2018, Generating Wikipedia by Summarizing "
+        "Long Sequences, Sec. 4.2.3 (memory-compressed attention)",
+        module="srformer.attention.compressed.CompressedCrossAttention",
+        state="srformer.attention.compressed.CompressedState",
+        lean_state=None,
+        reference=naive.compressed_attention,
+        capabilities=Capabilities(
+            segment_free=True, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
+            has_softmax_part=True, recurrent_term=False, global_term=True,
+        ),
+        step_cost="O((k/c)·d)",
+        build_cost="O(k·d²) (the two convolutions)",
+        state_size="2·(k/c)·d (compressed keys and values)",
+    ),
+    Mechanism(
+        name="inducing",
+        doc="Set Transformer inducing points: softmax over I rows P K, P V pooled by I learned queries (P = softmax).",
+        citation="Lee, Lee, Kim, Kosiorek, Choi & Teh 2019, Set Transformer, Sec. 3.2 (ISAB, PMA: learned queries "
+        "attend the set; the decoder attends their summary)",
+        module="srformer.attention.inducing.InducingCrossAttention",
+        state=_SUMMARY_STATE,
+        lean_state=_SUMMARY_STATE,
+        reference=naive.inducing_attention,
+        capabilities=Capabilities(
+            segment_free=True, lean_layout=True, state_grows_with_input=False, training_time_saving=True,
+            has_softmax_part=True, recurrent_term=False, global_term=True,
+        ),
+        step_cost="O(I·d)",
+        build_cost="O(I·k·d) (P, P K and P V)",
+        state_size="2·I·d (pooled keys and values)",
     ),
 )
 

@@ -7,8 +7,10 @@ from typing import TYPE_CHECKING
 from srformer.attention.content import ContentSparseCrossAttention
 from srformer.attention.fastformer import FastformerCrossAttention
 from srformer.attention.linear import LinearCrossAttention
+from srformer.attention.performer import PerformerCrossAttention
 from srformer.attention.registry import mechanism
 from srformer.attention.segmented import SegmentedCrossAttention
+from srformer.attention.summary import SummaryCrossAttention
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
     from srformer.config import SRformerConfig
@@ -18,6 +20,7 @@ if TYPE_CHECKING:  # srformer.config imports the attention registry
 #: content-based ones (``reformer``, ``routing``).
 CrossAttentionModule = (
     SegmentedCrossAttention | LinearCrossAttention | FastformerCrossAttention | ContentSparseCrossAttention
+    | SummaryCrossAttention | PerformerCrossAttention
 )
 
 

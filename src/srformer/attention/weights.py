@@ -30,6 +30,18 @@ encoder positions per query and head. An SRformer layer's output is not one such
 * ``reformer``, ``routing`` (content-based): the softmax over the keys the query reads (its bucket inside two
   chunks of the bucket-sorted keys in every round, or the chunks unmasked when the bucket is empty; its cluster's
   ``w`` keys), at their encoder positions; a key read in two hash rounds gets the sum. ``O = A V`` exactly.
+* ``linformer``: ``A = P F`` with ``P`` the softmax over the ``r`` projected rows and ``F`` the value projection
+  over the example's positions, so ``O = A V`` exactly; ``F`` is a learned real matrix, so these weights may be
+  negative and their rows need not sum to 1
+  (:meth:`~srformer.attention.summary.SummaryCrossAttention.attention_weights`).
+* ``performer``: ``A[t, j] = phi(Q_t) . phi(K_j) / (phi(Q_t) . sum_l phi(K_l))`` with its random features
+  (:meth:`~srformer.attention.performer.PerformerCrossAttention.attention_weights`): ``O = A V`` exactly,
+  non-negative, rows summing to 1 (the FAVOR+ estimate of the softmax, not the softmax itself).
+* ``compressed``: the softmax over the ``ceil(n/c)`` compressed rows, each row's probability spread evenly over
+  the real positions of its block: a distribution over the encoder positions (rows sum to 1), but not one with
+  ``O = A V`` (the learned convolution mixes the features of the block's values).
+* ``inducing``: ``A = p P`` with ``p`` the softmax over the ``I`` pooled rows and ``P`` the inducing points'
+  pooling weights over the positions: ``O = A V`` exactly, non-negative, rows summing to 1.
 * ``linear`` (see :func:`linear_weights`): the linear-attention weights
   ``phi(Q_t) . phi(K_j) / (phi(Q_t) . sum_l phi(K_l) + eps)``, for which ``O = A V`` exactly; they are
   non-negative and sum to ``S / (S + eps)`` with ``S = phi(Q_t) . sum_l phi(K_l)`` (1 up to ``eps / S``).
@@ -51,9 +63,11 @@ from srformer.attention.content import ContentSparseCrossAttention
 from srformer.attention.fastformer import FastformerCrossAttention, additive_weights
 from srformer.attention.layout import block_index, take_blocks
 from srformer.attention.linear import LinearCrossAttention, LinearState, feature_map
+from srformer.attention.performer import PerformerCrossAttention
 from srformer.attention.schedule import segment_index
 from srformer.attention.segmented import LeanSegmentState, SegmentedCrossAttention, SegmentState, restrict
 from srformer.attention.state import CrossAttentionState
+from srformer.attention.summary import SummaryCrossAttention
 from srformer.attention.variants import CrossAttentionModule
 
 
@@ -182,6 +196,8 @@ def cross_attention_weights(
     """
     if isinstance(attention, ContentSparseCrossAttention):  # the softmax over the query's bucket or cluster
         return attention.probabilities(queries, state)
+    if isinstance(attention, SummaryCrossAttention | PerformerCrossAttention):  # their own definitions (above)
+        return attention.attention_weights(queries, keys, state, key_valid)
     if isinstance(attention, FastformerCrossAttention):  # beta, the same for every query
         weights = additive_weights(keys.to(queries.dtype), attention.key_weight.to(queries.dtype), key_valid)
         return weights[:, :, None, :].expand(-1, -1, queries.shape[2], -1)

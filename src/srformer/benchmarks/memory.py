@@ -73,6 +73,8 @@ class MemoryJob:
         encoder_length: ``k`` in tokens.
         batch_size: sequences per call.
         new_tokens: tokens generated per sequence.
+        longest_input: the run's longest ``k`` (``build_model``'s ``longest_input``: linformer's
+            ``max_source_length``), or None for the defaults.
     """
 
     shape: str
@@ -82,6 +84,7 @@ class MemoryJob:
     encoder_length: int
     batch_size: int
     new_tokens: int
+    longest_input: int | None = None
 
     @property
     def model_key(self) -> tuple:

@@ -36,8 +36,12 @@ VARIANT_COLORS = {
     "routing": "teal",
     "bigbird": "darkgreen",
     "compressive": "navy",
-    "adaptive": "teal",
+    "adaptive": "darkcyan",
     "bp": "sienna",
+    "linformer": "darkgoldenrod",
+    "performer": "olive",
+    "compressed": "slateblue",
+    "inducing": "crimson",
     "full": "black",
 }
 TABLE1_LABELS = {variant: REGISTRY[variant].table1_row for variant in TABLE1_VARIANTS}

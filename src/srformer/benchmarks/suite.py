@@ -229,6 +229,7 @@ class _Context:
                 target_length=self.settings.target_length,
                 device=self.device,
                 seed=self.settings.seed,
+                longest_input=max(self.settings.encoder_lengths),
             )
         return self.models[key]
 
@@ -515,7 +516,8 @@ def _memory_tasks(ctx: _Context) -> list[Task]:
 
     def probe(pairs: list[tuple[str, int | None]]) -> list[BenchRecord]:
         jobs = [
-            MemoryJob(settings.model_shape, variant, s, settings.target_length, k, batch, settings.memory_new_tokens)
+            MemoryJob(settings.model_shape, variant, s, settings.target_length, k, batch, settings.memory_new_tokens,
+                      longest_input=max(settings.encoder_lengths))
             for variant, s in pairs
             for k in settings.encoder_lengths
         ]

@@ -65,6 +65,14 @@ def head_count_and_dim(shape: str) -> tuple[int, int]:
     return settings["num_heads"], settings["d_kv"]
 
 
+def _length_settings(variant: str, longest_input: int | None) -> dict:
+    """Settings a variant needs to accept inputs of ``longest_input`` tokens (``linformer``'s ``max_source_length``)."""
+    default = srformer.SRformerConfig(variant="linformer").resolved_max_source_length()
+    if variant == "linformer" and longest_input is not None and longest_input > default:
+        return {"max_source_length": longest_input}
+    return {}
+
+
 def build_model(
     shape: str,
     variant: str,
@@ -73,6 +81,7 @@ def build_model(
     target_length: int,
     device: torch.device | str = "cpu",
     seed: int = 0,
+    longest_input: int | None = None,
 ) -> T5ForConditionalGeneration:
     """A randomly initialised T5 of ``shape`` with the cross attention of benchmark ``variant``.
 
@@ -86,6 +95,9 @@ def build_model(
         target_length: ``T`` in tokens, the segment schedule's decoder length.
         device: where the model lives.
         seed: the weights' random seed (the same seed gives the same weights to every variant).
+        longest_input: the longest encoder input (tokens) the model will see, for a variant whose parameters
+            depend on it: ``linformer`` gets ``max_source_length = longest_input`` (its ``E, F`` have one column
+            per position) when it exceeds the default 4096. None: the defaults.
 
     Returns:
         The model in eval mode.
@@ -107,6 +119,7 @@ def build_model(
                 segment_size=segment_size or 1,  # unused by linear attention
                 target_length=target_length,
                 lean_cache=spec.lean_cache,
+                **_length_settings(spec.srformer_variant, longest_input),
             ),
         )
     # transformers declares PreTrainedModel.to with @wraps(nn.Module.to), so its annotation keeps an unbound `self`

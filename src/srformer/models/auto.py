@@ -58,11 +58,14 @@ from transformers import initialization as init
 from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING
 
 from srformer.attention.adaptive import AdaptiveSpanCrossAttention
+from srformer.attention.compressed import CompressedCrossAttention, mean_pooling
 from srformer.attention.content import ContentSparseCrossAttention
 from srformer.attention.fastformer import FastformerCrossAttention
 from srformer.attention.linear import LinearCrossAttention
+from srformer.attention.performer import PerformerCrossAttention
 from srformer.attention.raf import RecurrentAccumulateAndFire, ScaledLinear
 from srformer.attention.segmented import SegmentedCrossAttention
+from srformer.attention.summary import SummaryCrossAttention
 
 
 def _recordable_outputs_registry() -> Any:
@@ -90,8 +93,10 @@ def initialize_srformer_module(module: nn.Module) -> bool:
       ``threshold = raf_threshold_init``.
     - The attention module: the Eq. 10 mix logit ``a = logit(mix_init)`` if it has one; ``fastformer``'s
       ``w_k = 0``; the seeded buffers of the content-based variants (``reformer``'s rotations, ``routing``'s
-      initial centroids) drawn again from ``content_seed``; ``adaptive``'s span fractions ``f = span_init`` (other
-      variants have no parameters of their own).
+      initial centroids) drawn again from ``content_seed``; ``adaptive``'s span fractions ``f = span_init``; a
+      summary module's own ``reset_parameters`` (``linformer``'s ``E, F``); ``performer``'s random features
+      redrawn from their seed; ``compressed``'s mean-pooling convolutions; ``inducing``'s points; other variants
+      have no parameters of their own.
 
     Inside transformers' ``initialize_weights`` the ``torch.nn.init`` functions are transformers' guarded
     ones, so parameters already loaded from a checkpoint are left alone.
@@ -116,6 +121,20 @@ def initialize_srformer_module(module: nn.Module) -> bool:
         return True
     if isinstance(module, ContentSparseCrossAttention):
         module.reset_parameters()
+        return True
+    if isinstance(module, CompressedCrossAttention):  # mean pooling, through transformers' guarded functions
+        for weight in (module.key_weight, module.value_weight):
+            init.copy_(weight, mean_pooling(module.head_dim, module.stride))
+        init.zeros_(module.key_bias)
+        init.zeros_(module.value_bias)
+        return True
+    if isinstance(module, SummaryCrossAttention):
+        module.reset_parameters()
+        return True
+    if isinstance(module, PerformerCrossAttention):  # the buffer, redrawn from the seed: the same values
+        features = module.random_features
+        assert isinstance(features, torch.Tensor)
+        init.copy_(features, module.drawn_features())
         return True
     return isinstance(module, LinearCrossAttention)
 

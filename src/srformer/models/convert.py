@@ -205,7 +205,9 @@ def _initialize_added_modules(model: PreTrainedModel, added: Sequence[nn.Module]
     for name, module in model.named_modules():
         if isinstance(module, PreTrainedModel):
             owners[name] = module
-        if id(module) not in new or any(p.is_meta for p in module.parameters()):
+        # buffers too: a module whose only tensor is a buffer (performer's random features) built on meta must
+        # stay unmarked, or init_weights() after to_empty() would skip it
+        if id(module) not in new or any(t.is_meta for t in (*module.parameters(), *module.buffers())):
             continue
         prefixes = [prefix for prefix in owners if not prefix or name.startswith(prefix + ".")]
         with torch.no_grad():

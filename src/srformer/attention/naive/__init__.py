@@ -2,7 +2,8 @@
 
 One module per family (``common``: schedule and per-query driver; ``softmax``; ``linear``; ``srformer``;
 ``content``: the content-based sparse attentions;
-``sparse``: ``bigbird``, ``compressive``, ``adaptive`` and ``bp``);
+``sparse``: ``bigbird``, ``compressive``, ``adaptive`` and ``bp``;
+``summary``: the segment-free summaries of the encoder);
 every reference is re-exported here.
 
 Each function here computes one mechanism's output one example, one head and one decoder query at
@@ -80,10 +81,24 @@ from srformer.attention.naive.sparse import (
     compressive_attention,
 )
 from srformer.attention.naive.srformer import SRFORMER_PARAMETERS, raf_fire, srformer_attention
+from srformer.attention.naive.summary import (
+    COMPRESSED_PARAMETERS,
+    INDUCING_PARAMETERS,
+    LINFORMER_PARAMETERS,
+    PERFORMER_PARAMETERS,
+    compressed_attention,
+    inducing_attention,
+    linformer_attention,
+    performer_attention,
+)
 
 __all__ = [
     "ADAPTIVE_PARAMETERS",
+    "COMPRESSED_PARAMETERS",
     "FASTFORMER_PARAMETERS",
+    "INDUCING_PARAMETERS",
+    "LINFORMER_PARAMETERS",
+    "PERFORMER_PARAMETERS",
     "SRFORMER_PARAMETERS",
     "REFORMER_PARAMETERS",
     "ROUTING_PARAMETERS",
@@ -94,12 +109,16 @@ __all__ = [
     "bp_attention",
     "bp_partition",
     "compressive_attention",
+    "compressed_attention",
     "fastformer_attention",
     "full_attention",
+    "inducing_attention",
     "linear_attention",
+    "linformer_attention",
     "longt5_attention",
     "num_segments",
     "per_query",
+    "performer_attention",
     "raf_fire",
     "reformer_attention",
     "routing_attention",
