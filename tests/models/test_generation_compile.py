@@ -39,6 +39,7 @@ CASES = [
     ("t5", "srformer", False), ("bart", "srformer", False), ("t5", "segmented", False), ("bart", "segmented", False),
     ("t5", "linear", False), ("bart", "linear", False), ("t5", "xl", False), ("bart", "longt5", False),
     ("t5", "srformer", True), ("bart", "segmented", True),  # lean_cache layout
+    ("t5", "window", False), ("bart", "strided", False), ("t5", "star", False), ("bart", "fastformer", False),
 ]
 
 

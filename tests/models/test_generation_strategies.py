@@ -30,8 +30,8 @@ from srformer.attention.state import SRformerCacheLayer
 from srformer.models.convert import cross_attention_modules
 from tests.models.conftest import BUILDERS, converted, padded_batch, plain_generation_config
 
-VARIANTS = ("srformer", "segmented", "xl", "longt5", "linear")
-LEAN = (("srformer", True), ("segmented", True), ("linear", True))  # variants with a lean_cache layout
+VARIANTS = ("srformer", "segmented", "xl", "longt5", "linear", "window", "strided", "star", "fastformer")
+LEAN = (("srformer", True), ("segmented", True), ("linear", True), ("fastformer", True))  # lean_cache layouts
 ALL_LAYOUTS = [(v, False) for v in VARIANTS] + list(LEAN)
 # A test's second strategy runs on the variants with the most state: srformer (both layouts) and linear.
 RICHEST = [("srformer", False), ("srformer", True), ("linear", False)]
