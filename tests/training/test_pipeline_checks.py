@@ -34,3 +34,19 @@ def test_no_warning_when_every_document_has_two_segments_or_for_full_attention()
         warnings.simplefilter("error")
         assert warn_single_segment_documents(features(65, 400), spec()) == 0
         assert warn_single_segment_documents(features(10, 20), spec(variant="full")) == 0
+
+
+def test_a_local_model_written_relative_and_absolute_is_the_same_model(tmp_path, monkeypatch):
+    """Resuming a run whose base model path was saved relative (and is now given absolute, or the other way
+    round) is not a different run; two different directories, or hub names, still differ."""
+    from srformer.training.pipeline import same_local_model
+
+    (tmp_path / "base").mkdir()
+    (tmp_path / "other").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert same_local_model("base", str(tmp_path / "base"))
+    assert same_local_model(str(tmp_path / "base"), "./base")
+    assert not same_local_model("base", "other")
+    assert not same_local_model("t5-small", "google/t5-small")
+    assert not same_local_model("missing", str(tmp_path / "missing"))
+    assert not same_local_model(None, "base")

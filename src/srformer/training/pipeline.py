@@ -168,6 +168,16 @@ def prepare_model(
     return model, tokenizer
 
 
+def same_local_model(saved: object, requested: object) -> bool:
+    """Whether two ``model`` values of a run file name the same local directory, written once relative and once
+    absolute (``srformer compare --output runs/x`` and ``--output /abs/runs/x`` resume the same base model).
+    Hub names and paths that do not exist compare as strings."""
+    if not isinstance(saved, str) or not isinstance(requested, str):
+        return False
+    first, second = Path(saved), Path(requested)
+    return first.is_dir() and second.is_dir() and first.resolve() == second.resolve()
+
+
 def train_summarizer(
     spec: RunSpec,
     train_pairs: Sequence[SummaryPair],
@@ -204,6 +214,8 @@ def train_summarizer(
         requested = json.loads(json.dumps(spec.to_dict()))
         differing = sorted(k for k in ("model", "srformer", "max_source_length", "max_target_length",
                                        "source_prefix") if previous.get(k) != requested.get(k))
+        if "model" in differing and same_local_model(previous.get("model"), requested.get("model")):
+            differing.remove("model")
         if differing:
             raise ValueError(
                 f"Cannot resume {output}: it holds a run with different {', '.join(differing)} "
