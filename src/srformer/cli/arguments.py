@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
-from srformer.config import NAMED_SETTINGS
+from srformer.config import NAMED_SETTINGS, SRformerConfig
+
+#: SRformerConfig fields that ``--setting`` may not set (they have flags of their own, or name the variant).
+_OWN_FLAGS = ("variant", "segment_size", "target_length")
 
 
 def add_variant_arguments(parser: argparse.ArgumentParser, *, variant_required: bool = True) -> None:
@@ -15,6 +19,49 @@ def add_variant_arguments(parser: argparse.ArgumentParser, *, variant_required: 
                              "(srformer-sigma)")
     parser.add_argument("--segment-size", type=int, default=64, help="encoder tokens per segment (s)")
     parser.add_argument("--target-length", type=int, default=128, help="fixed decoder length T of the segment schedule")
+    parser.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
+                        help="any other SRformerConfig setting, repeatable, e.g. --setting window_size=192 "
+                             "--setting raf_threshold_init=0.05 (see docs/design.md for each mechanism's settings)")
+
+
+def parse_settings(values: list[str]) -> dict:
+    """``--setting NAME=VALUE`` strings as :class:`~srformer.config.SRformerConfig` keyword arguments.
+
+    VALUE is converted by the field's type: ``none`` gives None; ``true``/``false`` a bool; otherwise an int
+    where the field takes one and the text is an integer, else a float.
+
+    Raises:
+        ValueError: naming ``--setting`` and the fix, for a malformed item, an unknown name, a name with a
+            flag of its own (``variant``, ``segment_size``, ``target_length``), or a value of the wrong type.
+    """
+    fields = {field.name: str(field.type) for field in dataclasses.fields(SRformerConfig)}
+    settings: dict = {}
+    for item in values:
+        name, sep, text = item.partition("=")
+        name, text = name.strip().replace("-", "_"), text.strip()
+        if not sep or not name or not text:
+            raise ValueError(f"--setting {item!r}: write NAME=VALUE, e.g. --setting window_size=192.")
+        if name in _OWN_FLAGS:
+            raise ValueError(f"--setting {name}: use --{name.replace('_', '-')} instead.")
+        if name not in fields:
+            known = ", ".join(sorted(set(fields) - set(_OWN_FLAGS)))
+            raise ValueError(f"--setting {name}: not an SRformerConfig setting; choose from {known}.")
+        kind = fields[name]
+        lowered = text.lower()
+        if lowered == "none":
+            settings[name] = None
+        elif "bool" in kind:
+            if lowered not in ("true", "false"):
+                raise ValueError(f"--setting {name}={text}: {name} takes true or false.")
+            settings[name] = lowered == "true"
+        elif "str" in kind:
+            settings[name] = text
+        else:
+            try:
+                settings[name] = int(text) if "int" in kind and text.lstrip("+-").isdigit() else float(text)
+            except ValueError:
+                raise ValueError(f"--setting {name}={text}: {name} takes a number ({kind}).") from None
+    return settings
 
 
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from srformer.cli.arguments import add_data_arguments, add_variant_arguments
+from srformer.cli.arguments import add_data_arguments, add_variant_arguments, parse_settings
 from srformer.cli.data_source import load_data
 from srformer.config import named_config
 from srformer.training.distributed import process_state
@@ -58,7 +58,8 @@ def run(args) -> int:
     pairs = load_data(args, default_split="train")
     spec = RunSpec(
         model=args.model,
-        srformer=named_config(args.variant, segment_size=args.segment_size, target_length=args.target_length),
+        srformer=named_config(args.variant, segment_size=args.segment_size, target_length=args.target_length,
+                              **parse_settings(args.setting)),
         max_source_length=args.max_source_length, max_target_length=args.max_target_length,
         source_prefix=args.source_prefix, vocab_size=args.vocab_size, data=str(args.data),
     )
