@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
-from torch import nn
 from torch.nn import functional as F
 
 from srformer.attention.schedule import real_lengths
+from srformer.attention.segment_free import SegmentFreeCrossAttention
 from srformer.attention.state import CrossAttentionState, accumulation_dtype
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
@@ -102,7 +102,7 @@ def content_base_state(keys: torch.Tensor, values: torch.Tensor, key_valid: torc
     )
 
 
-class ContentSparseCrossAttention(nn.Module):
+class ContentSparseCrossAttention(SegmentFreeCrossAttention):
     """Base of :class:`~srformer.attention.reformer.ReformerCrossAttention` and
     :class:`~srformer.attention.routing.RoutingCrossAttention`; same interface as
     :class:`~srformer.attention.segmented.SegmentedCrossAttention` (see the module docstring).
@@ -183,14 +183,6 @@ class ContentSparseCrossAttention(nn.Module):
             raise ValueError(f"{type(self).__name__} needs a ContentState, got a {type(state).__name__}.")
         return state
 
-    def lean(self, state: CrossAttentionState) -> CrossAttentionState:
-        """No lean layout: every step may read any key.
-
-        Raises:
-            ValueError: always.
-        """
-        raise ValueError(f"The lean cache layout is not implemented for variant {self.settings.variant!r}.")
-
     def slot_probabilities(
         self, queries: torch.Tensor, state: CrossAttentionState
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -235,30 +227,3 @@ class ContentSparseCrossAttention(nn.Module):
             probabilities = F.dropout(probabilities, p=dropout, training=True)
         values = gather_rows(self._state(state).values, positions).to(queries.dtype)
         return torch.einsum("bhqs,bhqsd->bhqd", probabilities, values)
-
-    def forward(
-        self,
-        queries: torch.Tensor,
-        state: CrossAttentionState,
-        *,
-        start_position: int | torch.Tensor = 0,
-        dropout: float = 0.0,
-    ) -> tuple[torch.Tensor, CrossAttentionState]:
-        """Content-based sparse attention for ``q`` decoder positions at once.
-
-        Args:
-            queries: (B, H, q, d) projected decoder queries.
-            state: from :meth:`init_state`.
-            start_position: unused (the output does not depend on the position).
-            dropout: attention-probability dropout (training only).
-
-        Returns:
-            ``(output, state)``: (B, H, q, d) in the queries' dtype, and the unchanged state.
-        """
-        return self._read(queries, state, dropout), state
-
-    def step(
-        self, queries: torch.Tensor, state: CrossAttentionState, *, position: int | torch.Tensor, project_rows=None
-    ):
-        """One decoder position: same as :meth:`forward` with q = 1 (a softmax over the query's ``S`` slots)."""
-        return self._read(queries, state, 0.0), state

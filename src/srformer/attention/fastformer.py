@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from srformer.attention.schedule import real_lengths
+from srformer.attention.segment_free import SegmentFreeCrossAttention
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
@@ -86,7 +87,7 @@ def additive_weights(keys: torch.Tensor, key_weight: torch.Tensor, key_valid: to
     return torch.softmax(logits, dim=-1) * valid.to(logits.dtype)
 
 
-class FastformerCrossAttention(nn.Module):
+class FastformerCrossAttention(SegmentFreeCrossAttention):
     """The ``fastformer`` variant for one decoder layer; same interface as
     :class:`~srformer.attention.segmented.SegmentedCrossAttention`.
 
@@ -152,39 +153,8 @@ class FastformerCrossAttention(nn.Module):
             global_value=(weights * values).sum(dim=2),
         )
 
-    def _read(self, queries: torch.Tensor, state: CrossAttentionState) -> torch.Tensor:
+    def _read(self, queries: torch.Tensor, state: CrossAttentionState, dropout: float) -> torch.Tensor:
         if not isinstance(state, FastformerState):
             raise ValueError(f"FastformerCrossAttention needs a FastformerState, got a {type(state).__name__}.")
         summary = (state.global_key * state.global_value)[:, :, None, :]  # (B, H, 1, d)
         return (queries.to(summary.dtype) * summary).to(queries.dtype)
-
-    def forward(
-        self,
-        queries: torch.Tensor,
-        state: CrossAttentionState,
-        *,
-        start_position: int | torch.Tensor = 0,
-        dropout: float = 0.0,
-    ) -> tuple[torch.Tensor, CrossAttentionState]:
-        """``O[t] = Q_t * K_g * V_g`` for ``q`` decoder positions at once.
-
-        Args:
-            queries: (B, H, q, d) projected decoder queries.
-            state: from :meth:`init_state`.
-            start_position: unused (the output does not depend on the position).
-            dropout: unused (no attention probabilities are applied to the values per query).
-
-        Returns:
-            ``(output, state)``: (B, H, q, d) in the queries' dtype, and the unchanged state.
-        """
-        return self._read(queries, state), state
-
-    def step(
-        self, queries: torch.Tensor, state: CrossAttentionState, *, position: int | torch.Tensor, project_rows=None
-    ):
-        """One decoder position: same as :meth:`forward` with q = 1, O(d) per head."""
-        return self._read(queries, state), state
-
-    def lean(self, state: CrossAttentionState) -> CrossAttentionState:
-        """The state is already lean (two d-vectors per head)."""
-        return state

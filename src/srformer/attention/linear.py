@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
-from torch import nn
 from torch.nn import functional as F
 
 from srformer.attention.schedule import real_lengths
+from srformer.attention.segment_free import SegmentFreeCrossAttention
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
@@ -58,7 +58,7 @@ def feature_map(x: torch.Tensor) -> torch.Tensor:
     return F.elu(x.contiguous()) + 1.0
 
 
-class LinearCrossAttention(nn.Module):
+class LinearCrossAttention(SegmentFreeCrossAttention):
     """The ``linear`` variant for one decoder layer; same interface as
     :class:`~srformer.attention.segmented.SegmentedCrossAttention`.
 
@@ -119,7 +119,7 @@ class LinearCrossAttention(nn.Module):
             linear_key_sum=features.sum(dim=2),
         )
 
-    def _read(self, queries: torch.Tensor, state: CrossAttentionState) -> torch.Tensor:
+    def _read(self, queries: torch.Tensor, state: CrossAttentionState, dropout: float) -> torch.Tensor:
         if not isinstance(state, LinearState):
             raise ValueError(f"LinearCrossAttention needs a LinearState, got a {type(state).__name__}.")
         linear_kv, key_sum = state.linear_kv, state.linear_key_sum
@@ -127,34 +127,3 @@ class LinearCrossAttention(nn.Module):
         numerator = torch.matmul(features, linear_kv)
         denominator = (features * key_sum[:, :, None, :]).sum(dim=-1, keepdim=True) + self.settings.norm_eps
         return (numerator / denominator).to(queries.dtype)
-
-    def forward(
-        self,
-        queries: torch.Tensor,
-        state: CrossAttentionState,
-        *,
-        start_position: int | torch.Tensor = 0,
-        dropout: float = 0.0,
-    ) -> tuple[torch.Tensor, CrossAttentionState]:
-        """Linear attention for ``q`` decoder positions at once.
-
-        Args:
-            queries: (B, H, q, d) projected decoder queries.
-            state: from :meth:`init_state`.
-            start_position: unused (the output does not depend on the position).
-            dropout: unused (no attention probabilities).
-
-        Returns:
-            ``(output, state)``: (B, H, q, d) in the queries' dtype, and the unchanged state.
-        """
-        return self._read(queries, state), state
-
-    def step(
-        self, queries: torch.Tensor, state: CrossAttentionState, *, position: int | torch.Tensor, project_rows=None
-    ):
-        """One decoder position: same as :meth:`forward` with q = 1, O(d^2) per head."""
-        return self._read(queries, state), state
-
-    def lean(self, state: CrossAttentionState) -> CrossAttentionState:
-        """The state is already lean (O(heads * d^2) numbers)."""
-        return state

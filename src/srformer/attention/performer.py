@@ -42,9 +42,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
-from torch import nn
 
 from srformer.attention.schedule import real_lengths
+from srformer.attention.segment_free import SegmentFreeCrossAttention
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
@@ -101,7 +101,7 @@ def orthogonal_random_features(num_features: int, head_dim: int, seed: int) -> t
     return (rows * norms[:, None]).to(torch.float32)
 
 
-class PerformerCrossAttention(nn.Module):
+class PerformerCrossAttention(SegmentFreeCrossAttention):
     """The ``performer`` variant for one decoder layer; same interface as
     :class:`~srformer.attention.segmented.SegmentedCrossAttention`.
 
@@ -220,7 +220,7 @@ class PerformerCrossAttention(nn.Module):
         return total + empty
 
     @autocast_off  # the exponential amplifies a bf16 exponent's rounding (2^-8 relative) into the features
-    def _read(self, queries: torch.Tensor, state: CrossAttentionState) -> torch.Tensor:
+    def _read(self, queries: torch.Tensor, state: CrossAttentionState, dropout: float) -> torch.Tensor:
         state = self._state(state)
         features = self.query_features(queries.to(state.feature_values.dtype))  # (B, H, q, m)
         numerator = torch.matmul(features, state.feature_values)
@@ -246,34 +246,3 @@ class PerformerCrossAttention(nn.Module):
         key_features = self.key_features(keys.to(wide), key_valid, state.key_offset)
         numerator = torch.matmul(query_features, key_features.transpose(-1, -2))
         return (numerator / self.denominator(query_features, state)).to(queries.dtype)
-
-    def forward(
-        self,
-        queries: torch.Tensor,
-        state: CrossAttentionState,
-        *,
-        start_position: int | torch.Tensor = 0,
-        dropout: float = 0.0,
-    ) -> tuple[torch.Tensor, CrossAttentionState]:
-        """FAVOR+ for ``q`` decoder positions at once.
-
-        Args:
-            queries: (B, H, q, d) projected decoder queries.
-            state: from :meth:`init_state`.
-            start_position: unused (the output does not depend on the position).
-            dropout: unused (no attention probabilities are formed).
-
-        Returns:
-            ``(output, state)``: (B, H, q, d) in the queries' dtype, and the unchanged state.
-        """
-        return self._read(queries, state), state
-
-    def step(
-        self, queries: torch.Tensor, state: CrossAttentionState, *, position: int | torch.Tensor, project_rows=None
-    ):
-        """One decoder position: same as :meth:`forward` with q = 1, O(m·d) per head."""
-        return self._read(queries, state), state
-
-    def lean(self, state: CrossAttentionState) -> CrossAttentionState:
-        """The state is already lean (O(heads * m * d) numbers)."""
-        return state

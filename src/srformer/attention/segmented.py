@@ -282,8 +282,7 @@ class SegmentedCrossAttention(nn.Module):
         Raises:
             ValueError: for a variant whose registry entry offers no lean layout.
         """
-        if not mechanism(self.settings.variant).capabilities.lean_layout:
-            raise ValueError(f"The lean cache layout is not implemented for variant {self.settings.variant!r}.")
+        self._require_lean_layout()
         batch, _, k, _ = keys.shape
         lengths, compact = real_lengths(key_valid, batch, k, keys.device)
         order = segment_order(key_valid if compact else None, batch, k, self.settings.segment_size, keys.device)
@@ -312,6 +311,11 @@ class SegmentedCrossAttention(nn.Module):
                 raise ValueError(message)
             warnings.warn(message, stacklevel=3)
 
+    def _require_lean_layout(self) -> None:
+        """Raise ``ValueError`` for a variant whose registry entry offers no lean layout."""
+        if not mechanism(self.settings.variant).capabilities.lean_layout:
+            raise ValueError(f"The lean cache layout is not implemented for variant {self.settings.variant!r}.")
+
     @autocast_off
     def lean(self, state: CrossAttentionState) -> CrossAttentionState:
         """The lean layout of a standard ``state``: drops the keys and values (:class:`LeanSegmentState`).
@@ -319,8 +323,7 @@ class SegmentedCrossAttention(nn.Module):
         Raises:
             ValueError: for a variant whose registry entry offers no lean layout (``xl``, ``longt5``).
         """
-        if not mechanism(self.settings.variant).capabilities.lean_layout:
-            raise ValueError(f"The lean cache layout is not implemented for variant {self.settings.variant!r}.")
+        self._require_lean_layout()
         assert isinstance(state, SegmentState), type(state)
         return LeanSegmentState(
             lengths=state.lengths, num_segments=state.num_segments, last_segment=state.last_segment,

@@ -175,10 +175,7 @@ class SRformerCrossAttention(SegmentedCrossAttention):
         keys, values = state.keys, state.values  # (B, M, H, s, d), zero at padding
         batch, max_segments, heads, _, d = keys.shape
         wide = accumulation_dtype(keys.dtype)
-        if self.divides_by_key_norm:  # (B, H, d); the norm's gradient is 0, not NaN, at an all-zero column
-            key_norm = torch.linalg.vector_norm(keys.to(wide), dim=(1, 3)) + self.settings.norm_eps
-        else:  # ablation II
-            key_norm = torch.ones(batch, heads, d, dtype=wide, device=keys.device)
+        key_norm = self._key_norm(keys.to(wide), dim=(1, 3))
         factor = self.scale / key_norm[:, :, None, :]  # (B, H, 1, d)
         segment_products, total = self._segment_products(keys, values)  # (B, M, H, d, d), (B, 1, H, d, d)
         visited = self._visited(state.num_segments, max_segments)
@@ -193,6 +190,15 @@ class SRformerCrossAttention(SegmentedCrossAttention):
         else:
             raf_readout = self._readout_in_place(segment_products, total[:, 0], visited, state.num_segments, factor)
         return extend(SRformerState, state, raf_readout=raf_readout, raf_total=total[:, 0], key_norm=key_norm)
+
+    def _key_norm(self, keys: torch.Tensor, dim: int | tuple[int, ...]) -> torch.Tensor:
+        """``norm(K) + eps`` (Eq. 13), (B, H, d), the L2 norm of each key feature over the positions on ``dim``
+        (keys zero at padding, in the accumulation dtype); ones under ablation II. Its gradient is 0, not NaN,
+        at an all-zero column."""
+        if not self.divides_by_key_norm:
+            reduced = (dim,) if isinstance(dim, int) else dim
+            return keys.new_ones([n for axis, n in enumerate(keys.shape) if axis not in reduced])
+        return torch.linalg.vector_norm(keys, dim=dim) + self.settings.norm_eps
 
     def _readout_in_place(
         self,
@@ -324,10 +330,7 @@ class SRformerCrossAttention(SegmentedCrossAttention):
         if self.settings.kv_clamp is not None:
             products = products.clamp(-self.settings.kv_clamp, self.settings.kv_clamp)
         total = self._project(products)  # W K^T V (ablation III: K^T V)
-        if self.divides_by_key_norm:
-            key_norm = torch.linalg.vector_norm(keys, dim=2) + self.settings.norm_eps
-        else:  # ablation II
-            key_norm = torch.ones(batch, heads, d, dtype=wide, device=keys.device)
+        key_norm = self._key_norm(keys, dim=2)
         lean = extend(LeanSRformerState, lean, raf_total=total, key_norm=key_norm)
         if self.raf is None:
             return lean

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
-from torch import nn
 from torch.nn import functional as F
 
 from srformer.attention.schedule import compaction_order, real_lengths
+from srformer.attention.segment_free import SegmentFreeCrossAttention
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
@@ -76,7 +76,7 @@ def compact(
     return keys, values, valid, lengths
 
 
-class SummaryCrossAttention(nn.Module):
+class SummaryCrossAttention(SegmentFreeCrossAttention):
     """Softmax attention of every decoder query over a per-sequence summary (see the module docstring); a
     subclass defines :meth:`summarise` and :attr:`variants`. Same interface as
     :class:`~srformer.attention.segmented.SegmentedCrossAttention`.
@@ -213,40 +213,3 @@ class SummaryCrossAttention(nn.Module):
             probabilities = F.dropout(probabilities, p=dropout, training=True)
         assert isinstance(state, SummaryState)
         return torch.matmul(probabilities, state.summary_values).to(queries.dtype)
-
-    def forward(
-        self,
-        queries: torch.Tensor,
-        state: CrossAttentionState,
-        *,
-        start_position: int | torch.Tensor = 0,
-        dropout: float = 0.0,
-    ) -> tuple[torch.Tensor, CrossAttentionState]:
-        """Attention over the summary for ``q`` decoder positions at once.
-
-        Args:
-            queries: (B, H, q, d) projected decoder queries.
-            state: from :meth:`init_state`.
-            start_position: unused (the output does not depend on the position).
-            dropout: dropout probability on the probabilities over the summary rows (training only).
-
-        Returns:
-            ``(output, state)``: (B, H, q, d) in the queries' dtype, and the unchanged state.
-        """
-        return self._read(queries, state, dropout), state
-
-    def step(
-        self, queries: torch.Tensor, state: CrossAttentionState, *, position: int | torch.Tensor, project_rows=None
-    ):
-        """One decoder position: same as :meth:`forward` with q = 1, O(r·d) per head."""
-        return self._read(queries, state, 0.0), state
-
-    def lean(self, state: CrossAttentionState) -> CrossAttentionState:
-        """The state itself where it does not grow with the input (``r`` fixed).
-
-        Raises:
-            ValueError: for a state that grows with the input (``compressed``): it has no lean layout.
-        """
-        if not state.is_lean:
-            raise ValueError(f"The lean cache layout is not implemented for variant {self.settings.variant!r}.")
-        return state

@@ -4,24 +4,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from srformer.attention.content import ContentSparseCrossAttention
-from srformer.attention.fastformer import FastformerCrossAttention
-from srformer.attention.linear import LinearCrossAttention
-from srformer.attention.performer import PerformerCrossAttention
 from srformer.attention.registry import mechanism
+from srformer.attention.segment_free import SegmentFreeCrossAttention
 from srformer.attention.segmented import SegmentedCrossAttention
-from srformer.attention.summary import SummaryCrossAttention
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
     from srformer.config import SRformerConfig
 
-#: Every SRformer cross-attention module: the segment-based ones (``segmented``, and its subclasses for
-#: ``srformer``, ``xl``, ``longt5``, ``window``, ``strided``, ``star``), ``linear``, ``fastformer`` and the
-#: content-based ones (``reformer``, ``routing``).
-CrossAttentionModule = (
-    SegmentedCrossAttention | LinearCrossAttention | FastformerCrossAttention | ContentSparseCrossAttention
-    | SummaryCrossAttention | PerformerCrossAttention
-)
+#: Every SRformer cross-attention module: the segment-based ones (``segmented`` and its subclasses: ``srformer``,
+#: ``xl``, ``longt5``, ``window``, ...) and the segment-free ones whose output does not depend on the position
+#: (``linear``, ``fastformer``, ``performer``, the summaries, ``reformer``, ``routing``).
+CrossAttentionModule = SegmentedCrossAttention | SegmentFreeCrossAttention
 
 
 def build_cross_attention(

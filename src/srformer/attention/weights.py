@@ -204,6 +204,7 @@ def cross_attention_weights(
     if isinstance(attention, LinearCrossAttention):
         assert isinstance(state, LinearState), type(state)
         return linear_weights(queries, keys, state, key_valid, attention.settings.norm_eps)
+    assert isinstance(attention, SegmentedCrossAttention), type(attention)  # every segment-free module is above
     if not attention.has_softmax:  # srformer's ablation I: no softmax term, the output is O_R alone
         return queries.new_zeros(*queries.shape[:3], keys.shape[2])
     assert isinstance(state, SegmentState | LeanSegmentState), type(state)
