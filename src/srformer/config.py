@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
 
+from srformer.attention.raf import NEURONS
 from srformer.attention.registry import (
     ABLATIONS,
     LEAN_VARIANTS,
@@ -59,6 +60,15 @@ class SRformerConfig:
             segmented: 6.04; to srformer with scale 1.0: 9.00; with 1e-3: 6.04, while 25% of the
             RAF units still fire, so ``W``, leak and threshold get gradients). See docs/design.md,
             "Initialisation".
+        raf_neuron: ``"paper"`` (default: Appendix A.2's neuron, ``relu(mem / threshold - 1)``) or
+            ``"two_sided"``, a change beyond the paper that also fires on negative membranes and keeps the sign
+            (``sign(p) * relu(|p| - 1)``, ``p = mem / threshold``; reset ``mem -= threshold * sign(mem)``), so a
+            signed memory can pass the neuron (:func:`srformer.attention.raf.update`; ``docs/design.md``,
+            "Two-sided neuron"). ``srformer`` only.
+        raf_surrogate_slope: None (default: the neuron's true derivative, zero wherever it does not fire) or
+            the slope ``beta`` of a surrogate derivative ``sigmoid(beta * e)``, ``e`` the distance past the
+            threshold, used in backward only (forward values unchanged; :func:`srformer.attention.raf.activation`;
+            ``docs/design.md``, "Surrogate gradient"). A change beyond the paper. ``srformer`` only.
         norm_eps: epsilon added to ``norm(K)`` before dividing (Eq. 13).
         kv_clamp: if set, clamp ``K^T V`` and every ``K_j^T V_j`` to ``[-kv_clamp, kv_clamp]``
             (the BART authors used 2.0). ``None`` (default) disables the clamp: masking is exact.
@@ -182,6 +192,8 @@ class SRformerConfig:
     raf_leak_init: float = 1.0
     raf_threshold_init: float = 0.1
     raf_linear_init_scale: float = 1e-3
+    raf_neuron: str = "paper"
+    raf_surrogate_slope: float | None = None
     norm_eps: float = 1e-6
     kv_clamp: float | None = None
     recurrence: bool = True
@@ -231,6 +243,21 @@ class SRformerConfig:
             raise ValueError(f"`raf_threshold_init` must be > 0, got {self.raf_threshold_init!r}.")
         if not self.raf_linear_init_scale > 0:
             raise ValueError(f"`raf_linear_init_scale` must be > 0, got {self.raf_linear_init_scale!r}.")
+        if self.raf_neuron not in NEURONS:
+            raise ValueError(
+                f"`raf_neuron` must be one of {', '.join(NEURONS)}, got {self.raf_neuron!r}."
+            )
+        if self.raf_surrogate_slope is not None and (
+            isinstance(self.raf_surrogate_slope, bool) or not self.raf_surrogate_slope > 0
+        ):
+            raise ValueError(
+                f"`raf_surrogate_slope` must be None (the true derivative) or > 0, got {self.raf_surrogate_slope!r}."
+            )
+        if (self.raf_neuron != "paper" or self.raf_surrogate_slope is not None) and self.variant != "srformer":
+            raise ValueError(
+                "`raf_neuron` and `raf_surrogate_slope` configure the RAF neuron of variant='srformer'; "
+                f"got variant={self.variant!r}. Leave them at their defaults."
+            )
         if not self.norm_eps > 0:
             raise ValueError(f"`norm_eps` must be > 0, got {self.norm_eps!r}.")
         if self.kv_clamp is not None and not self.kv_clamp > 0:

@@ -72,3 +72,86 @@ def test_reset_parameters_restores_the_initial_values_after_meta_construction():
     raf.linear.reset_parameters()
     assert torch.equal(raf.leak, eager.leak) and torch.equal(raf.threshold, eager.threshold)
     assert raf.linear.weight.abs().max() <= 1e-3 / 8**0.5
+
+
+# ---------------------------------------------------------------- beyond the paper: two-sided neuron, surrogate
+
+
+def _sequence(two_sided: bool, slope: float | None, seed: int = 0):
+    """Five firings of a 3x3 neuron on signed inputs large enough that some entries fire on either side."""
+    torch.manual_seed(seed)
+    raf = RecurrentAccumulateAndFire(3, leak_init=0.8, threshold_init=0.3, neuron="two_sided" if two_sided else "paper",
+                                     surrogate_slope=slope).double()
+    x = (0.4 * torch.randn(1, 1, 5, 3, 3, dtype=torch.float64)).requires_grad_(True)
+    return raf, x
+
+
+def _naive_scan(raf, x, two_sided, slope):
+    leak, threshold = raf.leak, raf.threshold
+    membrane = torch.zeros(3, 3, dtype=torch.float64)
+    outputs = []
+    for j in range(x.shape[2]):
+        membrane, out = naive.raf_fire(membrane, x[0, 0, j], leak, threshold, two_sided=two_sided,
+                                       surrogate_slope=slope)
+        outputs.append(out)
+    return torch.stack(outputs)
+
+
+def test_two_sided_neuron_fires_on_either_sign_and_keeps_it():
+    raf = RecurrentAccumulateAndFire(2, leak_init=1.0, threshold_init=0.5, neuron="two_sided").double()
+    zeros = torch.zeros(2, 2, dtype=torch.float64)
+    x = torch.tensor([[1.25, -1.25], [0.25, -0.25]], dtype=torch.float64)
+    membrane, out = raf.fire(zeros, x)
+    # p = x / 0.5 = (2.5, -2.5, 0.5, -0.5): the first two fire, out = sign(p) (|p| - 1), reset by -/+ 0.5
+    assert torch.equal(out, torch.tensor([[1.5, -1.5], [0.0, 0.0]], dtype=torch.float64))
+    assert torch.equal(membrane, torch.tensor([[0.75, -0.75], [0.25, -0.25]], dtype=torch.float64))
+    paper = RecurrentAccumulateAndFire(2, leak_init=1.0, threshold_init=0.5).double()
+    assert torch.equal(paper.fire(zeros, x)[1], torch.tensor([[1.5, 0.0], [0.0, 0.0]], dtype=torch.float64))
+
+
+def test_scan_equals_the_float64_reference_for_both_neurons_with_and_without_surrogate():
+    for two_sided in (False, True):
+        for slope in (None, 2.0):
+            raf, x = _sequence(two_sided, slope)
+            zeros = torch.zeros(1, 1, 3, 3, dtype=torch.float64)
+            outputs, _, _ = raf.scan(x, torch.ones(1, 5, dtype=torch.bool), zeros, zeros)
+            expected = _naive_scan(raf, x, two_sided, slope)
+            assert_exact(outputs[0, 0], expected, f"outputs two_sided={two_sided} slope={slope}")
+            fired = (expected != 0).double().mean().item()
+            assert 0 < fired < 1, fired  # the case exercises firing and silent entries
+            weights = torch.randn_like(expected)
+            grads = torch.autograd.grad((outputs[0, 0] * weights).sum(), (x, raf.leak, raf.threshold))
+            ref = torch.autograd.grad((expected * weights).sum(), (x, raf.leak, raf.threshold))
+            for name, got, want in zip(("x", "leak", "threshold"), grads, ref, strict=True):
+                assert_exact(got, want, f"d/d{name} two_sided={two_sided} slope={slope}")
+
+
+def test_the_surrogate_passes_gradient_where_the_true_derivative_is_zero():
+    raf = RecurrentAccumulateAndFire(2, threshold_init=0.1, linear_init_scale=1e-3).double()
+    surrogate = RecurrentAccumulateAndFire(2, threshold_init=0.1, linear_init_scale=1e-3, surrogate_slope=2.0).double()
+    surrogate.load_state_dict(raf.state_dict())
+    p = torch.randn(1, 1, 4, 2, 2, dtype=torch.float64)  # tiny W: nothing fires
+    zeros = torch.zeros(1, 1, 2, 2, dtype=torch.float64)
+    fires = torch.ones(1, 4, dtype=torch.bool)
+    true_out, _, _ = raf.scan(raf.project(p), fires, zeros, zeros)
+    surrogate_out, _, _ = surrogate.scan(surrogate.project(p), fires, zeros, zeros)
+    assert torch.equal(true_out, surrogate_out) and not true_out.any()
+    true_out.sum().backward()
+    surrogate_out.sum().backward()
+    assert not raf.linear.weight.grad.any() and not raf.threshold.grad.any()
+    assert surrogate.linear.weight.grad.abs().sum() > 0 and surrogate.threshold.grad.abs() > 0
+
+
+def test_neuron_settings_are_validated():
+    import pytest
+
+    from srformer.config import SRformerConfig
+
+    with pytest.raises(ValueError, match="raf_neuron"):
+        SRformerConfig(raf_neuron="sigmoid")
+    with pytest.raises(ValueError, match="raf_surrogate_slope"):
+        SRformerConfig(raf_surrogate_slope=0.0)
+    with pytest.raises(ValueError, match="variant='srformer'"):
+        SRformerConfig(variant="segmented", raf_neuron="two_sided")
+    with pytest.raises(ValueError, match="neuron"):
+        RecurrentAccumulateAndFire(2, neuron="other")

@@ -9,6 +9,10 @@ from torch import nn
 
 from srformer.attention.schedule import tracing
 
+#: The RAF neurons (``SRformerConfig.raf_neuron``): ``paper`` is Appendix A.2's; ``two_sided`` is a change
+#: beyond the paper (``docs/design.md``, "Two-sided neuron") that fires on either sign and keeps the sign.
+NEURONS: tuple[str, ...] = ("paper", "two_sided")
+
 
 def update(
     membrane: torch.Tensor,
@@ -17,27 +21,98 @@ def update(
     leak: torch.Tensor,
     threshold: torch.Tensor,
     fire: torch.Tensor | None,
+    two_sided: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One RAF update (Appendix A.2): ``mem = leak * mem + x``, ``y = mem / threshold - 1``, soft reset
-    ``mem -= threshold`` where ``y > 0``.
+    """One RAF update.
+
+    ``paper`` neuron (Appendix A.2): ``mem = leak * mem + x``, ``p = mem / threshold - 1``, soft reset
+    ``mem -= threshold`` where ``p > 0``; the output is ``relu(p)``.
+
+    ``two_sided`` neuron: ``mem = leak * mem + x``, ``p = mem / threshold``, soft reset
+    ``mem -= threshold * sign(mem)`` where ``|p| > 1``; the output is ``sign(p) * relu(|p| - 1)``
+    (:func:`activation`), so a negative membrane fires too and the output keeps its sign.
 
     Args:
         membrane: (..., d, d) membrane before the update.
-        potential: (..., d, d) ``y`` in force before the update (kept where nothing fires).
+        potential: (..., d, d) ``p`` in force before the update (kept where nothing fires).
         projected: (..., d, d) input ``x = W P``.
         leak, threshold: 0-d tensors in the inputs' dtype.
         fire: bool, broadcastable to the membrane: rows that update (the others carry ``membrane`` and
             ``potential`` unchanged); None when every row updates.
+        two_sided: the ``two_sided`` neuron instead of the paper's.
 
     Returns:
-        ``(membrane, potential)`` after the update; the RAF output is ``relu(potential)``.
+        ``(membrane, potential)`` after the update; the RAF output is ``activation(potential, two_sided)``.
     """
     new_membrane = torch.addcmul(projected, membrane, leak)  # leak * mem + x
-    new_potential = new_membrane / threshold - 1.0
-    new_membrane = torch.where(new_potential > 0, new_membrane - threshold, new_membrane)  # soft reset
+    if two_sided:
+        new_potential = new_membrane / threshold
+        reset = torch.where(new_membrane > 0, threshold, -threshold)  # threshold * sign(mem), mem != 0 where fired
+        new_membrane = torch.where(new_potential.abs() > 1.0, new_membrane - reset, new_membrane)
+    else:
+        new_potential = new_membrane / threshold - 1.0
+        new_membrane = torch.where(new_potential > 0, new_membrane - threshold, new_membrane)  # soft reset
     if fire is None:
         return new_membrane, new_potential
     return torch.where(fire, new_membrane, membrane), torch.where(fire, new_potential, potential)
+
+
+def _forward_activation(potential: torch.Tensor, two_sided: bool) -> torch.Tensor:
+    if two_sided:  # sign(p) * relu(|p| - 1)
+        return torch.nn.functional.softshrink(potential, 1.0)
+    return torch.relu(potential)
+
+
+class _SurrogateSpike(torch.autograd.Function):
+    """The neuron's output with a surrogate derivative: forward exactly :func:`_forward_activation`,
+    backward ``sigmoid(slope * e)`` where ``e`` is the distance past the firing threshold (``p`` for the paper
+    neuron, ``|p| - 1`` for the two-sided one) instead of the step ``(e > 0)``."""
+
+    @staticmethod
+    def forward(ctx, potential: torch.Tensor, two_sided: bool, slope: float) -> torch.Tensor:
+        ctx.save_for_backward(potential)
+        ctx.two_sided = two_sided
+        ctx.slope = slope
+        return _forward_activation(potential, two_sided)
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        (potential,) = ctx.saved_tensors
+        excess = potential.abs() - 1.0 if ctx.two_sided else potential
+        return grad_output * torch.sigmoid(ctx.slope * excess), None, None
+
+
+def activation(potential: torch.Tensor, two_sided: bool = False, surrogate_slope: float | None = None) -> torch.Tensor:
+    """The RAF output from its potential: ``relu(p)`` (paper neuron) or ``sign(p) * relu(|p| - 1)`` (two-sided).
+
+    The true derivative is a step: zero wherever the neuron does not fire, so a neuron that never fires
+    passes no gradient to ``W``, leak or threshold. With ``surrogate_slope`` set (a change beyond the paper,
+    ``docs/design.md``, "Surrogate gradient"), the forward value is unchanged and the backward pass uses the
+    derivative ``sigmoid(slope * e)``, ``e`` the distance past the threshold (``p``, or ``|p| - 1``): the
+    surrogate-gradient method of spiking-network training (Neftci et al. 2019), with the derivative of
+    ``softplus(slope * e) / slope``; it tends to the true step as ``slope`` grows.
+
+    Args:
+        potential: (..., d, d) the potential ``p`` of :func:`update`.
+        two_sided: the two-sided neuron.
+        surrogate_slope: None (true derivative) or the slope, > 0.
+
+    Returns:
+        (..., d, d) the RAF output.
+    """
+    if surrogate_slope is None or not potential.requires_grad:
+        return _forward_activation(potential, two_sided)
+    output = _SurrogateSpike.apply(potential, two_sided, float(surrogate_slope))
+    assert isinstance(output, torch.Tensor)
+    return output
+
+
+def initial_potential(output: torch.Tensor, two_sided: bool) -> torch.Tensor:
+    """A potential whose :func:`activation` is ``output`` (the RAF output in force before the first update):
+    ``output`` itself for the paper neuron (``output >= 0``, so ``relu(output) == output``),
+    ``output + sign(output)`` for the two-sided one."""
+    return output + torch.sign(output) if two_sided else output
+
 
 class ScaledLinear(nn.Linear):
     """The RAF weight ``W``: a bias-free ``Linear(d, d)`` initialised uniform in ``±init_scale / sqrt(d)``,
@@ -84,6 +159,12 @@ class RecurrentAccumulateAndFire(nn.Module):
         threshold_init: initial threshold (Appendix A.2: 0.1), must be > 0.
         linear_init_scale: factor on PyTorch's default initialisation of ``W`` (1.0 = Appendix A.2;
             see :class:`srformer.SRformerConfig` for why the package default is 1e-3).
+        neuron: one of :data:`NEURONS`: ``paper`` (the update above) or ``two_sided`` (:func:`update`).
+        surrogate_slope: None (the output's true derivative) or the slope of a surrogate derivative
+            (:func:`activation`); the forward values do not depend on it.
+
+    Raises:
+        ValueError: for an unknown ``neuron`` or a ``surrogate_slope`` that is not > 0.
 
     The initial values are kept (``leak_init``, ``threshold_init``, ``linear.init_scale``) so that
     :meth:`reset_parameters` and the converted model's ``_init_weights`` can restore them, e.g. after
@@ -91,9 +172,21 @@ class RecurrentAccumulateAndFire(nn.Module):
     """
 
     def __init__(
-        self, head_dim: int, leak_init: float = 1.0, threshold_init: float = 0.1, linear_init_scale: float = 1.0
+        self,
+        head_dim: int,
+        leak_init: float = 1.0,
+        threshold_init: float = 0.1,
+        linear_init_scale: float = 1.0,
+        neuron: str = "paper",
+        surrogate_slope: float | None = None,
     ) -> None:
         super().__init__()
+        if neuron not in NEURONS:
+            raise ValueError(f"`neuron` must be one of {', '.join(NEURONS)}, got {neuron!r}.")
+        if surrogate_slope is not None and not surrogate_slope > 0:
+            raise ValueError(f"`surrogate_slope` must be None or > 0, got {surrogate_slope!r}.")
+        self.two_sided = neuron == "two_sided"
+        self.surrogate_slope = surrogate_slope
         self.leak_init = float(leak_init)
         self.threshold_init = float(threshold_init)
         self.linear = ScaledLinear(head_dim, linear_init_scale)
@@ -127,12 +220,17 @@ class RecurrentAccumulateAndFire(nn.Module):
             projected: (..., d, d) input ``x = W P`` (see :meth:`project`).
 
         Returns:
-            ``(membrane, output)``: the membrane after the soft reset and ``relu(y)``, both (..., d, d).
+            ``(membrane, output)``: the membrane after the soft reset and the output (:meth:`activation`),
+            both (..., d, d).
         """
         leak = self.leak.to(projected.dtype)
         threshold = self.threshold.to(projected.dtype)
-        membrane, y = update(membrane, membrane, projected, leak, threshold, None)
-        return membrane, torch.relu(y)
+        membrane, potential = update(membrane, membrane, projected, leak, threshold, None, self.two_sided)
+        return membrane, self.activation(potential)
+
+    def activation(self, potential: torch.Tensor) -> torch.Tensor:
+        """The output of this neuron from its potential (:func:`activation`), with its surrogate derivative."""
+        return activation(potential, self.two_sided, self.surrogate_slope)
 
     def scan(
         self,
@@ -172,16 +270,15 @@ class RecurrentAccumulateAndFire(nn.Module):
         # Eager: one host sync per call, so that the common case (every example visits every segment)
         # needs no masking; while tracing (compile/export) the masked form always runs, without a sync.
         every_segment_fires = False if tracing() else bool(fires.all())
-        potentials = []  # y_j = mem_j / threshold - 1 before the reset; output_j = relu(y_j)
-        # relu(output) == output for the (non-negative) initial output, so it stands for y before segment 0.
-        potential = output
+        potentials = []  # the potentials p_j before the reset; output_j = activation(p_j)
+        potential = initial_potential(output, self.two_sided)  # activation(potential) == output before segment 0
         # unbind once: indexing projected[:, :, j] per segment would make backward allocate a
         # full-size zero gradient for every segment.
         for j, projected_j in enumerate(projected.unbind(dim=axis)):
             fire_j = None if every_segment_fires else fires[:, j].view(fire_shape)
-            membrane, potential = update(membrane, potential, projected_j, leak, threshold, fire_j)
+            membrane, potential = update(membrane, potential, projected_j, leak, threshold, fire_j, self.two_sided)
             potentials.append(potential)
         if not potentials:  # no segment at all
             return projected.new_zeros(projected.shape), membrane, output
-        outputs = torch.relu(torch.stack(potentials, dim=axis))
+        outputs = self.activation(torch.stack(potentials, dim=axis))
         return outputs, membrane, outputs.select(axis, -1)

@@ -246,6 +246,11 @@ _ENTRIES: tuple[Mechanism, ...] = (
             "ablation-IV": {"ablation": "segment_products"},
             # Eq. 10 with sigma initialised to 0.5, Eq. 9's weighting when both softmax divisors are equal
             "srformer-sigma": {"mix_init": 0.5},
+            # Beyond the paper (docs/design.md, "Surrogate gradient", "Two-sided neuron"): the paper's neuron with
+            # a surrogate derivative, so that a neuron that does not fire still passes gradient to W, leak and
+            # threshold; and the two-sided neuron (fires on either sign, keeps it) with the same surrogate.
+            "srformer-surrogate": {"raf_surrogate_slope": 2.0},
+            "srformer-two-sided": {"raf_neuron": "two_sided", "raf_surrogate_slope": 2.0},
         },
         table1_row="SRformer",
     ),

@@ -123,7 +123,8 @@ class SRformerCrossAttention(SegmentedCrossAttention):
         self.raf: RecurrentAccumulateAndFire | None = None
         if self.has_recurrence and config.ablation != "no_raf":  # ablation III: no neuron, no W
             self.raf = RecurrentAccumulateAndFire(
-                head_dim, config.raf_leak_init, config.raf_threshold_init, config.raf_linear_init_scale
+                head_dim, config.raf_leak_init, config.raf_threshold_init, config.raf_linear_init_scale,
+                config.raf_neuron, config.raf_surrogate_slope,
             )
         self.mix_logit: nn.Parameter | None = None
         if config.mix_init is not None and self.has_recurrence:
@@ -244,18 +245,19 @@ class SRformerCrossAttention(SegmentedCrossAttention):
         else:  # eager: one host sync
             counts = visited.sum(dim=1)
             prefix, all_visited = torch.stack([(counts == segments).all(), (counts == max_segments).all()]).tolist()
-        if not prefix:
-            # compile/export, or a schedule that skips segments: carry the state of rows that do not fire
+        if not prefix or raf.two_sided:
+            # compile/export, a schedule that skips segments, or the two-sided neuron: carry the state of rows
+            # that do not fire
             membrane = potential = segment_products.new_zeros(batch, heads, d, d)
             for j in range(max_segments):
                 slot = segment_products[:, j]
                 fire_j = visited[:, j].view(-1, 1, 1, 1)
                 membrane, potential = raf_update(
-                    membrane, potential, self._recurrent_input(total, slot), leak, threshold, fire_j
+                    membrane, potential, self._recurrent_input(total, slot), leak, threshold, fire_j, raf.two_sided
                 )
-                torch.mul(torch.relu(potential), factor, out=slot)
+                torch.mul(raf.activation(potential), factor, out=slot)
             return segment_products
-        # Every example visits its segments 0 .. m_b - 1 in order: fire for every slot, in place, with no
+        # Paper neuron; every example visits its segments 0 .. m_b - 1 in order: fire for every slot, in place, with no
         # temporaries (Appendix A.2, the same update as raf.update); the slots after an example's last segment
         # are read by no query and are zeroed at the end.
         membrane = segment_products.new_zeros(batch, heads, d, d)

@@ -29,24 +29,55 @@ SRFORMER_PARAMETERS: tuple[str, ...] = ("raf.linear.weight", "raf.leak", "raf.th
 
 
 def raf_fire(
-    membrane: torch.Tensor, raf_input: torch.Tensor, leak: torch.Tensor | float, threshold: torch.Tensor | float
+    membrane: torch.Tensor,
+    raf_input: torch.Tensor,
+    leak: torch.Tensor | float,
+    threshold: torch.Tensor | float,
+    *,
+    two_sided: bool = False,
+    surrogate_slope: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One RAF firing, paper Appendix A.2 (``docs/design.md``, "RAF neuron"), element-wise::
+    """One RAF firing, element-wise. The paper's neuron (Appendix A.2; ``docs/design.md``, "RAF neuron")::
 
         mem = leak * mem + x;  y = mem / threshold - 1;  mem = mem - threshold * (y > 0);  out = relu(y)
+
+    The two-sided neuron (beyond the paper; ``docs/design.md``, "Two-sided neuron")::
+
+        mem = leak * mem + x;  p = mem / threshold;  fired = |p| > 1
+        mem = mem - threshold * sign(mem) * fired;  out = sign(p) * max(|p| - 1, 0)
+
+    With ``surrogate_slope`` (``docs/design.md``, "Surrogate gradient") the output keeps its value and its
+    gradient becomes that of ``softplus(slope * e) / slope`` (signed by ``p`` for the two-sided neuron), ``e``
+    the distance past the threshold: the straight-through form ``out.detach() + (g - g.detach())``.
 
     Args:
         membrane: (d, d) membrane before the firing.
         raf_input: (d, d) ``x = W P_i`` (the linear layer is applied by the caller).
         leak, threshold: the neuron's scalars.
+        two_sided: the two-sided neuron.
+        surrogate_slope: None or the surrogate's slope.
 
     Returns:
-        ``(membrane, out)``: the membrane after the soft reset and the output ``relu(y)``, both (d, d).
+        ``(membrane, out)``: the membrane after the soft reset and the output, both (d, d).
     """
     membrane = leak * membrane + raf_input
-    y = membrane / threshold - 1.0
-    membrane = membrane - threshold * (y > 0).to(membrane.dtype)
-    return membrane, torch.relu(y)
+    if two_sided:
+        potential = membrane / threshold
+        fired = (potential.abs() > 1).to(membrane.dtype)
+        out = torch.sign(potential) * torch.clamp(potential.abs() - 1.0, min=0.0)
+        membrane = membrane - threshold * torch.sign(membrane) * fired
+        excess = potential.abs() - 1.0
+    else:
+        potential = membrane / threshold - 1.0
+        membrane = membrane - threshold * (potential > 0).to(membrane.dtype)
+        out = torch.relu(potential)
+        excess = potential
+    if surrogate_slope is not None:
+        smooth = torch.nn.functional.softplus(surrogate_slope * excess) / surrogate_slope
+        if two_sided:
+            smooth = torch.sign(potential) * smooth
+        out = out.detach() + (smooth - smooth.detach())  # value of out, derivative of smooth
+    return membrane, out
 
 
 def srformer_attention(
@@ -68,6 +99,7 @@ def srformer_attention(
     * RAF (Sec. 3.3, Appendix A.2, Algorithm 1): the input of segment ``j`` is ``x_j = W P_j`` with the
       bias-free ``W`` acting on the last axis (``x_j = P_j W^T``). The neuron fires once per visited
       segment, in order, from a zero membrane; ``out_i`` is its output after firing for segment ``i``.
+      ``raf_neuron='two_sided'`` and ``raf_surrogate_slope`` change the neuron (:func:`raf_fire`).
     * ``norm(K)`` (Eq. 13, ``docs/design.md``): per key feature ``c``, ``sqrt(sum_positions K[., c]^2) + norm_eps``.
     * ``O_R[t] = (scale * Q_t) out_i / norm(K)`` (Eq. 13), divided feature-wise.
     * With ``mix_init``: ``O = sigma O_S + (1 - sigma) O_R``, ``sigma = sigmoid(mix_logit)`` (Eq. 10).
@@ -114,7 +146,10 @@ def srformer_attention(
         if use_raf:
             membrane = torch.zeros(d, d, dtype=torch.float64)
             for j in visited_segments(m, target):  # Algorithm 1: fire once per new segment, up to i(t)
-                membrane, out = raf_fire(membrane, partial[j] @ weight.T, leak, threshold)  # x_j = W P_j
+                membrane, out = raf_fire(  # x_j = W P_j
+                    membrane, partial[j] @ weight.T, leak, threshold, two_sided=settings.raf_neuron == "two_sided",
+                    surrogate_slope=settings.raf_surrogate_slope,
+                )
                 if j == i:
                     break
         if ablation == "no_norm":
