@@ -11,7 +11,10 @@ Protocols:
 
 A finished cell writes ``cell.json`` and is skipped on a re-run with the same budget
 (:func:`cell_budget`); the ``scratch`` full-attention model is saved
-(``bases/<problem>-seed<seed>/model.pt``, a state dict) for the ``convert`` cells.
+(``bases/<problem>-seed<seed>/model.pt``, a state dict) for the ``convert`` cells. Every cell also keeps its
+trained (converted) model's state dict next to its record (``cells/<key>/model.pt``, about 1.5 MB at t5-tiny's
+shape), so that a finished cell can be analysed again (for example the recurrent-term diagnostics) without
+retraining.
 """
 
 from __future__ import annotations
@@ -225,6 +228,8 @@ def run_cell(cell: ProbeCell, settings: ProbeSettings, output: Path) -> dict:
         _base_dir(output, cell).mkdir(parents=True, exist_ok=True)
         torch.save(model.state_dict(), _base_dir(output, cell) / "model.pt")
         write_metrics_json(_base_dir(output, cell) / "budget.json", {"budget": budget})
+    record_file.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(model.state_dict(), record_file.parent / "model.pt")
     examples = generate_examples(spec, vocabulary, count=settings.eval_examples, length=cell.length,
                                  segment_size=segment_size, target_length=target_length,
                                  seed=10_000 + cell.seed)
