@@ -7,6 +7,7 @@ converted model.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 
 from srformer.attention.raf import NEURONS
@@ -33,7 +34,7 @@ from srformer.attention.registry import (
 #: ablations (``ablation-I`` ... ``ablation-IV``) and the learnable mix of Eq. 10 (``srformer-sigma``).
 __all__ = [
     "ABLATIONS", "LEAN_VARIANTS", "NAMED_SETTINGS", "SEGMENT_FREE", "SEGMENT_FREE_VARIANTS", "VARIANTS",
-    "SRformerConfig", "named_config",
+    "SRformerConfig", "check_variant_settings", "named_config", "setting_label",
 ]
 
 
@@ -537,7 +538,8 @@ SEGMENT_FREE: frozenset[str] = frozenset(
 
 def named_config(name: str, **settings) -> SRformerConfig:
     """The :class:`SRformerConfig` of a name in :data:`NAMED_SETTINGS`, with extra ``settings``
-    (e.g. ``segment_size=16``) applied on top.
+    (e.g. ``segment_size=16``) applied on top: an explicit setting wins over the named setting's own value
+    (``named_config("srformer-surrogate", raf_surrogate_slope=4.0)`` has slope 4, not 2).
 
     Raises:
         ValueError: for an unknown name (the message lists the known ones), or bad settings.
@@ -545,3 +547,42 @@ def named_config(name: str, **settings) -> SRformerConfig:
     if name not in NAMED_SETTINGS:
         raise ValueError(f"Unknown variant name {name!r}: choose from {', '.join(NAMED_SETTINGS)}.")
     return SRformerConfig(**{**NAMED_SETTINGS[name], **settings})
+
+
+def setting_label(name: str, settings: dict | None = None) -> str:
+    """How reports name a named setting run with extra ``settings`` (``srformer compare`` / ``srformer probe
+    --setting``): ``"window (window_size=96)"``, or just ``name`` when there are none. Settings are sorted by
+    name, so one run's label does not depend on the order of the flags."""
+    if not settings:
+        return name
+    return f"{name} ({', '.join(f'{key}={value}' for key, value in sorted(settings.items()))})"
+
+
+def check_variant_settings(
+    settings: Mapping[str, Mapping], variants: Sequence[str], shapes: Callable[[str], Iterable[tuple[int, int]]]
+) -> None:
+    """Check the extra settings of a grid (``srformer compare`` / ``srformer probe --setting``) before any training.
+
+    Args:
+        settings: ``{name: SRformerConfig keyword arguments}`` per named setting of the grid.
+        variants: the grid's named settings.
+        shapes: ``(segment_size, target_length)`` pairs (tokens) the grid builds ``name``'s config with.
+
+    Raises:
+        ValueError: for a name that is not in ``variants`` (the message names the fix), or when
+            :func:`named_config` rejects a name's settings at one of its shapes (the message names the variant and
+            suggests the ``VARIANT:`` prefix, which gives a setting to one named setting only).
+    """
+    for name, extra in settings.items():
+        if name not in variants:
+            raise ValueError(f"Settings for {name!r}, which is not among the grid's variants ({', '.join(variants)}): "
+                             f"add it to the variants, or remove its settings.")
+        for segment_size, target_length in shapes(name):
+            try:
+                named_config(name, segment_size=segment_size, target_length=target_length, **extra)
+            except (TypeError, ValueError) as error:
+                raise ValueError(
+                    f"Variant {name!r} rejects the settings {dict(extra)} at segment size {segment_size}: {error} "
+                    "A --setting without a VARIANT: prefix applies to every variant of the run; give a setting to "
+                    f"one named setting with --setting VARIANT:NAME=VALUE (e.g. --setting window:window_size=96)."
+                ) from None

@@ -192,3 +192,75 @@ def test_changing_decoding_regenerates_without_retraining(tmp_path, monkeypatch)
     assert json.loads((cell / "test_metrics.json").read_text())["no_repeat_ngram_size"] == 2
     assert (cell / "model.safetensors").stat().st_mtime_ns == weights
     assert "no repeated 2-gram" in (tmp_path / "results.md").read_text()
+
+
+def test_variant_settings_are_checked_against_every_cell_of_the_grid():
+    with pytest.raises(ValueError, match=r"Variant 'full' rejects the settings \{'window_size': 64\}.*VARIANT:"):
+        CompareSettings(variants=("full", "window"), ablations=(), variant_settings={"full": {"window_size": 64}})
+    with pytest.raises(ValueError, match="'strided', which is not among the grid's variants"):
+        CompareSettings(variants=("window",), ablations=(), variant_settings={"strided": {"stride": 4}})
+    with pytest.raises(ValueError, match="Variant 'window' rejects .* at segment size 64"):  # w = 32 < s = 64
+        CompareSettings(variants=("window",), segment_sizes=(8, 64), ablations=(),
+                        variant_settings={"window": {"window_size": 32}})
+    # srformer runs next to the ablations, so it may get settings although --variants does not name it
+    CompareSettings(variants=("full",), ablations=("ablation-III",), variant_settings={"srformer": {"kv_clamp": 5.0}})
+
+
+def test_cell_directory_and_same_settings():
+    from srformer.experiments.compare import cell_directory, same_settings
+
+    cell = Cell("window", 8, 0)
+    assert cell_directory(cell, {}) == "window-s8-seed0"
+    assert cell_directory(cell, {"window_size": 16, "kv_clamp": None}) == "window-s8-seed0@kv_clamp=None+window_size=16"
+    assert same_settings({"metrics": {}}, {})  # a record of before the option: made with no settings
+    assert not same_settings({"metrics": {}}, {"window_size": 16})
+    assert same_settings({"settings": {"window_size": 16}}, {"window_size": 16})
+    assert not same_settings({"settings": {"window_size": 16}}, {"window_size": 24})
+
+
+def test_a_changed_setting_reruns_only_its_named_settings_cells(tmp_path, monkeypatch):
+    """Training and decoding replaced by stand-ins (the tiny real grid above covers them): what is trained, with
+    which config, and where."""
+    from dataclasses import replace
+
+    from srformer.data.pairs import SummaryPair
+
+    trained = []
+
+    def train_stage(spec, pairs, output, settings):
+        trained.append((output.name, spec.srformer))
+        return {"seconds": 1.0}
+
+    def evaluate_stage(run_dir, test_pairs, *, max_new_tokens, num_beams, no_repeat_ngram_size, **_):
+        metrics = {"num_examples": len(test_pairs), "num_beams": num_beams, "max_new_tokens": max_new_tokens,
+                   "no_repeat_ngram_size": no_repeat_ngram_size, "seconds": 0.5,
+                   **{key: 10.0 for key in ("rouge1", "rouge2", "rougeL", "rougeLsum")}}
+        return metrics, [f"summary {run_dir.name} {i}" for i in range(len(test_pairs))]
+
+    monkeypatch.setattr(compare_module, "train_stage", train_stage)
+    monkeypatch.setattr(compare_module, "evaluate_stage", evaluate_stage)
+    pairs = [SummaryPair(f"document {i} words", f"summary {i}", str(i)) for i in range(3)]
+    plain = CompareSettings(model="some/checkpoint", base_steps=0, variants=("full", "window"), segment_sizes=(8,),
+                            ablations=(), seeds=(0,), progress=False)
+    compare_module.run_compare(tmp_path, pairs, pairs, plain)
+    assert [name for name, _ in trained] == ["full-seed0", "window-s8-seed0"]
+    # records written before the option existed have no settings entry: they are reused
+    for path in (tmp_path / "cells").rglob("cell.json"):
+        record = json.loads(path.read_text())
+        assert record.pop("settings") == {}
+        path.write_text(json.dumps(record))
+    trained.clear()
+    compare_module.run_compare(tmp_path, pairs, pairs, plain)
+    assert trained == []
+
+    wide = replace(plain, variant_settings={"window": {"window_size": 16}})
+    payload = compare_module.run_compare(tmp_path, pairs, pairs, wide)
+    ((name, config),) = trained
+    assert name == "window-s8-seed0@window_size=16" and config.resolved_window_size() == 16
+    assert {c["key"]: c["settings"] for c in payload["cells"]} == {"full-seed0": {},
+                                                                  "window-s8-seed0": {"window_size": 16}}
+    assert "| window (window_size=16) |" in (tmp_path / "results.md").read_text()
+    trained.clear()
+    compare_module.run_compare(tmp_path, pairs, pairs, wide)
+    compare_module.run_compare(tmp_path, pairs, pairs, plain)  # the cell without settings is still there
+    assert trained == []

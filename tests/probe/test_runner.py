@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 import pytest
 
 from srformer.config import NAMED_SETTINGS
@@ -72,3 +75,76 @@ def test_rerun_skips_finished_cells_and_redoes_cells_of_another_budget(tmp_path)
     again = _mtimes(tmp_path)
     changed = {key for key in first if again[key] != first[key]}
     assert changed == {key for key in first if key.startswith("cells/convert/")}
+
+
+def test_variant_settings_are_checked_against_the_grids_configs():
+    with pytest.raises(ValueError, match="'window', which is not among the grid's variants"):
+        ProbeSettings(variants=("full", "segmented"), variant_settings={"window": {"window_size": 64}})
+    with pytest.raises(ValueError, match=r"Variant 'segmented' rejects the settings \{'window_size': 64\}"):
+        ProbeSettings(variants=("segmented", "window"), variant_settings={"segmented": {"window_size": 64}})
+    with pytest.raises(ValueError, match="Variant 'window' rejects .* at segment size 32"):  # w < s
+        ProbeSettings(variants=("window",), segment_sizes=(32,), variant_settings={"window": {"window_size": 16}})
+
+
+def test_cell_settings_are_the_named_settings_own_and_the_bases_for_convert_cells():
+    from srformer.probe.runner import ProbeCell, cell_settings, same_cell_settings
+
+    settings = ProbeSettings(variants=("full", "window"), segment_sizes=(32,),
+                             variant_settings={"window": {"window_size": 64}})
+    window = ProbeCell("scratch", "recall", 4, 512, "window", 32, 0)
+    full = ProbeCell("scratch", "recall", 4, 512, "full", None, 0)
+    assert cell_settings(window, settings) == {"settings": {"window_size": 64}}
+    assert cell_settings(full, settings) == {"settings": {}}
+    assert cell_settings(replace(window, protocol="convert"), settings) == {"settings": {"window_size": 64}}
+    with_base = replace(settings, variant_settings={"full": {"kv_clamp": 5.0}})
+    assert cell_settings(replace(window, protocol="convert"), with_base) == {
+        "settings": {}, "base_settings": {"kv_clamp": 5.0}}
+    # a record written before --setting existed has neither entry: it matches a cell without settings only
+    old = {"budget": {}, "metrics": {}}
+    assert same_cell_settings(old, cell_settings(full, settings))
+    assert not same_cell_settings(old, cell_settings(window, settings))
+    assert not same_cell_settings(old, cell_settings(replace(window, protocol="convert"), with_base))
+
+
+def test_a_changed_setting_reruns_only_its_named_settings_cells_and_old_records_are_reused(tmp_path, monkeypatch):
+    from srformer.probe import runner
+    from srformer.probe.training import ModelShape
+
+    configs = []
+    original = runner.convert
+
+    def spy(model, config):
+        configs.append(config)
+        return original(model, config)
+
+    monkeypatch.setattr(runner, "convert", spy)
+    tiny = ModelShape(d_model=16, d_ff=32, num_layers=1, num_decoder_layers=1, num_heads=2, d_kv=8)
+    settings = ProbeSettings(tasks=("recall",), recall_sizes=(2,), lengths=(32,), segment_sizes=(8,),
+                             variants=("full", "window"), steps=2, finetune_steps=2, batch_size=2,
+                             curriculum_start=32, eval_examples=2, shape=tiny, progress=False)
+    runner.run_probe(tmp_path, settings)
+    first = _mtimes(tmp_path)
+    assert len(first) == 4
+    # Records written before the option existed have no settings entry: strip them; they are still reused.
+    for path in [*(tmp_path / "cells").rglob("cell.json"), *(tmp_path / "bases").rglob("budget.json")]:
+        record = json.loads(path.read_text())
+        assert record.pop("settings") == {}
+        path.write_text(json.dumps(record))
+    first = _mtimes(tmp_path)
+    configs.clear()
+    runner.run_probe(tmp_path, settings)
+    assert _mtimes(tmp_path) == first and configs == []
+
+    changed_settings = replace(settings, variant_settings={"window": {"window_size": 16}})
+    payload = runner.run_probe(tmp_path, changed_settings)
+    again = _mtimes(tmp_path)
+    assert {key for key in first if again[key] != first[key]} == {
+        f"cells/{protocol}/recall-n2-k32/window-s8-seed0/cell.json" for protocol in ("scratch", "convert")}
+    assert [c.resolved_window_size() for c in configs] == [16, 16]  # the setting reached both window cells' configs
+    settings_of = {r["key"]: r.get("settings") for r in payload["records"]}
+    assert settings_of["scratch/recall-n2-k32/window-s8-seed0"] == {"window_size": 16}
+    assert settings_of["scratch/recall-n2-k32/full-seed0"] is None  # the reused record of before the option
+    assert "| window (window_size=16) |" in (tmp_path / "results.md").read_text()
+    configs.clear()
+    runner.run_probe(tmp_path, changed_settings)
+    assert _mtimes(tmp_path) == again and configs == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Sequence
 
 from srformer.config import NAMED_SETTINGS, SRformerConfig
 
@@ -62,6 +63,56 @@ def parse_settings(values: list[str]) -> dict:
             except ValueError:
                 raise ValueError(f"--setting {name}={text}: {name} takes a number ({kind}).") from None
     return settings
+
+
+def add_variant_settings_argument(parser: argparse.ArgumentParser) -> None:
+    """``--setting [VARIANT:]NAME=VALUE`` of the grid commands (``compare``, ``probe``); see
+    :func:`parse_variant_settings`."""
+    parser.add_argument("--setting", action="append", default=[], metavar="[VARIANT:]NAME=VALUE",
+                        help="an SRformerConfig setting, repeatable: without a prefix for every variant of the run "
+                             "(e.g. --setting kv_clamp=10), with one for that named setting only (e.g. --setting "
+                             "window:window_size=96 --setting srformer-surrogate:raf_surrogate_slope=4); it wins over "
+                             "the named setting's own value and is recorded with every result")
+
+
+def parse_variant_settings(values: list[str], variants: Sequence[str]) -> dict[str, dict]:
+    """``--setting [VARIANT:]NAME=VALUE`` strings as SRformerConfig keyword arguments per named setting.
+
+    An item without a prefix applies to every name of ``variants``; ``VARIANT:NAME=VALUE`` applies to that
+    named setting only and wins over an unprefixed item of the same NAME. NAME=VALUE is typed by
+    :func:`parse_settings`. Whether each variant's config accepts its settings is checked where the configs
+    are built (``CompareSettings`` / ``ProbeSettings``).
+
+    Args:
+        values: the ``--setting`` strings, in command-line order.
+        variants: the named settings of the run (:data:`srformer.config.NAMED_SETTINGS` names).
+
+    Returns:
+        ``{name: settings}`` for every name of ``variants`` that gets at least one setting.
+
+    Raises:
+        ValueError: naming ``--setting`` and the fix, for a prefix that is not a named setting or not one of
+            ``variants``, and everything :func:`parse_settings` raises.
+    """
+    shared: list[str] = []
+    prefixed: dict[str, list[str]] = {}
+    for item in values:
+        head, sep, _ = item.partition("=")
+        if ":" not in head:
+            shared.append(item)
+            continue
+        prefix, _, rest = item.partition(":")
+        prefix = prefix.strip()
+        if prefix not in NAMED_SETTINGS:
+            raise ValueError(f"--setting {item!r}: {prefix!r} is not a named setting; write VARIANT:NAME=VALUE "
+                             f"with VARIANT one of {', '.join(NAMED_SETTINGS)}.")
+        if prefix not in variants:
+            raise ValueError(f"--setting {item!r}: {prefix!r} is not among this run's variants "
+                             f"({', '.join(variants)}); add it to --variants (or --ablations), or drop the prefix.")
+        prefixed.setdefault(prefix, []).append(rest)
+    common = parse_settings(shared)
+    result = {name: {**common, **parse_settings(prefixed.get(name, []))} for name in variants}
+    return {name: settings for name, settings in result.items() if settings}
 
 
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:

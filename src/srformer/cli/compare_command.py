@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
+from srformer.cli.arguments import add_variant_settings_argument, parse_variant_settings
 from srformer.config import NAMED_SETTINGS
 from srformer.data.pairs import load_aclsum, load_pairs
 from srformer.data.split import select_split
-from srformer.experiments.compare import CompareSettings, run_compare
+from srformer.experiments.compare import CompareSettings, grid_cells, run_compare
 
 _TUPLES = {"variants": str, "segment_sizes": int, "ablations": str, "seeds": int}
-_SKIPPED = {"progress", "data", "ablation_segment_size"}
+_SKIPPED = {"progress", "data", "ablation_segment_size", "variant_settings"}
 
 
 def add_parser(subparsers) -> None:
@@ -54,6 +55,7 @@ def add_parser(subparsers) -> None:
             parser.add_argument(flag, type=type(value), default=value)
     parser.add_argument("--ablation-segment-size", type=int, default=None,
                         help="segment size of the ablations (default: the largest --segment-sizes)")
+    add_variant_settings_argument(parser)
     parser.add_argument("--no-progress", action="store_true")
     parser.set_defaults(run=run)
 
@@ -70,7 +72,14 @@ def _load(source: str, split: str, args, limit: int | None):
                       max_examples=limit)
 
 
-def run(args) -> int:
+def settings_from_args(args) -> CompareSettings:
+    """The grid and budget of ``args``, with the ``--setting`` items of every named setting checked against
+    its configs (before any data is loaded or any model trained).
+
+    Raises:
+        ValueError: a bad grid, or a ``--setting`` that cannot apply (see
+            :func:`srformer.cli.arguments.parse_variant_settings` and :class:`CompareSettings`).
+    """
     values = {f.name: getattr(args, f.name) for f in fields(CompareSettings) if f.name not in _SKIPPED}
     values = {k: tuple(v) if k in _TUPLES else v for k, v in values.items()}
     settings = CompareSettings(
@@ -78,6 +87,12 @@ def run(args) -> int:
         data=f"train {args.train_data} ({args.train_split}), test {args.test_data} ({args.test_split})"
         + (f", split by id {args.split_by_id}" if args.split_by_id else ""),
     )
+    names = list(dict.fromkeys(cell.name for cell in grid_cells(settings)))
+    return replace(settings, variant_settings=parse_variant_settings(args.setting, names))
+
+
+def run(args) -> int:
+    settings = settings_from_args(args)
     train_pairs = _load(args.train_data, args.train_split, args, args.max_train_examples)
     test_pairs = _load(args.test_data, args.test_split, args, args.max_test_examples)
     payload = run_compare(args.output, train_pairs, test_pairs, settings)

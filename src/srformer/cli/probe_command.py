@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from srformer.cli.arguments import add_variant_settings_argument, parse_variant_settings
 from srformer.config import NAMED_SETTINGS
 from srformer.probe.runner import PROTOCOLS, ProbeSettings, run_probe
 from srformer.probe.tasks import TASKS
@@ -45,6 +46,7 @@ def add_parser(subparsers) -> None:
     for name in ("learning_rate", "finetune_learning_rate", "curriculum_hold", "curriculum_ramp"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=float, default=None,
                             help=f"default {getattr(defaults, name)}")
+    add_variant_settings_argument(parser)
     parser.add_argument("--no-progress", action="store_true")
     parser.set_defaults(run=run)
 
@@ -55,7 +57,13 @@ _SCALARS = ("size", "steps", "finetune_steps", "batch_size", "eval_examples", "c
 
 
 def settings_from_args(args) -> ProbeSettings:
-    """The grid: ``--quick`` or the defaults, with every given option on top."""
+    """The grid: ``--quick`` or the defaults, with every given option on top, and the ``--setting`` items of every
+    variant checked against its configs (before any training).
+
+    Raises:
+        ValueError: a bad grid or ``--setting`` (:func:`srformer.cli.arguments.parse_variant_settings`,
+            :class:`ProbeSettings`).
+    """
     values: dict = dict(QUICK) if args.quick else {}
     for name in _TUPLES:
         if getattr(args, name) is not None:
@@ -63,7 +71,9 @@ def settings_from_args(args) -> ProbeSettings:
     for name in _SCALARS:
         if getattr(args, name) is not None:
             values[name] = getattr(args, name)
-    return ProbeSettings(**values, progress=not args.no_progress)
+    variants = values.get("variants", ProbeSettings.__dataclass_fields__["variants"].default)
+    return ProbeSettings(**values, progress=not args.no_progress,
+                         variant_settings=parse_variant_settings(args.setting, variants))
 
 
 def run(args) -> int:

@@ -20,7 +20,10 @@ Outputs in ``output_dir``: ``results.json`` (settings, every cell with its per-d
 the seed spread per setting, paired comparisons against ``srformer``), ``results.md`` (tables in
 the shape of Table 2, Figure 4 and Table 3), ``figure4.png`` and ``table3.png``. Every cell lives in
 ``cells/<name>-s<segment_size>-seed<seed>`` and is skipped when finished; an interrupted cell
-resumes from its last checkpoint.
+resumes from its last checkpoint. A named setting run with extra settings (``variant_settings``,
+``--setting``) lives in ``cells/<key>@<name>=<value>+...`` instead, so changing a setting re-runs exactly the
+cells of that named setting and never reuses a model trained with other settings; every cell records its
+settings (``settings`` in ``cell.json``; empty when none, as in records written before the option existed).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from srformer.config import NAMED_SETTINGS, SEGMENT_FREE, VARIANTS, named_config
+from srformer.config import NAMED_SETTINGS, SEGMENT_FREE, VARIANTS, check_variant_settings, named_config
 from srformer.data.pairs import SummaryPair
 from srformer.evaluation.report import write_metrics_json
 from srformer.evaluation.rouge import ROUGE_KEYS, RougeResult, score_summaries
@@ -70,6 +73,9 @@ class CompareSettings:
         no_repeat_ngram_size: decoding forbids repeating an n-gram of this size (0 = off). Default
             3, the usual summarization setting (e.g. BART's CNN/DM config): small models trained
             briefly otherwise loop ("the new new new ..."), which measures the loop, not the attention.
+        variant_settings: extra :class:`~srformer.config.SRformerConfig` settings per named setting of the grid
+            (``{"window": {"window_size": 96}}``; ``srformer compare --setting``); they win over the named
+            setting's own values and are recorded with every cell.
     """
 
     model: str = "t5-tiny"
@@ -95,6 +101,7 @@ class CompareSettings:
     base_seed: int = 0
     data: str = ""
     progress: bool = True
+    variant_settings: dict[str, dict] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         unknown = [n for n in (*self.variants, *self.ablations) if n not in NAMED_SETTINGS]
@@ -111,6 +118,12 @@ class CompareSettings:
                 f"base_steps=0 uses `model` as the trained base, but {self.model!r} is a randomly initialised "
                 "named config: give a checkpoint or hub id (e.g. t5-small), or base_steps > 0."
             )
+        cells = grid_cells(self)
+        check_variant_settings(
+            self.variant_settings, list(dict.fromkeys(c.name for c in cells)),
+            lambda name: {(c.segment_size or min(self.segment_sizes), self.target_length)
+                          for c in cells if c.name == name},
+        )
 
     @property
     def ablation_size(self) -> int:
@@ -161,6 +174,7 @@ class CellResult:
     finetune_seconds: float
     per_document: dict[str, list[float]] = field(repr=False)
     distinct_outputs: int = 0
+    settings: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {
@@ -170,6 +184,7 @@ class CellResult:
             "finetune_seconds": self.finetune_seconds,
             "per_document": self.per_document,
             "distinct_outputs": self.distinct_outputs,
+            "settings": self.settings,
         }
 
 
@@ -205,7 +220,7 @@ def run_compare(
         base = output / "base"
         tqdm.write(f"base model ({settings.model}, full attention, {settings.base_steps} steps) -> {base}")
         train_stage(
-            _spec(settings, settings.model, "full", None), train_pairs, base,
+            _spec(settings, settings.model, "full", None, {}), train_pairs, base,
             _training(settings, settings.base_steps, settings.base_learning_rate, settings.base_seed),
         )
         base_model = str(base)
@@ -216,7 +231,9 @@ def run_compare(
     overall = tqdm(total=len(cells), desc="compare grid", unit="cell", disable=not settings.progress, position=0)
     for cell in cells:
         overall.set_postfix_str(cell.key)
-        results.append(_run_cell(cell, settings, base_model, train_pairs, test_pairs, output / "cells" / cell.key))
+        extra = settings.variant_settings.get(cell.name, {})
+        results.append(_run_cell(cell, settings, base_model, train_pairs, test_pairs,
+                                 output / "cells" / cell_directory(cell, extra)))
         overall.update(1)
     overall.close()
 
@@ -226,9 +243,17 @@ def run_compare(
     return payload
 
 
-def _spec(settings: CompareSettings, model: str, name: str, segment_size: int | None) -> RunSpec:
+def cell_directory(cell: Cell, settings: dict) -> str:
+    """The folder name of ``cell`` run with extra ``settings``: its key, followed by ``@NAME=VALUE+...`` (sorted)
+    when there are settings, so that a cell of other settings never reuses this one's model."""
+    if not settings:
+        return cell.key
+    return cell.key + "@" + "+".join(f"{key}={value}" for key, value in sorted(settings.items()))
+
+
+def _spec(settings: CompareSettings, model: str, name: str, segment_size: int | None, extra: dict) -> RunSpec:
     config = named_config(
-        name, segment_size=segment_size or min(settings.segment_sizes), target_length=settings.target_length
+        name, segment_size=segment_size or min(settings.segment_sizes), target_length=settings.target_length, **extra
     )
     return RunSpec(
         model=model, srformer=config, max_source_length=settings.max_source_length,
@@ -246,21 +271,23 @@ def _run_cell(
     cell: Cell, settings: CompareSettings, base_model: str, train_pairs, test_pairs, run_dir: Path
 ) -> CellResult:
     result_file = run_dir / "cell.json"
+    extra = settings.variant_settings.get(cell.name, {})
     if result_file.is_file():
         saved = json.loads(result_file.read_text())
         metrics = saved.get("metrics", {})
         if (
             metrics.get("num_examples") == len(test_pairs)
             and "distinct_outputs" in saved
+            and same_settings(saved, extra)
             and same_decoding(metrics, num_beams=settings.num_beams, max_new_tokens=settings.max_new_tokens,
                               no_repeat_ngram_size=settings.no_repeat_ngram_size)
         ):
             return CellResult(
-                cell, metrics, saved["finetune_seconds"], saved["per_document"], saved["distinct_outputs"]
+                cell, metrics, saved["finetune_seconds"], saved["per_document"], saved["distinct_outputs"], extra
             )
     # Otherwise training and decoding are each skipped when already done (with these settings).
     summary = train_stage(
-        _spec(settings, base_model, cell.name, cell.segment_size), train_pairs, run_dir,
+        _spec(settings, base_model, cell.name, cell.segment_size, extra), train_pairs, run_dir,
         _training(settings, settings.finetune_steps, settings.finetune_learning_rate, cell.seed),
     )
     metrics, predictions = evaluate_stage(
@@ -269,9 +296,16 @@ def _run_cell(
         progress=False, no_repeat_ngram_size=settings.no_repeat_ngram_size,
     )
     per_document = score_summaries(predictions, [p.summary for p in test_pairs]).per_document
-    result = CellResult(cell, metrics, float(summary.get("seconds", 0.0)), per_document, len(set(predictions)))
+    result = CellResult(cell, metrics, float(summary.get("seconds", 0.0)), per_document, len(set(predictions)),
+                        extra)
     write_metrics_json(result_file, result.to_dict())
     return result
+
+
+def same_settings(record: dict, settings: dict) -> bool:
+    """Whether a saved cell record was made with these extra ``settings`` (a record without a ``settings`` entry,
+    written before ``--setting`` existed, was made with none)."""
+    return record.get("settings", {}) == json.loads(json.dumps(settings))
 
 
 def summarize(results: Sequence[CellResult], settings: CompareSettings) -> dict:
@@ -296,6 +330,7 @@ def summarize(results: Sequence[CellResult], settings: CompareSettings) -> dict:
         interval = RougeResult(documents).bootstrap()
         groups.append({
             "name": name,
+            "settings": settings.variant_settings.get(name, {}),
             "segment_size": size,
             "seeds": [r.cell.seed for r in members],
             **{key: seed_spread([r.metrics[key] for r in members]).to_dict() for key in ROUGE_KEYS},

@@ -9,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from srformer.config import setting_label  # noqa: E402
 from srformer.evaluation.report import format_table  # noqa: E402
 
 ABLATION_LABELS = {
@@ -70,7 +71,7 @@ def table2(payload: dict) -> str:
                 continue
             delta, wins = _delta(payload, group["name"], size) if group["name"] != "srformer" else ("-", "-")
             rows.append({
-                "variant": group["name"],
+                "variant": setting_label(group["name"], group.get("settings")),
                 "ROUGE-1": _spread(group, "rouge1"),
                 "ROUGE-1 95% CI": _interval(*group["rouge_ci"]["rouge1"]),
                 "ROUGE-2": _spread(group, "rouge2"),
@@ -92,7 +93,7 @@ def figure4_table(payload: dict) -> str:
     sizes = list(settings["segment_sizes"])
     rows = []
     for name in settings["variants"]:
-        row = {"variant": name}
+        row = {"variant": setting_label(name, settings.get("variant_settings", {}).get(name))}
         for size in sizes:
             group = next(
                 (g for g in payload["groups"] if g["name"] == name and g["segment_size"] in (size, None)), None
@@ -113,7 +114,7 @@ def table3(payload: dict) -> str:
             continue
         delta, wins = _delta(payload, name, size) if name != "srformer" else ("-", "-")
         rows.append({
-            "setting": ABLATION_LABELS.get(name, name),
+            "setting": setting_label(ABLATION_LABELS.get(name, name), group.get("settings")),
             "ROUGE-1": _spread(group, "rouge1"),
             "ROUGE-1 95% CI": _interval(*group["rouge_ci"]["rouge1"]),
             "ROUGE-2": _spread(group, "rouge2"),
@@ -153,10 +154,11 @@ def plot_figure4(payload: dict, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for index, name in enumerate(settings["variants"]):
         groups = [g for g in payload["groups"] if g["name"] == name]
+        label = setting_label(name, settings.get("variant_settings", {}).get(name))
         color = f"C{index}"
         if len(groups) == 1 and groups[0]["segment_size"] is None:
             mean, std = groups[0]["rouge1"]["mean"], groups[0]["rouge1"]["std"]
-            ax.axhline(mean, color=color, linestyle="--", label=name)
+            ax.axhline(mean, color=color, linestyle="--", label=label)
             ax.axhspan(mean - std, mean + std, color=color, alpha=0.12)
             continue
         points = sorted(
@@ -164,7 +166,7 @@ def plot_figure4(payload: dict, path: Path) -> Path:
         )
         if points:
             xs, means, stds = zip(*points, strict=True)
-            ax.errorbar(xs, means, yerr=stds, marker="o", capsize=3, color=color, label=name)
+            ax.errorbar(xs, means, yerr=stds, marker="o", capsize=3, color=color, label=label)
     ax.set_xscale("log", base=2)
     ax.set_xticks(sizes, [str(s) for s in sizes])
     ax.set_xlabel("segment size s (tokens)")
@@ -187,7 +189,7 @@ def plot_table3(payload: dict, path: Path) -> Path | None:
     if len(groups) < 2:
         return None
     fig, ax = plt.subplots(figsize=(7, 3.8))
-    labels = [ABLATION_LABELS.get(g["name"], g["name"]) for g in groups]
+    labels = [setting_label(ABLATION_LABELS.get(g["name"], g["name"]), g.get("settings")) for g in groups]
     ax.bar(range(len(groups)), [g["rouge1"]["mean"] for g in groups], yerr=[g["rouge1"]["std"] for g in groups],
            capsize=3, color=[f"C{i}" for i in range(len(groups))])
     ax.set_xticks(range(len(groups)), labels, rotation=20, ha="right", fontsize=8)

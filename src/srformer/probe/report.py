@@ -11,6 +11,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from srformer.config import setting_label
+
 
 def _percent(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}"
@@ -34,7 +36,8 @@ def markdown_table(records: Sequence[Mapping]) -> str:
         m = r["metrics"]
         gap = r.get("gap_recovered", {}).get("off_token_accuracy")
         lines.append(
-            f"| {r['task']} | {r['n']} | {r['length']} | {r['segment_size'] or '-'} | {r['name']} | {r['seed']} | "
+            f"| {r['task']} | {r['n']} | {r['length']} | {r['segment_size'] or '-'} | "
+            f"{setting_label(r['name'], r.get('settings'))} | {r['seed']} | "
             f"{_percent(m['token_accuracy'])} | {_percent(m['on_token_accuracy'])} | "
             f"{_percent(m['off_token_accuracy'])} | {_percent(m['exact_match'])} | {_ratio(gap)} | "
             f"{_percent(r['chance'])} | {r['train_seconds']:.0f} |"
@@ -51,7 +54,8 @@ def _series(records: Sequence[Mapping], axis: str, fixed: Mapping) -> dict[str, 
         value = r["metrics"]["off_token_accuracy"]
         if value is None:
             continue
-        label = r["name"] if r["segment_size"] is None else f"{r['name']} s={r['segment_size']}"
+        name = setting_label(r["name"], r.get("settings"))
+        label = name if r["segment_size"] is None else f"{name} s={r['segment_size']}"
         points.setdefault(label, {}).setdefault(r[axis], []).append(value)
     return {label: sorted((x, sum(v) / len(v)) for x, v in by_x.items()) for label, by_x in points.items()}
 

@@ -10,7 +10,9 @@ Protocols:
   Every variant gets the same fine-tuning budget.
 
 A finished cell writes ``cell.json`` and is skipped on a re-run with the same budget
-(:func:`cell_budget`); the ``scratch`` full-attention model is saved
+(:func:`cell_budget`) and the same extra settings of its named setting (``variant_settings``, ``srformer probe
+--setting``; recorded as ``settings``, empty when none; a record without the entry was made with none); the
+``scratch`` full-attention model is saved
 (``bases/<problem>-seed<seed>/model.pt``, a state dict) for the ``convert`` cells. Every cell also keeps its
 trained (converted) model's state dict next to its record (``cells/<key>/model.pt``, about 1.5 MB at t5-tiny's
 shape), so that a finished cell can be analysed again (for example the recurrent-term diagnostics) without
@@ -27,7 +29,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from srformer.config import NAMED_SETTINGS, SEGMENT_FREE, named_config
+from srformer.config import NAMED_SETTINGS, SEGMENT_FREE, check_variant_settings, named_config
 from srformer.evaluation.report import write_metrics_json
 from srformer.models.convert import convert
 from srformer.probe.metrics import gap_recovered, score
@@ -58,6 +60,9 @@ class ProbeSettings:
         shape: the T5 architecture.
         vocabulary: the probe vocabulary.
         progress: show progress bars.
+        variant_settings: extra :class:`~srformer.config.SRformerConfig` settings per named setting of
+            ``variants`` (``{"window": {"window_size": 96}}``; ``srformer probe --setting``); they win over the named
+            setting's own values and are recorded with every cell.
     """
 
     tasks: tuple[str, ...] = TASKS
@@ -80,6 +85,7 @@ class ProbeSettings:
     shape: ModelShape = field(default_factory=ModelShape)
     vocabulary: ProbeVocabulary = field(default_factory=ProbeVocabulary)
     progress: bool = True
+    variant_settings: dict[str, dict] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         unknown = [t for t in self.tasks if t not in TASKS]
@@ -101,6 +107,9 @@ class ProbeSettings:
                 raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}.")
         if any(s < 1 for s in self.segment_sizes) or any(k < 2 for k in self.lengths):
             raise ValueError("segment sizes must be >= 1 and lengths >= 2 tokens.")
+        cells = grid_cells(self)
+        check_variant_settings(self.variant_settings, self.variants,
+                               lambda name: {cell_shape(c, self) for c in cells if c.name == name})
 
 
 @dataclass(frozen=True)
@@ -150,6 +159,25 @@ def grid_cells(settings: ProbeSettings) -> list[ProbeCell]:
     return list(dict.fromkeys(cells))
 
 
+def cell_shape(cell: ProbeCell, settings: ProbeSettings) -> tuple[int, int]:
+    """``(segment_size, target_length)`` of a cell's config in tokens: a segment-free cell gets the smallest segment
+    size; ``T`` is the largest :func:`schedule_length` over the segment sizes (one ``T`` per problem)."""
+    spec = TaskSpec(cell.task, cell.n)
+    return (cell.segment_size or min(settings.segment_sizes),
+            max(schedule_length(spec, cell.length, s) for s in settings.segment_sizes))
+
+
+def cell_settings(cell: ProbeCell, settings: ProbeSettings) -> dict:
+    """What a cell's result depends on in its named setting's extra settings: ``{"settings": ...}``, plus the
+    ``full`` base's as ``base_settings`` for a ``convert`` cell when it has any (kept out when empty, so that a
+    record written before the option existed still matches)."""
+    own = {"settings": settings.variant_settings.get(cell.name, {})}
+    base = settings.variant_settings.get("full", {})
+    if cell.protocol == "convert" and base:
+        own["base_settings"] = base
+    return json.loads(json.dumps(own))
+
+
 def _base_dir(output: Path, cell: ProbeCell) -> Path:
     return output / "bases" / f"{cell.problem}-seed{cell.seed}"
 
@@ -179,11 +207,17 @@ def cell_budget(settings: ProbeSettings, protocol: str) -> dict:
     return budget
 
 
-def _saved(path: Path, budget: dict) -> dict | None:
+def same_cell_settings(record: dict, wanted: dict) -> bool:
+    """Whether a saved record was made with the extra settings ``wanted`` (from :func:`cell_settings`); a missing
+    ``settings`` or ``base_settings`` entry counts as none."""
+    return all(record.get(key, {}) == wanted.get(key, {}) for key in ("settings", "base_settings"))
+
+
+def _saved(path: Path, budget: dict, wanted: dict | None = None) -> dict | None:
     if not path.is_file():
         return None
     record = json.loads(path.read_text())
-    if record.get("budget") == budget:
+    if record.get("budget") == budget and same_cell_settings(record, wanted or {}):
         return record
     tqdm.write(f"{path} was made with other settings; running it again.")
     return None
@@ -191,25 +225,27 @@ def _saved(path: Path, budget: dict) -> dict | None:
 
 def run_cell(cell: ProbeCell, settings: ProbeSettings, output: Path) -> dict:
     """Train and score one cell, or read its saved record when it was made with the same budget
-    (:func:`cell_budget`). Returns the record written to ``cell.json``."""
+    (:func:`cell_budget`) and extra settings (:func:`cell_settings`). Returns the record written to ``cell.json``."""
     record_file = output / "cells" / cell.key / "cell.json"
     budget = cell_budget(settings, cell.protocol)
-    saved = _saved(record_file, budget)
+    extra = cell_settings(cell, settings)
+    saved = _saved(record_file, budget, extra)
     if saved is not None:
         return saved
     spec = TaskSpec(cell.task, cell.n)
-    segment_size = cell.segment_size or min(settings.segment_sizes)
-    target_length = max(schedule_length(spec, cell.length, s) for s in settings.segment_sizes)
-    config = named_config(cell.name, segment_size=segment_size, target_length=target_length)
+    segment_size, target_length = cell_shape(cell, settings)
+    config = named_config(cell.name, segment_size=segment_size, target_length=target_length, **extra["settings"])
     vocabulary = settings.vocabulary
     if cell.protocol == "scratch":
         model = convert(build_model(vocabulary, settings.shape, cell.seed), config)
     else:
         base = _base_dir(output, cell) / "model.pt"
-        if not base.is_file() or _saved(_base_dir(output, cell) / "budget.json", budget["base"]) is None:
-            (output / "cells" / replace(cell, protocol="scratch", name="full", segment_size=None).key
-             / "cell.json").unlink(missing_ok=True)
-            run_cell(replace(cell, protocol="scratch", name="full", segment_size=None), settings, output)
+        base_cell = replace(cell, protocol="scratch", name="full", segment_size=None)
+        if (not base.is_file()
+                or _saved(_base_dir(output, cell) / "budget.json", budget["base"], cell_settings(base_cell, settings))
+                is None):
+            (output / "cells" / base_cell.key / "cell.json").unlink(missing_ok=True)
+            run_cell(base_cell, settings, output)
         model = build_model(vocabulary, settings.shape, cell.seed)
         model.load_state_dict(torch.load(base, weights_only=True))
         model = convert(model, config)
@@ -227,7 +263,7 @@ def run_cell(cell: ProbeCell, settings: ProbeSettings, output: Path) -> dict:
     if cell.protocol == "scratch" and cell.name == "full":
         _base_dir(output, cell).mkdir(parents=True, exist_ok=True)
         torch.save(model.state_dict(), _base_dir(output, cell) / "model.pt")
-        write_metrics_json(_base_dir(output, cell) / "budget.json", {"budget": budget})
+        write_metrics_json(_base_dir(output, cell) / "budget.json", {"budget": budget, **extra})
     record_file.parent.mkdir(parents=True, exist_ok=True)
     torch.save(model.state_dict(), record_file.parent / "model.pt")
     examples = generate_examples(spec, vocabulary, count=settings.eval_examples, length=cell.length,
@@ -239,7 +275,7 @@ def run_cell(cell: ProbeCell, settings: ProbeSettings, output: Path) -> dict:
     record = {
         **asdict(cell), "key": cell.key, "target_length": target_length, "chance": vocabulary.chance(cell.task),
         "metrics": metrics, "train_seconds": summary["seconds"], "final_loss": summary["final_loss"],
-        "steps": train.steps, "eval_seconds": time.perf_counter() - started, "budget": budget,
+        "steps": train.steps, "eval_seconds": time.perf_counter() - started, "budget": budget, **extra,
         "sample": [{"document_tokens": len(e.source), "target": vocabulary.decode(e.target),
                     "prediction": vocabulary.decode(p)} for e, p in zip(examples[:3], predictions[:3], strict=True)],
     }
