@@ -39,7 +39,7 @@ def add_parser(subparsers) -> None:
                         help=f"named settings (default: all of them: {', '.join(NAMED_SETTINGS)})")
     parser.add_argument("--protocols", nargs="+", choices=list(PROTOCOLS), default=None)
     parser.add_argument("--seeds", nargs="+", type=int, default=None)
-    for name in ("steps", "finetune_steps", "batch_size", "eval_examples", "curriculum_start"):
+    for name in ("steps", "finetune_steps", "batch_size", "eval_examples", "curriculum_start", "diagnostics_every"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=None,
                             help=f"default {getattr(defaults, name)}")
     for name in ("learning_rate", "finetune_learning_rate", "curriculum_hold", "curriculum_ramp"):
@@ -51,7 +51,7 @@ def add_parser(subparsers) -> None:
 
 _TUPLES = ("tasks", "recall_sizes", "lengths", "segment_sizes", "variants", "protocols", "seeds")
 _SCALARS = ("size", "steps", "finetune_steps", "batch_size", "eval_examples", "curriculum_start", "learning_rate",
-            "finetune_learning_rate", "curriculum_hold", "curriculum_ramp")
+            "finetune_learning_rate", "curriculum_hold", "curriculum_ramp", "diagnostics_every")
 
 
 def settings_from_args(args) -> ProbeSettings:

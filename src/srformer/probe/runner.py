@@ -29,7 +29,10 @@ from srformer.evaluation.report import write_metrics_json
 from srformer.models.convert import convert
 from srformer.probe.metrics import gap_recovered, score
 from srformer.probe.tasks import TASKS, ProbeVocabulary, TaskSpec, generate_examples
-from srformer.probe.training import ModelShape, TrainSettings, build_model, predict, train_model
+from srformer.probe.training import ModelShape, TrainSettings, build_model, diagnose, predict, train_model
+
+#: Held-out examples of the final recurrent-term measurement of a cell (``diagnostics_eval``).
+DIAGNOSTIC_EXAMPLES = 64
 
 PROTOCOLS: tuple[str, ...] = ("scratch", "convert")
 
@@ -52,6 +55,9 @@ class ProbeSettings:
         batch_size, learning_rate, finetune_learning_rate, curriculum_start, curriculum_hold, curriculum_ramp: see
             :class:`srformer.probe.training.TrainSettings`.
         eval_examples: held-out examples per cell (their own seeded stream).
+        diagnostics_every: measure the recurrent term of cells with SRformer layers every this many training
+            steps and at the last one (:func:`srformer.probe.training.train_model`); 0 disables. Not part of
+            :func:`cell_budget` (it does not change the training), so saved cells stay valid.
         shape: the T5 architecture.
         vocabulary: the probe vocabulary.
         progress: show progress bars.
@@ -74,6 +80,7 @@ class ProbeSettings:
     curriculum_hold: float = 0.5
     curriculum_ramp: float = 0.3
     eval_examples: int = 256
+    diagnostics_every: int = 100
     shape: ModelShape = field(default_factory=ModelShape)
     vocabulary: ProbeVocabulary = field(default_factory=ProbeVocabulary)
     progress: bool = True
@@ -96,6 +103,8 @@ class ProbeSettings:
         for name in ("steps", "finetune_steps", "batch_size", "eval_examples", "size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}.")
+        if self.diagnostics_every < 0:
+            raise ValueError(f"`diagnostics_every` must be >= 0 (0 disables), got {self.diagnostics_every}.")
         if any(s < 1 for s in self.segment_sizes) or any(k < 2 for k in self.lengths):
             raise ValueError("segment sizes must be >= 1 and lengths >= 2 tokens.")
 
@@ -188,7 +197,12 @@ def _saved(path: Path, budget: dict) -> dict | None:
 
 def run_cell(cell: ProbeCell, settings: ProbeSettings, output: Path) -> dict:
     """Train and score one cell, or read its saved record when it was made with the same budget
-    (:func:`cell_budget`). Returns the record written to ``cell.json``."""
+    (:func:`cell_budget`). Returns the record written to ``cell.json``.
+
+    For a model with recurrent SRformer layers and ``diagnostics_every > 0``, the record holds
+    ``diagnostics`` (the training-time measurements of :func:`~srformer.probe.training.train_model`) and
+    ``diagnostics_eval`` (:func:`~srformer.probe.training.diagnose` on the first :data:`DIAGNOSTIC_EXAMPLES`
+    held-out evaluation examples, after training); otherwise ``[]`` and None."""
     record_file = output / "cells" / cell.key / "cell.json"
     budget = cell_budget(settings, cell.protocol)
     saved = _saved(record_file, budget)
@@ -219,7 +233,8 @@ def run_cell(cell: ProbeCell, settings: ProbeSettings, output: Path) -> dict:
             bar.set_postfix(loss=f"{loss:.3f}", k=length)
 
     summary = train_model(model, spec, vocabulary, train, length=cell.length, segment_size=segment_size,
-                          target_length=target_length, seed=cell.seed, on_step=on_step)
+                          target_length=target_length, seed=cell.seed, on_step=on_step,
+                          diagnostics_every=settings.diagnostics_every)
     bar.close()
     if cell.protocol == "scratch" and cell.name == "full":
         _base_dir(output, cell).mkdir(parents=True, exist_ok=True)
@@ -231,10 +246,14 @@ def run_cell(cell: ProbeCell, settings: ProbeSettings, output: Path) -> dict:
     started = time.perf_counter()
     predictions = predict(model, examples, vocabulary)
     metrics = score(predictions, examples, segment_size=segment_size, target_length=target_length)
+    eval_seconds = time.perf_counter() - started
+    diagnostics_eval = (diagnose(model, examples[:DIAGNOSTIC_EXAMPLES], vocabulary)
+                        if settings.diagnostics_every else None)
     record = {
         **asdict(cell), "key": cell.key, "target_length": target_length, "chance": vocabulary.chance(cell.task),
         "metrics": metrics, "train_seconds": summary["seconds"], "final_loss": summary["final_loss"],
-        "steps": train.steps, "eval_seconds": time.perf_counter() - started, "budget": budget,
+        "steps": train.steps, "eval_seconds": eval_seconds, "budget": budget,
+        "diagnostics": summary["diagnostics"], "diagnostics_eval": diagnostics_eval,
         "sample": [{"document_tokens": len(e.source), "target": vocabulary.decode(e.target),
                     "prediction": vocabulary.decode(p)} for e, p in zip(examples[:3], predictions[:3], strict=True)],
     }
