@@ -25,7 +25,8 @@ def add_parser(subparsers) -> None:
             "Train small T5 models with each cross-attention variant on synthetic tasks whose targets need known "
             "encoder positions, and score token accuracy / exact match on target positions whose needed tokens lie "
             "on or off the segment that segmented attention reads. Writes results.json, results.md, "
-            "recall_vs_n.png and recall_vs_length.png; finished cells are skipped on a re-run."
+            "recall_vs_n.png, recall_vs_length.png and, for cells with an srformer layer, recurrent-term diagnostics "
+            "(recurrent_term.png); finished cells are skipped on a re-run."
         ),
     )
     parser.add_argument("--output", required=True, help="results directory (resumable)")

@@ -89,8 +89,8 @@ def plot_recurrent_term(records: Sequence[Mapping], path: str | Path) -> Path:
     panels = (("firing_fraction", 100.0, "RAF firing fraction (%)"), ("recurrent_to_softmax", 1.0, "|O_R| / |O_S|"))
     for ax, (key, factor, label) in zip(axes[0], panels, strict=True):
         for r in records:
-            points = [(d["step"], _layer_mean(d["layers"], key)) for d in r.get("diagnostics") or []]
-            points = [(x, y) for x, y in points if y is not None]
+            means = [(d["step"], _layer_mean(d["layers"], key)) for d in r.get("diagnostics") or []]
+            points = [(x, y) for x, y in means if y is not None]
             if points:
                 ax.plot([x for x, _ in points], [factor * y for _, y in points], marker=".", label=r["key"])
         ax.set_xlabel("training step")
