@@ -19,6 +19,35 @@ def _check_fraction(value) -> None:
     assert value is None or (isinstance(value, float) and 0.0 <= value <= 1.0 and math.isfinite(value))
 
 
+LAYER_KEYS = {"firing_fraction", "discarded_input", "recurrent_to_softmax", "grad_weight", "grad_leak",
+              "grad_threshold", "leak", "threshold"}
+
+
+def _check_layers(layers) -> None:
+    assert len(layers) == ProbeSettings().shape.num_decoder_layers
+    for layer in layers:
+        assert set(layer) == LAYER_KEYS
+        _check_fraction(layer["firing_fraction"])
+        _check_fraction(layer["discarded_input"])
+        for key in ("recurrent_to_softmax", "grad_weight", "grad_leak", "grad_threshold", "threshold"):
+            assert isinstance(layer[key], float) and math.isfinite(layer[key]) and layer[key] >= 0.0
+        assert math.isfinite(layer["leak"])
+
+
+def _check_diagnostics(record) -> None:
+    """The recurrent-term measurements of an srformer cell: at step 0 and the last step (the quick budget is
+    below ``diagnostics_every``), then on held-out examples."""
+    steps = record["steps"]
+    assert [d["step"] for d in record["diagnostics"]] == [0, steps - 1]
+    for entry in record["diagnostics"]:
+        assert set(entry) == {"step", "loss", "length", "layers"}
+        assert math.isfinite(entry["loss"]) and 2 <= entry["length"] <= record["length"]
+        _check_layers(entry["layers"])
+    final = record["diagnostics_eval"]
+    assert final["examples"] == min(64, QUICK["eval_examples"]) and final["length"] == record["length"]
+    _check_layers(final["layers"])
+
+
 @pytest.mark.slow
 def test_quick_probe_writes_well_formed_outputs(tmp_path, capsys):
     output = tmp_path / "probe"
@@ -42,6 +71,9 @@ def test_quick_probe_writes_well_formed_outputs(tmp_path, capsys):
         assert (record["segment_size"] is None) == (record["name"] == "full")
         if record["name"] == "srformer":
             assert set(record["gap_recovered"]) == {"token_accuracy", "off_token_accuracy"}
+            _check_diagnostics(record)
+        else:  # no recurrent term to measure
+            assert record["diagnostics"] == [] and record["diagnostics_eval"] is None
     table = (output / "results.md").read_text()
     assert "## Protocol: scratch" in table and "## Protocol: convert" in table
     assert sum(line.startswith("| recall |") for line in table.splitlines()) == sum(
@@ -51,6 +83,13 @@ def test_quick_probe_writes_well_formed_outputs(tmp_path, capsys):
         with Image.open(output / name) as image:
             assert image.format == "PNG" and image.size[0] > 100 and image.size[1] > 100
     assert (output / "bases").is_dir()
+    layers = ProbeSettings().shape.num_decoder_layers
+    section = table.split("## Recurrent term")[1]
+    assert sum(line.startswith("| scratch/") or line.startswith("| convert/") for line in section.splitlines()) == (
+        layers * sum(r["name"] == "srformer" for r in records)
+    )
+    with Image.open(output / "recurrent_term.png") as image:
+        assert image.format == "PNG" and image.size[0] > 100
 
     # A re-run finds every cell finished: the records are read back, not retrained.
     before = {p: p.stat().st_mtime_ns for p in (output / "cells").rglob("cell.json")}

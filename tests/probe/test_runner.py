@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from srformer.config import NAMED_SETTINGS
+from srformer.config import NAMED_SETTINGS, named_config
 from srformer.probe.runner import ProbeSettings, add_gap_recovered, grid_cells, schedule_length
 from srformer.probe.tasks import TaskSpec
 
@@ -148,3 +148,34 @@ def test_a_changed_setting_reruns_only_its_named_settings_cells_and_old_records_
     configs.clear()
     runner.run_probe(tmp_path, changed_settings)
     assert _mtimes(tmp_path) == again and configs == []
+
+
+def test_a_cell_finished_without_diagnostics_is_measured_from_its_saved_model(tmp_path):
+    import torch
+
+    from srformer.models.convert import convert
+    from srformer.probe.runner import run_probe
+    from srformer.probe.tasks import generate_examples
+    from srformer.probe.training import ModelShape, build_model, diagnose
+
+    tiny = ModelShape(d_model=16, d_ff=32, num_layers=1, num_decoder_layers=2, num_heads=2, d_kv=8)
+    settings = ProbeSettings(tasks=("recall",), recall_sizes=(2,), lengths=(32,), segment_sizes=(8,),
+                             variants=("full", "srformer"), protocols=("scratch",), steps=2, batch_size=2,
+                             curriculum_start=32, eval_examples=4, shape=tiny, progress=False, diagnostics_every=0)
+    run_probe(tmp_path, settings)
+    cell_dir = tmp_path / "cells" / "scratch" / "recall-n2-k32" / "srformer-s8-seed0"
+    assert json.loads((cell_dir / "cell.json").read_text())["diagnostics_eval"] is None
+    measured = run_probe(tmp_path, replace(settings, diagnostics_every=100))["records"]
+    record = next(r for r in measured if r["name"] == "srformer")
+    full = next(r for r in measured if r["name"] == "full")
+    assert full["diagnostics_eval"] is None  # no recurrent layer
+    # independently: the saved model, measured on the same held-out examples
+    target_length = record["target_length"]
+    config = named_config("srformer", segment_size=8, target_length=target_length)
+    model = convert(build_model(settings.vocabulary, tiny, 0), config)
+    model.load_state_dict(torch.load(cell_dir / "model.pt", weights_only=True))
+    examples = generate_examples(TaskSpec("recall", 2), settings.vocabulary, count=4, length=32, segment_size=8,
+                                 target_length=target_length, seed=10_000)
+    expected = diagnose(model, examples, settings.vocabulary)
+    assert record["diagnostics_eval"] == json.loads(json.dumps(expected))
+    assert json.loads((cell_dir / "cell.json").read_text())["diagnostics_eval"] == record["diagnostics_eval"]

@@ -87,3 +87,61 @@ def test_bad_budget_is_rejected():
     with pytest.raises(ValueError, match="steps"):
         train_model(build_model(VOCAB, TINY, seed=0), TaskSpec("copy", 1), VOCAB, TrainSettings(steps=0),
                     length=8, segment_size=4, target_length=2, seed=0)
+
+
+def _srformer(seed: int = 0):
+    from srformer.config import named_config
+    from srformer.models.convert import convert
+
+    return convert(build_model(VOCAB, TINY, seed=seed), named_config("srformer", segment_size=8, target_length=6))
+
+
+def test_training_records_recurrent_term_diagnostics_on_its_own_batches():
+    from srformer.evaluation.recurrent_term import recurrent_layers
+
+    spec = TaskSpec("recall", 2)
+    settings = TrainSettings(steps=5, batch_size=2, warmup=1, curriculum_start=40)
+    kwargs = {"length": 48, "segment_size": 8, "target_length": 6, "seed": 0}
+    summary = train_model(_srformer(), spec, VOCAB, settings, diagnostics_every=2, **kwargs)
+    diagnostics = summary["diagnostics"]
+    assert [d["step"] for d in diagnostics] == [0, 2, 4]
+    assert [d["length"] for d in diagnostics] == [curriculum_length(s, 5, start=40, final=48, ramp=0.5)
+                                                  for s in (0, 2, 4)]
+    for entry in diagnostics:
+        assert len(entry["layers"]) == TINY.num_decoder_layers and entry["loss"] > 0
+        for layer in entry["layers"]:
+            assert 0.0 <= layer["firing_fraction"] <= 1.0 and 0.0 <= layer["discarded_input"] <= 1.0
+            assert layer["recurrent_to_softmax"] >= 0.0 and layer["grad_weight"] >= 0.0
+    # Step 0's gradients are those of the step's own batch before clipping: the same model, batch and backward
+    # by hand give the same numbers.
+    model = _srformer()
+    examples = batch_examples(spec, VOCAB, seed=0, step=0, batch_size=2, length=diagnostics[0]["length"],
+                              segment_size=8, target_length=6)
+    loss = model(**model_inputs(model, collate(examples, VOCAB))).loss
+    loss.backward()
+    raf = recurrent_layers(model)[0].raf
+    assert diagnostics[0]["loss"] == loss.item()
+    weight_grad = float(torch.linalg.vector_norm(raf.linear.weight.grad.double()))  # the monitor's float64 norm
+    assert diagnostics[0]["layers"][0]["grad_weight"] == weight_grad
+    assert diagnostics[0]["layers"][0]["grad_threshold"] == abs(float(raf.threshold.grad))
+    short = train_model(_srformer(), spec, VOCAB, TrainSettings(steps=4, batch_size=2, warmup=1,
+                                                               curriculum_start=40), diagnostics_every=2, **kwargs)
+    assert [d["step"] for d in short["diagnostics"]] == [0, 2, 3]  # and the last step
+    plain = train_model(build_model(VOCAB, TINY, seed=0), spec, VOCAB, settings, diagnostics_every=2, **kwargs)
+    assert plain["diagnostics"] == []
+    with pytest.raises(ValueError, match="diagnostics_every"):
+        train_model(_srformer(), spec, VOCAB, settings, diagnostics_every=-1, **kwargs)
+
+
+def test_diagnose_changes_no_parameter_and_leaves_no_gradient():
+    from srformer.probe.training import diagnose
+
+    model = _srformer()
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    examples = batch_examples(TaskSpec("recall", 2), VOCAB, seed=3, step=0, batch_size=3, length=48, segment_size=8,
+                              target_length=6)
+    result = diagnose(model, examples, VOCAB)
+    assert result is not None and result["examples"] == 3 and result["length"] == 48
+    assert len(result["layers"]) == 1 and result["layers"][0]["grad_weight"] is not None
+    assert all(p.grad is None and torch.equal(p, before[name]) for name, p in model.named_parameters())
+    assert diagnose(build_model(VOCAB, TINY, seed=0), examples, VOCAB) is None

@@ -37,7 +37,7 @@ learnable scalar ``a`` per layer (``mix_logit``). With ``recurrence=False`` the 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -105,6 +105,11 @@ class SRformerCrossAttention(SegmentedCrossAttention):
         raf: the RAF neuron with its linear layer ``W`` (parameters ``raf.linear.weight``, ``raf.leak``,
             ``raf.threshold``); None without recurrence and under ablation III.
         mix_logit: the Eq. 10 mix's ``a``, or None (Eq. 11).
+        monitor: None, or an observer of the recurrent term (a plain attribute, not a module: never in the
+            state dict), e.g. :class:`srformer.evaluation.recurrent_term.RecurrentTermMonitor`'s per-layer
+            record. When set, the autograd branch of :meth:`init_state` calls ``monitor.observe_raf(raf_inputs,
+            raf_outputs, visited)`` and :meth:`_output` calls ``monitor.observe_output(softmax_output,
+            recurrent)``, with detached tensors; it must not change them.
         divides_by_key_norm: ``O_R`` is divided by ``norm(K)`` (False under ablation II).
         raf_reads_segment_products: RAF reads ``W K_i^T V_i`` (ablation IV) instead of ``W P_i``.
 
@@ -129,6 +134,7 @@ class SRformerCrossAttention(SegmentedCrossAttention):
         self.mix_logit: nn.Parameter | None = None
         if config.mix_init is not None and self.has_recurrence:
             self.mix_logit = nn.Parameter(torch.logit(torch.tensor(float(config.mix_init))))
+        self.monitor: Any = None
 
     def _project(self, products: torch.Tensor) -> torch.Tensor:
         """``W x`` on the last axis, or ``x`` itself under ablation III (no RAF, no ``W``)."""
@@ -187,6 +193,8 @@ class SRformerCrossAttention(SegmentedCrossAttention):
             else:
                 zeros = raf_inputs.new_zeros(batch, heads, d, d)
                 raf_outputs, _, _ = self.raf.scan(raf_inputs, visited, zeros, zeros, axis=1)
+            if self.monitor is not None:
+                self.monitor.observe_raf(raf_inputs.detach(), raf_outputs.detach(), visited)
             raf_readout = raf_outputs * factor[:, None]
         else:
             raf_readout = self._readout_in_place(segment_products, total[:, 0], visited, state.num_segments, factor)
@@ -379,6 +387,8 @@ class SRformerCrossAttention(SegmentedCrossAttention):
         readout = take_blocks(state.raf_readout, index, q)
         query_rows = queries.transpose(1, 2).unsqueeze(-2).to(readout.dtype)  # (B, q, H, 1, d)
         recurrent = torch.matmul(query_rows, readout).squeeze(-2).transpose(1, 2)  # (B, H, q, d)
+        if self.monitor is not None:
+            self.monitor.observe_output(None if output is None else output.detach(), recurrent.detach())
         return self._combine(output, recurrent.to(queries.dtype))
 
     def _step_output(

@@ -26,7 +26,8 @@ def add_parser(subparsers) -> None:
             "Train small T5 models with each cross-attention variant on synthetic tasks whose targets need known "
             "encoder positions, and score token accuracy / exact match on target positions whose needed tokens lie "
             "on or off the segment that segmented attention reads. Writes results.json, results.md, "
-            "recall_vs_n.png and recall_vs_length.png; finished cells are skipped on a re-run."
+            "recall_vs_n.png, recall_vs_length.png and, for cells with an srformer layer, recurrent-term diagnostics "
+            "(recurrent_term.png); finished cells are skipped on a re-run."
         ),
     )
     parser.add_argument("--output", required=True, help="results directory (resumable)")
@@ -40,7 +41,7 @@ def add_parser(subparsers) -> None:
                         help=f"named settings (default: all of them: {', '.join(NAMED_SETTINGS)})")
     parser.add_argument("--protocols", nargs="+", choices=list(PROTOCOLS), default=None)
     parser.add_argument("--seeds", nargs="+", type=int, default=None)
-    for name in ("steps", "finetune_steps", "batch_size", "eval_examples", "curriculum_start"):
+    for name in ("steps", "finetune_steps", "batch_size", "eval_examples", "curriculum_start", "diagnostics_every"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=None,
                             help=f"default {getattr(defaults, name)}")
     for name in ("learning_rate", "finetune_learning_rate", "curriculum_hold", "curriculum_ramp"):
@@ -53,7 +54,7 @@ def add_parser(subparsers) -> None:
 
 _TUPLES = ("tasks", "recall_sizes", "lengths", "segment_sizes", "variants", "protocols", "seeds")
 _SCALARS = ("size", "steps", "finetune_steps", "batch_size", "eval_examples", "curriculum_start", "learning_rate",
-            "finetune_learning_rate", "curriculum_hold", "curriculum_ramp")
+            "finetune_learning_rate", "curriculum_hold", "curriculum_ramp", "diagnostics_every")
 
 
 def settings_from_args(args) -> ProbeSettings:

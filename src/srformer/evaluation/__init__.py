@@ -6,6 +6,8 @@
   :data:`ROUGE_KEYS` (``rouge``): ROUGE-1/2/L/Lsum via ``rouge_score``, with bootstrap
   confidence intervals.
 * :func:`write_metrics_json` / :func:`format_table` (``report``): JSON and Markdown output.
+* :class:`~srformer.evaluation.recurrent_term.RecurrentTermMonitor` (``recurrent_term``, import it from there):
+  firing fraction, discarded input, ``|O_R|/|O_S|`` and RAF gradient norms of SRformer layers.
 """
 
 from srformer.evaluation.generation import GenerationResult, generate_summaries

@@ -1,5 +1,6 @@
-"""Probe outputs: ``results.md`` (one table per protocol) and PNG plots of recall accuracy against the
-number of facts ``n`` and against the document length ``k``."""
+"""Probe outputs: ``results.md`` (one table per protocol, and a "Recurrent term" table for cells with
+diagnostics) and PNG plots of recall accuracy against the number of facts ``n`` and against the document length
+``k``, and of the recurrent-term diagnostics against the training step."""
 
 from __future__ import annotations
 
@@ -45,6 +46,67 @@ def markdown_table(records: Sequence[Mapping]) -> str:
     return "\n".join(lines)
 
 
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def _scaled(fraction: float | None) -> str:
+    """A fraction in percent with 3 significant digits (a rare firing, e.g. 0.0012%, stays visible)."""
+    return "-" if fraction is None else _number(100 * fraction)
+
+
+def recurrent_term_table(records: Sequence[Mapping]) -> str:
+    """One Markdown row per (cell, recurrent layer) of the records that have ``diagnostics_eval``
+    (:func:`srformer.probe.training.diagnose` on held-out examples after training): firing fraction and
+    discarded input in percent, ``|O_R|/|O_S|``, the gradient norms reaching ``W``, leak and threshold, and
+    the leak and threshold values; ``-`` where a term does not exist (ablations I and III)."""
+    lines = [
+        "| cell | layer | firing % | discarded input % | \\|O_R\\|/\\|O_S\\| | grad W | grad leak | grad threshold "
+        "| leak | threshold |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in records:
+        diagnostics = r.get("diagnostics_eval")
+        if not diagnostics:
+            continue
+        for index, layer in enumerate(diagnostics["layers"]):
+            lines.append(
+                f"| {r['key']} | {index} | {_scaled(layer['firing_fraction'])} | "
+                f"{_scaled(layer['discarded_input'])} | {_number(layer['recurrent_to_softmax'])} | "
+                f"{_number(layer['grad_weight'])} | {_number(layer['grad_leak'])} | "
+                f"{_number(layer['grad_threshold'])} | {_number(layer['leak'])} | {_number(layer['threshold'])} |"
+            )
+    return "\n".join(lines)
+
+
+def _layer_mean(layers: Sequence[Mapping], key: str) -> float | None:
+    values = [layer[key] for layer in layers if layer[key] is not None]
+    return sum(values) / len(values) if values else None
+
+
+def plot_recurrent_term(records: Sequence[Mapping], path: str | Path) -> Path:
+    """Firing fraction (%) and ``|O_R|/|O_S|`` against the training step, averaged over a cell's recurrent
+    layers (those where the number exists), one line per cell with ``diagnostics``."""
+    path = Path(path)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), squeeze=False)
+    panels = (("firing_fraction", 100.0, "RAF firing fraction (%)"), ("recurrent_to_softmax", 1.0, "|O_R| / |O_S|"))
+    for ax, (key, factor, label) in zip(axes[0], panels, strict=True):
+        for r in records:
+            means = [(d["step"], _layer_mean(d["layers"], key)) for d in r.get("diagnostics") or []]
+            points = [(x, y) for x, y in means if y is not None]
+            if points:
+                ax.plot([x for x, _ in points], [factor * y for _, y in points], marker=".", label=r["key"])
+        ax.set_xlabel("training step")
+        ax.set_ylabel(label)
+        ax.set_title(f"{label} (mean over layers)")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def _series(records: Sequence[Mapping], axis: str, fixed: Mapping) -> dict[str, list[tuple[int, float]]]:
     """Per variant label: sorted (axis value, mean off-segment accuracy over seeds) points."""
     points: dict[str, dict[int, list[float]]] = {}
@@ -87,7 +149,8 @@ def plot_recall(records: Sequence[Mapping], path: str | Path, *, axis: str, fixe
 
 
 def write_report(payload: Mapping, output: str | Path) -> list[Path]:
-    """Write ``results.md``, ``recall_vs_n.png`` and ``recall_vs_length.png`` into ``output``.
+    """Write ``results.md``, ``recall_vs_n.png`` and ``recall_vs_length.png`` into ``output``, and
+    ``recurrent_term.png`` when some record has training-time ``diagnostics``.
 
     Returns:
         The written paths.
@@ -111,6 +174,23 @@ def write_report(payload: Mapping, output: str | Path) -> list[Path]:
         rows = [r for r in records if r["protocol"] == protocol]
         if rows:
             parts += [f"## Protocol: {protocol}", "", markdown_table(rows), ""]
+    if any(r.get("diagnostics_eval") for r in records):
+        parts += [
+            "## Recurrent term",
+            "",
+            (
+                "Measured after training on up to 64 held-out examples (one forward with autograd and one backward, "
+                "no update). Firing %: RAF output entries != 0 at the segments the schedule visits; discarded input "
+                "%: share of the energy of the RAF input W P_j in its negative entries, which the relu neuron drops; "
+                "|O_R|/|O_S|: Frobenius norms over the batch before the two are added; grad: norms of the loss "
+                "gradient reaching the RAF weight W, leak and threshold; '-': the term does not exist (ablation I "
+                "has no O_S, ablation III no neuron). recurrent_term.png shows firing % and |O_R|/|O_S| during "
+                "training."
+            ),
+            "",
+            recurrent_term_table(records),
+            "",
+        ]
     parts.append(f"Grid wall time: {payload.get('seconds', 0.0):.0f} s (cells found finished are not re-timed).")
     (output / "results.md").write_text("\n".join(parts) + "\n")
     written = [output / "results.md"]
@@ -122,4 +202,6 @@ def write_report(payload: Mapping, output: str | Path) -> list[Path]:
                                    title=f"recall, k={length}"))
         written.append(plot_recall(records, output / "recall_vs_length.png", axis="length", fixed={"n": size},
                                    title=f"recall, n={size}"))
+    if any(r.get("diagnostics") for r in records):
+        written.append(plot_recurrent_term(records, output / "recurrent_term.png"))
     return written

@@ -34,7 +34,10 @@ from srformer.evaluation.report import write_metrics_json
 from srformer.models.convert import convert
 from srformer.probe.metrics import gap_recovered, score
 from srformer.probe.tasks import TASKS, ProbeVocabulary, TaskSpec, generate_examples
-from srformer.probe.training import ModelShape, TrainSettings, build_model, predict, train_model
+from srformer.probe.training import ModelShape, TrainSettings, build_model, diagnose, predict, train_model
+
+#: Held-out examples of the final recurrent-term measurement of a cell (``diagnostics_eval``).
+DIAGNOSTIC_EXAMPLES = 64
 
 PROTOCOLS: tuple[str, ...] = ("scratch", "convert")
 
@@ -57,6 +60,9 @@ class ProbeSettings:
         batch_size, learning_rate, finetune_learning_rate, curriculum_start, curriculum_hold, curriculum_ramp: see
             :class:`srformer.probe.training.TrainSettings`.
         eval_examples: held-out examples per cell (their own seeded stream).
+        diagnostics_every: measure the recurrent term of cells with SRformer layers every this many training
+            steps and at the last one (:func:`srformer.probe.training.train_model`); 0 disables. Not part of
+            :func:`cell_budget` (it does not change the training), so saved cells stay valid.
         shape: the T5 architecture.
         vocabulary: the probe vocabulary.
         progress: show progress bars.
@@ -82,6 +88,7 @@ class ProbeSettings:
     curriculum_hold: float = 0.5
     curriculum_ramp: float = 0.3
     eval_examples: int = 256
+    diagnostics_every: int = 100
     shape: ModelShape = field(default_factory=ModelShape)
     vocabulary: ProbeVocabulary = field(default_factory=ProbeVocabulary)
     progress: bool = True
@@ -105,6 +112,8 @@ class ProbeSettings:
         for name in ("steps", "finetune_steps", "batch_size", "eval_examples", "size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}.")
+        if self.diagnostics_every < 0:
+            raise ValueError(f"`diagnostics_every` must be >= 0 (0 disables), got {self.diagnostics_every}.")
         if any(s < 1 for s in self.segment_sizes) or any(k < 2 for k in self.lengths):
             raise ValueError("segment sizes must be >= 1 and lengths >= 2 tokens.")
         cells = grid_cells(self)
@@ -225,17 +234,33 @@ def _saved(path: Path, budget: dict, wanted: dict | None = None) -> dict | None:
 
 def run_cell(cell: ProbeCell, settings: ProbeSettings, output: Path) -> dict:
     """Train and score one cell, or read its saved record when it was made with the same budget
-    (:func:`cell_budget`) and extra settings (:func:`cell_settings`). Returns the record written to ``cell.json``."""
+    (:func:`cell_budget`) and extra settings (:func:`cell_settings`). Returns the record written to ``cell.json``.
+
+    For a model with recurrent SRformer layers and ``diagnostics_every > 0``, the record holds
+    ``diagnostics`` (the training-time measurements of :func:`~srformer.probe.training.train_model`) and
+    ``diagnostics_eval`` (:func:`~srformer.probe.training.diagnose` on the first :data:`DIAGNOSTIC_EXAMPLES`
+    held-out evaluation examples, after training); otherwise ``[]`` and None."""
     record_file = output / "cells" / cell.key / "cell.json"
     budget = cell_budget(settings, cell.protocol)
     extra = cell_settings(cell, settings)
     saved = _saved(record_file, budget, extra)
-    if saved is not None:
-        return saved
     spec = TaskSpec(cell.task, cell.n)
     segment_size, target_length = cell_shape(cell, settings)
     config = named_config(cell.name, segment_size=segment_size, target_length=target_length, **extra["settings"])
     vocabulary = settings.vocabulary
+    if saved is not None:
+        if (saved.get("diagnostics_eval") is None and settings.diagnostics_every and config.variant == "srformer"
+                and (record_file.parent / "model.pt").is_file()):
+            # a cell finished before the diagnostics existed: measure its saved model (no training)
+            model = convert(build_model(vocabulary, settings.shape, cell.seed), config)
+            model.load_state_dict(torch.load(record_file.parent / "model.pt", weights_only=True))
+            examples = generate_examples(spec, vocabulary, count=settings.eval_examples, length=cell.length,
+                                         segment_size=segment_size, target_length=target_length,
+                                         seed=10_000 + cell.seed)
+            saved["diagnostics_eval"] = diagnose(model, examples[:DIAGNOSTIC_EXAMPLES], vocabulary)
+            saved.setdefault("diagnostics", [])
+            write_metrics_json(record_file, saved)
+        return saved
     if cell.protocol == "scratch":
         model = convert(build_model(vocabulary, settings.shape, cell.seed), config)
     else:
@@ -258,7 +283,8 @@ def run_cell(cell: ProbeCell, settings: ProbeSettings, output: Path) -> dict:
             bar.set_postfix(loss=f"{loss:.3f}", k=length)
 
     summary = train_model(model, spec, vocabulary, train, length=cell.length, segment_size=segment_size,
-                          target_length=target_length, seed=cell.seed, on_step=on_step)
+                          target_length=target_length, seed=cell.seed, on_step=on_step,
+                          diagnostics_every=settings.diagnostics_every)
     bar.close()
     if cell.protocol == "scratch" and cell.name == "full":
         _base_dir(output, cell).mkdir(parents=True, exist_ok=True)
@@ -272,10 +298,14 @@ def run_cell(cell: ProbeCell, settings: ProbeSettings, output: Path) -> dict:
     started = time.perf_counter()
     predictions = predict(model, examples, vocabulary)
     metrics = score(predictions, examples, segment_size=segment_size, target_length=target_length)
+    eval_seconds = time.perf_counter() - started
+    diagnostics_eval = (diagnose(model, examples[:DIAGNOSTIC_EXAMPLES], vocabulary)
+                        if settings.diagnostics_every else None)
     record = {
         **asdict(cell), "key": cell.key, "target_length": target_length, "chance": vocabulary.chance(cell.task),
         "metrics": metrics, "train_seconds": summary["seconds"], "final_loss": summary["final_loss"],
-        "steps": train.steps, "eval_seconds": time.perf_counter() - started, "budget": budget, **extra,
+        "steps": train.steps, "eval_seconds": eval_seconds, "budget": budget, **extra,
+        "diagnostics": summary["diagnostics"], "diagnostics_eval": diagnostics_eval,
         "sample": [{"document_tokens": len(e.source), "target": vocabulary.decode(e.target),
                     "prediction": vocabulary.decode(p)} for e, p in zip(examples[:3], predictions[:3], strict=True)],
     }

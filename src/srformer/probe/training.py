@@ -11,11 +11,13 @@ import math
 import random
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 from transformers import PreTrainedModel, T5Config, T5ForConditionalGeneration
 
+from srformer.evaluation.recurrent_term import RecurrentTermMonitor, recurrent_layers
 from srformer.probe.tasks import Example, ProbeVocabulary, TaskSpec, generate_example
 
 
@@ -159,6 +161,7 @@ def train_model(
     target_length: int,
     seed: int,
     on_step: Callable[[int, float, int], None] | None = None,
+    diagnostics_every: int = 0,
 ) -> dict:
     """Train ``model`` in place on fresh batches of ``spec``.
 
@@ -172,15 +175,26 @@ def train_model(
         target_length: the schedule's ``T``.
         seed: the data stream (and nothing else; the model's initialisation is the caller's).
         on_step: called as ``on_step(step, loss, length)`` after every step (progress bars).
+        diagnostics_every: when > 0 and the model has recurrent SRformer layers, measure the recurrent term
+            (:class:`~srformer.evaluation.recurrent_term.RecurrentTermMonitor`) at every step divisible by it
+            and at the last step, on that step's own batch: the monitor watches the step's forward, the
+            gradients are read after ``backward`` and before clipping. 0 disables.
 
     Returns:
-        ``{"steps", "seconds", "final_loss"}`` (mean loss of the last 50 steps).
+        ``{"steps", "seconds", "final_loss", "diagnostics"}``: ``final_loss`` is the mean loss of the last 50
+        steps; ``diagnostics`` a list of ``{"step", "loss", "length", "layers"}`` (``layers``: one dict per
+        recurrent layer, :meth:`~srformer.evaluation.recurrent_term.RecurrentTermMonitor.report`), empty when
+        nothing was measured. ``seconds`` includes the measurements.
 
     Raises:
-        ValueError: if ``steps`` or ``batch_size`` is not positive.
+        ValueError: if ``steps`` or ``batch_size`` is not positive, or ``diagnostics_every`` is negative.
     """
     if settings.steps < 1 or settings.batch_size < 1:
         raise ValueError(f"steps and batch_size must be positive, got {settings.steps} and {settings.batch_size}.")
+    if diagnostics_every < 0:
+        raise ValueError(f"`diagnostics_every` must be >= 0 (0 disables), got {diagnostics_every}.")
+    monitored = diagnostics_every > 0 and bool(recurrent_layers(model))
+    diagnostics: list[dict] = []
     decay: list[torch.nn.Parameter] = []
     no_decay: list[torch.nn.Parameter] = []
     for name, parameter in model.named_parameters():
@@ -199,12 +213,17 @@ def train_model(
                                     ramp=settings.curriculum_ramp, hold=settings.curriculum_hold)
         examples = batch_examples(spec, vocabulary, seed=seed, step=step, batch_size=settings.batch_size,
                                   length=current, segment_size=segment_size, target_length=target_length)
-        loss = model(**model_inputs(model, collate(examples, vocabulary))).loss
+        measure = monitored and (step % diagnostics_every == 0 or step == settings.steps - 1)
+        monitor = RecurrentTermMonitor(model) if measure else None
+        with monitor or nullcontext():
+            loss = model(**model_inputs(model, collate(examples, vocabulary))).loss
         value = loss.item()
         if not math.isfinite(value):
             raise FloatingPointError(f"Probe training loss became {value} at step {step}; lower the learning rate.")
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if monitor is not None:
+            diagnostics.append({"step": step, "loss": value, "length": current, "layers": monitor.report()})
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         scheduler.step()
@@ -212,7 +231,32 @@ def train_model(
         if on_step is not None:
             on_step(step, value, current)
     tail = losses[-50:]
-    return {"steps": settings.steps, "seconds": time.perf_counter() - started, "final_loss": sum(tail) / len(tail)}
+    return {"steps": settings.steps, "seconds": time.perf_counter() - started, "final_loss": sum(tail) / len(tail),
+            "diagnostics": diagnostics}
+
+
+def diagnose(model: PreTrainedModel, examples: Sequence[Example], vocabulary: ProbeVocabulary) -> dict | None:
+    """Measure the recurrent term on ``examples`` (one batch): a forward with autograd and a backward, no
+    optimizer step; the gradients are cleared before and after (``model``'s parameters are unchanged).
+
+    Returns:
+        ``{"examples", "loss", "length", "layers"}`` (``length``: the longest document in tokens; ``layers``:
+        :meth:`~srformer.evaluation.recurrent_term.RecurrentTermMonitor.report`, one dict per recurrent
+        layer), or None when ``model`` has no recurrent SRformer layer.
+    """
+    if not recurrent_layers(model) or not examples:
+        return None
+    was_training = model.training
+    model.train()
+    model.zero_grad(set_to_none=True)
+    with RecurrentTermMonitor(model) as monitor:
+        loss = model(**model_inputs(model, collate(examples, vocabulary))).loss
+    loss.backward()
+    result = {"examples": len(examples), "loss": loss.item(), "length": max(len(e.source) for e in examples),
+              "layers": monitor.report()}
+    model.zero_grad(set_to_none=True)
+    model.train(was_training)
+    return result
 
 
 @torch.inference_mode()
