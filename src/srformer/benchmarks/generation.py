@@ -62,11 +62,11 @@ def generate_fixed(
     if not isinstance(model, GenerationMixin):
         raise TypeError(f"{type(model).__name__} has no generate() (it is not a GenerationMixin).")
     # transformers types generate() as taking `self: GenerativePreTrainedModel` under @torch.no_grad(), which mypy
-    # reads as a second `self` parameter
+    # reads as a second `self` parameter (newer transformers releases type it so that no ignore is needed)
     options: dict[str, Any] = (
         {"cache_implementation": "static", "compile_config": compile_config(model.device)} if compiled else {}
     )
-    output = model.generate(  # type: ignore[misc]
+    output = model.generate(  # type: ignore[misc, unused-ignore]
         encoder_outputs=encoder_outputs,
         attention_mask=attention_mask,
         max_new_tokens=new_tokens,

@@ -17,10 +17,23 @@ from srformer.attention.variants import CrossAttentionModule
 from srformer.models.cross_attention import attention_weights_requested, run_cross_attention
 
 
+def generation_cache(cache: Any, past_key_values: Any) -> Any:
+    """The generation cache handed to a converted attention module: transformers up to 5.23 passes it as
+    ``past_key_values``, 5.24 and later as ``cache`` (the old name is deprecated there). Whichever is given.
+
+    Raises:
+        ValueError: if both are given (and are not the same object): which one is meant is ambiguous.
+    """
+    if cache is not None and past_key_values is not None and cache is not past_key_values:
+        raise ValueError("Got both `cache` and `past_key_values`: pass the generation cache once, as `cache`.")
+    return cache if cache is not None else past_key_values
+
+
 class SRformerT5AttentionMixin:
     """Forward pass of a converted ``T5Attention``-style module (attributes q, k, v, o, n_heads,
     key_value_proj_dim; T5 scale 1). Called as
-    ``(hidden_states, mask, key_value_states, position_bias, past_key_values, **kwargs)`` and
+    ``(hidden_states, mask, key_value_states, position_bias, past_key_values, **kwargs)`` (transformers >= 5.24
+    passes the cache as ``cache``; both names are taken, see :func:`generation_cache`) and
     returns ``(output, position_bias, weights)``: T5 cross attention has no relative position bias,
     so ``position_bias`` is passed through unused; ``weights`` is None unless ``output_attentions``
     is set under the eager implementation (:func:`~srformer.models.cross_attention.attention_weights_requested`),
@@ -49,6 +62,7 @@ class SRformerT5AttentionMixin:
         key_value_states: torch.Tensor | None = None,
         position_bias: torch.Tensor | None = None,
         past_key_values: Any = None,
+        cache: Any = None,
         **kwargs: Any,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         if key_value_states is None:
@@ -68,7 +82,7 @@ class SRformerT5AttentionMixin:
             key_value_states,
             project,
             mask,
-            past_key_values,
+            generation_cache(cache, past_key_values),
             self.layer_idx,
             dropout=self.dropout if self.training else 0.0,
             output_attentions=attention_weights_requested(self, kwargs.get("output_attentions")),
@@ -80,7 +94,8 @@ class SRformerT5AttentionMixin:
 class SRformerBartAttentionMixin:
     """Forward pass of a converted ``BartAttention``-style module (attributes q_proj, k_proj, v_proj,
     out_proj, num_heads, head_dim, scaling = head_dim^-0.5). Called as
-    ``(hidden_states, key_value_states, past_key_values, attention_mask, **kwargs)`` and returns
+    ``(hidden_states, key_value_states, past_key_values, attention_mask, **kwargs)`` (or ``cache=``, as for
+    :class:`SRformerT5AttentionMixin`) and returns
     ``(output, weights)``, ``weights`` as for :class:`SRformerT5AttentionMixin`.
 
     Shapes: hidden_states (B, q, d_model), key_value_states (B, k, d_model), output (B, q, d_model),
@@ -105,6 +120,7 @@ class SRformerBartAttentionMixin:
         key_value_states: torch.Tensor | None = None,
         past_key_values: Any = None,
         attention_mask: torch.Tensor | None = None,
+        cache: Any = None,
         **kwargs: Any,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if key_value_states is None:
@@ -123,7 +139,7 @@ class SRformerBartAttentionMixin:
             key_value_states,
             project,
             attention_mask,
-            past_key_values,
+            generation_cache(cache, past_key_values),
             self.layer_idx,
             dropout=self.dropout if self.training else 0.0,
             output_attentions=attention_weights_requested(self, kwargs.get("output_attentions")),
