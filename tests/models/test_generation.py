@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from tests.models.conftest import BUILDERS, converted, padded_batch, plain_generation_config
+from tests.tolerance import assert_exact
 
 SETTINGS = dict(variant="srformer", segment_size=4, target_length=12)
 
@@ -95,3 +96,37 @@ def test_generation_is_padding_invariant(family, num_beams):
         together = batched[row][: alone.shape[0]]
         assert torch.equal(together, alone)
         assert (batched[row][alone.shape[0] :] == pad).all()
+
+
+def _first_step(module, hidden, encoder_states, **cache_arguments):
+    output = module(hidden, key_value_states=encoder_states, **cache_arguments)
+    return output[0]
+
+
+@pytest.mark.parametrize("name", ["cache", "past_key_values"])
+def test_a_converted_module_takes_the_generation_cache_under_either_name(family, name):
+    """transformers up to 5.23 hands the cache to attention modules as ``past_key_values``, 5.24 as ``cache``: a
+    converted module must take the incremental path under both names (a module that ignored one would silently
+    recompute every step from scratch and never fill the cache)."""
+    from transformers import DynamicCache, EncoderDecoderCache
+
+    from srformer.attention.state import SRformerCacheLayer
+    from srformer.models import cross_attention_modules
+
+    model = converted(BUILDERS[family](), **SETTINGS)
+    _, _, module = cross_attention_modules(model)[0]
+    generator = torch.Generator().manual_seed(0)
+    d_model = model.config.d_model
+    hidden = torch.randn(2, 1, d_model, generator=generator, dtype=torch.float64)
+    encoder_states = torch.randn(2, 10, d_model, generator=generator, dtype=torch.float64)
+    cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+    dummy = torch.zeros(2, 1, 1, 1, dtype=torch.float64)
+    cache.self_attention_cache.update(dummy, dummy, module.layer_idx)  # decoder position 0 has been appended
+    with torch.no_grad():
+        stepped = _first_step(module, hidden, encoder_states, **{name: cache})
+        parallel = _first_step(module, hidden, encoder_states)
+    assert isinstance(cache.cross_attention_cache.layers[module.layer_idx], SRformerCacheLayer)
+    assert_exact(stepped, parallel)  # float64: the two paths differ only in rounding order
+    other = EncoderDecoderCache(DynamicCache(), DynamicCache())
+    with pytest.raises(ValueError, match="both `cache` and `past_key_values`"):
+        module(hidden, key_value_states=encoder_states, cache=cache, past_key_values=other)
