@@ -12,8 +12,9 @@ from srformer.probe.runner import ProbeSettings, add_gap_recovered, grid_cells, 
 from srformer.probe.tasks import TaskSpec
 
 
-def test_default_variants_are_the_compare_names():
-    assert ProbeSettings().variants == tuple(NAMED_SETTINGS)
+def test_default_variants_are_the_papers_and_every_compare_name_is_accepted():
+    assert ProbeSettings().variants == ("full", "segmented", "srformer")
+    assert ProbeSettings(variants=tuple(NAMED_SETTINGS)).variants == tuple(NAMED_SETTINGS)
 
 
 def test_grid_runs_full_first_and_segment_free_once():
@@ -65,7 +66,7 @@ def test_rerun_skips_finished_cells_and_redoes_cells_of_another_budget(tmp_path)
     tiny = ModelShape(d_model=16, d_ff=32, num_layers=1, num_decoder_layers=1, num_heads=2, d_kv=8)
     settings = ProbeSettings(tasks=("recall",), recall_sizes=(2,), lengths=(32,), segment_sizes=(8,),
                              variants=("full", "segmented"), steps=2, finetune_steps=2, batch_size=2,
-                             curriculum_start=32, eval_examples=2, shape=tiny, progress=False)
+                             curriculum_start=32, eval_examples=2, shape=tiny, progress=False, workers=1)
     run_probe(tmp_path, settings)
     first = _mtimes(tmp_path)
     assert len(first) == 4
@@ -121,7 +122,7 @@ def test_a_changed_setting_reruns_only_its_named_settings_cells_and_old_records_
     tiny = ModelShape(d_model=16, d_ff=32, num_layers=1, num_decoder_layers=1, num_heads=2, d_kv=8)
     settings = ProbeSettings(tasks=("recall",), recall_sizes=(2,), lengths=(32,), segment_sizes=(8,),
                              variants=("full", "window"), steps=2, finetune_steps=2, batch_size=2,
-                             curriculum_start=32, eval_examples=2, shape=tiny, progress=False)
+                             curriculum_start=32, eval_examples=2, shape=tiny, progress=False, workers=1)
     runner.run_probe(tmp_path, settings)
     first = _mtimes(tmp_path)
     assert len(first) == 4
@@ -161,7 +162,8 @@ def test_a_cell_finished_without_diagnostics_is_measured_from_its_saved_model(tm
     tiny = ModelShape(d_model=16, d_ff=32, num_layers=1, num_decoder_layers=2, num_heads=2, d_kv=8)
     settings = ProbeSettings(tasks=("recall",), recall_sizes=(2,), lengths=(32,), segment_sizes=(8,),
                              variants=("full", "srformer"), protocols=("scratch",), steps=2, batch_size=2,
-                             curriculum_start=32, eval_examples=4, shape=tiny, progress=False, diagnostics_every=0)
+                             curriculum_start=32, eval_examples=4, shape=tiny, progress=False, diagnostics_every=0,
+                             workers=1)
     run_probe(tmp_path, settings)
     cell_dir = tmp_path / "cells" / "scratch" / "recall-n2-k32" / "srformer-s8-seed0"
     assert json.loads((cell_dir / "cell.json").read_text())["diagnostics_eval"] is None
@@ -179,3 +181,68 @@ def test_a_cell_finished_without_diagnostics_is_measured_from_its_saved_model(tm
     expected = diagnose(model, examples, settings.vocabulary)
     assert record["diagnostics_eval"] == json.loads(json.dumps(expected))
     assert json.loads((cell_dir / "cell.json").read_text())["diagnostics_eval"] == record["diagnostics_eval"]
+
+
+def test_phases_train_every_base_before_the_convert_cells():
+    from srformer.probe.runner import _phases, base_of
+
+    settings = ProbeSettings(tasks=("recall",), recall_sizes=(2, 4), lengths=(64,), segment_sizes=(8,),
+                             variants=("segmented", "srformer"), protocols=("convert",))
+    cells = grid_cells(settings)
+    assert all(c.protocol == "convert" for c in cells)
+    first, waiting = _phases(cells)
+    # the grid has no full cell, so what starts at once is exactly the two problems' bases
+    assert first == [base_of(cells[0]), base_of(cells[2])]
+    assert {(c.protocol, c.name, c.segment_size) for c in first} == {("scratch", "full", None)}
+    assert waiting == {first[0]: cells[:2], first[1]: cells[2:]}
+    with_scratch = grid_cells(replace(settings, protocols=("scratch", "convert"), variants=("full", "segmented")))
+    first, waiting = _phases(with_scratch)
+    assert first == [c for c in with_scratch if c.protocol == "scratch"]
+    assert sorted(c.key for cs in waiting.values() for c in cs) == sorted(
+        c.key for c in with_scratch if c.protocol == "convert")
+
+
+def test_worker_count_and_device_resolution(monkeypatch):
+    import torch
+
+    from srformer.probe import runner
+
+    assert runner.worker_count(ProbeSettings(workers=3)) == 3
+    monkeypatch.setattr(runner, "available_cores", lambda: 6)
+    assert runner.worker_count(ProbeSettings(device="cpu")) == 6
+    assert runner.resolve_device("cpu") == torch.device("cpu")
+    with pytest.raises(ValueError, match="workers"):
+        ProbeSettings(workers=-1)
+    with pytest.raises(ValueError, match="not a torch device"):
+        ProbeSettings(device="gpu0")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            ProbeSettings(device="cuda")
+        assert runner.resolve_device("auto") == torch.device("cpu")
+
+
+@pytest.mark.slow
+def test_two_workers_write_the_cells_of_one_worker(tmp_path):
+    from srformer.probe.runner import run_probe
+    from srformer.probe.training import ModelShape
+
+    tiny = ModelShape(d_model=16, d_ff=32, num_layers=1, num_decoder_layers=1, num_heads=2, d_kv=8)
+    settings = ProbeSettings(tasks=("recall", "copy"), recall_sizes=(2,), size=2, lengths=(32,), segment_sizes=(8,),
+                             variants=("segmented", "full"), steps=3, finetune_steps=2, batch_size=2,
+                             curriculum_start=32, eval_examples=3, shape=tiny, progress=False, workers=1)
+    one = run_probe(tmp_path / "one", settings)["records"]
+    two = run_probe(tmp_path / "two", replace(settings, workers=2))["records"]
+    assert [r["key"] for r in two] == [r["key"] for r in one] == [c.key for c in grid_cells(settings)]
+    for a, b in zip(one, two, strict=True):  # the same training; only the float summation order may differ
+        assert b["final_loss"] == pytest.approx(a["final_loss"], rel=1e-4)
+        assert b["budget"] == a["budget"]
+    for problem in ("recall-n2-k32", "copy-n2-k32"):
+        assert (tmp_path / "two" / "bases" / f"{problem}-seed0" / "model.pt").is_file()
+    # a grid of convert cells only, whose saved bases are gone: each base is trained once, before its cells
+    import shutil
+
+    shutil.rmtree(tmp_path / "two" / "bases")
+    again = run_probe(tmp_path / "two", replace(settings, workers=2, protocols=("convert",)))["records"]
+    assert [r["protocol"] for r in again] == ["convert"] * 4
+    assert all((tmp_path / "two" / "bases" / f"{p}-seed0" / "budget.json").is_file()
+               for p in ("recall-n2-k32", "copy-n2-k32"))

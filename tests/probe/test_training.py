@@ -68,7 +68,9 @@ def test_recall_overlay_is_added_to_the_encoder_input_embedding():
             assert torch.equal(inputs["inputs_embeds"][b, position], expected)
     plain = collate(batch_examples(TaskSpec("copy", 2), VOCAB, seed=0, step=0, batch_size=2, length=16,
                                    segment_size=8, target_length=3), VOCAB)
-    assert "overlay_ids" not in plain and model_inputs(model, plain) is plain
+    passed = model_inputs(model, plain)
+    assert "overlay_ids" not in plain and passed.keys() == plain.keys()
+    assert all(torch.equal(passed[name], plain[name]) and passed[name].device == model.device for name in plain)
 
 
 def test_training_runs_and_prediction_has_target_length():

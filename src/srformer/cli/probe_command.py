@@ -6,14 +6,15 @@ from pathlib import Path
 
 from srformer.cli.arguments import add_variant_settings_argument, parse_variant_settings
 from srformer.config import NAMED_SETTINGS
-from srformer.probe.runner import PROTOCOLS, ProbeSettings, run_probe
+from srformer.probe.runner import DEFAULT_VARIANTS, PROTOCOLS, ProbeSettings, run_probe
 from srformer.probe.tasks import TASKS
 
-#: The ``--quick`` grid (CI): every task, both protocols, three variants, tiny budget.
+#: The ``--quick`` grid (CI): every task, both protocols, three variants, tiny budget, in this process (starting
+#: worker processes would cost more than the cells).
 QUICK: dict = {
     "recall_sizes": (1, 2), "size": 2, "lengths": (32, 48), "segment_sizes": (16,),
     "variants": ("full", "segmented", "srformer"), "steps": 4, "finetune_steps": 2, "batch_size": 4,
-    "curriculum_start": 32, "eval_examples": 4,
+    "curriculum_start": 32, "eval_examples": 4, "workers": 1,
 }
 
 
@@ -33,12 +34,16 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--output", required=True, help="results directory (resumable)")
     parser.add_argument("--quick", action="store_true", help="a tiny grid for CI (seconds, not meaningful accuracy)")
     parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=None)
-    parser.add_argument("--recall-sizes", nargs="+", type=int, default=None, help="facts n of recall")
+    parser.add_argument("--recall-sizes", nargs="+", type=int, default=None,
+                        help="queried facts n of recall (default 4 16)")
     parser.add_argument("--size", type=int, default=None, help="n of copy, reverse and aggregate")
-    parser.add_argument("--lengths", nargs="+", type=int, default=None, help="document lengths k (tokens)")
-    parser.add_argument("--segment-sizes", nargs="+", type=int, default=None, help="segment sizes s (tokens)")
+    parser.add_argument("--lengths", nargs="+", type=int, default=None,
+                        help="document lengths k in tokens (default 128)")
+    parser.add_argument("--segment-sizes", nargs="+", type=int, default=None,
+                        help="segment sizes s in tokens (default 8)")
     parser.add_argument("--variants", nargs="+", choices=list(NAMED_SETTINGS), default=None,
-                        help=f"named settings (default: all of them: {', '.join(NAMED_SETTINGS)})")
+                        help=f"named settings (default: {' '.join(DEFAULT_VARIANTS)}; "
+                             f"any of {', '.join(NAMED_SETTINGS)})")
     parser.add_argument("--protocols", nargs="+", choices=list(PROTOCOLS), default=None)
     parser.add_argument("--seeds", nargs="+", type=int, default=None)
     for name in ("steps", "finetune_steps", "batch_size", "eval_examples", "curriculum_start", "diagnostics_every"):
@@ -47,6 +52,9 @@ def add_parser(subparsers) -> None:
     for name in ("learning_rate", "finetune_learning_rate", "curriculum_hold", "curriculum_ramp"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=float, default=None,
                             help=f"default {getattr(defaults, name)}")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="cells trained at once, each in its own process (default 0: one per CPU core; 1 on CUDA)")
+    parser.add_argument("--device", default=None, help="auto (default: CUDA when available), cpu, cuda or cuda:N")
     add_variant_settings_argument(parser)
     parser.add_argument("--no-progress", action="store_true")
     parser.set_defaults(run=run)
@@ -54,7 +62,7 @@ def add_parser(subparsers) -> None:
 
 _TUPLES = ("tasks", "recall_sizes", "lengths", "segment_sizes", "variants", "protocols", "seeds")
 _SCALARS = ("size", "steps", "finetune_steps", "batch_size", "eval_examples", "curriculum_start", "learning_rate",
-            "finetune_learning_rate", "curriculum_hold", "curriculum_ramp", "diagnostics_every")
+            "finetune_learning_rate", "curriculum_hold", "curriculum_ramp", "diagnostics_every", "workers", "device")
 
 
 def settings_from_args(args) -> ProbeSettings:

@@ -22,7 +22,10 @@ retraining.
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import time
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -41,10 +44,18 @@ DIAGNOSTIC_EXAMPLES = 64
 
 PROTOCOLS: tuple[str, ...] = ("scratch", "convert")
 
+#: The default grid's variants: the paper's comparison (``--variants`` takes every name of
+#: :data:`srformer.config.NAMED_SETTINGS`).
+DEFAULT_VARIANTS: tuple[str, ...] = ("full", "segmented", "srformer")
+
 
 @dataclass
 class ProbeSettings:
     """The grid and the budget (lengths in tokens, steps are optimizer steps).
+
+    The defaults are the grid that ``srformer probe`` runs with no options: every task at k = 128, s = 8
+    (16 segments), recall with 4 and 16 queried facts, the paper's three variants, both protocols, 1,000 steps
+    per scratch cell: 30 cells, under 30 minutes on 2 CPU cores with two workers (README, "Long-range probe").
 
     Attributes:
         tasks: task names (:data:`srformer.probe.tasks.TASKS`).
@@ -52,7 +63,8 @@ class ProbeSettings:
         size: ``n`` of ``copy``, ``reverse`` and ``aggregate``.
         lengths: document lengths ``k``.
         segment_sizes: ``s`` values (segment-free variants run once).
-        variants: names of :data:`srformer.config.NAMED_SETTINGS`, as ``srformer compare`` takes them.
+        variants: names of :data:`srformer.config.NAMED_SETTINGS`, as ``srformer compare`` takes them (default
+            :data:`DEFAULT_VARIANTS`).
         protocols: :data:`PROTOCOLS` to run.
         seeds: model initialisation and data-stream seeds.
         steps: training steps of a ``scratch`` cell.
@@ -66,20 +78,25 @@ class ProbeSettings:
         shape: the T5 architecture.
         vocabulary: the probe vocabulary.
         progress: show progress bars.
+        workers: cells trained at once, each in its own process with ``cpu_count // workers`` torch threads
+            (at least 1); 0 = one per available CPU core on the CPU, 1 on CUDA. A ``convert`` cell starts once the
+            ``scratch`` full-attention base of its problem is saved. Not part of :func:`cell_budget`.
+        device: ``"auto"`` (CUDA when available, else the CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``. Not part
+            of :func:`cell_budget`.
         variant_settings: extra :class:`~srformer.config.SRformerConfig` settings per named setting of
             ``variants`` (``{"window": {"window_size": 96}}``; ``srformer probe --setting``); they win over the named
             setting's own values and are recorded with every cell.
     """
 
     tasks: tuple[str, ...] = TASKS
-    recall_sizes: tuple[int, ...] = (1, 2, 4, 8)
+    recall_sizes: tuple[int, ...] = (4, 16)
     size: int = 4
-    lengths: tuple[int, ...] = (512,)
-    segment_sizes: tuple[int, ...] = (32,)
-    variants: tuple[str, ...] = tuple(NAMED_SETTINGS)
+    lengths: tuple[int, ...] = (128,)
+    segment_sizes: tuple[int, ...] = (8,)
+    variants: tuple[str, ...] = DEFAULT_VARIANTS
     protocols: tuple[str, ...] = PROTOCOLS
     seeds: tuple[int, ...] = (0,)
-    steps: int = 1600
+    steps: int = 1000
     finetune_steps: int = 100
     batch_size: int = 32
     learning_rate: float = 1e-3
@@ -92,6 +109,8 @@ class ProbeSettings:
     shape: ModelShape = field(default_factory=ModelShape)
     vocabulary: ProbeVocabulary = field(default_factory=ProbeVocabulary)
     progress: bool = True
+    workers: int = 0
+    device: str = "auto"
     variant_settings: dict[str, dict] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -114,6 +133,9 @@ class ProbeSettings:
                 raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}.")
         if self.diagnostics_every < 0:
             raise ValueError(f"`diagnostics_every` must be >= 0 (0 disables), got {self.diagnostics_every}.")
+        if self.workers < 0:
+            raise ValueError(f"`workers` must be >= 0 (0 = one per CPU core), got {self.workers}.")
+        resolve_device(self.device)
         if any(s < 1 for s in self.segment_sizes) or any(k < 2 for k in self.lengths):
             raise ValueError("segment sizes must be >= 1 and lengths >= 2 tokens.")
         cells = grid_cells(self)
@@ -191,6 +213,23 @@ def _base_dir(output: Path, cell: ProbeCell) -> Path:
     return output / "bases" / f"{cell.problem}-seed{cell.seed}"
 
 
+def base_of(cell: ProbeCell) -> ProbeCell:
+    """The ``scratch`` full-attention cell whose model is the base of ``cell``'s ``convert`` protocol."""
+    return replace(cell, protocol="scratch", name="full", segment_size=None)
+
+
+def _base_ready(cell: ProbeCell, settings: ProbeSettings, output: Path) -> bool:
+    """Whether the base of a ``convert`` cell is saved with the grid's budget and the ``full`` settings."""
+    return ((_base_dir(output, cell) / "model.pt").is_file()
+            and _saved(_base_dir(output, cell) / "budget.json", cell_budget(settings, "scratch"),
+                       cell_settings(base_of(cell), settings)) is not None)
+
+
+def _forget_base(cell: ProbeCell, output: Path) -> None:
+    """Drop the record of a ``convert`` cell's base cell, so that running it trains (and saves) the base again."""
+    (output / "cells" / base_of(cell).key / "cell.json").unlink(missing_ok=True)
+
+
 def _train_settings(settings: ProbeSettings, protocol: str) -> TrainSettings:
     if protocol == "scratch":
         return TrainSettings(steps=settings.steps, batch_size=settings.batch_size,
@@ -232,6 +271,16 @@ def _saved(path: Path, budget: dict, wanted: dict | None = None) -> dict | None:
     return None
 
 
+def _move(model: torch.nn.Module, device: str) -> None:
+    """Move ``model`` to ``ProbeSettings.device`` (typed as a module: transformers' typing of ``to`` confuses mypy)."""
+    model.to(resolve_device(device))
+
+
+def _cpu_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The model's state dict on the CPU (a saved cell loads on any machine)."""
+    return {name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}
+
+
 def run_cell(cell: ProbeCell, settings: ProbeSettings, output: Path) -> dict:
     """Train and score one cell, or read its saved record when it was made with the same budget
     (:func:`cell_budget`) and extra settings (:func:`cell_settings`). Returns the record written to ``cell.json``.
@@ -253,7 +302,8 @@ def run_cell(cell: ProbeCell, settings: ProbeSettings, output: Path) -> dict:
                 and (record_file.parent / "model.pt").is_file()):
             # a cell finished before the diagnostics existed: measure its saved model (no training)
             model = convert(build_model(vocabulary, settings.shape, cell.seed), config)
-            model.load_state_dict(torch.load(record_file.parent / "model.pt", weights_only=True))
+            model.load_state_dict(torch.load(record_file.parent / "model.pt", weights_only=True, map_location="cpu"))
+            _move(model, settings.device)
             examples = generate_examples(spec, vocabulary, count=settings.eval_examples, length=cell.length,
                                          segment_size=segment_size, target_length=target_length,
                                          seed=10_000 + cell.seed)
@@ -264,16 +314,13 @@ def run_cell(cell: ProbeCell, settings: ProbeSettings, output: Path) -> dict:
     if cell.protocol == "scratch":
         model = convert(build_model(vocabulary, settings.shape, cell.seed), config)
     else:
-        base = _base_dir(output, cell) / "model.pt"
-        base_cell = replace(cell, protocol="scratch", name="full", segment_size=None)
-        if (not base.is_file()
-                or _saved(_base_dir(output, cell) / "budget.json", budget["base"], cell_settings(base_cell, settings))
-                is None):
-            (output / "cells" / base_cell.key / "cell.json").unlink(missing_ok=True)
-            run_cell(base_cell, settings, output)
+        if not _base_ready(cell, settings, output):
+            _forget_base(cell, output)
+            run_cell(base_of(cell), settings, output)
         model = build_model(vocabulary, settings.shape, cell.seed)
-        model.load_state_dict(torch.load(base, weights_only=True))
+        model.load_state_dict(torch.load(_base_dir(output, cell) / "model.pt", weights_only=True, map_location="cpu"))
         model = convert(model, config)
+    _move(model, settings.device)
     train = _train_settings(settings, cell.protocol)
     bar = tqdm(total=train.steps, desc=cell.key, unit="step", leave=False, disable=not settings.progress)
 
@@ -288,10 +335,10 @@ def run_cell(cell: ProbeCell, settings: ProbeSettings, output: Path) -> dict:
     bar.close()
     if cell.protocol == "scratch" and cell.name == "full":
         _base_dir(output, cell).mkdir(parents=True, exist_ok=True)
-        torch.save(model.state_dict(), _base_dir(output, cell) / "model.pt")
+        torch.save(_cpu_state(model), _base_dir(output, cell) / "model.pt")
         write_metrics_json(_base_dir(output, cell) / "budget.json", {"budget": budget, **extra})
     record_file.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(model.state_dict(), record_file.parent / "model.pt")
+    torch.save(_cpu_state(model), record_file.parent / "model.pt")
     examples = generate_examples(spec, vocabulary, count=settings.eval_examples, length=cell.length,
                                  segment_size=segment_size, target_length=target_length,
                                  seed=10_000 + cell.seed)
@@ -342,11 +389,70 @@ def add_gap_recovered(records: list[dict]) -> None:
             )
 
 
+def resolve_device(device: str) -> torch.device:
+    """The torch device of ``ProbeSettings.device``: ``"auto"`` is CUDA when available, else the CPU.
+
+    Raises:
+        ValueError: for a name torch does not know, or CUDA asked for where none is available.
+    """
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except RuntimeError as error:
+        raise ValueError(f"`device` {device!r} is not a torch device: give auto, cpu, cuda or cuda:N.") from error
+    if resolved.type not in ("cpu", "cuda"):
+        raise ValueError(f"`device` {device!r}: the probe runs on cpu or cuda.")
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"`device` {device!r}: CUDA is not available here; give --device cpu (or auto).")
+    return resolved
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity where the platform has one)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
+def worker_count(settings: ProbeSettings) -> int:
+    """Cells trained at once: ``settings.workers``, or for 0 one per available CPU core on the CPU and 1 on CUDA."""
+    if settings.workers:
+        return settings.workers
+    return 1 if resolve_device(settings.device).type == "cuda" else available_cores()
+
+
+def _init_worker(threads: int) -> None:
+    torch.set_num_threads(threads)
+
+
+def _phases(cells: list[ProbeCell]) -> tuple[list[ProbeCell], dict[ProbeCell, list[ProbeCell]]]:
+    """The order dependencies allow: every ``scratch`` cell (plus the ``full`` base of each ``convert`` problem that
+    the grid lacks) can start at once; the ``convert`` cells of a problem wait for its base, keyed by that base."""
+    first = [c for c in cells if c.protocol == "scratch"]
+    waiting: dict[ProbeCell, list[ProbeCell]] = {}
+    for cell in cells:
+        if cell.protocol == "convert":
+            if base_of(cell) not in first:
+                first.append(base_of(cell))
+            waiting.setdefault(base_of(cell), []).append(cell)
+    return first, waiting
+
+
 def run_probe(output_dir: str | Path, settings: ProbeSettings | None = None) -> dict:
     """Run (or finish) the grid and write ``results.json``, ``results.md`` and the plots.
 
+    With more than one worker (:func:`worker_count`) the cells run in separate processes (``spawn``), each with
+    ``cores // workers`` torch threads; the ``convert`` cells of a problem start as soon as its base is saved; every
+    finished cell is saved as it completes, so an interrupted grid
+    resumes where it stopped. Cell results do not depend on the number of workers beyond float rounding (a
+    thread count changes the order of float sums).
+
     Returns:
         The content of ``results.json``: ``{"settings", "records", "seconds"}``.
+
+    Raises:
+        ValueError: for bad settings (:class:`ProbeSettings`); any error of a cell (the cells finished before it
+            stay saved).
     """
     from srformer.probe.report import write_report
 
@@ -354,14 +460,36 @@ def run_probe(output_dir: str | Path, settings: ProbeSettings | None = None) -> 
     output = Path(output_dir)
     output.mkdir(parents=True, exist_ok=True)
     cells = grid_cells(settings)
+    workers = min(worker_count(settings), len(cells))
     started = time.perf_counter()
-    records = []
+    results: dict[ProbeCell, dict] = {}
     overall = tqdm(total=len(cells), desc="probe grid", unit="cell", disable=not settings.progress)
-    for cell in cells:
-        overall.set_postfix_str(cell.key)
-        records.append(run_cell(cell, settings, output))
-        overall.update(1)
+    if workers == 1:
+        for cell in cells:
+            overall.set_postfix_str(cell.key)
+            results[cell] = run_cell(cell, settings, output)
+            overall.update(1)
+    else:
+        quiet = replace(settings, progress=False)  # one bar for the grid; cells report nothing of their own
+        threads = max(1, available_cores() // workers)
+        for cell in cells:  # a base to train again is trained once, in the first phase, not by every convert cell
+            if cell.protocol == "convert" and not _base_ready(cell, settings, output):
+                _forget_base(cell, output)
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(threads,)) as pool:
+            first, waiting = _phases(cells)
+            running: dict[Future, ProbeCell] = {pool.submit(run_cell, cell, quiet, output): cell for cell in first}
+            while running:
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    cell = running.pop(future)
+                    results[cell] = future.result()
+                    overall.set_postfix_str(cell.key)
+                    overall.update(cell in cells)
+                    for follower in waiting.pop(cell, []):  # its base is saved: the problem's convert cells
+                        running[pool.submit(run_cell, follower, quiet, output)] = follower
     overall.close()
+    records = [results[cell] for cell in cells]
     add_gap_recovered(records)
     payload = {"settings": asdict(settings), "records": records, "seconds": time.perf_counter() - started}
     write_metrics_json(output / "results.json", payload)

@@ -90,16 +90,16 @@ def collate(examples: Sequence[Example], vocabulary: ProbeVocabulary) -> dict[st
 
 
 def model_inputs(model: PreTrainedModel, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Keyword arguments for ``model`` from a :func:`collate` batch.
+    """Keyword arguments for ``model`` from a :func:`collate` batch, on the model's device.
 
-    Without ``overlay_ids`` the batch is returned as is. With them, the encoder input becomes
+    Without ``overlay_ids`` the batch is returned as is (moved to the device). With them, the encoder input becomes
     ``inputs_embeds`` (B, k, d_model): the embedding of ``input_ids`` plus, where ``overlay_ids >= 0``,
     the embedding of the overlaid token (the model's own input embedding table, so a ``recall`` fact
     is the sum of its key's and its value's embeddings).
     """
-    if "overlay_ids" not in batch:
-        return batch
-    inputs = dict(batch)
+    inputs = {name: tensor.to(model.device) for name, tensor in batch.items()}
+    if "overlay_ids" not in inputs:
+        return inputs
     overlay = inputs.pop("overlay_ids")
     embed = model.get_input_embeddings()
     present = (overlay >= 0).unsqueeze(-1)
