@@ -259,14 +259,17 @@ def test_per_query_segment_blocks_equal_a_dense_masked_softmax_with_gradients(va
 @pytest.mark.filterwarnings("ignore:An encoder input has")
 @pytest.mark.parametrize("settings", [
     {}, {"ablation": "no_raf"}, {"ablation": "segment_products"}, {"ablation": "no_norm"}, {"kv_clamp": 0.5},
-    {"target_length": 3},  # more segments than T: the schedule skips segments, RAF fires only where visited
+    {"raf_neuron": "two_sided"},
+    {"target_length": 2},  # more segments than T: the schedule skips segments, RAF fires only where visited
 ])
-def test_state_built_without_autograd_equals_the_autograd_build(settings):
-    """The no-grad build (readouts written over the products' buffer one segment at a time) and the
-    autograd build (RAF scan, then the factor) give the same state at every segment a query reads; the
-    no-grad build's slots after an example's last segment (read by no query) are 0."""
+@pytest.mark.parametrize("segment_size", [2, 5])  # d = 4: W on the values (s < d), W on each product (s >= d)
+def test_state_built_without_autograd_equals_the_autograd_build(settings, segment_size):
+    """The no-grad build (readouts written over the products' buffer one segment at a time, W applied to the
+    values or to each product, norm(K) summed segment by segment) and the autograd build (RAF scan, then the
+    factor) give the same state at every segment a query reads; the no-grad build's slots after an example's
+    last segment (read by no query) are 0."""
     settings = {"target_length": 8, **settings}
-    module = _module("srformer", segment_size=2, **settings)
+    module = _module("srformer", segment_size=segment_size, **settings)
     _, keys, values, valid = _inputs(3, 2, 13, 1, 4, [13, 6, 0])
     with torch.no_grad():
         fast = module.init_state(keys, values, valid)
@@ -277,8 +280,20 @@ def test_state_built_without_autograd_equals_the_autograd_build(settings):
     assert_exact(fast.raf_readout * visited, tracked.raf_readout.detach() * visited, "raf_readout")
     trailing = torch.arange(visited.shape[1])[None, :] >= fast.num_segments[:, None]
     assert trailing.any()  # the padded examples have slots after their last segment
-    if module.raf is not None and bool((visited.sum(1).flatten() == fast.num_segments).all()):
+    in_place = module.raf is not None and not module.raf.two_sided  # the paper neuron's in-place loop zeroes them
+    if in_place and bool((visited.sum(1).flatten() == fast.num_segments).all()):
         assert fast.raf_readout[trailing].abs().max() == 0
+
+
+def test_state_build_keeps_gradients_of_the_neuron_when_w_and_the_inputs_are_frozen():
+    """Autograd is chosen when any RAF parameter is trained, not only W or the keys/values: a frozen W with
+    plain keys/values still gives the leak and threshold a gradient (the no-grad build would drop it)."""
+    module = _module("srformer", segment_size=2)
+    module.raf.linear.weight.requires_grad_(False)
+    queries, keys, values, valid = _inputs(2, 2, 10, 6, 4, [10, 7])
+    output, _ = module(queries, module.init_state(keys, values, valid))
+    leak, threshold = torch.autograd.grad(output.square().sum(), [module.raf.leak, module.raf.threshold])
+    assert leak.abs() > 0 and threshold.abs() > 0
 
 
 @pytest.mark.parametrize("variant", ["segmented", "srformer"])

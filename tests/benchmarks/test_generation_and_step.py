@@ -52,6 +52,24 @@ def test_step_run_restores_the_filled_cache(variant):
     assert result.timing.repeats == 2 and result.step_ms >= 0 and result.flops_per_step > 0
 
 
+def test_reported_fill_is_the_median_of_repeats_after_one_discarded_fill(monkeypatch):
+    """A single fill sample moved by 10-20% between calls: the report takes the median of `repeats` fills."""
+    samples = iter([9.0, 3.0, 1.0, 2.0])  # the first (warm-up) fill is discarded; the median of the rest is 2.0
+    calls = []
+
+    def fake_fill(self):
+        calls.append(1)
+        return next(samples)
+
+    monkeypatch.setattr(CrossAttentionStepRun, "fill", fake_fill)
+    monkeypatch.setattr(CrossAttentionStepRun, "run", lambda self: 0.0)
+    model = build_model("t5-tiny", "srformer", segment_size=8, target_length=16)
+    states = random_encoder_outputs(BATCH, K, model.config.d_model)[0]
+    result = measure_cross_attention_step(first_cross_attention(model), states.last_hidden_state, positions=2,
+                                          repeats=3, warmup=1, count=False)
+    assert len(calls) == 4 and result.fill_seconds == 2.0
+
+
 def test_step_run_rejects_bad_positions():
     module = first_cross_attention(build_model("t5-tiny", "full-sdpa", segment_size=None, target_length=16))
     with pytest.raises(ValueError):

@@ -156,8 +156,11 @@ class SRformerCrossAttention(SegmentedCrossAttention):
         """Build the per-sequence state (standard layout) from the projected encoder keys/values.
 
         Cost, once per sequence: the segment-major copy of :meth:`SegmentedCrossAttention.init_state`, O(k*d^2)
-        per head for ``W`` on the values and the ``K_j^T (V_j W^T)`` products (two batched matmuls), and an
-        m-step RAF recurrence on (d, d) matrices (paper Table 1).
+        per head for the ``K_j^T V_j`` products and ``W`` (on the values, or on each product when ``s >= d``:
+        :meth:`_products_without_autograd`), ``norm(K)`` and an m-step RAF recurrence on (d, d) matrices (paper
+        Table 1). Without autograd (generation) the readouts are written over the products' buffer one segment
+        at a time (:meth:`_readout_in_place`); with it (training, or any RAF parameter requiring a gradient)
+        the differentiable scan runs.
 
         An empty document (all-zero mask row) has one segment of zero keys and values: its recurrent term is
         RAF of a zero input, so its output is that of an empty memory, 0 (``docs/design.md``, "Empty encoder
@@ -181,24 +184,98 @@ class SRformerCrossAttention(SegmentedCrossAttention):
             return state
         keys, values = state.keys, state.values  # (B, M, H, s, d), zero at padding
         batch, max_segments, heads, _, d = keys.shape
+        visited = self._visited(state.num_segments, max_segments)
+        if not self._tracks_gradients(keys, values):  # generation: the no-autograd build, at its floor
+            key_norm = self._key_norm_by_segment(keys)
+            factor = self.scale / key_norm[:, :, None, :]  # (B, H, 1, d)
+            products, total, project_slots = self._products_without_autograd(keys, values)
+            raf_readout = self._readout_in_place(products, total, visited, state.num_segments, factor, project_slots)
+            return extend(SRformerState, state, raf_readout=raf_readout, raf_total=total, key_norm=key_norm)
+        # training: the autograd formulation
         wide = accumulation_dtype(keys.dtype)
         key_norm = self._key_norm(keys.to(wide), dim=(1, 3))
         factor = self.scale / key_norm[:, :, None, :]  # (B, H, 1, d)
         segment_products, total = self._segment_products(keys, values)  # (B, M, H, d, d), (B, 1, H, d, d)
-        visited = self._visited(state.num_segments, max_segments)
-        if torch.is_grad_enabled() and segment_products.requires_grad:  # training: the autograd formulation
-            raf_inputs = self._recurrent_input(total, segment_products)
-            if self.raf is None:  # ablation III: P_j itself
-                raf_outputs = raf_inputs
-            else:
-                zeros = raf_inputs.new_zeros(batch, heads, d, d)
-                raf_outputs, _, _ = self.raf.scan(raf_inputs, visited, zeros, zeros, axis=1)
-            if self.monitor is not None:
-                self.monitor.observe_raf(raf_inputs.detach(), raf_outputs.detach(), visited)
-            raf_readout = raf_outputs * factor[:, None]
+        raf_inputs = self._recurrent_input(total, segment_products)
+        if self.raf is None:  # ablation III: P_j itself
+            raf_outputs = raf_inputs
         else:
-            raf_readout = self._readout_in_place(segment_products, total[:, 0], visited, state.num_segments, factor)
+            zeros = raf_inputs.new_zeros(batch, heads, d, d)
+            raf_outputs, _, _ = self.raf.scan(raf_inputs, visited, zeros, zeros, axis=1)
+        if self.monitor is not None:
+            self.monitor.observe_raf(raf_inputs.detach(), raf_outputs.detach(), visited)
+        raf_readout = raf_outputs * factor[:, None]
         return extend(SRformerState, state, raf_readout=raf_readout, raf_total=total[:, 0], key_norm=key_norm)
+
+    def _tracks_gradients(self, keys: torch.Tensor, values: torch.Tensor) -> bool:
+        """Whether the state build must be differentiable: autograd is on and the keys, the values or a
+        RAF parameter (``W``, leak, threshold) requires a gradient."""
+        if not torch.is_grad_enabled():
+            return False
+        parameters = () if self.raf is None else tuple(self.raf.parameters())
+        return keys.requires_grad or values.requires_grad or any(p.requires_grad for p in parameters)
+
+    def _key_norm_by_segment(self, keys: torch.Tensor) -> torch.Tensor:
+        """``norm(K) + eps`` (Eq. 13) as :meth:`_key_norm` over axes (1, 3), without autograd: the squares of
+        one segment's (B, H, s, d) block at a time are summed over its ``s`` positions into a (B, H, d)
+        accumulator (a reused block-sized buffer that stays in cache; one strided reduction over the whole
+        (B, M, H, s, d) tensor costs about four times as much on a CPU). Ones under ablation II.
+
+        Args:
+            keys: (B, M, H, s, d) segment-major keys, zero at padding.
+
+        Returns:
+            (B, H, d) in the accumulation dtype.
+        """
+        batch, max_segments, heads, s, d = keys.shape
+        wide = accumulation_dtype(keys.dtype)
+        if not self.divides_by_key_norm:
+            return keys.new_ones(batch, heads, d, dtype=wide)
+        squares = keys.new_empty(batch, heads, s, d, dtype=wide)
+        sums = keys.new_zeros(batch, heads, d, dtype=wide)
+        for j in range(max_segments):
+            block = keys[:, j]
+            if block.dtype == wide:
+                torch.mul(block, block, out=squares)
+            else:  # square in the accumulation dtype, not in bf16/fp16
+                squares.copy_(block).square_()
+            sums.add_(squares.sum(dim=2))
+        return sums.sqrt_().add_(self.settings.norm_eps)
+
+    def _products_without_autograd(
+        self, keys: torch.Tensor, values: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, bool]:
+        """The per-segment products and ``W K^T V`` for the no-autograd build, with ``W`` applied where it
+        costs least (Eq. 15-16; ``W`` acts on the last axis, so ``(K_j^T V_j) W^T = K_j^T (V_j W^T)``).
+
+        ``W`` on the values costs ``k*d^2`` per head and a (B, M, H, s, d) temporary; ``W`` on each segment's
+        (d, d) product costs ``m*d^3 = k*d^2 * d/s`` per head and no temporary, applied one segment at a time
+        by :meth:`_readout_in_place`. The products come first when ``s >= d`` (no more multiply-adds, one
+        encoder-length temporary fewer), with ``kv_clamp`` (the products are clamped before ``W``, as the
+        BART authors did) and under ablation III (no ``W``); otherwise the values are projected first.
+
+        Args:
+            keys, values: (B, M, H, s, d) segment-major, zero at padding.
+
+        Returns:
+            ``(products, total, project_slots)``: (B, M, H, d, d) ``K_j^T V_j`` (clamped when ``kv_clamp`` is
+            set), or ``W K_j^T V_j`` when ``project_slots`` is False; (B, H, d, d) ``W K^T V`` (the clamp
+            applied to ``K^T V`` before ``W``); and whether ``W`` is still to be applied to each product.
+        """
+        s, d = keys.shape[-2:]
+        clamp = self.settings.kv_clamp
+        if self.raf is not None and clamp is None and s < d:
+            projected, total = self._segment_products(keys, values)
+            return projected, total[:, 0], False
+        wide = accumulation_dtype(keys.dtype)
+        products = torch.matmul(keys.to(wide).transpose(-1, -2), values.to(wide))  # K_j^T V_j
+        total = products[:, 0].clone()  # K^T V: slot by slot, each (B, H, d, d) read once (a strided sum over
+        for j in range(1, products.shape[1]):  # axis 1 costs about twice as much on a CPU)
+            total.add_(products[:, j])
+        if clamp is not None:
+            total = total.clamp(-clamp, clamp)
+            products.clamp_(-clamp, clamp)
+        return products, self._project(total), self.raf is not None
 
     def _key_norm(self, keys: torch.Tensor, dim: int | tuple[int, ...]) -> torch.Tensor:
         """``norm(K) + eps`` (Eq. 13), (B, H, d), the L2 norm of each key feature over the positions on ``dim``
@@ -216,25 +293,31 @@ class SRformerCrossAttention(SegmentedCrossAttention):
         visited: torch.Tensor,
         segments: torch.Tensor,
         factor: torch.Tensor,
+        project_slots: bool = False,
     ) -> torch.Tensor:
         """The readouts ``scale * RAF_out_j / norm(K)`` of every segment without autograd, written over
         ``segment_products`` (B, M, H, d, d) one segment at a time.
 
         The same operations as the autograd path (:meth:`RecurrentAccumulateAndFire.scan`, then the
-        factor), in the same order, so the same numbers at every segment a query reads. The only
-        (B, M, H, d, d) tensor is the products' buffer, read once and overwritten with the readouts (no
-        stacked copies). When every example visits its segments ``0 .. m_b - 1`` (no segment skipped by the
-        schedule; padding allowed), the update runs in place on one (B, H, d, d) membrane and one spike buffer,
-        with no temporaries (fresh tensors cost page faults on CPU), and the slots after an example's last
-        segment are set to 0 (no query reads them); otherwise (a skipping schedule, or compile/export, where
-        the check's host sync is not allowed) the rows that do not fire carry their state (:func:`raf.update`).
+        factor), in the same order, so the same function at every segment a query reads (equal to float
+        rounding: ``W`` may be applied to the product rather than to the values, and the sums run in
+        another order). The only (B, M, H, d, d) tensor is the products' buffer, read once and overwritten
+        with the readouts (no stacked copies). When every example visits its segments ``0 .. m_b - 1`` (no
+        segment skipped by the schedule; padding allowed), the update runs in place on one (B, H, d, d)
+        membrane and one spike buffer, with no temporaries (fresh tensors cost page faults on CPU), and the
+        slots after an example's last segment are set to 0 (no query reads them); otherwise (a skipping
+        schedule, or compile/export, where the check's host sync is not allowed) the rows that do not fire
+        carry their state (:func:`raf.update`).
 
         Args:
-            segment_products: ``W K_j^T V_j`` (clamped when ``kv_clamp`` is set), consumed.
+            segment_products: ``W K_j^T V_j``, or ``K_j^T V_j`` when ``project_slots`` (clamped when
+                ``kv_clamp`` is set), consumed.
             total: (B, H, d, d) ``W K^T V``.
             visited: (B, M) bool, the segments the schedule visits (:meth:`_visited`).
             segments: (B,) long, ``m_b``, each example's number of segments.
             factor: (B, H, 1, d) ``scale / norm(K)``.
+            project_slots: apply ``W`` to each product here, one segment at a time, into a reused
+                (B, H, d, d) buffer (:meth:`_products_without_autograd`).
 
         Returns:
             ``segment_products``' storage holding the readouts.
@@ -248,6 +331,18 @@ class SRformerCrossAttention(SegmentedCrossAttention):
             return segment_products
         leak = raf.leak.to(segment_products.dtype)
         threshold = raf.threshold.to(segment_products.dtype)
+        # x W^T (W on the last axis) as one bmm per segment: a slot's (H, d, d) block flattens to (H*d, d)
+        weight = raf.linear.weight.to(segment_products.dtype).t().expand(batch, d, d)
+        projected = segment_products.new_empty(batch, heads, d, d) if project_slots else None
+
+        def product(j: int) -> torch.Tensor:
+            """``W K_j^T V_j`` of segment ``j`` (in the reused buffer when ``W`` is applied here)."""
+            slot = segment_products[:, j]
+            if projected is None:
+                return slot
+            torch.bmm(slot.view(batch, heads * d, d), weight, out=projected.view(batch, heads * d, d))
+            return projected
+
         if tracing():
             prefix = all_visited = False
         else:  # eager: one host sync
@@ -258,12 +353,12 @@ class SRformerCrossAttention(SegmentedCrossAttention):
             # that do not fire
             membrane = potential = segment_products.new_zeros(batch, heads, d, d)
             for j in range(max_segments):
-                slot = segment_products[:, j]
                 fire_j = visited[:, j].view(-1, 1, 1, 1)
                 membrane, potential = raf_update(
-                    membrane, potential, self._recurrent_input(total, slot), leak, threshold, fire_j, raf.two_sided
+                    membrane, potential, self._recurrent_input(total, product(j)), leak, threshold, fire_j,
+                    raf.two_sided,
                 )
-                torch.mul(raf.activation(potential), factor, out=slot)
+                torch.mul(raf.activation(potential), factor, out=segment_products[:, j])
             return segment_products
         # Paper neuron; every example visits its segments 0 .. m_b - 1 in order: fire for every slot, in place, with no
         # temporaries (Appendix A.2, the same update as raf.update); the slots after an example's last segment
@@ -272,9 +367,10 @@ class SRformerCrossAttention(SegmentedCrossAttention):
         spikes = torch.empty_like(membrane)
         for j in range(max_segments):
             slot = segment_products[:, j]
+            inputs = product(j)
             if not self.raf_reads_segment_products:
-                torch.sub(total, slot, out=slot)  # x_j = W P_j = W K^T V - W K_j^T V_j
-            torch.addcmul(slot, membrane, leak, out=membrane)  # mem = leak * mem + x
+                inputs = torch.sub(total, inputs, out=slot)  # x_j = W P_j = W K^T V - W K_j^T V_j
+            torch.addcmul(inputs, membrane, leak, out=membrane)  # mem = leak * mem + x
             torch.div(membrane, threshold, out=slot).sub_(1.0)  # y = mem / threshold - 1
             torch.gt(slot, 0, out=spikes)  # soft reset where y > 0: mem -= threshold
             membrane.sub_(spikes.mul_(threshold))

@@ -21,6 +21,7 @@ Compiled (``compiled=True``, ``srformer bench --compiled``): the self-attention 
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 import torch
@@ -163,8 +164,9 @@ class StepMeasurement:
     Attributes:
         timing: per-run samples in seconds, each the sum over ``positions`` single-token calls.
         positions: decoder positions per run.
-        fill_seconds: the cache fill call (decoder position 0) in seconds, one sample (the second
-            fill when ``warmup > 0``).
+        fill_seconds: the cache fill call (decoder position 0) in seconds, the median of ``repeats``
+            fills after ``min(warmup, 1)`` discarded one (a single sample moved by 10-20% between calls on a
+            quiet CPU).
         flops_per_step: FLOPs of one single-token call (FlopCounterMode, averaged over a run), or
             None when not counted.
     """
@@ -209,9 +211,9 @@ def measure_cross_attention_step(
         ValueError: for ``positions < 1``, ``repeats < 1`` or ``warmup < 0``.
     """
     run = CrossAttentionStepRun(module, encoder_states, positions=positions, static_cache=compiled)
-    fill_seconds = run.fill()
     if warmup:
-        fill_seconds = run.fill()  # the first fill of a shape pays for first-touch memory
+        run.fill()  # the first fill of a shape pays for first-touch memory
+    fill_seconds = statistics.median(run.fill() for _ in range(repeats))
     if compiled:
         torch._dynamo.reset()  # earlier variants' graphs would count against dynamo's recompilation limit
         run.module = compile_step(module)

@@ -43,7 +43,7 @@ TABLES: tuple[MetricTable, ...] = (
                 "faster."),
     MetricTable("cross_attention_prefill_time", "Cross-attention cache fill at t = 0 (ms)", "speedup",
                 "The same module's first call: K/V projection of all k positions, plus the state build for the "
-                "converted variants; one sample. (x) = full-sdpa time / variant time."),
+                "converted variants; median of repeats. (x) = full-sdpa time / variant time."),
     MetricTable("generate_throughput", "generate() throughput (new tokens/s)", "gain",
                 "Whole model, encoder excluded (precomputed encoder_outputs), greedy, a forced number of new tokens; "
                 "tokens of all sequences per second. (x) = variant / full-sdpa: higher is faster."),

@@ -375,8 +375,8 @@ def _step_tasks(ctx: _Context) -> list[Task]:
         records = [
             ctx.record(variant, k, s, batch, "cross_attention_step_time", result.step_ms, "ms", note=note),
             ctx.record(variant, k, s, batch, "cross_attention_prefill_time", 1000.0 * result.fill_seconds, "ms",
-                       note="one layer, first call (t = 0): K/V projection or state build; one sample after "
-                            f"{min(settings.warmup, 1)} warm-up fill"),
+                       note="one layer, first call (t = 0): K/V projection or state build; median of "
+                            f"{repeats} fills after {min(settings.warmup, 1)} warm-up fill"),
         ]
         if result.flops_per_step:
             note = f"FlopCounterMode, one layer, mean over t = 1..{settings.step_positions}"
