@@ -36,6 +36,7 @@ learnable scalar ``a`` per layer (``mix_logit``). With ``recurrence=False`` the 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +49,10 @@ from srformer.attention.raf import update as raf_update
 from srformer.attention.schedule import tracing
 from srformer.attention.segmented import LeanSegmentState, SegmentedCrossAttention, SegmentState, cast
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, extend, required
+
+#: Positions per block when the lean build sums ``norm(K)`` block by block
+#: (:meth:`SRformerCrossAttention._key_norm_of_blocks`).
+KEY_NORM_BLOCK = 64
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
     from srformer.config import SRformerConfig
@@ -216,30 +221,40 @@ class SRformerCrossAttention(SegmentedCrossAttention):
         return keys.requires_grad or values.requires_grad or any(p.requires_grad for p in parameters)
 
     def _key_norm_by_segment(self, keys: torch.Tensor) -> torch.Tensor:
-        """``norm(K) + eps`` (Eq. 13) as :meth:`_key_norm` over axes (1, 3), without autograd: the squares of
-        one segment's (B, H, s, d) block at a time are summed over its ``s`` positions into a (B, H, d)
-        accumulator (a reused block-sized buffer that stays in cache; one strided reduction over the whole
-        (B, M, H, s, d) tensor costs about four times as much on a CPU). Ones under ablation II.
-
-        Args:
-            keys: (B, M, H, s, d) segment-major keys, zero at padding.
+        """``norm(K) + eps`` (Eq. 13) as :meth:`_key_norm` over axes (1, 3), without autograd, from segment-major
+        keys (B, M, H, s, d), zero at padding: :meth:`_key_norm_of_blocks` over the M segment blocks.
 
         Returns:
             (B, H, d) in the accumulation dtype.
         """
-        batch, max_segments, heads, s, d = keys.shape
-        wide = accumulation_dtype(keys.dtype)
+        return self._key_norm_of_blocks(keys.unbind(1), keys.shape[2], keys.shape[-1])
+
+    def _key_norm_of_blocks(self, blocks: Sequence[torch.Tensor], heads: int, d: int) -> torch.Tensor:
+        """``norm(K) + eps`` (Eq. 13) without autograd, from the keys split into (B, H, n, d) blocks of positions
+        (any strides), zero at padding: the squares of one block at a time are summed over its positions into a
+        (B, H, d) accumulator, through a reused block-sized buffer that stays in cache (one strided reduction
+        over all k positions costs four to thirteen times as much on a CPU). Ones under ablation II.
+
+        Args:
+            blocks: the key blocks (B, H, n_i, d), together every position once.
+            heads, d: ``H`` and the head size.
+
+        Returns:
+            (B, H, d) in the accumulation dtype.
+        """
+        first = blocks[0]
+        batch, wide = first.shape[0], accumulation_dtype(first.dtype)
         if not self.divides_by_key_norm:
-            return keys.new_ones(batch, heads, d, dtype=wide)
-        squares = keys.new_empty(batch, heads, s, d, dtype=wide)
-        sums = keys.new_zeros(batch, heads, d, dtype=wide)
-        for j in range(max_segments):
-            block = keys[:, j]
+            return first.new_ones(batch, heads, d, dtype=wide)
+        squares = first.new_empty(batch, heads, max(block.shape[2] for block in blocks), d, dtype=wide)
+        sums = first.new_zeros(batch, heads, d, dtype=wide)
+        for block in blocks:
+            square = squares[:, :, : block.shape[2]]
             if block.dtype == wide:
-                torch.mul(block, block, out=squares)
+                torch.mul(block, block, out=square)
             else:  # square in the accumulation dtype, not in bf16/fp16
-                squares.copy_(block).square_()
-            sums.add_(squares.sum(dim=2))
+                square.copy_(block).square_()
+            sums.add_(square.sum(dim=2))
         return sums.sqrt_().add_(self.settings.norm_eps)
 
     def _products_without_autograd(
@@ -420,7 +435,7 @@ class SRformerCrossAttention(SegmentedCrossAttention):
         self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None
     ) -> LeanSegmentState:
         """The lean layout built directly, equal to ``self.lean(self.init_state(...))`` before any step:
-        ``W K^T V`` as ``(K^T V) W^T`` over the real positions (O(k*d^2) per head, one matmul, then O(d^3)),
+        ``W K^T V`` as ``(K^T V) W^T`` over the real positions (O(k*d^2) per head, one bmm per example, then O(d^3)),
         ``norm(K)`` and a zero membrane; no segment-major copy, no per-segment products, no readouts.
         Arguments and errors as :meth:`init_state`."""
         lean = super().init_lean_state(keys, values, key_valid)
@@ -432,11 +447,17 @@ class SRformerCrossAttention(SegmentedCrossAttention):
         if key_valid is not None:  # padding positions contribute nothing (compaction does not change sums)
             real = key_valid.to(device=keys.device, dtype=torch.bool)[:, None, :, None]
             keys = keys.masked_fill(~real, 0.0)
-        products = torch.matmul(keys.transpose(-1, -2), values)  # K^T V, (B, H, d, d)
+        if torch.is_grad_enabled() and (keys.requires_grad or values.requires_grad):
+            products = torch.matmul(keys.transpose(-1, -2), values)  # K^T V, (B, H, d, d)
+            key_norm = self._key_norm(keys, dim=2)
+        else:  # one bmm per example on the projections' (k, H, d) memory: a 4-D matmul of these transposed views
+            products = keys.new_empty(batch, heads, d, d)  # copies both to contiguous memory first (4x the time)
+            for b in range(batch):
+                torch.bmm(keys[b].transpose(-1, -2), values[b], out=products[b])
+            key_norm = self._key_norm_of_blocks(keys.split(KEY_NORM_BLOCK, dim=2), heads, d)
         if self.settings.kv_clamp is not None:
             products = products.clamp(-self.settings.kv_clamp, self.settings.kv_clamp)
         total = self._project(products)  # W K^T V (ablation III: K^T V)
-        key_norm = self._key_norm(keys, dim=2)
         lean = extend(LeanSRformerState, lean, raf_total=total, key_norm=key_norm)
         if self.raf is None:
             return lean
