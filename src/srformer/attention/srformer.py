@@ -51,7 +51,7 @@ from srformer.attention.segmented import LeanSegmentState, SegmentedCrossAttenti
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, extend, required
 
 #: Positions per block when the lean build sums ``norm(K)`` block by block
-#: (:meth:`SRformerCrossAttention._key_norm_of_blocks`).
+#: (:meth:`SRformerCrossAttention._key_norm_of_blocks`), as the standard build does over its segments.
 KEY_NORM_BLOCK = 64
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
@@ -191,7 +191,7 @@ class SRformerCrossAttention(SegmentedCrossAttention):
         batch, max_segments, heads, _, d = keys.shape
         visited = self._visited(state.num_segments, max_segments)
         if not self._tracks_gradients(keys, values):  # generation: the no-autograd build, at its floor
-            key_norm = self._key_norm_by_segment(keys)
+            key_norm = self._key_norm_of_blocks(keys.unbind(1), heads, d)  # the M segment blocks (B, H, s, d)
             factor = self.scale / key_norm[:, :, None, :]  # (B, H, 1, d)
             products, total, project_slots = self._products_without_autograd(keys, values)
             raf_readout = self._readout_in_place(products, total, visited, state.num_segments, factor, project_slots)
@@ -219,15 +219,6 @@ class SRformerCrossAttention(SegmentedCrossAttention):
             return False
         parameters = () if self.raf is None else tuple(self.raf.parameters())
         return keys.requires_grad or values.requires_grad or any(p.requires_grad for p in parameters)
-
-    def _key_norm_by_segment(self, keys: torch.Tensor) -> torch.Tensor:
-        """``norm(K) + eps`` (Eq. 13) as :meth:`_key_norm` over axes (1, 3), without autograd, from segment-major
-        keys (B, M, H, s, d), zero at padding: :meth:`_key_norm_of_blocks` over the M segment blocks.
-
-        Returns:
-            (B, H, d) in the accumulation dtype.
-        """
-        return self._key_norm_of_blocks(keys.unbind(1), keys.shape[2], keys.shape[-1])
 
     def _key_norm_of_blocks(self, blocks: Sequence[torch.Tensor], heads: int, d: int) -> torch.Tensor:
         """``norm(K) + eps`` (Eq. 13) without autograd, from the keys split into (B, H, n, d) blocks of positions
@@ -346,17 +337,16 @@ class SRformerCrossAttention(SegmentedCrossAttention):
             return segment_products
         leak = raf.leak.to(segment_products.dtype)
         threshold = raf.threshold.to(segment_products.dtype)
-        # x W^T (W on the last axis) as one bmm per segment: a slot's (H, d, d) block flattens to (H*d, d)
-        weight = raf.linear.weight.to(segment_products.dtype).t().expand(batch, d, d)
-        projected = segment_products.new_empty(batch, heads, d, d) if project_slots else None
+        if project_slots:  # x W^T (W on the last axis) as one bmm per segment: a slot's (H, d, d) flattens to (H*d, d)
+            weight = raf.linear.weight.to(segment_products.dtype).t().expand(batch, d, d)
+            projected = segment_products.new_empty(batch, heads * d, d)
 
         def product(j: int) -> torch.Tensor:
             """``W K_j^T V_j`` of segment ``j`` (in the reused buffer when ``W`` is applied here)."""
             slot = segment_products[:, j]
-            if projected is None:
+            if not project_slots:
                 return slot
-            torch.bmm(slot.view(batch, heads * d, d), weight, out=projected.view(batch, heads * d, d))
-            return projected
+            return torch.bmm(slot.view(batch, heads * d, d), weight, out=projected).view(batch, heads, d, d)
 
         if tracing():
             prefix = all_visited = False
