@@ -136,7 +136,7 @@ def test_evaluate_refuses_an_unwritable_output_before_loading_anything(tmp_path,
     assert main(["evaluate", "--checkpoint", str(tmp_path / "missing"), "--data", "aclsum",
                  "--output", paths["--output"], "--predictions", paths["--predictions"]]) == 2
     error = capsys.readouterr().err
-    assert option in error and "is a file, not a folder" in error
+    assert option in error and f"{blocker} is a file, not a folder" in error
     folder = tmp_path / "folder"
     folder.mkdir()
     paths[option] = str(folder)
@@ -152,7 +152,7 @@ def test_a_missing_local_checkpoint_is_named_in_the_error(data_files, tmp_path, 
     fields = ["--document-field", "text", "--summary-field", "abstract"]
     argv = {
         "evaluate": ["evaluate", "--checkpoint", missing, "--data", data, *fields, "--output", str(tmp_path / "m.json"),
-                     "--no-progress"],
+                     "--predictions", str(tmp_path / "new" / "p.jsonl"), "--no-progress"],
         "summarize": ["summarize", "--checkpoint", missing, data, "--no-progress"],
         "train": ["train", "--model", missing, "--data", data, *fields, "--variant", "full",
                   "--output", str(tmp_path / "t"), "--no-progress"],
@@ -165,3 +165,4 @@ def test_a_missing_local_checkpoint_is_named_in_the_error(data_files, tmp_path, 
     assert f"No checkpoint at local path {missing!r}" in error and "does not exist" in error
     assert "Traceback" not in error and "internet" not in error
     assert not (tmp_path / "m.json").exists() and not (tmp_path / "t").exists()
+    assert not (tmp_path / "new").exists()  # the output folders are checked, not created, before the run starts

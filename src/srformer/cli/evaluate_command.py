@@ -6,7 +6,7 @@ import json
 
 from srformer.cli.arguments import CHECKPOINT_HELP, add_data_arguments, add_generation_arguments
 from srformer.cli.data_source import load_data
-from srformer.cli.output_files import prepare_output_file
+from srformer.cli.output_files import check_output_file
 from srformer.evaluation.evaluate import evaluate_summarizer, load_summarizer
 from srformer.evaluation.report import format_table, write_metrics_json
 from srformer.evaluation.rouge import ROUGE_KEYS
@@ -33,8 +33,8 @@ def run(args) -> int:
         ValueError / FileNotFoundError: an output path that cannot be written, a checkpoint that is not there
             (:func:`srformer.models.factory.load_pretrained`), or bad data (the CLI prints it and exits 2).
     """
-    output = prepare_output_file(args.output, "--output")
-    predictions_file = prepare_output_file(args.predictions, "--predictions") if args.predictions else None
+    output = check_output_file(args.output, "--output")
+    predictions_file = check_output_file(args.predictions, "--predictions") if args.predictions else None
     model, tokenizer = load_summarizer(args.checkpoint)
     run_info = read_run(args.checkpoint) or {}
     pairs = load_data(args, default_split="test")
@@ -48,6 +48,7 @@ def run(args) -> int:
     )
     write_metrics_json(output, metrics)
     if predictions_file is not None:
+        predictions_file.parent.mkdir(parents=True, exist_ok=True)
         predictions_file.write_text(
             "".join(
                 json.dumps({"id": p.id, "prediction": s, "reference": p.summary}) + "\n"
