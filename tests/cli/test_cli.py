@@ -108,3 +108,61 @@ def test_train_accepts_baselines_and_ablations_by_name(data_files, tmp_path, nam
                  "--max-steps", "1", *TRAIN_ARGS]) == 0
     saved = json.loads((output / "config.json").read_text())["srformer"]
     assert {key: saved[key] for key in stored} == stored
+
+
+def test_evaluate_creates_the_folders_of_its_outputs(trained, data_files, tmp_path):
+    predictions, metrics = tmp_path / "runs" / "new" / "preds.jsonl", tmp_path / "other" / "metrics.json"
+    assert main(["evaluate", "--checkpoint", str(trained), "--data", str(data_files / "test.jsonl"),
+                 "--document-field", "text", "--summary-field", "abstract", "--output", str(metrics),
+                 "--predictions", str(predictions), "--max-examples", "2", "--max-new-tokens", "4",
+                 "--no-progress"]) == 0
+    rows = [json.loads(line) for line in predictions.read_text().splitlines()]
+    assert len(rows) == 2 and set(rows[0]) == {"id", "prediction", "reference"}
+    assert json.loads(metrics.read_text())["num_examples"] == 2
+
+
+@pytest.mark.parametrize("option", ["--predictions", "--output"])
+def test_evaluate_refuses_an_unwritable_output_before_loading_anything(tmp_path, capsys, monkeypatch, option):
+    import srformer.cli.evaluate_command as command
+
+    def fail(*_args, **_kwargs):
+        raise AssertionError("loaded a model before checking the output paths")
+
+    monkeypatch.setattr(command, "load_summarizer", fail)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    paths = {"--output": str(tmp_path / "m.json"), "--predictions": str(tmp_path / "p.jsonl")}
+    paths[option] = str(blocker / "sub" / "out.json")
+    assert main(["evaluate", "--checkpoint", str(tmp_path / "missing"), "--data", "aclsum",
+                 "--output", paths["--output"], "--predictions", paths["--predictions"]]) == 2
+    error = capsys.readouterr().err
+    assert option in error and f"{blocker} is a file, not a folder" in error
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    paths[option] = str(folder)
+    assert main(["evaluate", "--checkpoint", str(tmp_path / "missing"), "--data", "aclsum",
+                 "--output", paths["--output"], "--predictions", paths["--predictions"]]) == 2
+    assert "is a folder; give a file path" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["evaluate", "summarize", "train", "compare"])
+def test_a_missing_local_checkpoint_is_named_in_the_error(data_files, tmp_path, capsys, command):
+    missing = str(tmp_path / "runs" / "nope")
+    data = str(data_files / "train.jsonl")
+    fields = ["--document-field", "text", "--summary-field", "abstract"]
+    argv = {
+        "evaluate": ["evaluate", "--checkpoint", missing, "--data", data, *fields, "--output", str(tmp_path / "m.json"),
+                     "--predictions", str(tmp_path / "new" / "p.jsonl"), "--no-progress"],
+        "summarize": ["summarize", "--checkpoint", missing, data, "--no-progress"],
+        "train": ["train", "--model", missing, "--data", data, *fields, "--variant", "full",
+                  "--output", str(tmp_path / "t"), "--no-progress"],
+        "compare": ["compare", "--model", missing, "--base-steps", "0", "--train-data", data, "--test-data", data,
+                    *fields, "--variants", "full", "--ablations", "--seeds", "0", "--output", str(tmp_path / "c"),
+                    "--no-progress"],
+    }[command]
+    assert main(argv) == 2
+    error = capsys.readouterr().err
+    assert f"No checkpoint at local path {missing!r}" in error and "does not exist" in error
+    assert "Traceback" not in error and "internet" not in error
+    assert not (tmp_path / "m.json").exists() and not (tmp_path / "t").exists()
+    assert not (tmp_path / "new").exists()  # the output folders are checked, not created, before the run starts

@@ -18,9 +18,10 @@ import torch
 from torch import nn
 from transformers import T5Config, T5ForConditionalGeneration
 
-import srformer
 from srformer.benchmarks.records import VARIANT_SPECS, VariantSpec  # defined with the variant list (registry)
+from srformer.config import SRformerConfig
 from srformer.models import cross_attention_modules
+from srformer.models.convert import convert
 from srformer.models.factory import NAMED_CONFIGS
 
 #: Benchmark model shapes: T5 sizes from :data:`srformer.models.factory.NAMED_CONFIGS` and a vocabulary size.
@@ -67,7 +68,7 @@ def head_count_and_dim(shape: str) -> tuple[int, int]:
 
 def _length_settings(variant: str, longest_input: int | None) -> dict:
     """Settings a variant needs to accept inputs of ``longest_input`` tokens (``linformer``'s ``max_source_length``)."""
-    default = srformer.SRformerConfig(variant="linformer").resolved_max_source_length()
+    default = SRformerConfig(variant="linformer").resolved_max_source_length()
     if variant == "linformer" and longest_input is not None and longest_input > default:
         return {"max_source_length": longest_input}
     return {}
@@ -86,7 +87,7 @@ def build_model(
     """A randomly initialised T5 of ``shape`` with the cross attention of benchmark ``variant``.
 
     ``full*`` variants are the unmodified model; the others are converted with
-    :func:`srformer.convert` (``SRformerConfig(variant, segment_size, target_length, lean_cache)``).
+    :func:`srformer.models.convert.convert` (``SRformerConfig(variant, segment_size, target_length, lean_cache)``).
 
     Args:
         shape: a key of :data:`MODEL_SHAPES`.
@@ -112,9 +113,9 @@ def build_model(
     if spec.srformer_variant != "full":
         if segment_size is None and spec.uses_segments:
             raise ValueError(f"Variant {variant!r} needs a segment size.")
-        srformer.convert(
+        convert(
             model,
-            srformer.SRformerConfig(
+            SRformerConfig(
                 variant=spec.srformer_variant,
                 segment_size=segment_size or 1,  # unused by linear attention
                 target_length=target_length,

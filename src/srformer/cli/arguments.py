@@ -8,6 +8,21 @@ from collections.abc import Sequence
 
 from srformer.config import NAMED_SETTINGS, SRformerConfig
 
+#: ``--checkpoint`` of ``evaluate`` and ``summarize`` (the rule of :func:`srformer.models.factory.load_pretrained`).
+CHECKPOINT_HELP = (
+    "the --output directory of `srformer train`, any seq2seq save_pretrained directory, or a Hugging Face hub "
+    "model id. A path that is absolute, starts with . or ~, or has more than two /-separated parts must exist; "
+    "anything else that does not exist locally is loaded from the hub (an error says when it is neither)"
+)
+
+#: ``--model`` of ``train`` and ``compare``.
+MODEL_HELP = (
+    "a named config built from scratch (t5-tiny, t5-mini, t5-small-random, bart-tiny), a local checkpoint "
+    "directory, or a Hugging Face hub model id. A path that is absolute, starts with . or ~, or has more than two "
+    "/-separated parts must exist; anything else that does not exist locally is loaded from the hub (an error says "
+    "when it is neither)"
+)
+
 #: SRformerConfig fields that ``--setting`` may not set (they have flags of their own, or name the variant).
 _OWN_FLAGS = ("variant", "segment_size", "target_length")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import fields, replace
 from pathlib import Path
 
-from srformer.cli.arguments import add_variant_settings_argument, parse_variant_settings
+from srformer.cli.arguments import MODEL_HELP, add_variant_settings_argument, parse_variant_settings
 from srformer.config import NAMED_SETTINGS
 from srformer.data.pairs import load_aclsum, load_pairs
 from srformer.data.split import select_split
@@ -52,7 +52,8 @@ def add_parser(subparsers) -> None:
             parser.add_argument(flag, type=_TUPLES[field.name], nargs="*" if field.name == "ablations" else "+",
                                 default=list(value), **kwargs)
         else:
-            parser.add_argument(flag, type=type(value), default=value)
+            parser.add_argument(flag, type=type(value), default=value,
+                                help=MODEL_HELP if field.name == "model" else None)
     parser.add_argument("--ablation-segment-size", type=int, default=None,
                         help="segment size of the ablations (default: the largest --segment-sizes)")
     add_variant_settings_argument(parser)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from srformer.cli.arguments import add_data_arguments, add_generation_arguments
+import json
+
+from srformer.cli.arguments import CHECKPOINT_HELP, add_data_arguments, add_generation_arguments
 from srformer.cli.data_source import load_data
+from srformer.cli.output_files import check_output_file
 from srformer.evaluation.evaluate import evaluate_summarizer, load_summarizer
 from srformer.evaluation.report import format_table, write_metrics_json
 from srformer.evaluation.rouge import ROUGE_KEYS
@@ -12,35 +15,41 @@ from srformer.training.pipeline import read_run
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("evaluate", help="generate summaries and score them with ROUGE")
-    parser.add_argument(
-        "--checkpoint", required=True, help="a `srformer train` output directory (or any seq2seq checkpoint)"
-    )
+    parser.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
     add_data_arguments(parser)
-    parser.add_argument("--output", required=True, help="metrics JSON path")
+    parser.add_argument("--output", required=True, help="metrics JSON path (missing folders are created)")
     parser.add_argument("--max-examples", type=int, default=None)
-    parser.add_argument("--predictions", default=None, help="optional JSONL path for the generated summaries")
+    parser.add_argument("--predictions", default=None,
+                        help="optional JSONL path for the generated summaries (missing folders are created)")
     add_generation_arguments(parser)
     parser.set_defaults(run=run)
 
 
 def run(args) -> int:
+    """Check where the outputs go, load the checkpoint and the data, generate, score, and write the metrics (and
+    the predictions); returns 0.
+
+    Raises:
+        ValueError / FileNotFoundError: an output path that cannot be written, a checkpoint that is not there
+            (:func:`srformer.models.factory.load_pretrained`), or bad data (the CLI prints it and exits 2).
+    """
+    output = check_output_file(args.output, "--output")
+    predictions_file = check_output_file(args.predictions, "--predictions") if args.predictions else None
+    model, tokenizer = load_summarizer(args.checkpoint)
+    run_info = read_run(args.checkpoint) or {}
     pairs = load_data(args, default_split="test")
     if args.max_examples is not None:
         pairs = pairs[: args.max_examples]
-    run_info = read_run(args.checkpoint) or {}
-    model, tokenizer = load_summarizer(args.checkpoint)
     metrics, predictions = evaluate_summarizer(
         model, tokenizer, pairs,
         max_source_length=args.max_source_length or run_info.get("max_source_length", 512),
         max_new_tokens=args.max_new_tokens, num_beams=args.num_beams, batch_size=args.batch_size,
         source_prefix=run_info.get("source_prefix", ""), progress=not args.no_progress,
     )
-    write_metrics_json(args.output, metrics)
-    if args.predictions:
-        import json
-        from pathlib import Path
-
-        Path(args.predictions).write_text(
+    write_metrics_json(output, metrics)
+    if predictions_file is not None:
+        predictions_file.parent.mkdir(parents=True, exist_ok=True)
+        predictions_file.write_text(
             "".join(
                 json.dumps({"id": p.id, "prediction": s, "reference": p.summary}) + "\n"
                 for p, s in zip(pairs, predictions, strict=True)

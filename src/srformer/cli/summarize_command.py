@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from srformer.cli.arguments import add_generation_arguments
+from srformer.cli.arguments import CHECKPOINT_HELP, add_generation_arguments
 from srformer.evaluation.evaluate import load_summarizer
 from srformer.evaluation.generation import generate_summaries
 from srformer.training.pipeline import read_run
@@ -14,7 +14,7 @@ from srformer.training.pipeline import read_run
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("summarize", help="summarize documents with a trained checkpoint")
-    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
     parser.add_argument("input", nargs="?", default="-", help="a text file (one document), a .jsonl file with "
                         "a `document` field per line, or - for standard input (default)")
     parser.add_argument("--document-field", default="document")
@@ -43,9 +43,9 @@ def _documents(source: str, field: str) -> list[str]:
 
 
 def run(args) -> int:
-    documents = _documents(args.input, args.document_field)
+    model, tokenizer = load_summarizer(args.checkpoint)  # before reading the input: a missing checkpoint fails fast
     run_info = read_run(args.checkpoint) or {}
-    model, tokenizer = load_summarizer(args.checkpoint)
+    documents = _documents(args.input, args.document_field)
     result = generate_summaries(
         model, tokenizer, documents, max_source_length=args.max_source_length or run_info.get("max_source_length", 512),
         max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, num_beams=args.num_beams,

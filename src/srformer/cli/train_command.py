@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from srformer.cli.arguments import add_data_arguments, add_variant_arguments, parse_settings
+from srformer.cli.arguments import MODEL_HELP, add_data_arguments, add_variant_arguments, parse_settings
 from srformer.cli.data_source import load_data
 from srformer.config import named_config
 from srformer.training.distributed import process_state
@@ -14,7 +14,7 @@ from srformer.training.settings import MIXED_PRECISION_MODES, TrainingSettings
 
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("train", help="fine-tune a summarizer with a cross-attention variant")
-    parser.add_argument("--model", required=True, help="t5-tiny | t5-mini | bart-tiny | PATH | HUB_ID")
+    parser.add_argument("--model", required=True, help=MODEL_HELP)
     add_data_arguments(parser)
     add_variant_arguments(parser)
     parser.add_argument("--output", required=True, help="run directory (model, tokenizer, checkpoints)")

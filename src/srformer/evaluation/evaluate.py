@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from transformers import AutoTokenizer
@@ -14,21 +13,20 @@ from srformer.data.pairs import SummaryPair
 from srformer.evaluation.generation import generate_summaries
 from srformer.evaluation.rouge import ROUGE_KEYS, score_summaries
 from srformer.models.convert import srformer_config_of
-from srformer.models.factory import load_model
+from srformer.models.factory import load_model, load_pretrained
 
 
 def load_summarizer(checkpoint: str | os.PathLike):
     """Model (converted if it is an SRformer checkpoint) and tokenizer saved in ``checkpoint``.
 
+    ``checkpoint`` is a local directory or a hub model id, by the rule of
+    :func:`srformer.models.factory.load_pretrained`.
+
     Raises:
-        FileNotFoundError: if ``checkpoint`` is a missing local path.
+        FileNotFoundError: naming ``checkpoint`` and the fix, if it is a missing local path, or neither a local
+            checkpoint nor a reachable hub model id.
     """
-    path = Path(checkpoint)
-    if not path.exists() and (path.is_absolute() or str(checkpoint).startswith((".", "~"))):
-        raise FileNotFoundError(
-            f"Checkpoint {checkpoint} does not exist; pass the --output directory of `srformer train`."
-        )
-    tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
+    tokenizer = load_pretrained(AutoTokenizer.from_pretrained, str(checkpoint))
     model = load_model(str(checkpoint))
     model.eval()
     return model, tokenizer

@@ -46,30 +46,34 @@ from srformer.experiments.statistics import paired_difference, seed_spread
 from srformer.models.factory import NAMED_CONFIGS
 from srformer.training.pipeline import RunSpec
 from srformer.training.settings import TrainingSettings
+from srformer.training.settings_base import BaseModelBudget, Decoding, SeedGrid, SummaryShapes
 
 REFERENCE = "srformer"
 """The setting every other one is compared with, per document."""
 
 
 @dataclass
-class CompareSettings:
+class CompareSettings(BaseModelBudget, SummaryShapes, Decoding, SeedGrid):
     """The grid, the budget and the shapes of one comparison.
 
     Lengths are in tokens, steps are optimizer steps of ``batch_size`` pairs. The defaults are the
     CPU budget used for the README's real-data table (``k/T = 8`` as in the paper's Figure 4,
     where k = 1024 and T = 128: segment size 8 gives exactly T segments).
 
+    Inherited (:mod:`srformer.training.settings_base`): ``model``, ``base_steps`` (0 = use ``model`` as is),
+    ``base_learning_rate``, ``finetune_steps``, ``finetune_learning_rate``, ``batch_size``, ``progress``
+    (:class:`~srformer.training.settings_base.BaseModelBudget`); ``target_length``, ``max_source_length``,
+    ``max_target_length``, ``vocab_size`` (:class:`~srformer.training.settings_base.SummaryShapes`); ``num_beams``,
+    ``max_new_tokens``, ``eval_batch_size`` (:class:`~srformer.training.settings_base.Decoding`); ``seeds``, the
+    fine-tuning seeds: every cell runs once per seed (:class:`~srformer.training.settings_base.SeedGrid`).
+
     Attributes:
-        model: named config (``t5-tiny``...), local checkpoint or hub id of the base model.
         variants: named settings run at every segment size (segment-free ones once); default: every
             registered variant (:mod:`srformer.attention.registry`).
         segment_sizes: segment sizes ``s`` in tokens.
         ablations: named settings run only at ``ablation_segment_size`` (Table 3); default: every named
             setting that is not a variant (the ablations I-IV and ``srformer-sigma``).
         ablation_segment_size: segment size of the ablations; None = the largest of ``segment_sizes``.
-        seeds: fine-tuning seeds; every cell runs once per seed.
-        target_length: the schedule's ``T`` in tokens (must be >= the number of segments).
-        base_steps: steps of full-attention training of the base model; 0 = use ``model`` as is.
         no_repeat_ngram_size: decoding forbids repeating an n-gram of this size (0 = off). Default
             3, the usual summarization setting (e.g. BART's CNN/DM config): small models trained
             briefly otherwise loop ("the new new new ..."), which measures the loop, not the attention.
@@ -78,39 +82,24 @@ class CompareSettings:
             setting's own values and are recorded with every cell.
     """
 
-    model: str = "t5-tiny"
     variants: tuple[str, ...] = VARIANTS
     segment_sizes: tuple[int, ...] = (8, 16, 64)
     ablations: tuple[str, ...] = tuple(name for name in NAMED_SETTINGS if name not in VARIANTS)
     ablation_segment_size: int | None = None
-    seeds: tuple[int, ...] = (0, 1)
-    target_length: int = 32
-    max_source_length: int = 256
-    max_target_length: int = 48
+    seeds: tuple[int, ...] = (0, 1)  # the default of this grid (SeedGrid's is one seed)
     source_prefix: str = ""
-    base_steps: int = 2500
-    finetune_steps: int = 150
-    batch_size: int = 8
-    base_learning_rate: float = 2e-3
-    finetune_learning_rate: float = 5e-4
-    vocab_size: int = 4000
-    num_beams: int = 1
-    max_new_tokens: int = 48
     no_repeat_ngram_size: int = 3
-    eval_batch_size: int = 16
     base_seed: int = 0
     data: str = ""
-    progress: bool = True
     variant_settings: dict[str, dict] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
+    def validate(self) -> None:
+        super().validate()
         unknown = [n for n in (*self.variants, *self.ablations) if n not in NAMED_SETTINGS]
         if unknown:
             raise ValueError(f"Unknown variant names {unknown}: choose from {', '.join(NAMED_SETTINGS)}.")
         if not self.variants and not self.ablations:
             raise ValueError("The grid is empty: give at least one name in `variants` or `ablations`.")
-        if not self.seeds:
-            raise ValueError("`seeds` is empty: give at least one fine-tuning seed.")
         if not self.segment_sizes or any(s < 1 for s in self.segment_sizes):
             raise ValueError(f"`segment_sizes` must be positive token counts, got {self.segment_sizes!r}.")
         if self.base_steps == 0 and self.model in NAMED_CONFIGS:

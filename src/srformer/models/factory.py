@@ -7,8 +7,10 @@ every checkpoint, so evaluation and generation use the same vocabulary.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, TypeVar
 
 from transformers import (
     AutoConfig,
@@ -24,6 +26,8 @@ from transformers import (
 
 from srformer.data.tokenizer import train_unigram_tokenizer
 from srformer.models.convert import from_pretrained, srformer_config_of
+
+_Loaded = TypeVar("_Loaded")
 
 #: Small architectures that can be trained from scratch on a CPU. Sizes: d_model, layers, heads, head_dim.
 NAMED_CONFIGS: dict[str, dict] = {
@@ -74,37 +78,85 @@ def build_named_model(name: str, tokenizer: PreTrainedTokenizerBase, *, max_posi
     return BartForConditionalGeneration(bart_config)
 
 
+def is_local_path(name_or_path: str) -> bool:
+    """Whether ``name_or_path`` can only be a local path, never a hub model id: it is absolute, starts with ``.``
+    or ``~``, contains a backslash, or has more than two ``/``-separated parts (hub ids are ``NAME`` or
+    ``OWNER/NAME``)."""
+    text = str(name_or_path)
+    return (Path(text).is_absolute() or text.startswith((".", "~")) or "\\" in text
+            or len([part for part in text.split("/") if part]) > 2)
+
+
+def load_pretrained(load: Callable[..., _Loaded], name_or_path: str | os.PathLike, **kwargs: Any) -> _Loaded:
+    """``load(name_or_path, **kwargs)`` (a ``from_pretrained``) with a clear error for a model that is not there.
+
+    The rule: an existing local path is loaded from disk. A missing path that can only be a local path
+    (:func:`is_local_path`: absolute, starting with ``.`` or ``~``, or of more than two ``/`` parts) is an error
+    at once. Anything else (``t5-small``, ``google/flan-t5-small``, or a mistyped relative path such as
+    ``runs/modle``) is tried as a Hugging Face hub model id; when the hub cannot provide it (no such id, no network,
+    offline mode) the error says that there is neither a local checkpoint nor a reachable hub model of that name.
+
+    Raises:
+        FileNotFoundError: naming ``name_or_path`` and the fix, for a missing local path or a name that is neither
+            a local checkpoint nor a reachable hub model id (the loader's ``OSError`` is chained as the cause).
+    """
+    text = os.fspath(name_or_path)
+    path = Path(text)
+    if path.exists():
+        return load(text, **kwargs)
+    if is_local_path(text):
+        raise FileNotFoundError(
+            f"No checkpoint at local path {text!r} ({path.absolute()} does not exist). Pass the --output "
+            f"directory of `srformer train` (or any save_pretrained directory), a named config "
+            f"({', '.join(NAMED_CONFIGS)}), or a Hugging Face hub model id such as t5-small."
+        )
+    try:
+        return load(text, **kwargs)
+    except OSError as error:
+        raise FileNotFoundError(
+            f"{text!r} is neither a local checkpoint (no such path: {path.absolute()}) nor a model id that "
+            f"could be loaded from the Hugging Face hub ({str(error).splitlines()[0] if str(error) else error!r}). "
+            "Fix the path (the --output directory of `srformer train`), or check the hub id and the network "
+            "connection (HF_HUB_OFFLINE=1 allows only cached models)."
+        ) from error
+
+
 def load_tokenizer(
     name_or_path: str, *, train_texts: Iterable[str] | None = None, vocab_size: int = 8000
 ) -> PreTrainedTokenizerBase:
-    """The tokenizer for ``name_or_path``: trained on ``train_texts`` for a named config, else loaded.
+    """The tokenizer for ``name_or_path``: trained on ``train_texts`` for a named config, else loaded
+    (:func:`load_pretrained`: a local checkpoint, else a hub model id).
 
     Raises:
         ValueError: a named config without ``train_texts``.
+        FileNotFoundError: no local checkpoint and no reachable hub model of that name (:func:`load_pretrained`).
     """
     if name_or_path in NAMED_CONFIGS:
         if train_texts is None:
             raise ValueError(f"{name_or_path!r} is built from scratch: its tokenizer needs training texts.")
         return train_unigram_tokenizer(train_texts, vocab_size=vocab_size)
-    return AutoTokenizer.from_pretrained(name_or_path)
+    return load_pretrained(AutoTokenizer.from_pretrained, name_or_path)
 
 
 def load_model(name_or_path: str, tokenizer: PreTrainedTokenizerBase | None = None, **kwargs) -> PreTrainedModel:
     """A model by name: a named config (random weights), an SRformer checkpoint, or a plain checkpoint.
 
     Args:
-        name_or_path: a key of :data:`NAMED_CONFIGS`, a local directory or a hub id.
+        name_or_path: a key of :data:`NAMED_CONFIGS`, a local directory or a hub id (the rule of
+            :func:`load_pretrained`).
         tokenizer: required for named configs.
         **kwargs: passed to ``from_pretrained``.
 
     Raises:
         ValueError: a named config without a tokenizer.
+        FileNotFoundError: no local checkpoint and no reachable hub model of that name (:func:`load_pretrained`).
     """
     if name_or_path in NAMED_CONFIGS:
         if tokenizer is None:
             raise ValueError(f"{name_or_path!r} needs a tokenizer to size its vocabulary.")
         return build_named_model(name_or_path, tokenizer)
-    if srformer_config_of(AutoConfig.from_pretrained(name_or_path)) is not None:
+    config = load_pretrained(AutoConfig.from_pretrained, name_or_path)
+    if srformer_config_of(config) is not None:
         return from_pretrained(name_or_path, **kwargs)
     return AutoModelForSeq2SeqLM.from_pretrained(name_or_path, **kwargs)
 

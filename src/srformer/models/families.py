@@ -29,7 +29,61 @@ def generation_cache(cache: Any, past_key_values: Any) -> Any:
     return cache if cache is not None else past_key_values
 
 
-class SRformerT5AttentionMixin:
+class _ConvertedCrossAttention:
+    """The forward pass both families share: project the queries, hand the key/value projection to
+    :func:`~srformer.models.cross_attention.run_cross_attention` with the family's mask and generation cache, and
+    project the heads back. A family mixin names its projections and head sizes in :meth:`_projections`."""
+
+    srformer: CrossAttentionModule
+    # provided by the attention class the family mixin is combined with
+    layer_idx: int | None
+    dropout: float
+    training: bool
+
+    def _projections(self) -> tuple[nn.Linear, nn.Linear, nn.Linear, nn.Linear, int, int]:
+        """``(query, key, value, output, num_heads, head_dim)`` of the wrapped module."""
+        raise NotImplementedError
+
+    def _attend(
+        self,
+        hidden_states: torch.Tensor,
+        key_value_states: torch.Tensor | None,
+        mask: torch.Tensor | None,
+        cache: Any,
+        output_attentions: bool | None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``(output (B, q, d_model), weights (B, H, q, k) or None)`` for hidden_states (B, q, d_model) attending
+        to key_value_states (B, k, d_model).
+
+        Raises:
+            RuntimeError: without ``key_value_states`` (a converted module replaces cross attention only).
+        """
+        if key_value_states is None:
+            raise RuntimeError("An SRformer module replaces decoder cross attention only; it got no encoder states.")
+        query, key, value, out, num_heads, head_dim = self._projections()
+        batch, q_len = hidden_states.shape[:2]
+        queries = query(hidden_states).view(batch, q_len, -1, head_dim).transpose(1, 2)
+
+        def project(states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            keys = key(states).view(states.shape[0], -1, num_heads, head_dim).transpose(1, 2)
+            values = value(states).view(states.shape[0], -1, num_heads, head_dim).transpose(1, 2)
+            return keys, values
+
+        output, weights = run_cross_attention(
+            self.srformer,
+            queries,
+            key_value_states,
+            project,
+            mask,
+            cache,
+            self.layer_idx,
+            dropout=self.dropout if self.training else 0.0,
+            output_attentions=attention_weights_requested(self, output_attentions),
+        )
+        return out(output.transpose(1, 2).reshape(batch, q_len, -1)), weights
+
+
+class SRformerT5AttentionMixin(_ConvertedCrossAttention):
     """Forward pass of a converted ``T5Attention``-style module (attributes q, k, v, o, n_heads,
     key_value_proj_dim; T5 scale 1). Called as
     ``(hidden_states, mask, key_value_states, position_bias, past_key_values, **kwargs)`` (transformers >= 5.24
@@ -43,7 +97,6 @@ class SRformerT5AttentionMixin:
     weights (B, H, q, k).
     """
 
-    srformer: CrossAttentionModule
     # provided by the T5Attention-style class the mixin is combined with
     q: nn.Linear
     k: nn.Linear
@@ -51,9 +104,9 @@ class SRformerT5AttentionMixin:
     o: nn.Linear
     n_heads: int
     key_value_proj_dim: int
-    layer_idx: int | None
-    dropout: float
-    training: bool
+
+    def _projections(self) -> tuple[nn.Linear, nn.Linear, nn.Linear, nn.Linear, int, int]:
+        return self.q, self.k, self.v, self.o, self.n_heads, self.key_value_proj_dim
 
     def forward(
         self,
@@ -65,33 +118,12 @@ class SRformerT5AttentionMixin:
         cache: Any = None,
         **kwargs: Any,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        if key_value_states is None:
-            raise RuntimeError("An SRformer module replaces decoder cross attention only; it got no encoder states.")
-        batch, q_len = hidden_states.shape[:2]
-        head_dim = self.key_value_proj_dim
-        queries = self.q(hidden_states).view(batch, q_len, -1, head_dim).transpose(1, 2)
-
-        def project(states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            keys = self.k(states).view(states.shape[0], -1, self.n_heads, head_dim).transpose(1, 2)
-            values = self.v(states).view(states.shape[0], -1, self.n_heads, head_dim).transpose(1, 2)
-            return keys, values
-
-        output, weights = run_cross_attention(
-            self.srformer,
-            queries,
-            key_value_states,
-            project,
-            mask,
-            generation_cache(cache, past_key_values),
-            self.layer_idx,
-            dropout=self.dropout if self.training else 0.0,
-            output_attentions=attention_weights_requested(self, kwargs.get("output_attentions")),
-        )
-        output = self.o(output.transpose(1, 2).reshape(batch, q_len, -1))
+        output, weights = self._attend(hidden_states, key_value_states, mask, generation_cache(cache, past_key_values),
+                                       kwargs.get("output_attentions"))
         return output, position_bias, weights
 
 
-class SRformerBartAttentionMixin:
+class SRformerBartAttentionMixin(_ConvertedCrossAttention):
     """Forward pass of a converted ``BartAttention``-style module (attributes q_proj, k_proj, v_proj,
     out_proj, num_heads, head_dim, scaling = head_dim^-0.5). Called as
     ``(hidden_states, key_value_states, past_key_values, attention_mask, **kwargs)`` (or ``cache=``, as for
@@ -102,7 +134,6 @@ class SRformerBartAttentionMixin:
     weights (B, H, q, k).
     """
 
-    srformer: CrossAttentionModule
     # provided by the BartAttention-style class the mixin is combined with
     q_proj: nn.Linear
     k_proj: nn.Linear
@@ -110,9 +141,9 @@ class SRformerBartAttentionMixin:
     out_proj: nn.Linear
     num_heads: int
     head_dim: int
-    layer_idx: int | None
-    dropout: float
-    training: bool
+
+    def _projections(self) -> tuple[nn.Linear, nn.Linear, nn.Linear, nn.Linear, int, int]:
+        return self.q_proj, self.k_proj, self.v_proj, self.out_proj, self.num_heads, self.head_dim
 
     def forward(
         self,
@@ -123,29 +154,8 @@ class SRformerBartAttentionMixin:
         cache: Any = None,
         **kwargs: Any,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if key_value_states is None:
-            raise RuntimeError("An SRformer module replaces decoder cross attention only; it got no encoder states.")
-        batch, q_len = hidden_states.shape[:2]
-        queries = self.q_proj(hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)
-
-        def project(states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            keys = self.k_proj(states).view(states.shape[0], -1, self.num_heads, self.head_dim).transpose(1, 2)
-            values = self.v_proj(states).view(states.shape[0], -1, self.num_heads, self.head_dim).transpose(1, 2)
-            return keys, values
-
-        output, weights = run_cross_attention(
-            self.srformer,
-            queries,
-            key_value_states,
-            project,
-            attention_mask,
-            generation_cache(cache, past_key_values),
-            self.layer_idx,
-            dropout=self.dropout if self.training else 0.0,
-            output_attentions=attention_weights_requested(self, kwargs.get("output_attentions")),
-        )
-        output = self.out_proj(output.transpose(1, 2).reshape(batch, q_len, -1))
-        return output, weights
+        return self._attend(hidden_states, key_value_states, attention_mask, generation_cache(cache, past_key_values),
+                            kwargs.get("output_attentions"))
 
 
 def attention_scale_of(module: nn.Module) -> float:

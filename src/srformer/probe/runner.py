@@ -38,6 +38,7 @@ from srformer.models.convert import convert
 from srformer.probe.metrics import gap_recovered, score
 from srformer.probe.tasks import TASKS, ProbeVocabulary, TaskSpec, generate_examples
 from srformer.probe.training import ModelShape, TrainSettings, build_model, diagnose, predict, train_model
+from srformer.training.settings_base import FineTuning, PeakLearningRate, SeedGrid
 
 #: Held-out examples of the final recurrent-term measurement of a cell (``diagnostics_eval``).
 DIAGNOSTIC_EXAMPLES = 64
@@ -50,12 +51,17 @@ DEFAULT_VARIANTS: tuple[str, ...] = ("full", "segmented", "srformer")
 
 
 @dataclass
-class ProbeSettings:
+class ProbeSettings(FineTuning, PeakLearningRate, SeedGrid):
     """The grid and the budget (lengths in tokens, steps are optimizer steps).
 
     The defaults are the grid that ``srformer probe`` runs with no options: every task at k = 128, s = 8
     (16 segments), recall with 4 and 16 queried facts, the paper's three variants, both protocols, 1,000 steps
     per scratch cell: 30 cells, under 30 minutes on 2 CPU cores with two workers (README, "Long-range probe").
+
+    Inherited (:mod:`srformer.training.settings_base`): ``batch_size``, ``progress``, ``finetune_steps`` (of a
+    ``convert`` cell), ``finetune_learning_rate`` (:class:`~srformer.training.settings_base.FineTuning`);
+    ``learning_rate`` (of a ``scratch`` cell, :class:`~srformer.training.settings_base.PeakLearningRate`); ``seeds``
+    (model initialisation and data-stream seeds, :class:`~srformer.training.settings_base.SeedGrid`).
 
     Attributes:
         tasks: task names (:data:`srformer.probe.tasks.TASKS`).
@@ -66,18 +72,14 @@ class ProbeSettings:
         variants: names of :data:`srformer.config.NAMED_SETTINGS`, as ``srformer compare`` takes them (default
             :data:`DEFAULT_VARIANTS`).
         protocols: :data:`PROTOCOLS` to run.
-        seeds: model initialisation and data-stream seeds.
         steps: training steps of a ``scratch`` cell.
-        finetune_steps: fine-tuning steps of a ``convert`` cell.
-        batch_size, learning_rate, finetune_learning_rate, curriculum_start, curriculum_hold, curriculum_ramp: see
-            :class:`srformer.probe.training.TrainSettings`.
+        curriculum_start, curriculum_hold, curriculum_ramp: see :class:`srformer.probe.training.TrainSettings`.
         eval_examples: held-out examples per cell (their own seeded stream).
         diagnostics_every: measure the recurrent term of cells with SRformer layers every this many training
             steps and at the last one (:func:`srformer.probe.training.train_model`); 0 disables. Not part of
             :func:`cell_budget` (it does not change the training), so saved cells stay valid.
         shape: the T5 architecture.
         vocabulary: the probe vocabulary.
-        progress: show progress bars.
         workers: cells trained at once, each in its own process with ``cpu_count // workers`` torch threads
             (at least 1); 0 = one per available CPU core on the CPU, 1 on CUDA. A ``convert`` cell starts once the
             ``scratch`` full-attention base of its problem is saved. Not part of :func:`cell_budget`.
@@ -95,12 +97,10 @@ class ProbeSettings:
     segment_sizes: tuple[int, ...] = (8,)
     variants: tuple[str, ...] = DEFAULT_VARIANTS
     protocols: tuple[str, ...] = PROTOCOLS
-    seeds: tuple[int, ...] = (0,)
     steps: int = 1000
     finetune_steps: int = 100
     batch_size: int = 32
     learning_rate: float = 1e-3
-    finetune_learning_rate: float = 5e-4
     curriculum_start: int = 8
     curriculum_hold: float = 0.5
     curriculum_ramp: float = 0.3
@@ -108,12 +108,12 @@ class ProbeSettings:
     diagnostics_every: int = 100
     shape: ModelShape = field(default_factory=ModelShape)
     vocabulary: ProbeVocabulary = field(default_factory=ProbeVocabulary)
-    progress: bool = True
     workers: int = 0
     device: str = "auto"
     variant_settings: dict[str, dict] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
+    def validate(self) -> None:
+        super().validate()
         unknown = [t for t in self.tasks if t not in TASKS]
         if unknown:
             raise ValueError(f"Unknown probe tasks {unknown}: choose from {', '.join(TASKS)}.")
@@ -123,12 +123,12 @@ class ProbeSettings:
         protocols = [p for p in self.protocols if p not in PROTOCOLS]
         if protocols:
             raise ValueError(f"Unknown protocols {protocols}: choose from {', '.join(PROTOCOLS)}.")
-        for name in ("tasks", "variants", "protocols", "seeds", "lengths", "segment_sizes"):
+        for name in ("tasks", "variants", "protocols", "lengths", "segment_sizes"):
             if not getattr(self, name):
                 raise ValueError(f"`{name}` is empty: give at least one value.")
         if "recall" in self.tasks and not self.recall_sizes:
             raise ValueError("`recall_sizes` is empty: give at least one recall size.")
-        for name in ("steps", "finetune_steps", "batch_size", "eval_examples", "size"):
+        for name in ("steps", "eval_examples", "size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}.")
         if self.diagnostics_every < 0:

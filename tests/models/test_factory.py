@@ -1,0 +1,57 @@
+"""Loading a model by name: the local-path / hub-id rule of `load_pretrained` and its errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from srformer.models.factory import is_local_path, load_pretrained
+
+
+@pytest.mark.parametrize("name,local", [
+    ("t5-small", False), ("google/flan-t5-small", False), ("runs/model", False), ("runs/aclsum/base", True),
+    ("./model", True), ("../model", True), ("~/model", True), ("/abs/model", True), ("runs\\model", True),
+])
+def test_what_can_only_be_a_local_path(name, local):
+    assert is_local_path(name) is local
+
+
+def test_an_existing_path_is_loaded_as_given(tmp_path):
+    assert load_pretrained(lambda name, **kwargs: (name, kwargs), tmp_path, revision="x") == (str(tmp_path),
+                                                                                              {"revision": "x"})
+
+
+def test_a_missing_local_path_is_an_error_without_trying_the_hub(tmp_path):
+    def hub(name):
+        raise AssertionError(f"tried the hub for {name}")
+
+    with pytest.raises(FileNotFoundError, match=r"No checkpoint at local path .*nope.*does not exist"):
+        load_pretrained(hub, str(tmp_path / "nope"))
+    with pytest.raises(FileNotFoundError, match="No checkpoint at local path './nope'"):
+        load_pretrained(hub, "./nope")
+
+
+def test_a_hub_failure_says_neither_a_local_checkpoint_nor_a_hub_model(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    calls = []
+
+    def offline(name):
+        calls.append(name)
+        raise OSError("We couldn't connect to 'https://huggingface.co' to load the files.\nCheck your connection.")
+
+    with pytest.raises(FileNotFoundError) as caught:
+        load_pretrained(offline, "nope")
+    message = str(caught.value)
+    assert calls == ["nope"]
+    assert "'nope' is neither a local checkpoint" in message and "hub" in message
+    assert "couldn't connect" in message and "Check your connection" not in message
+    assert isinstance(caught.value.__cause__, OSError)
+
+
+def test_other_errors_of_the_loader_pass_through(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+    def broken(name):
+        raise ValueError("not a seq2seq model")
+
+    with pytest.raises(ValueError, match="not a seq2seq model"):
+        load_pretrained(broken, "some-model")
