@@ -1,12 +1,12 @@
 """Copy-pretraining data for the BBC experiment of docs/results.md (data preparation; not part of the package).
 
-A tiny encoder-decoder trained from scratch on the 1,744 BBC training articles learns the language of the
-summaries long before it learns to read its input: it writes one summary for every article (docs/results.md,
-"BBC News with extractive summaries"). This script turns the *training part* of the corpus into many copying examples, so
-that the base model learns to read its input before it learns to summarise: for every sentence start of every
-training article, the source is the article from that sentence on, and the target is that sentence and the next
-one. Each article gives one example per sentence (about 20), and no two examples share a source, so the only way
-to lower the loss is to copy from the encoder.
+A tiny encoder-decoder trained from scratch on the 1,744 BBC training articles learns the language of the summaries
+long before it learns to read its input: it writes one summary for every article (docs/results.md, "BBC News with
+extractive summaries"). This script turns the *training part* of the corpus into many copying examples, so that the
+base model learns to read its input before it learns to summarise: for every sentence start of every training
+article, the source is the article from that sentence on, and the target is that sentence and the next one. Each
+article gives one example per sentence (about 20), and no two examples share a source, so the only way to lower the
+loss is to copy from the encoder.
 
 Only the records of the file passed in are used: pass the ``train`` part written by
 ``srformer split --data ordered.jsonl --output-dir split`` so that nothing of the validation or test articles

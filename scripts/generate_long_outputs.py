@@ -17,6 +17,8 @@ ENCODER_LENGTH, SEGMENT_SIZE, BATCH = 4096, 64, 8
 
 
 def main() -> None:
+    if len(sys.argv) != 4:
+        sys.exit(__doc__)
     warnings.filterwarnings("ignore")
     target_length, new_tokens, variants = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split(",")
     encoder_outputs, mask = random_encoder_outputs(BATCH, ENCODER_LENGTH, 512)
