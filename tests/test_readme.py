@@ -1,0 +1,24 @@
+"""The README's test command is exactly what CI runs, and the README stays short."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def ci_command() -> str:
+    """The command line of ``.ci/run``: its last non-empty, non-comment line."""
+    lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
+    commands = [line for line in lines if line and not line.startswith("#") and not line.startswith(("set ", "cd "))]
+    assert len(commands) == 1, f".ci/run should hold one command line, found {commands}"
+    return commands[0]
+
+
+def test_readme_test_command_is_what_ci_runs() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"```bash\n{ci_command()}\n```" in readme
+
+
+def test_readme_is_short() -> None:
+    assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 250
