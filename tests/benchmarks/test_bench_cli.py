@@ -36,7 +36,7 @@ def test_quick_run_writes_every_output_file(quick_run):
         data = (quick_run / name).read_bytes()
         assert data.startswith(b"\x89PNG") and len(data) > 10_000
     report = (quick_run / "bench.md").read_text()
-    assert "## Targets of the issue" in report and "## Cross-attention time per decoder step (ms)" in report
+    assert "## Performance goals" in report and "## Cross-attention time per decoder step (ms)" in report
     assert "encoder excluded" in report or "excludes the encoder" in report
 
 

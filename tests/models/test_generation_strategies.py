@@ -1,4 +1,4 @@
-"""transformers' whole ``generate()`` contract on converted T5/BART models (the README's generate() matrix).
+"""transformers' whole ``generate()`` contract on converted T5/BART models (the generate() matrix of docs/usage.md).
 
 Every decoding strategy that the installed transformers ships is run on tiny float64 models of each
 family and variant, with real segmentation: encoder inputs of 24, 17 and 9 tokens in 4-token
@@ -410,7 +410,7 @@ HUB_ONLY = {
 @pytest.mark.parametrize("mode", list(HUB_ONLY), ids=lambda mode: mode.value)
 def test_strategies_moved_to_the_hub_are_not_run_locally(mode):
     """The installed transformers ships these strategies only as Hub ``custom_generate`` repositories
-    (trust_remote_code=True and Hub access); the README's matrix says so. If a later transformers
+    (trust_remote_code=True and Hub access); docs/usage.md's matrix says so. If a later transformers
     brings one back, this fails and the strategy needs its own test and matrix row."""
     assert "/" in GENERATION_MODES_MAPPING[mode]
     model = model_for("t5", "srformer")

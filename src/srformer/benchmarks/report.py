@@ -1,5 +1,5 @@
 """``bench.md``: the main metrics as Markdown tables with ratios against ``full-sdpa``, and the
-issue's targets checked against the measured ratios."""
+design's performance goals checked against the measured ratios."""
 
 from __future__ import annotations
 
@@ -149,7 +149,7 @@ def _lookup(records, metric, variant, k, s, batch):
     return None
 
 
-#: The issue's targets: (text, metric, variant, k, s, batch sizes, bound, ratio kind).
+#: The design's performance goals (docs/benchmarks.md): (text, metric, variant, k, s, batch sizes, bound, ratio kind).
 TARGETS: tuple[tuple, ...] = (
     ("step: srformer >= 8x faster than full-sdpa", "cross_attention_step_time", "srformer", 4096, 64, (8,), 8.0,
      "speedup"),
@@ -165,7 +165,7 @@ TARGETS: tuple[tuple, ...] = (
 
 
 def target_rows(records: Sequence[BenchRecord]) -> list[dict]:
-    """The issue's targets, each with the measured ratio and whether it is met (or not measured)."""
+    """The performance goals, each with the measured ratio and whether it is met (or not measured)."""
     rows = []
     for text, metric, variant, k, s, batches, bound, kind in TARGETS:
         for batch in batches:
@@ -232,7 +232,7 @@ def write_report(
         ]
     if notes:
         lines += ["", "## Notes from the run", ""] + [f"- {note}" for note in notes]
-    lines += ["", "## Targets of the issue", "", format_table(target_rows(records),
+    lines += ["", "## Performance goals", "", format_table(target_rows(records),
                                                                ["target", "k", "s", "batch", "measured", "status"])]
     for table in TABLES:
         rows, variants = metric_rows(records, table)

@@ -57,7 +57,7 @@ class CompareSettings(BaseModelBudget, SummaryShapes, Decoding, SeedGrid):
     """The grid, the budget and the shapes of one comparison.
 
     Lengths are in tokens, steps are optimizer steps of ``batch_size`` pairs. The defaults are the
-    CPU budget used for the README's real-data table (``k/T = 8`` as in the paper's Figure 4,
+    CPU budget used for the real-data tables of docs/results.md (``k/T = 8`` as in the paper's Figure 4,
     where k = 1024 and T = 128: segment size 8 gives exactly T segments).
 
     Inherited (:mod:`srformer.training.settings_base`): ``model``, ``base_steps`` (0 = use ``model`` as is),

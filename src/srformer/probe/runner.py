@@ -56,7 +56,7 @@ class ProbeSettings(FineTuning, PeakLearningRate, SeedGrid):
 
     The defaults are the grid that ``srformer probe`` runs with no options: every task at k = 128, s = 8
     (16 segments), recall with 4 and 16 queried facts, the paper's three variants, both protocols, 1,000 steps
-    per scratch cell: 30 cells, under 30 minutes on 2 CPU cores with two workers (README, "Long-range probe").
+    per scratch cell: 30 cells, under 30 minutes on 2 CPU cores with two workers (docs/probe.md, "Default grid").
 
     Inherited (:mod:`srformer.training.settings_base`): ``batch_size``, ``progress``, ``finetune_steps`` (of a
     ``convert`` cell), ``finetune_learning_rate`` (:class:`~srformer.training.settings_base.FineTuning`);
