@@ -35,10 +35,33 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from srformer.attention.settings import MechanismSettings, require_setting
 from srformer.attention.summary import SummaryCrossAttention, SummaryState
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
     from srformer.config import SRformerConfig
+
+
+@dataclass(frozen=True)
+class CompressedSettings(MechanismSettings):
+    """The settings of the ``compressed`` variant (``SRformerConfig(variant='compressed', ...)``;
+    None: the default named below).
+
+    Attributes:
+        compression_stride: ``c``, kernel size and stride of the ``compressed`` variant's convolutions over the keys and
+            values (Liu et al. 2018, Sec. 4.2.3): ``n`` real encoder tokens become ``ceil(n / c)`` rows. At least 1 (1
+            keeps every position, each through the learned map). None (default): 3, the paper's.
+    """
+
+    compression_stride: int | None = None
+
+    def validate(self, config: SRformerConfig) -> None:
+        """``compression_stride``: None or an integer >= 1."""
+        require_setting("compression_stride", self.compression_stride, 1)
+
+    def resolved_compression_stride(self, config: SRformerConfig) -> int:
+        """``c``: ``compression_stride``, or 3 when it is None."""
+        return self.compression_stride if self.compression_stride is not None else 3
 
 
 @dataclass(kw_only=True)

@@ -33,10 +33,35 @@ from torch.nn import functional as F
 
 from srformer.attention.schedule import real_lengths
 from srformer.attention.segment_free import SegmentFreeCrossAttention
+from srformer.attention.settings import MechanismSettings
 from srformer.attention.state import CrossAttentionState, accumulation_dtype
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
     from srformer.config import SRformerConfig
+
+
+@dataclass(frozen=True)
+class ContentSettings(MechanismSettings):
+    """The settings of the ``reformer`` and ``routing`` variant (``SRformerConfig(variant='reformer', ...)``;
+    None: the default named below).
+
+    Attributes:
+        content_seed: seed of the random draws of the content-based variants (``reformer``'s rotations, ``routing``'s
+            initial centroids), stored with the model as a buffer. A non-negative integer. None (default): 0.
+            ``reformer`` and
+    """
+
+    content_seed: int | None = None
+
+    def validate(self, config: SRformerConfig) -> None:
+        """``content_seed``: None or a non-negative integer."""
+        seed = self.resolved_content_seed(config)
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"`content_seed` must be a non-negative integer, got {seed!r}.")
+
+    def resolved_content_seed(self, config: SRformerConfig) -> int:
+        """The seed of the random draws: ``content_seed``, or 0 when it is None."""
+        return self.content_seed if self.content_seed is not None else 0
 
 
 @dataclass(kw_only=True)

@@ -45,10 +45,37 @@ import torch
 
 from srformer.attention.schedule import real_lengths
 from srformer.attention.segment_free import SegmentFreeCrossAttention
+from srformer.attention.settings import MechanismSettings, require_setting
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
     from srformer.config import SRformerConfig
+
+
+@dataclass(frozen=True)
+class PerformerSettings(MechanismSettings):
+    """The settings of the ``performer`` variant (``SRformerConfig(variant='performer', ...)``;
+    None: the default named below).
+
+    Attributes:
+        num_random_features: ``m``, the number of positive orthogonal random features of the ``performer`` variant
+            (Choromanski et al. 2021, FAVOR+). At least 1. None (default): ``d * ceil(ln d)`` for head size ``d`` (at
+            least ``d``; Theorem 4's ``m = Theta(d log d)``: 320 at d = 64).
+        random_feature_seed: the seed the ``performer`` features are drawn from (once, at construction; they are also
+            kept in the model's state dict, so a reloaded model is the same). A non-negative integer. None (default): 0.
+    """
+
+    num_random_features: int | None = None
+    random_feature_seed: int | None = None
+
+    def validate(self, config: SRformerConfig) -> None:
+        """``num_random_features`` None or >= 1, ``random_feature_seed`` None or >= 0 (integers)."""
+        require_setting("num_random_features", self.num_random_features, 1)
+        require_setting("random_feature_seed", self.random_feature_seed, 0)
+
+    def resolved_feature_seed(self, config: SRformerConfig) -> int:
+        """The seed of the features: ``random_feature_seed``, or 0 when it is None."""
+        return self.random_feature_seed if self.random_feature_seed is not None else 0
 
 
 @dataclass(kw_only=True)

@@ -7,11 +7,10 @@ import math
 import torch
 from torch import nn
 
+from srformer.attention.registry import NEURONS  # the neuron names, checked by the config too
 from srformer.attention.schedule import tracing
 
-#: The RAF neurons (``SRformerConfig.raf_neuron``): ``paper`` is Appendix A.2's; ``two_sided`` is a change
-#: beyond the paper (``docs/design.md``, "Two-sided neuron") that fires on either sign and keeps the sign.
-NEURONS: tuple[str, ...] = ("paper", "two_sided")
+__all__ = ["NEURONS", "RecurrentAccumulateAndFire", "ScaledLinear", "activation", "update"]
 
 
 def update(

@@ -59,6 +59,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from srformer.attention import naive
+from srformer.attention.settings import MechanismSettings
 
 if TYPE_CHECKING:
     from torch import nn
@@ -110,6 +111,9 @@ class Mechanism:
             with the default settings), or None for ``full`` (transformers' own cache).
         lean_state: import path of the class of its lean-layout state (built by the module's ``lean``), or
             None where :attr:`Capabilities.lean_layout` is False.
+        settings: import path of the class of its own settings (a frozen dataclass subclassing
+            :class:`~srformer.attention.settings.MechanismSettings`, held as ``SRformerConfig.settings``), or None
+            for a mechanism without settings of its own (the config then holds a plain ``MechanismSettings()``).
         reference: its float64 reference in :mod:`srformer.attention.naive`.
         capabilities: see :class:`Capabilities`.
         step_cost: work of one decoder step per head (standard layout), as a formula in ``k``
@@ -134,6 +138,7 @@ class Mechanism:
     step_cost: str
     build_cost: str
     state_size: str
+    settings: str | None = None
     ablations: Mapping[str, str] = field(default_factory=dict)
     named_settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     table1_row: str | None = None
@@ -160,6 +165,11 @@ class Mechanism:
             raise ValueError(f"The {self.name!r} variant has no SRformer state in the {layout} layout.")
         return _import(path)
 
+    def settings_class(self) -> type[MechanismSettings]:
+        """The class named by :attr:`settings`, or :class:`~srformer.attention.settings.MechanismSettings` (no
+        settings) where it is None."""
+        return MechanismSettings if self.settings is None else _import(self.settings)
+
     def build(
         self, config: SRformerConfig, head_dim: int, scale: float = 1.0, *, num_heads: int | None = None
     ) -> nn.Module:
@@ -173,7 +183,7 @@ class Mechanism:
         return cls(config, head_dim, scale)
 
 
-def _import(path: str) -> type:
+def _import(path: str) -> Any:
     """The attribute named by the import path ``package.module.Name``."""
     module_name, _, name = path.rpartition(".")
     return getattr(importlib.import_module(module_name), name)
@@ -309,6 +319,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.window.WindowCrossAttention",
         state=f"{_SEGMENTED}.SegmentState",
         lean_state=None,
+        settings="srformer.attention.window.WindowSettings",
         reference=naive.window_attention,
         capabilities=Capabilities(
             segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
@@ -326,6 +337,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.strided.StridedCrossAttention",
         state="srformer.attention.strided.StridedState",
         lean_state=None,
+        settings="srformer.attention.strided.StridedSettings",
         reference=naive.strided_attention,
         capabilities=Capabilities(
             segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
@@ -378,6 +390,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.reformer.ReformerCrossAttention",
         state="srformer.attention.reformer.LSHState",
         lean_state=None,
+        settings="srformer.attention.reformer.ReformerSettings",
         reference=naive.reformer_attention,
         capabilities=Capabilities(
             segment_free=True, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
@@ -397,6 +410,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.routing.RoutingCrossAttention",
         state="srformer.attention.routing.RoutingState",
         lean_state=None,
+        settings="srformer.attention.routing.RoutingSettings",
         reference=naive.routing_attention,
         capabilities=Capabilities(
             segment_free=True, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
@@ -415,6 +429,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.bigbird.BigBirdCrossAttention",
         state="srformer.attention.bigbird.BigBirdState",
         lean_state=None,
+        settings="srformer.attention.bigbird.BigBirdSettings",
         reference=naive.bigbird_attention,
         capabilities=Capabilities(
             segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
@@ -433,6 +448,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.compressive.CompressiveCrossAttention",
         state="srformer.attention.compressive.CompressiveState",
         lean_state=None,
+        settings="srformer.attention.compressive.CompressiveSettings",
         reference=naive.compressive_attention,
         capabilities=Capabilities(
             segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
@@ -450,6 +466,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.adaptive.AdaptiveSpanCrossAttention",
         state=f"{_SEGMENTED}.SegmentState",
         lean_state=None,
+        settings="srformer.attention.adaptive.AdaptiveSettings",
         reference=naive.adaptive_attention,
         capabilities=Capabilities(
             segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
@@ -468,6 +485,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.bp.BPCrossAttention",
         state="srformer.attention.bp.BPState",
         lean_state=None,
+        settings="srformer.attention.bp.BPSettings",
         reference=naive.bp_attention,
         capabilities=Capabilities(
             segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
@@ -485,6 +503,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.linformer.LinformerCrossAttention",
         state=_SUMMARY_STATE,
         lean_state=_SUMMARY_STATE,
+        settings="srformer.attention.linformer.LinformerSettings",
         reference=naive.linformer_attention,
         capabilities=Capabilities(
             segment_free=True, lean_layout=True, state_grows_with_input=False, training_time_saving=True,
@@ -502,6 +521,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.performer.PerformerCrossAttention",
         state="srformer.attention.performer.PerformerState",
         lean_state="srformer.attention.performer.PerformerState",
+        settings="srformer.attention.performer.PerformerSettings",
         reference=naive.performer_attention,
         capabilities=Capabilities(
             segment_free=True, lean_layout=True, state_grows_with_input=False, training_time_saving=True,
@@ -519,6 +539,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.compressed.CompressedCrossAttention",
         state="srformer.attention.compressed.CompressedState",
         lean_state=None,
+        settings="srformer.attention.compressed.CompressedSettings",
         reference=naive.compressed_attention,
         capabilities=Capabilities(
             segment_free=True, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
@@ -536,6 +557,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.inducing.InducingCrossAttention",
         state=_SUMMARY_STATE,
         lean_state=_SUMMARY_STATE,
+        settings="srformer.attention.inducing.InducingSettings",
         reference=naive.inducing_attention,
         capabilities=Capabilities(
             segment_free=True, lean_layout=True, state_grows_with_input=False, training_time_saving=True,
@@ -588,6 +610,11 @@ VARIANTS: tuple[str, ...] = tuple(REGISTRY)
 
 #: Every ablation name, of any variant.
 ABLATIONS: tuple[str, ...] = tuple(name for entry in REGISTRY.values() for name in entry.ablations)
+
+#: The RAF neurons of ``srformer`` (``SRformerConfig.raf_neuron``, :mod:`srformer.attention.raf`): ``paper`` is
+#: Appendix A.2's; ``two_sided`` is a change beyond the paper (``docs/design.md``, "Two-sided neuron") that fires
+#: on either sign and keeps the sign.
+NEURONS: tuple[str, ...] = ("paper", "two_sided")
 
 #: Variants without segments: ``segment_size`` does not change them.
 SEGMENT_FREE_VARIANTS: tuple[str, ...] = with_capability("segment_free")
