@@ -46,8 +46,11 @@ Adding a mechanism:
    capabilities, docs, costs). The config accepts the name, ``srformer compare``/``probe``/``bench`` offer
    it and ``tests/attention/test_registry.py`` checks the entry.
 
-Modules and states are named by their import paths, not imported here: the modules import this registry
-(for their capability checks), and :mod:`srformer.config` reads it, so it must import neither.
+Modules, states, settings classes and references are named by their import paths, not imported here: the
+modules import this registry (for their capability checks), and :mod:`srformer.config` reads it, so it imports
+nothing of the mechanisms or of :mod:`srformer.attention.naive` (only :mod:`srformer.attention.settings`, at the
+same bottom layer); :meth:`Mechanism.module_class`, :meth:`Mechanism.state_class`,
+:meth:`Mechanism.settings_class` and :attr:`Mechanism.reference` import what they name on first use.
 """
 
 from __future__ import annotations
@@ -58,7 +61,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from srformer.attention import naive
 from srformer.attention.settings import MechanismSettings
 
 if TYPE_CHECKING:
@@ -114,7 +116,8 @@ class Mechanism:
         settings: import path of the class of its own settings (a frozen dataclass subclassing
             :class:`~srformer.attention.settings.MechanismSettings`, held as ``SRformerConfig.settings``), or None
             for a mechanism without settings of its own (the config then holds a plain ``MechanismSettings()``).
-        reference: its float64 reference in :mod:`srformer.attention.naive`.
+        reference_path: import path ``package.module.function`` of its float64 per-query reference (the
+            references' common signature, :mod:`srformer.attention.naive`); :attr:`reference` imports it.
         capabilities: see :class:`Capabilities`.
         step_cost: work of one decoder step per head (standard layout), as a formula in ``k``
             (encoder tokens), ``s`` (segment size), ``m`` (segments) and ``d`` (head_dim), and the
@@ -133,7 +136,7 @@ class Mechanism:
     module: str | None
     state: str | None
     lean_state: str | None
-    reference: Reference
+    reference_path: str
     capabilities: Capabilities
     step_cost: str
     build_cost: str
@@ -165,6 +168,11 @@ class Mechanism:
             raise ValueError(f"The {self.name!r} variant has no SRformer state in the {layout} layout.")
         return _import(path)
 
+    @property
+    def reference(self) -> Reference:
+        """The float64 reference named by :attr:`reference_path` (imported on first use)."""
+        return _import(self.reference_path)
+
     def settings_class(self) -> type[MechanismSettings]:
         """The class named by :attr:`settings`, or :class:`~srformer.attention.settings.MechanismSettings` (no
         settings) where it is None."""
@@ -190,6 +198,7 @@ def _import(path: str) -> Any:
 
 
 _SEGMENTED = "srformer.attention.segmented"
+_NAIVE = "srformer.attention.naive"
 _SUMMARY_STATE = "srformer.attention.summary.SummaryState"
 _PAPER = "Long, Chowdhury & Roy, Segmented Recurrent Transformer"
 
@@ -201,7 +210,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module=None,
         state=None,
         lean_state=None,
-        reference=naive.full_attention,
+        reference_path=f"{_NAIVE}.full_attention",
         capabilities=Capabilities(
             segment_free=True, lean_layout=False, state_grows_with_input=True, training_time_saving=False,
             has_softmax_part=True, recurrent_term=False, global_term=False,
@@ -218,7 +227,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module=f"{_SEGMENTED}.SegmentedCrossAttention",
         state=f"{_SEGMENTED}.SegmentState",
         lean_state=f"{_SEGMENTED}.LeanSegmentState",
-        reference=naive.segmented_attention,
+        reference_path=f"{_NAIVE}.segmented_attention",
         capabilities=Capabilities(
             segment_free=False, lean_layout=True, state_grows_with_input=True, training_time_saving=True,
             has_softmax_part=True, recurrent_term=False, global_term=False,
@@ -235,7 +244,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.srformer.SRformerCrossAttention",
         state="srformer.attention.srformer.SRformerState",
         lean_state="srformer.attention.srformer.LeanSRformerState",
-        reference=naive.srformer_attention,
+        reference_path=f"{_NAIVE}.srformer_attention",
         capabilities=Capabilities(
             segment_free=False, lean_layout=True, state_grows_with_input=True, training_time_saving=True,
             has_softmax_part=True, recurrent_term=True, global_term=True,
@@ -271,7 +280,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.xl.XLCrossAttention",
         state=f"{_SEGMENTED}.SegmentState",
         lean_state=None,
-        reference=naive.xl_attention,
+        reference_path=f"{_NAIVE}.xl_attention",
         capabilities=Capabilities(
             segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
             has_softmax_part=True, recurrent_term=False, global_term=False,
@@ -287,7 +296,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.longt5.LongT5CrossAttention",
         state="srformer.attention.longt5.LongT5State",
         lean_state=None,
-        reference=naive.longt5_attention,
+        reference_path=f"{_NAIVE}.longt5_attention",
         capabilities=Capabilities(
             segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
             has_softmax_part=True, recurrent_term=False, global_term=True,
@@ -303,7 +312,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.linear.LinearCrossAttention",
         state="srformer.attention.linear.LinearState",
         lean_state="srformer.attention.linear.LinearState",
-        reference=naive.linear_attention,
+        reference_path=f"{_NAIVE}.linear_attention",
         capabilities=Capabilities(
             segment_free=True, lean_layout=True, state_grows_with_input=False, training_time_saving=True,
             has_softmax_part=False, recurrent_term=False, global_term=True,
@@ -320,7 +329,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         state=f"{_SEGMENTED}.SegmentState",
         lean_state=None,
         settings="srformer.attention.window.WindowSettings",
-        reference=naive.window_attention,
+        reference_path=f"{_NAIVE}.window_attention",
         capabilities=Capabilities(
             segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
             has_softmax_part=True, recurrent_term=False, global_term=False,
@@ -338,7 +347,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         state="srformer.attention.strided.StridedState",
         lean_state=None,
         settings="srformer.attention.strided.StridedSettings",
-        reference=naive.strided_attention,
+        reference_path=f"{_NAIVE}.strided_attention",
         capabilities=Capabilities(
             segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
             has_softmax_part=True, recurrent_term=False, global_term=True,
@@ -354,7 +363,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.star.StarCrossAttention",
         state="srformer.attention.star.StarState",
         lean_state=None,
-        reference=naive.star_attention,
+        reference_path=f"{_NAIVE}.star_attention",
         capabilities=Capabilities(
             segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
             has_softmax_part=True, recurrent_term=False, global_term=True,
@@ -371,7 +380,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.fastformer.FastformerCrossAttention",
         state="srformer.attention.fastformer.FastformerState",
         lean_state="srformer.attention.fastformer.FastformerState",
-        reference=naive.fastformer_attention,
+        reference_path=f"{_NAIVE}.fastformer_attention",
         capabilities=Capabilities(
             segment_free=True, lean_layout=True, state_grows_with_input=False, training_time_saving=True,
             has_softmax_part=False, recurrent_term=False, global_term=True,
@@ -391,7 +400,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         state="srformer.attention.reformer.LSHState",
         lean_state=None,
         settings="srformer.attention.reformer.ReformerSettings",
-        reference=naive.reformer_attention,
+        reference_path=f"{_NAIVE}.reformer_attention",
         capabilities=Capabilities(
             segment_free=True, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
             has_softmax_part=True, recurrent_term=False, global_term=False,
@@ -411,7 +420,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         state="srformer.attention.routing.RoutingState",
         lean_state=None,
         settings="srformer.attention.routing.RoutingSettings",
-        reference=naive.routing_attention,
+        reference_path=f"{_NAIVE}.routing_attention",
         capabilities=Capabilities(
             segment_free=True, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
             has_softmax_part=True, recurrent_term=False, global_term=False,
@@ -430,7 +439,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         state="srformer.attention.bigbird.BigBirdState",
         lean_state=None,
         settings="srformer.attention.bigbird.BigBirdSettings",
-        reference=naive.bigbird_attention,
+        reference_path=f"{_NAIVE}.bigbird_attention",
         capabilities=Capabilities(
             segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
             has_softmax_part=True, recurrent_term=False, global_term=True,
@@ -449,7 +458,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         state="srformer.attention.compressive.CompressiveState",
         lean_state=None,
         settings="srformer.attention.compressive.CompressiveSettings",
-        reference=naive.compressive_attention,
+        reference_path=f"{_NAIVE}.compressive_attention",
         capabilities=Capabilities(
             segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
             has_softmax_part=True, recurrent_term=False, global_term=True,
@@ -467,7 +476,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         state=f"{_SEGMENTED}.SegmentState",
         lean_state=None,
         settings="srformer.attention.adaptive.AdaptiveSettings",
-        reference=naive.adaptive_attention,
+        reference_path=f"{_NAIVE}.adaptive_attention",
         capabilities=Capabilities(
             segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
             has_softmax_part=True, recurrent_term=False, global_term=False,
@@ -486,7 +495,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         state="srformer.attention.bp.BPState",
         lean_state=None,
         settings="srformer.attention.bp.BPSettings",
-        reference=naive.bp_attention,
+        reference_path=f"{_NAIVE}.bp_attention",
         capabilities=Capabilities(
             segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
             has_softmax_part=True, recurrent_term=False, global_term=True,
@@ -504,7 +513,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         state=_SUMMARY_STATE,
         lean_state=_SUMMARY_STATE,
         settings="srformer.attention.linformer.LinformerSettings",
-        reference=naive.linformer_attention,
+        reference_path=f"{_NAIVE}.linformer_attention",
         capabilities=Capabilities(
             segment_free=True, lean_layout=True, state_grows_with_input=False, training_time_saving=True,
             has_softmax_part=True, recurrent_term=False, global_term=True,
@@ -522,7 +531,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         state="srformer.attention.performer.PerformerState",
         lean_state="srformer.attention.performer.PerformerState",
         settings="srformer.attention.performer.PerformerSettings",
-        reference=naive.performer_attention,
+        reference_path=f"{_NAIVE}.performer_attention",
         capabilities=Capabilities(
             segment_free=True, lean_layout=True, state_grows_with_input=False, training_time_saving=True,
             has_softmax_part=False, recurrent_term=False, global_term=True,
@@ -540,7 +549,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         state="srformer.attention.compressed.CompressedState",
         lean_state=None,
         settings="srformer.attention.compressed.CompressedSettings",
-        reference=naive.compressed_attention,
+        reference_path=f"{_NAIVE}.compressed_attention",
         capabilities=Capabilities(
             segment_free=True, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
             has_softmax_part=True, recurrent_term=False, global_term=True,
@@ -558,7 +567,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         state=_SUMMARY_STATE,
         lean_state=_SUMMARY_STATE,
         settings="srformer.attention.inducing.InducingSettings",
-        reference=naive.inducing_attention,
+        reference_path=f"{_NAIVE}.inducing_attention",
         capabilities=Capabilities(
             segment_free=True, lean_layout=True, state_grows_with_input=False, training_time_saving=True,
             has_softmax_part=True, recurrent_term=False, global_term=True,
