@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from srformer.attention.initialization import InitFunctions
 from srformer.attention.segmented import SegmentedCrossAttention
 from srformer.attention.settings import MechanismSettings, require_setting
 
@@ -126,6 +127,10 @@ class AdaptiveSpanCrossAttention(SegmentedCrossAttention):
             raise ValueError(f"`num_heads` must be a positive integer (one span per head), got {num_heads!r}.")
         self.num_heads = num_heads
         self.span_fraction = nn.Parameter(torch.full((num_heads,), config.resolved_span_init()))
+
+    def initialize_parameters(self, init: InitFunctions) -> None:
+        """The span fractions ``f = span_init`` (every head)."""
+        init.constant_(self.span_fraction, self.settings.resolved_span_init())
 
     def spans(self) -> torch.Tensor:
         """(num_heads,) ``z = S * clamp(f, 0, 1)`` in positions: the paper's L1 penalty is ``sum(z)`` times its

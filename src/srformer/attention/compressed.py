@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from srformer.attention.initialization import InitFunctions
 from srformer.attention.settings import MechanismSettings, require_setting
 from srformer.attention.summary import SummaryCrossAttention, SummaryState
 
@@ -101,13 +102,12 @@ class CompressedCrossAttention(SummaryCrossAttention):
         self.value_bias = nn.Parameter(torch.empty(head_dim))
         self.reset_parameters()
 
-    def reset_parameters(self) -> None:
+    def initialize_parameters(self, init: InitFunctions) -> None:
         """Mean pooling: ``W[o, i, j] = [o = i] / c``, ``b = 0``."""
-        with torch.no_grad():
-            self.key_weight.copy_(mean_pooling(self.head_dim, self.stride))
-            self.value_weight.copy_(mean_pooling(self.head_dim, self.stride))
-            self.key_bias.zero_()
-            self.value_bias.zero_()
+        for weight in (self.key_weight, self.value_weight):
+            init.copy_(weight, mean_pooling(self.head_dim, self.stride))
+        init.zeros_(self.key_bias)
+        init.zeros_(self.value_bias)
 
     def _convolve(self, tensor: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         """Kernel = stride = ``c`` over zero-padded compacted positions: (B, H, k, d) -> (B, H, ceil(k / c), d)."""

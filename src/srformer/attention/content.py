@@ -169,10 +169,6 @@ class ContentSparseCrossAttention(SegmentFreeCrossAttention):
         """
         raise NotImplementedError
 
-    def reset_parameters(self) -> None:
-        """Draw the mechanism's seeded buffers again (rotations, initial centroids)."""
-        raise NotImplementedError
-
     def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> ContentState:
         """The per-sequence layout (once per sequence).
 

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from srformer.attention.initialization import InitFunctions
 from srformer.attention.schedule import real_lengths
 from srformer.attention.segment_free import SegmentFreeCrossAttention
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off
@@ -120,10 +121,9 @@ class FastformerCrossAttention(SegmentFreeCrossAttention):
         self.has_recurrence = False
         self.key_weight = nn.Parameter(torch.zeros(head_dim))
 
-    def reset_parameters(self) -> None:
+    def initialize_parameters(self, init: InitFunctions) -> None:
         """``w_k = 0`` (uniform additive weights: the global key and value start as the means)."""
-        with torch.no_grad():
-            nn.init.zeros_(self.key_weight)
+        init.zeros_(self.key_weight)
 
     @autocast_off
     def init_state(

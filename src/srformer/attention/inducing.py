@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from srformer.attention.initialization import InitFunctions
 from srformer.attention.settings import MechanismSettings, require_setting
 from srformer.attention.summary import SummaryCrossAttention
 
@@ -81,10 +82,9 @@ class InducingCrossAttention(SummaryCrossAttention):
         self.inducing_points = nn.Parameter(torch.empty(config.resolved_inducing_points(), head_dim))
         self.reset_parameters()
 
-    def reset_parameters(self) -> None:
+    def initialize_parameters(self, init: InitFunctions) -> None:
         """Inducing points from ``N(0, 1/d)``."""
-        with torch.no_grad():
-            nn.init.normal_(self.inducing_points, std=1.0 / math.sqrt(self.head_dim))
+        init.normal_(self.inducing_points, std=1.0 / math.sqrt(self.head_dim))
 
     def pooling(self, keys: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         """``P = softmax_j(scale * I K^T)`` over the real (compacted) positions.

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from srformer.attention.initialization import InitFunctions
 from srformer.attention.schedule import tracing
 from srformer.attention.settings import MechanismSettings, require_setting
 from srformer.attention.summary import SummaryCrossAttention
@@ -97,12 +98,11 @@ class LinformerCrossAttention(SummaryCrossAttention):
         self.value_projection = nn.Parameter(torch.empty(shape))
         self.reset_parameters()
 
-    def reset_parameters(self) -> None:
+    def initialize_parameters(self, init: InitFunctions) -> None:
         """``E, F`` with entries from ``N(0, 1/r)`` (the random projection of Linformer's Theorems 1-2)."""
         std = 1.0 / math.sqrt(self.key_projection.shape[0])
-        with torch.no_grad():
-            nn.init.normal_(self.key_projection, std=std)
-            nn.init.normal_(self.value_projection, std=std)
+        init.normal_(self.key_projection, std=std)
+        init.normal_(self.value_projection, std=std)
 
     def _columns(self, width: int, lengths: torch.Tensor) -> int:
         """The number of projection columns read for compacted inputs of ``width`` positions.

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from srformer.attention.initialization import InitFunctions
 from srformer.attention.schedule import real_lengths
 from srformer.attention.segment_free import SegmentFreeCrossAttention
 from srformer.attention.settings import MechanismSettings, require_setting
@@ -168,10 +169,9 @@ class PerformerCrossAttention(SegmentFreeCrossAttention):
         """The features this module's settings draw (:func:`orthogonal_random_features`), (m, d) float32."""
         return orthogonal_random_features(self.num_features, self.head_dim, self.settings.resolved_feature_seed())
 
-    def reset_parameters(self) -> None:
-        """Redraw the buffer from the seed (the same values as at construction)."""
-        with torch.no_grad():
-            self.random_features.copy_(self.drawn_features())
+    def initialize_parameters(self, init: InitFunctions) -> None:
+        """The random features redrawn from their seed (the same values as at construction)."""
+        init.copy_(self.random_features, self.drawn_features())
 
     def exponents(self, x: torch.Tensor) -> torch.Tensor:
         """``W y - |y|^2 / 2`` with ``y = sqrt(scale) x``, (..., d) -> (..., m) in ``x``'s dtype."""

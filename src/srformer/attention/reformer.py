@@ -46,7 +46,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
-from transformers import initialization as init
 
 from srformer.attention.content import (
     ContentSettings,
@@ -55,6 +54,7 @@ from srformer.attention.content import (
     content_base_state,
     unit_rows,
 )
+from srformer.attention.initialization import InitFunctions
 from srformer.attention.settings import require_integer
 from srformer.attention.state import CrossAttentionState, autocast_off, extend
 
@@ -174,10 +174,10 @@ class ReformerCrossAttention(ContentSparseCrossAttention):
         seed = self.settings.resolved_content_seed()
         return random_rotations(self.hash_rounds, self.head_dim, self.num_buckets, seed)
 
-    def reset_parameters(self) -> None:
-        """The rotations drawn from ``content_seed`` again (transformers' guarded copy: a loaded buffer stays)."""
-        with torch.no_grad():
-            init.copy_(self.rotations, self._draw().to(self.rotations))
+    def initialize_parameters(self, init: InitFunctions) -> None:
+        """The rotations drawn from ``content_seed`` again (with transformers' guarded copy a loaded buffer
+        stays)."""
+        init.copy_(self.rotations, self._draw().to(self.rotations))
 
     def codes(self, vectors: torch.Tensor) -> torch.Tensor:
         """The LSH buckets of ``vectors`` (B, H, n, d) in every round: (B, H, R, n) long (:func:`lsh_buckets`)."""

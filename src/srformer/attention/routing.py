@@ -39,7 +39,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
-from transformers import initialization as init
 
 from srformer.attention.content import (
     ContentSettings,
@@ -48,6 +47,7 @@ from srformer.attention.content import (
     content_base_state,
     unit_rows,
 )
+from srformer.attention.initialization import InitFunctions
 from srformer.attention.settings import require_integer
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, extend
 
@@ -172,11 +172,10 @@ class RoutingCrossAttention(ContentSparseCrossAttention):
     def _draw(self) -> torch.Tensor:
         return initial_centroids(self.num_clusters, self.head_dim, self.settings.resolved_content_seed())
 
-    def reset_parameters(self) -> None:
-        """The initial centroids drawn from ``content_seed`` again (transformers' guarded copy: a loaded buffer
+    def initialize_parameters(self, init: InitFunctions) -> None:
+        """The initial centroids drawn from ``content_seed`` again (with transformers' guarded copy a loaded buffer
         stays)."""
-        with torch.no_grad():
-            init.copy_(self.centroids, self._draw().to(self.centroids))
+        init.copy_(self.centroids, self._draw().to(self.centroids))
 
     def codes(self, vectors: torch.Tensor) -> torch.Tensor:
         """The cluster of every vector (B, H, n, d): (B, H, 1, n) long (:func:`nearest_centroid`)."""

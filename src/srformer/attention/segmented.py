@@ -28,6 +28,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from srformer.attention.initialization import TORCH_INIT, InitFunctions
 from srformer.attention.layout import block_index, segment_major, segment_order, take_blocks
 from srformer.attention.registry import mechanism
 from srformer.attention.schedule import num_segments, real_lengths, segment_index, tracing
@@ -150,6 +151,14 @@ class SegmentedCrossAttention(nn.Module):
         self.scale = float(scale)
         self.has_softmax = True
         self.has_recurrence = False
+
+    def initialize_parameters(self, init: InitFunctions) -> None:
+        """Give this module's own parameters and seeded buffers their initial values through ``init``'s functions
+        (:mod:`srformer.attention.initialization`); a mechanism with any overrides it (none here)."""
+
+    def reset_parameters(self) -> None:
+        """:meth:`initialize_parameters` with ``torch.nn.init``'s functions (in place)."""
+        self.initialize_parameters(TORCH_INIT)
 
     # ------------------------------------------------------------------ what the softmax reads (hooks)
     def context_blocks(

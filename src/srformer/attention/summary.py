@@ -108,9 +108,6 @@ class SummaryCrossAttention(SegmentFreeCrossAttention):
         self.has_softmax = True
         self.has_recurrence = False
 
-    def reset_parameters(self) -> None:
-        """Give the learned tensors of the summary their initial values (none in the base class)."""
-
     def summarise(
         self, keys: torch.Tensor, values: torch.Tensor, valid: torch.Tensor, lengths: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

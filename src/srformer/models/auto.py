@@ -57,15 +57,7 @@ from transformers import (
 from transformers import initialization as init
 from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING
 
-from srformer.attention.adaptive import AdaptiveSpanCrossAttention
-from srformer.attention.compressed import CompressedCrossAttention, mean_pooling
-from srformer.attention.content import ContentSparseCrossAttention
-from srformer.attention.fastformer import FastformerCrossAttention
-from srformer.attention.linear import LinearCrossAttention
-from srformer.attention.performer import PerformerCrossAttention
-from srformer.attention.raf import RecurrentAccumulateAndFire, ScaledLinear
-from srformer.attention.segmented import SegmentedCrossAttention
-from srformer.attention.summary import SummaryCrossAttention
+from srformer.attention.initialization import OwnInitialization
 
 
 def _recordable_outputs_registry() -> Any:
@@ -86,57 +78,20 @@ _MixinBase: Any = PreTrainedModel if TYPE_CHECKING else object
 
 
 def initialize_srformer_module(module: nn.Module) -> bool:
-    """srformer's initialisation of one module of a converted model's cross attention (its own parameters only).
-
-    - RAF ``W`` (:class:`~srformer.attention.raf.ScaledLinear`): uniform in ``±raf_linear_init_scale / sqrt(d)``.
-    - RAF (:class:`~srformer.attention.raf.RecurrentAccumulateAndFire`): ``leak = raf_leak_init``,
-      ``threshold = raf_threshold_init``.
-    - The attention module: the Eq. 10 mix logit ``a = logit(mix_init)`` if it has one; ``fastformer``'s
-      ``w_k = 0``; the seeded buffers of the content-based variants (``reformer``'s rotations, ``routing``'s
-      initial centroids) drawn again from ``content_seed``; ``adaptive``'s span fractions ``f = span_init``; a
-      summary module's own ``reset_parameters`` (``linformer``'s ``E, F``); ``performer``'s random features
-      redrawn from their seed; ``compressed``'s mean-pooling convolutions; ``inducing``'s points; other variants
-      have no parameters of their own.
-
-    Inside transformers' ``initialize_weights`` the ``torch.nn.init`` functions are transformers' guarded
-    ones, so parameters already loaded from a checkpoint are left alone.
+    """srformer's initialisation of one module of a converted model's cross attention (its own parameters only):
+    the module's ``initialize_parameters`` (:class:`~srformer.attention.initialization.OwnInitialization`: every
+    cross-attention mechanism, the RAF and its ``W``), called with transformers' guarded init functions
+    (``transformers.initialization``), so parameters already loaded from a checkpoint are left alone. Each
+    mechanism's method documents its values (e.g. the RAF ``W`` uniform in ``±raf_linear_init_scale / sqrt(d)``,
+    the RAF leak and threshold their initial values, the Eq. 10 mix logit ``logit(mix_init)``).
 
     Returns:
-        True if ``module`` is one of these (and was initialised), False for any other module.
+        True if ``module`` initialises itself this way (and was initialised), False for any other module.
     """
-    if isinstance(module, ScaledLinear | RecurrentAccumulateAndFire):
-        module.reset_parameters()
+    if isinstance(module, OwnInitialization):
+        module.initialize_parameters(init)
         return True
-    if isinstance(module, AdaptiveSpanCrossAttention):
-        init.constant_(module.span_fraction, module.settings.resolved_span_init())
-        return True
-    if isinstance(module, SegmentedCrossAttention):
-        mix_logit, mix_init = getattr(module, "mix_logit", None), module.settings.mix_init
-        if isinstance(mix_logit, torch.Tensor) and mix_init is not None:
-            # the same float32 expression as at construction, so both paths give the same number
-            init.copy_(mix_logit, torch.logit(torch.tensor(float(mix_init))))
-        return True
-    if isinstance(module, FastformerCrossAttention):
-        init.zeros_(module.key_weight)
-        return True
-    if isinstance(module, ContentSparseCrossAttention):
-        module.reset_parameters()
-        return True
-    if isinstance(module, CompressedCrossAttention):  # mean pooling, through transformers' guarded functions
-        for weight in (module.key_weight, module.value_weight):
-            init.copy_(weight, mean_pooling(module.head_dim, module.stride))
-        init.zeros_(module.key_bias)
-        init.zeros_(module.value_bias)
-        return True
-    if isinstance(module, SummaryCrossAttention):
-        module.reset_parameters()
-        return True
-    if isinstance(module, PerformerCrossAttention):  # the buffer, redrawn from the seed: the same values
-        features = module.random_features
-        assert isinstance(features, torch.Tensor)
-        init.copy_(features, module.drawn_features())
-        return True
-    return isinstance(module, LinearCrossAttention)
+    return False
 
 
 class SRformerModelMixin(_MixinBase):
