@@ -147,16 +147,6 @@ class ContentSparseCrossAttention(SegmentFreeCrossAttention):
     #: The variant names this class computes (set by each subclass).
     variants: tuple[str, ...] = ()
 
-    def __init__(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> None:
-        super().__init__()
-        if config.variant not in self.variants:
-            raise ValueError(f"{type(self).__name__} implements the variants {self.variants}, got {config.variant!r}.")
-        self.settings = config
-        self.head_dim = head_dim
-        self.scale = float(scale)
-        self.has_softmax = True
-        self.has_recurrence = False
-
     # ------------------------------------------------------------------ what a subclass defines
     def codes(self, vectors: torch.Tensor) -> torch.Tensor:
         """The group (bucket, cluster) of every vector in each round.

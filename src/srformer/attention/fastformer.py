@@ -107,18 +107,10 @@ class FastformerCrossAttention(SegmentFreeCrossAttention):
 
     #: The variant names this class computes.
     variants: tuple[str, ...] = ("fastformer",)
+    has_softmax = False
 
     def __init__(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> None:
-        super().__init__()
-        if config.variant not in self.variants:
-            raise ValueError(
-                f"FastformerCrossAttention implements the variants {self.variants}, got {config.variant!r}."
-            )
-        self.settings = config
-        self.head_dim = head_dim
-        self.scale = float(scale)
-        self.has_softmax = False
-        self.has_recurrence = False
+        super().__init__(config, head_dim, scale)
         self.key_weight = nn.Parameter(torch.zeros(head_dim))
 
     def initialize_parameters(self, init: InitFunctions) -> None:

@@ -149,19 +149,11 @@ class PerformerCrossAttention(SegmentFreeCrossAttention):
 
     #: The variant names this class computes.
     variants: tuple[str, ...] = ("performer",)
+    has_softmax = False
     random_features: torch.Tensor
 
     def __init__(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> None:
-        super().__init__()
-        if config.variant not in self.variants:
-            raise ValueError(
-                f"PerformerCrossAttention implements the variants {self.variants}, got {config.variant!r}."
-            )
-        self.settings = config
-        self.head_dim = head_dim
-        self.scale = float(scale)
-        self.has_softmax = False
-        self.has_recurrence = False
+        super().__init__(config, head_dim, scale)
         self.num_features = config.num_random_features or default_num_features(head_dim)
         self.register_buffer("random_features", self.drawn_features(), persistent=True)
 

@@ -8,31 +8,15 @@ function of the queries and the state, :meth:`SegmentFreeCrossAttention._read`, 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
-from torch import nn
 
-from srformer.attention.initialization import TORCH_INIT, InitFunctions
+from srformer.attention.base import CrossAttentionMechanism
 from srformer.attention.state import CrossAttentionState
 
-if TYPE_CHECKING:  # srformer.config imports the attention registry
-    from srformer.config import SRformerConfig
 
-
-class SegmentFreeCrossAttention(nn.Module):
+class SegmentFreeCrossAttention(CrossAttentionMechanism):
     """Shared ``forward``/``step``/``lean`` of the position-independent mechanisms; a subclass gives ``_read``
-    (and ``init_state``) and sets ``settings``."""
-
-    settings: SRformerConfig
-
-    def initialize_parameters(self, init: InitFunctions) -> None:
-        """Give this module's own parameters and seeded buffers their initial values through ``init``'s functions
-        (:mod:`srformer.attention.initialization`); a mechanism with any overrides it (none here)."""
-
-    def reset_parameters(self) -> None:
-        """:meth:`initialize_parameters` with ``torch.nn.init``'s functions (in place)."""
-        self.initialize_parameters(TORCH_INIT)
+    (and ``init_state``). Arguments as :class:`~srformer.attention.base.CrossAttentionMechanism`."""
 
     def init_state(
         self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None
