@@ -39,7 +39,7 @@ from torch import nn
 
 from srformer.attention.initialization import InitFunctions
 from srformer.attention.segmented import SegmentedCrossAttention
-from srformer.attention.settings import MechanismSettings, require_setting
+from srformer.attention.settings import MechanismSettings, integer_setting
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
     from srformer.config import SRformerConfig
@@ -60,14 +60,13 @@ class AdaptiveSettings(MechanismSettings):
             (default): 0.5 (inside the range, so the ramp's keys give ``z`` a gradient from the first step).
     """
 
-    max_span: int | None = None
-    span_ramp: int | None = None
+    max_span: int | None = integer_setting(0, None, "the largest adaptive span, in positions")
+    span_ramp: int | None = integer_setting(1, None, "the soft span mask's ramp, in positions")
     span_init: float | None = None
 
     def validate(self, config: SRformerConfig) -> None:
         """``max_span`` >= 0, ``span_ramp`` >= 1 (integers) and ``span_init`` in [0, 1], each where given."""
-        require_setting("max_span", self.max_span, 0, None, "the largest adaptive span, in positions")
-        require_setting("span_ramp", self.span_ramp, 1, None, "the soft span mask's ramp, in positions")
+        super().validate(config)
         if self.span_init is not None:
             number = isinstance(self.span_init, int | float) and not isinstance(self.span_init, bool)
             if not number or not 0.0 <= self.span_init <= 1.0:

@@ -83,12 +83,9 @@ class CrossAttentionMechanism(nn.Module):
     def init_state(
         self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None
     ) -> CrossAttentionState:
-        """The per-sequence state in the standard layout, once per sequence.
-
-        Args:
-            keys: (B, H, k, d) projected encoder keys.
-            values: (B, H, k, d) projected encoder values.
-            key_valid: (B, k) bool, True at real encoder positions; None when nothing is padded.
+        """The per-sequence state in the standard layout, built once per sequence from the projected encoder
+        ``keys`` and ``values`` (each (B, H, k, d)) and ``key_valid`` ((B, k) bool, True at real encoder
+        positions; None when nothing is padded).
 
         Returns:
             The mechanism's state (a :class:`~srformer.attention.state.CrossAttentionState`, tensors with the batch
@@ -97,11 +94,7 @@ class CrossAttentionMechanism(nn.Module):
         raise NotImplementedError(f"{type(self).__name__} does not define init_state.")
 
     def forward(
-        self,
-        queries: torch.Tensor,
-        state: CrossAttentionState,
-        *,
-        start_position: int | torch.Tensor = 0,
+        self, queries: torch.Tensor, state: CrossAttentionState, *, start_position: int | torch.Tensor = 0,
         dropout: float = 0.0,
     ) -> tuple[torch.Tensor, CrossAttentionState]:
         """Cross attention for ``q`` consecutive decoder positions at once (training, teacher forcing).
@@ -118,11 +111,7 @@ class CrossAttentionMechanism(nn.Module):
         raise NotImplementedError(f"{type(self).__name__} does not define forward.")
 
     def step(
-        self,
-        queries: torch.Tensor,
-        state: CrossAttentionState,
-        *,
-        position: int | torch.Tensor,
+        self, queries: torch.Tensor, state: CrossAttentionState, *, position: int | torch.Tensor,
         project_rows: ProjectRows | None = None,
     ) -> tuple[torch.Tensor, CrossAttentionState]:
         """Cross attention for one decoder position (generation); the same output as :meth:`forward` there.

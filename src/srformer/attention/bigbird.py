@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from srformer.attention.segmented import SegmentedCrossAttention, SegmentState
-from srformer.attention.settings import MechanismSettings, require_setting
+from srformer.attention.settings import MechanismSettings, integer_setting
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, extend
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
@@ -64,17 +64,9 @@ class BigBirdSettings(MechanismSettings):
             model attends the same blocks. A non-negative integer below ``2**32``. None (default): 0.
     """
 
-    num_global_tokens: int | None = None
-    num_random_blocks: int | None = None
-    random_blocks_seed: int | None = None
-
-    def validate(self, config: SRformerConfig) -> None:
-        """Each setting None or an integer in its range."""
-        require_setting("num_global_tokens", self.num_global_tokens, 1, None, "BigBird's global tokens")
-        require_setting("num_random_blocks", self.num_random_blocks, 0, None, "BigBird's random blocks per segment")
-        require_setting(
-            "random_blocks_seed", self.random_blocks_seed, 0, 2**32 - 1, "the seed of BigBird's random blocks"
-        )
+    num_global_tokens: int | None = integer_setting(1, None, "BigBird's global tokens")
+    num_random_blocks: int | None = integer_setting(0, None, "BigBird's random blocks per segment")
+    random_blocks_seed: int | None = integer_setting(0, 2**32 - 1, "the seed of BigBird's random blocks")
 
     def resolved_global_tokens(self, config: SRformerConfig) -> int:
         """``g``: ``num_global_tokens``, or ``2 * segment_size`` when it is None."""

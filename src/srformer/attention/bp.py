@@ -35,7 +35,7 @@ import torch
 from torch.nn import functional as F
 
 from srformer.attention.segmented import SegmentedCrossAttention, SegmentState
-from srformer.attention.settings import MechanismSettings, require_setting
+from srformer.attention.settings import MechanismSettings, integer_setting
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, extend
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
@@ -53,11 +53,7 @@ class BPSettings(MechanismSettings):
             partition tree over the segments on each side. At least 1. None (default): 2.
     """
 
-    span_nodes: int | None = None
-
-    def validate(self, config: SRformerConfig) -> None:
-        """``span_nodes``: None or an integer >= 1."""
-        require_setting("span_nodes", self.span_nodes, 1, None, "span nodes per tree level and side")
+    span_nodes: int | None = integer_setting(1, None, "span nodes per tree level and side")
 
     def resolved_span_nodes(self, config: SRformerConfig) -> int:
         """``k``: ``span_nodes``, or 2 when it is None."""

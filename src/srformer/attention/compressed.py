@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from srformer.attention.initialization import InitFunctions
-from srformer.attention.settings import MechanismSettings, require_setting
+from srformer.attention.settings import MechanismSettings, integer_setting
 from srformer.attention.summary import SummaryCrossAttention, SummaryState
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
@@ -54,11 +54,7 @@ class CompressedSettings(MechanismSettings):
             keeps every position, each through the learned map). None (default): 3, the paper's.
     """
 
-    compression_stride: int | None = None
-
-    def validate(self, config: SRformerConfig) -> None:
-        """``compression_stride``: None or an integer >= 1."""
-        require_setting("compression_stride", self.compression_stride, 1)
+    compression_stride: int | None = integer_setting(1)
 
     def resolved_compression_stride(self, config: SRformerConfig) -> int:
         """``c``: ``compression_stride``, or 3 when it is None."""

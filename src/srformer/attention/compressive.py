@@ -38,7 +38,7 @@ import torch
 from torch.nn import functional as F
 
 from srformer.attention.segmented import SegmentedCrossAttention, SegmentState
-from srformer.attention.settings import MechanismSettings, require_setting
+from srformer.attention.settings import MechanismSettings, integer_setting
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, extend
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
@@ -57,11 +57,7 @@ class CompressiveSettings(MechanismSettings):
             (our choice: at ``s = 64`` an older segment keeps 16 rows).
     """
 
-    compression_rate: int | None = None
-
-    def validate(self, config: SRformerConfig) -> None:
-        """``compression_rate``: None or an integer >= 1."""
-        require_setting("compression_rate", self.compression_rate, 1, None, "positions per compressed row")
+    compression_rate: int | None = integer_setting(1, None, "positions per compressed row")
 
     def resolved_compression_rate(self, config: SRformerConfig) -> int:
         """``c``: ``compression_rate``, or 4 when it is None."""

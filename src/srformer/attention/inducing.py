@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from srformer.attention.initialization import InitFunctions
-from srformer.attention.settings import MechanismSettings, require_setting
+from srformer.attention.settings import MechanismSettings, integer_setting
 from srformer.attention.summary import SummaryCrossAttention
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
@@ -53,11 +53,7 @@ class InducingSettings(MechanismSettings):
             largest number of the paper's experiments.
     """
 
-    num_inducing_points: int | None = None
-
-    def validate(self, config: SRformerConfig) -> None:
-        """``num_inducing_points``: None or an integer >= 1."""
-        require_setting("num_inducing_points", self.num_inducing_points, 1)
+    num_inducing_points: int | None = integer_setting(1)
 
     def resolved_inducing_points(self, config: SRformerConfig) -> int:
         """``I``: ``num_inducing_points``, or 32 when it is None."""

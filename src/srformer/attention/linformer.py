@@ -36,7 +36,7 @@ from torch import nn
 
 from srformer.attention.initialization import InitFunctions
 from srformer.attention.schedule import tracing
-from srformer.attention.settings import MechanismSettings, require_setting
+from srformer.attention.settings import MechanismSettings, integer_setting
 from srformer.attention.summary import SummaryCrossAttention
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
@@ -59,13 +59,8 @@ class LinformerSettings(MechanismSettings):
             numbers per layer.
     """
 
-    projected_length: int | None = None
-    max_source_length: int | None = None
-
-    def validate(self, config: SRformerConfig) -> None:
-        """Each setting None or an integer >= 1."""
-        require_setting("projected_length", self.projected_length, 1)
-        require_setting("max_source_length", self.max_source_length, 1)
+    projected_length: int | None = integer_setting(1)
+    max_source_length: int | None = integer_setting(1)
 
     def resolved_projected_length(self, config: SRformerConfig) -> int:
         """``r``: ``projected_length``, or 256 when it is None."""

@@ -46,7 +46,7 @@ import torch
 from srformer.attention.initialization import InitFunctions
 from srformer.attention.schedule import real_lengths
 from srformer.attention.segment_free import SegmentFreeCrossAttention
-from srformer.attention.settings import MechanismSettings, require_setting
+from srformer.attention.settings import MechanismSettings, integer_setting
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
@@ -66,13 +66,8 @@ class PerformerSettings(MechanismSettings):
             kept in the model's state dict, so a reloaded model is the same). A non-negative integer. None (default): 0.
     """
 
-    num_random_features: int | None = None
-    random_feature_seed: int | None = None
-
-    def validate(self, config: SRformerConfig) -> None:
-        """``num_random_features`` None or >= 1, ``random_feature_seed`` None or >= 0 (integers)."""
-        require_setting("num_random_features", self.num_random_features, 1)
-        require_setting("random_feature_seed", self.random_feature_seed, 0)
+    num_random_features: int | None = integer_setting(1)
+    random_feature_seed: int | None = integer_setting(0)
 
     def resolved_feature_seed(self, config: SRformerConfig) -> int:
         """The seed of the features: ``random_feature_seed``, or 0 when it is None."""

@@ -16,13 +16,13 @@ nothing else of the package at run time.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from srformer.config import SRformerConfig
 
-__all__ = ["MechanismSettings", "require_integer", "require_setting"]
+__all__ = ["MechanismSettings", "integer_setting", "require_integer", "require_setting"]
 
 _Settings = TypeVar("_Settings", bound="MechanismSettings")
 
@@ -43,11 +43,16 @@ class MechanismSettings:
 
     def validate(self, config: SRformerConfig) -> None:
         """Check the settings against the shared ones of ``config`` (e.g. its ``segment_size``); called once by
-        :class:`~srformer.config.SRformerConfig` when it is built. The base class has nothing to check.
+        :class:`~srformer.config.SRformerConfig` when it is built. Here: every field declared with
+        :func:`integer_setting` is None or an integer in its range; a subclass with more to check extends this.
 
         Raises:
-            ValueError: naming the setting and the fix, for a value out of range (in a subclass).
+            ValueError: naming the setting and its allowed range, for a value out of range.
         """
+        for f in fields(self):
+            bounds = f.metadata.get(_INTEGER)
+            if bounds is not None:
+                require_setting(f.name, getattr(self, f.name), *bounds)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-JSON form: ``{name: value}`` for every setting, None where not given."""
@@ -66,6 +71,21 @@ class MechanismSettings:
                 f"Unknown settings {unknown} for {cls.__name__}; known settings are {list(cls.names())}."
             )
         return cls(**data)
+
+
+_INTEGER = "srformer_integer_setting"
+
+
+def integer_setting(minimum: int, maximum: int | None = None, meaning: str = "") -> Any:
+    """A settings field that is None (the mechanism's default) or an integer in ``[minimum, maximum]``, checked
+    by :meth:`MechanismSettings.validate`: ``span_nodes: int | None = integer_setting(1)``.
+
+    Args:
+        minimum: the smallest allowed value.
+        maximum: the largest allowed value, or None for no upper bound.
+        meaning: what the setting is, for the error message; may be empty.
+    """
+    return field(default=None, metadata={_INTEGER: (minimum, maximum, meaning)})
 
 
 def require_integer(name: str, value: object, minimum: int, maximum: int | None = None, meaning: str = "") -> None:
