@@ -5,7 +5,7 @@ Every module with parameters or seeded buffers of its own (each cross-attention 
 gives their initial values in one method, ``initialize_parameters(init)``, written against a namespace of
 in-place init functions (:class:`InitFunctions`) rather than against ``torch.nn.init`` directly. The module calls
 it with :data:`TORCH_INIT` at construction; a converted model's weight initialisation
-(:func:`srformer.models.auto.initialize_srformer_module`) calls it with transformers' guarded
+(:func:`srformer.models.install.initialize_srformer_module`) calls it with transformers' guarded
 ``transformers.initialization``, whose functions leave a tensor already loaded from a checkpoint alone. Both give
 the same numbers for a tensor that is not loaded.
 """
