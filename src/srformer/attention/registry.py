@@ -32,19 +32,25 @@ Each mechanism is one module file with its own typed state (``docs/design.md``, 
 * ``inducing`` -- :mod:`srformer.attention.inducing` (``SummaryState``);
 * ``full`` keeps the wrapped model's own attention (no module, no state of its own).
 
-Adding a mechanism:
+Adding a mechanism (``docs/adding-a-mechanism.md``, with a complete example) is one new file in
+``srformer/attention/`` and one :class:`Mechanism` entry below. The file holds:
 
-1. one module file in ``srformer/attention/`` with the interface of the existing modules
-   (``__init__(config, head_dim, scale)``, ``init_state(keys, values, key_valid)``,
-   ``forward(queries, state, *, start_position, dropout)``, ``step(queries, state, *, position,
-   project_rows)``, ``lean(state)``) and its state class, a ``kw_only`` dataclass subclassing
-   :class:`~srformer.attention.state.CrossAttentionState` (tensor fields with the batch on axis 0); a
-   mechanism over the segment schedule subclasses ``SegmentedCrossAttention`` and overrides its hooks;
-2. its float64 per-query reference in :mod:`srformer.attention.naive`, written from the paper's
-   equations, with the references' common signature;
-3. one :class:`Mechanism` entry below (name, citation, module and state import paths, reference,
-   capabilities, docs, costs). The config accepts the name, ``srformer compare``/``probe``/``bench`` offer
-   it and ``tests/attention/test_registry.py`` checks the entry.
+1. the module, a subclass of :class:`~srformer.attention.base.CrossAttentionMechanism` (``__init__(config,
+   head_dim, scale)``, ``init_state(keys, values, key_valid)``, ``forward(queries, state, *, start_position,
+   dropout)``, ``step(queries, state, *, position, project_rows)``, ``lean(state)``; over the segment schedule,
+   a subclass of ``SegmentedCrossAttention`` overriding its hooks), with ``initialize_parameters(init)`` for
+   parameters of its own;
+2. its state class, a ``kw_only`` dataclass subclassing :class:`~srformer.attention.state.CrossAttentionState`
+   (tensor fields with the batch on axis 0), unless an existing one fits;
+3. its settings class, a frozen dataclass subclassing :class:`~srformer.attention.settings.MechanismSettings`
+   (fields None by default, ``resolved_*`` values, ``validate``), if it has settings of its own;
+4. its float64 per-query reference, written from the paper's equations with the references' common signature
+   (:mod:`srformer.attention.naive`) and without the module's code; it may live in :mod:`srformer.attention.naive`
+   instead.
+
+The entry names them by import path (name, citation, module, state, settings, reference, capabilities, docs,
+costs). The config accepts the name and its settings, ``srformer compare``/``probe``/``bench`` offer it and
+``tests/attention/test_registry.py`` checks the entry.
 
 Modules, states, settings classes and references are named by their import paths, not imported here: the
 modules import this registry (for their capability checks), and :mod:`srformer.config` reads it, so it imports
