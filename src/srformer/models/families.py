@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from srformer.attention.base import CrossAttentionMechanism
+from srformer.attention.variants import CrossAttentionModule
 from srformer.models.cross_attention import attention_weights_requested, run_cross_attention
 
 
@@ -43,7 +43,7 @@ class SRformerT5AttentionMixin:
     weights (B, H, q, k).
     """
 
-    srformer: CrossAttentionMechanism
+    srformer: CrossAttentionModule
     # provided by the T5Attention-style class the mixin is combined with
     q: nn.Linear
     k: nn.Linear
@@ -102,7 +102,7 @@ class SRformerBartAttentionMixin:
     weights (B, H, q, k).
     """
 
-    srformer: CrossAttentionMechanism
+    srformer: CrossAttentionModule
     # provided by the BartAttention-style class the mixin is combined with
     q_proj: nn.Linear
     k_proj: nn.Linear
