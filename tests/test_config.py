@@ -9,9 +9,10 @@ import pytest
 import torch
 
 import srformer
+from srformer.attention.registry import REGISTRY
 from srformer.attention.settings import MechanismSettings
 from srformer.attention.window import WindowSettings
-from srformer.config import SRformerConfig
+from srformer.config import SRformerConfig, setting_types
 from tests.models.conftest import converted, decoder_inputs, padded_batch, tiny_t5
 from tests.models.test_exactness import teacher_forced_logits
 from tests.tolerance import assert_exact
@@ -86,3 +87,19 @@ def test_a_checkpoint_saved_in_the_old_form_loads_to_the_same_model(old, tmp_pat
     ids, mask = padded_batch(model)
     dec = decoder_inputs(model, ids.shape[0], 9)
     assert_exact(teacher_forced_logits(loaded, ids, mask, dec), teacher_forced_logits(model, ids, mask, dec), "old")
+
+
+@pytest.mark.parametrize("name", list(REGISTRY))
+def test_every_variant_holds_the_settings_class_its_entry_names(name):
+    config = SRformerConfig(variant=name)
+    assert type(config.settings) is REGISTRY[name].settings_class()
+    assert set(config.settings.names()) <= set(setting_types())  # every setting is a --setting name
+
+
+def test_a_setting_of_two_variants_names_both_and_an_unknown_keyword_is_a_type_error():
+    assert SRformerConfig(variant="routing", content_seed=3).content_seed == 3
+    with pytest.raises(ValueError, match="`content_seed` is a setting of variant='reformer' or variant='routing'"):
+        SRformerConfig(variant="window", content_seed=3)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'window_width'"):
+        SRformerConfig(variant="window", window_width=3)
+    assert SRformerConfig(variant="window", content_seed=None) == SRformerConfig(variant="window")

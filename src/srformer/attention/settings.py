@@ -101,8 +101,8 @@ def require_integer(name: str, value: object, minimum: int, maximum: int | None 
     Raises:
         ValueError: naming the setting and its allowed range.
     """
-    integer = isinstance(value, int) and not isinstance(value, bool)
-    if integer and value >= minimum and (maximum is None or value <= maximum):  # type: ignore[operator]
+    in_range = isinstance(value, int) and minimum <= value and (maximum is None or value <= maximum)
+    if in_range and not isinstance(value, bool):
         return
     what = f" ({meaning})" if meaning else ""
     upper = "" if maximum is None else f" and <= {maximum}"
