@@ -8,18 +8,21 @@ converted model.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
+from functools import cache, partial
+from typing import Any
 
-from srformer.attention.raf import NEURONS
 from srformer.attention.registry import (
     ABLATIONS,
     LEAN_VARIANTS,
     NAMED_SETTINGS,
+    NEURONS,
     REGISTRY,
     SEGMENT_FREE_VARIANTS,
     VARIANTS,
     ablation_owner,
 )
+from srformer.attention.settings import MechanismSettings
 
 # The variant names and their capabilities live in the registry (srformer.attention.registry, one entry
 # per mechanism with its paper, module, float64 reference and costs); these names are re-exported here:
@@ -34,11 +37,12 @@ from srformer.attention.registry import (
 #: ablations (``ablation-I`` ... ``ablation-IV``) and the learnable mix of Eq. 10 (``srformer-sigma``).
 __all__ = [
     "ABLATIONS", "LEAN_VARIANTS", "NAMED_SETTINGS", "SEGMENT_FREE", "SEGMENT_FREE_VARIANTS", "VARIANTS",
-    "SRformerConfig", "check_variant_settings", "named_config", "setting_label",
+    "NEURONS", "SRformerConfig", "check_variant_settings", "named_config", "setting_label",
+    "setting_types",
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class SRformerConfig:
     """Hyper-parameters of segmented recurrent cross attention.
 
@@ -79,88 +83,15 @@ class SRformerConfig:
         mix_init: None (default) for the plain sum ``O = O_S + O_R`` of Eq. 11; a value in (0, 1)
             turns on the learnable mix of Eq. 10, ``O = sigma * O_S + (1 - sigma) * O_R``, with one
             scalar ``sigma = sigmoid(a)`` per layer initialised to ``mix_init`` (``srformer`` only).
-        window_size: ``w``, the number of encoder positions of the ``window`` variant's sliding window
-            (Beltagy et al. 2020), centred on the centre of the scheduled segment: decoder position ``t``
-            attends the real positions ``i(t)*s + floor(s/2) - floor(w/2) .. + w - 1`` (``docs/design.md``,
-            "Sliding window"). At least ``segment_size`` (the window then holds the whole scheduled
-            segment). None (default): ``3 * segment_size`` (the scheduled segment and one neighbour on each
-            side). ``window`` only.
-        stride: ``l``, the stride of the ``strided`` variant (Child et al. 2019): besides segment ``i(t)``
-            a query attends every real position ``p`` with ``p mod l = l - 1``. At least 2. None
-            (default): ``segment_size`` (the last position of every segment). ``strided`` only.
-        num_buckets: ``b``, the number of LSH buckets of the ``reformer`` variant (Kitaev et al. 2020, Sec. 2:
-            ``h(x) = argmax([xR; -xR])`` with ``R`` of shape ``(d, b/2)``). Even, at least 2. None (default): 8
-            (Reformer sizes ``b`` so that a bucket holds about 64 keys, ``b = 8`` at 512 encoder tokens).
-            ``reformer`` only.
-        hash_rounds: the number of independent hash rounds of the ``reformer`` variant (Sec. 2 "multi-round LSH
-            attention"); a query's rounds are combined as one softmax over the keys each round gives it
-            (``srformer.attention.reformer``). At least 1. None (default): 1. ``reformer`` only.
-        chunk_size: ``w``, the chunk length of the ``reformer`` variant (Sec. 2 "sorting and chunking"): a query
-            reads, per round, at most the ``2w`` keys of two consecutive chunks of the bucket-sorted keys. At
-            least 1. None (default): 64 (Reformer's chunk length; with ``b = 8`` at 512 encoder tokens a bucket
-            holds about one chunk). ``reformer`` only.
-        num_clusters: ``c``, the number of k-means centroids of the ``routing`` variant (Roy et al. 2021, Sec. 4).
-            At least 1. None (default): 8 (the paper uses about ``sqrt(n)`` clusters: 8 at 64 tokens, a few
-            dozen at thousands; with the default ``cluster_size`` a step reads ``ceil(n / c)`` keys, so more
-            clusters make a step cheaper). ``routing`` only.
-        cluster_size: ``w``, the number of keys in every cluster of the ``routing`` variant (balanced clusters:
-            each centroid takes its ``w`` nearest real keys; a query reads the ``w`` keys of its centroid). At
-            least 1. None (default): ``ceil(n / c)`` for an example with ``n`` real encoder keys (the paper's
-            balanced ``n / c``: as many cluster places as keys, so every key can be read), held in
-            ``ceil(k / c)`` places for the padded length ``k``; an example's clusters depend on its own keys only,
-            not on the padding of its batch. ``routing`` only.
-        centroid_decay: ``lambda`` of the ``routing`` centroids' moving average (mini-batch k-means), in [0, 1).
-            None (default): 0.999 (a slow average over about 1000 training steps). ``routing`` only.
-        content_seed: seed of the random draws of the content-based variants (``reformer``'s rotations,
-            ``routing``'s initial centroids), stored with the model as a buffer. A non-negative integer. None
-            (default): 0. ``reformer`` and ``routing`` only.
-        num_global_tokens: ``g``, the global tokens of the ``bigbird`` variant (Zaheer et al. 2020, Sec. 2,
-            BigBird-ITC): the first ``g`` real encoder positions, attended by every decoder position. At least
-            1. None (default): ``2 * segment_size`` (BigBird-ITC's two global blocks). ``bigbird`` only.
-        num_random_blocks: ``r``, the random segment blocks each scheduled segment attends in ``bigbird``. At
-            least 0 (0: segment plus global tokens, ITC without its random part). None (default): 3 (the
-            paper's ``r = 3``). ``bigbird`` only.
-        random_blocks_seed: the seed of ``bigbird``'s random blocks: the blocks of segment ``i`` of an input
-            of ``m`` segments are a fixed function of ``(seed, i, m)`` (``docs/design.md``, "BigBird"), so a
-            saved and reloaded model attends the same blocks. A non-negative integer below ``2**32``. None
-            (default): 0. ``bigbird`` only.
-        compression_rate: ``c``, the compression rate of the ``compressive`` variant (Rae et al. 2020, Sec. 3):
-            each segment before ``i(t) - 1`` is kept as ``ceil(s / c)`` compressed rows, the means of ``c``
-            consecutive positions (the last window of a segment may be shorter). At least 1 (1: no
-            compression). None (default): 4 (our choice: at ``s = 64`` an older segment keeps 16 rows).
-            ``compressive`` only.
-        max_span: ``S``, the largest span of the ``adaptive`` variant (Sukhbaatar et al. 2019, Sec. 3): a query
-            reads the positions at most ``S`` positions outside its scheduled segment. At least 0. None
-            (default): ``2 * segment_size``. ``adaptive`` only.
-        span_ramp: ``R``, the length of the soft mask's ramp ``m_z(x) = min(max((R + z - x) / R, 0), 1)``. At
-            least 1. None (default): ``segment_size``. ``adaptive`` only.
-        span_init: the initial span of every head as a fraction of ``S``, ``z = span_init * S``, in [0, 1]. None
-            (default): 0.5 (inside the range, so the ramp's keys give ``z`` a gradient from the first step).
-            ``adaptive`` only.
-        span_nodes: ``k``, the span nodes per level and side of the ``bp`` variant (Ye et al. 2019, Sec. 3): a query
-            attends its segment token by token and ``k`` (or ``k + 1``, to align) nodes of each level of a binary
-            partition tree over the segments on each side. At least 1. None (default): 2. ``bp`` only.
-        projected_length: ``r``, the number of rows the ``linformer`` variant's learned projections ``E, F``
-            (Wang et al. 2020, Sec. 4) map the encoder keys and values to. At least 1. None (default): 256, the
-            largest projected length of the paper's experiments (Sec. 5: 128 and 256). ``linformer`` only.
-        max_source_length: ``N``, the number of columns of ``E, F``: the most real encoder tokens a ``linformer``
-            example may have (an example of ``n <= N`` tokens is projected by the first ``n`` columns; a longer
-            one raises ``ValueError``). At least 1. None (default): 4096, the longest sequence of the paper's
-            experiments (Sec. 5) and of common long-document summarisation inputs; the two projections then hold
-            ``2 * 256 * 4096`` numbers per layer. ``linformer`` only.
-        num_random_features: ``m``, the number of positive orthogonal random features of the ``performer``
-            variant (Choromanski et al. 2021, FAVOR+). At least 1. None (default): ``d * ceil(ln d)`` for head
-            size ``d`` (at least ``d``; Theorem 4's ``m = Theta(d log d)``: 320 at d = 64). ``performer`` only.
-        random_feature_seed: the seed the ``performer`` features are drawn from (once, at construction; they
-            are also kept in the model's state dict, so a reloaded model is the same). A non-negative integer.
-            None (default): 0. ``performer`` only.
-        compression_stride: ``c``, kernel size and stride of the ``compressed`` variant's convolutions over the
-            keys and values (Liu et al. 2018, Sec. 4.2.3): ``n`` real encoder tokens become ``ceil(n / c)`` rows. At
-            least 1 (1 keeps every position, each through the learned map). None (default): 3, the paper's.
-            ``compressed`` only.
-        num_inducing_points: ``I``, the number of learned inducing queries of the ``inducing`` variant (Lee et al.
-            2019, Set Transformer): the encoder is summarised into ``I`` rows per head. At least 1. None (default):
-            32, the largest number of the paper's experiments. ``inducing`` only.
+        settings: the variant's own settings, an instance of the class its registry entry names
+            (:meth:`srformer.attention.registry.Mechanism.settings_class`, e.g.
+            :class:`srformer.attention.window.WindowSettings` with ``window_size``), or a ``{name: value}`` mapping
+            of them. A mechanism without settings of its own holds a plain
+            :class:`~srformer.attention.settings.MechanismSettings`. The settings may also be given as flat
+            keywords, ``SRformerConfig(variant="window", window_size=96)``, and read as attributes
+            (``config.window_size``, ``config.resolved_window_size()``); another mechanism's setting reads as None
+            (unset), as it did when every setting was a field of this class. Each mechanism's module documents its
+            settings and their defaults.
         strict_schedule: if True, an input with more segments than ``target_length`` raises
             ``ValueError`` instead of warning (such segments are never attended by ``O_S``).
         lean_cache: generation memory mode (beyond the paper). False: each layer caches its
@@ -177,14 +108,10 @@ class SRformerConfig:
         ValueError: for an unknown ``variant`` or ``ablation``, a non-positive ``segment_size``,
             ``target_length``, ``raf_threshold_init`` or ``norm_eps``, an ablation or ``mix_init``
             with a variant other than ``srformer`` (or with ``recurrence=False``), ``mix_init``
-            outside (0, 1) or with ablation I, ``lean_cache`` with a variant without a lean layout, or
-            ``window_size`` below ``segment_size`` or with a variant other than ``window``, or ``stride``
-            below 2 or with a variant other than ``strided``, or ``num_buckets``/``hash_rounds``/``chunk_size``/
-            ``num_clusters``/``cluster_size``/``centroid_decay``/``content_seed`` out of range or with a variant
-            that does not read them, or a ``bigbird`` or ``compressive`` setting out of its range or with
-            another variant, or an ``adaptive`` setting (``max_span``, ``span_ramp``, ``span_init``) or ``bp``'s
-            ``span_nodes`` out of its range or with another variant, or a variant's own setting
-            (``projected_length``, ...) that is not a positive integer or is given with another variant.
+            outside (0, 1) or with ablation I, ``lean_cache`` with a variant without a lean layout, a setting of
+            another mechanism (``window_size`` with ``variant="strided"``; the message names its variant), or a
+            setting out of its range (its mechanism's :meth:`~srformer.attention.settings.MechanismSettings.validate`).
+        TypeError: for a keyword that is neither a field nor a setting of any registered mechanism.
     """
 
     variant: str = "srformer"
@@ -200,33 +127,38 @@ class SRformerConfig:
     recurrence: bool = True
     ablation: str | None = None
     mix_init: float | None = None
-    window_size: int | None = None
-    stride: int | None = None
-    num_buckets: int | None = None
-    hash_rounds: int | None = None
-    chunk_size: int | None = None
-    num_clusters: int | None = None
-    cluster_size: int | None = None
-    centroid_decay: float | None = None
-    content_seed: int | None = None
-    num_global_tokens: int | None = None
-    num_random_blocks: int | None = None
-    random_blocks_seed: int | None = None
-    compression_rate: int | None = None
-    max_span: int | None = None
-    span_ramp: int | None = None
-    span_init: float | None = None
-    span_nodes: int | None = None
-    projected_length: int | None = None
-    max_source_length: int | None = None
-    num_random_features: int | None = None
-    random_feature_seed: int | None = None
-    compression_stride: int | None = None
-    num_inducing_points: int | None = None
+    settings: MechanismSettings = MechanismSettings()
     strict_schedule: bool = False
     lean_cache: bool = False
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        variant: str = "srformer",
+        *,
+        settings: MechanismSettings | Mapping[str, Any] | None = None,
+        **keywords: Any,
+    ) -> None:
+        # The shared fields come from ``keywords`` (or their defaults); what is left are the variant's own settings,
+        # given flat (``window_size=96``), merged over ``settings``.
+        set_field = object.__setattr__  # the dataclass is frozen
+        set_field(self, "variant", variant)
+        for name, default in _SHARED_DEFAULTS.items():
+            set_field(self, name, keywords.pop(name, default))
+        unknown = sorted(set(keywords) - set(_setting_owners()))
+        if unknown:
+            raise TypeError(f"SRformerConfig got an unexpected keyword argument {unknown[0]!r}.")
+        self._check_shared()
+        set_field(self, "settings", self._variant_settings(settings, keywords))
+        self.settings.validate(self)
+        # ``full`` has no module of its own, so the runtime option has nothing to act on there
+        if self.lean_cache and self.variant not in LEAN_VARIANTS and REGISTRY[self.variant].module is not None:
+            raise ValueError(
+                f"`lean_cache` is implemented for the variants {', '.join(LEAN_VARIANTS)}, not {self.variant!r}; "
+                "set lean_cache=False."
+            )
+
+    def _check_shared(self) -> None:
+        """The checks of the shared fields (everything but ``settings``)."""
         if self.variant not in VARIANTS:
             raise ValueError(
                 f"Unknown SRformer variant {self.variant!r}: `variant` must be one of {', '.join(VARIANTS)}."
@@ -240,25 +172,7 @@ class SRformerConfig:
                 f"`target_length` must be a positive integer number of decoder tokens, got {self.target_length!r}; "
                 "use the length of your longest summaries (e.g. 128)."
             )
-        if not self.raf_threshold_init > 0:
-            raise ValueError(f"`raf_threshold_init` must be > 0, got {self.raf_threshold_init!r}.")
-        if not self.raf_linear_init_scale > 0:
-            raise ValueError(f"`raf_linear_init_scale` must be > 0, got {self.raf_linear_init_scale!r}.")
-        if self.raf_neuron not in NEURONS:
-            raise ValueError(
-                f"`raf_neuron` must be one of {', '.join(NEURONS)}, got {self.raf_neuron!r}."
-            )
-        if self.raf_surrogate_slope is not None and (
-            isinstance(self.raf_surrogate_slope, bool) or not self.raf_surrogate_slope > 0
-        ):
-            raise ValueError(
-                f"`raf_surrogate_slope` must be None (the true derivative) or > 0, got {self.raf_surrogate_slope!r}."
-            )
-        if (self.raf_neuron != "paper" or self.raf_surrogate_slope is not None) and self.variant != "srformer":
-            raise ValueError(
-                "`raf_neuron` and `raf_surrogate_slope` configure the RAF neuron of variant='srformer'; "
-                f"got variant={self.variant!r}. Leave them at their defaults."
-            )
+        self._check_raf()
         if not self.norm_eps > 0:
             raise ValueError(f"`norm_eps` must be > 0, got {self.norm_eps!r}.")
         if self.kv_clamp is not None and not self.kv_clamp > 0:
@@ -285,220 +199,79 @@ class SRformerConfig:
                 raise ValueError(
                     "`mix_init` mixes O_S and O_R; ablation 'recurrent_only' has no O_S. Use one or the other."
                 )
-        if self.window_size is not None:
-            if self.variant != "window":
-                raise ValueError(
-                    f"`window_size` is the sliding window of variant='window', got variant={self.variant!r}; "
-                    "leave window_size=None."
-                )
-            size = self.window_size
-            if isinstance(size, bool) or not isinstance(size, int) or size < self.segment_size:
-                raise ValueError(
-                    f"`window_size` must be an integer number of encoder tokens >= segment_size "
-                    f"({self.segment_size}) so that the window holds the scheduled segment, got {size!r}."
-                )
-        if self.stride is not None and self.variant != "strided":
+
+    def _check_raf(self) -> None:
+        """The checks of the RAF neuron's settings (``raf_*``)."""
+        if not self.raf_threshold_init > 0:
+            raise ValueError(f"`raf_threshold_init` must be > 0, got {self.raf_threshold_init!r}.")
+        if not self.raf_linear_init_scale > 0:
+            raise ValueError(f"`raf_linear_init_scale` must be > 0, got {self.raf_linear_init_scale!r}.")
+        if self.raf_neuron not in NEURONS:
             raise ValueError(
-                f"`stride` is the stride of variant='strided', got variant={self.variant!r}; leave stride=None."
+                f"`raf_neuron` must be one of {', '.join(NEURONS)}, got {self.raf_neuron!r}."
             )
-        if self.variant == "strided":
-            stride = self.resolved_stride()
-            if isinstance(stride, bool) or not isinstance(stride, int) or stride < 2:
-                raise ValueError(
-                    f"`stride` (default: segment_size) must be an integer >= 2 (stride 1 would attend every "
-                    f"position, full attention), got {stride!r}; set stride=2 or more."
-                )
-        self._check_content_settings()
-        self._check_integer("num_global_tokens", "bigbird", 1, None, "BigBird's global tokens")
-        self._check_integer("num_random_blocks", "bigbird", 0, None, "BigBird's random blocks per segment")
-        self._check_integer("random_blocks_seed", "bigbird", 0, 2**32 - 1, "the seed of BigBird's random blocks")
-        self._check_integer("compression_rate", "compressive", 1, None, "positions per compressed row")
-        self._check_integer("max_span", "adaptive", 0, None, "the largest adaptive span, in positions")
-        self._check_integer("span_ramp", "adaptive", 1, None, "the soft span mask's ramp, in positions")
-        self._check_integer("span_nodes", "bp", 1, None, "span nodes per tree level and side")
-        if self.span_init is not None:
-            if self.variant != "adaptive":
-                raise ValueError(
-                    f"`span_init` is a setting of variant='adaptive', got variant={self.variant!r}; "
-                    "leave span_init=None."
-                )
-            number = isinstance(self.span_init, int | float) and not isinstance(self.span_init, bool)
-            if not number or not 0.0 <= self.span_init <= 1.0:
-                raise ValueError(
-                    f"`span_init` (the initial span / max_span) must lie in [0, 1], got {self.span_init!r}."
-                )
-        for name in ("projected_length", "max_source_length"):
-            self._check_positive_setting(name, "linformer")
-        self._check_positive_setting("num_random_features", "performer")
-        self._check_positive_setting("compression_stride", "compressed")
-        self._check_positive_setting("num_inducing_points", "inducing")
-        if self.random_feature_seed is not None:
-            self._check_positive_setting("random_feature_seed", "performer", minimum=0)
-        # ``full`` has no module of its own, so the runtime option has nothing to act on there
-        if self.lean_cache and self.variant not in LEAN_VARIANTS and REGISTRY[self.variant].module is not None:
+        if self.raf_surrogate_slope is not None and (
+            isinstance(self.raf_surrogate_slope, bool) or not self.raf_surrogate_slope > 0
+        ):
             raise ValueError(
-                f"`lean_cache` is implemented for the variants {', '.join(LEAN_VARIANTS)}, not {self.variant!r}; "
-                "set lean_cache=False."
+                f"`raf_surrogate_slope` must be None (the true derivative) or > 0, got {self.raf_surrogate_slope!r}."
+            )
+        if (self.raf_neuron != "paper" or self.raf_surrogate_slope is not None) and self.variant != "srformer":
+            raise ValueError(
+                "`raf_neuron` and `raf_surrogate_slope` configure the RAF neuron of variant='srformer'; "
+                f"got variant={self.variant!r}. Leave them at their defaults."
             )
 
-    def _check_content_settings(self) -> None:
-        """The settings of the content-based variants (``reformer``, ``routing``): owner and range."""
-        owners = {
-            "num_buckets": ("reformer",), "hash_rounds": ("reformer",), "chunk_size": ("reformer",),
-            "num_clusters": ("routing",), "cluster_size": ("routing",), "centroid_decay": ("routing",),
-            "content_seed": ("reformer", "routing"),
-        }
-        for name, variants in owners.items():
-            if getattr(self, name) is not None and self.variant not in variants:
-                raise ValueError(
-                    f"`{name}` is a setting of variant {' or '.join(repr(v) for v in variants)}, got "
-                    f"variant={self.variant!r}; leave {name}=None."
-                )
-        if self.variant == "reformer":
-            buckets, rounds = self.resolved_num_buckets(), self.resolved_hash_rounds()
-            if _not_int(buckets) or buckets < 2 or buckets % 2:
-                raise ValueError(
-                    f"`num_buckets` must be an even integer >= 2 (angular LSH uses b/2 rotation columns), "
-                    f"got {buckets!r}."
-                )
-            if _not_int(rounds) or rounds < 1:
-                raise ValueError(f"`hash_rounds` must be an integer >= 1, got {rounds!r}.")
-            chunk = self.resolved_chunk_size()
-            if _not_int(chunk) or chunk < 1:
-                raise ValueError(f"`chunk_size` must be an integer >= 1, got {chunk!r}.")
-        if self.variant == "routing":
-            clusters, decay = self.resolved_num_clusters(), self.resolved_centroid_decay()
-            if _not_int(clusters) or clusters < 1:
-                raise ValueError(f"`num_clusters` must be an integer >= 1, got {clusters!r}.")
-            size = self.cluster_size
-            if size is not None and (_not_int(size) or size < 1):
-                raise ValueError(f"`cluster_size` must be an integer >= 1 or None (ceil(n / c)), got {size!r}.")
-            if isinstance(decay, bool) or not isinstance(decay, int | float) or not 0.0 <= decay < 1.0:
-                raise ValueError(
-                    f"`centroid_decay` is the moving-average factor lambda and must lie in [0, 1), got {decay!r}."
-                )
-        seed = self.resolved_content_seed()
-        if _not_int(seed) or seed < 0:
-            raise ValueError(f"`content_seed` must be a non-negative integer, got {seed!r}.")
-
-    def resolved_num_buckets(self) -> int:
-        """``b`` of the ``reformer`` variant: ``num_buckets``, or 8 when it is None."""
-        return self.num_buckets if self.num_buckets is not None else 8
-
-    def resolved_hash_rounds(self) -> int:
-        """The ``reformer`` variant's hash rounds: ``hash_rounds``, or 1 when it is None."""
-        return self.hash_rounds if self.hash_rounds is not None else 1
-
-    def resolved_chunk_size(self) -> int:
-        """``w`` of the ``reformer`` variant: ``chunk_size``, or 64 when it is None."""
-        return self.chunk_size if self.chunk_size is not None else 64
-
-    def resolved_num_clusters(self) -> int:
-        """``c`` of the ``routing`` variant: ``num_clusters``, or 8 when it is None."""
-        return self.num_clusters if self.num_clusters is not None else 8
-
-    def resolved_centroid_decay(self) -> float:
-        """``lambda`` of the ``routing`` variant: ``centroid_decay``, or 0.999 when it is None."""
-        return self.centroid_decay if self.centroid_decay is not None else 0.999
-
-    def resolved_content_seed(self) -> int:
-        """The seed of the content-based variants' random draws: ``content_seed``, or 0 when it is None."""
-        return self.content_seed if self.content_seed is not None else 0
-
-    def _check_integer(self, name: str, variant: str, minimum: int, maximum: int | None, meaning: str) -> None:
-        """Setting ``name`` of ``variant`` only: None, or an integer in ``[minimum, maximum]``.
+    def _variant_settings(
+        self, settings: MechanismSettings | Mapping[str, Any] | None, flat: Mapping[str, Any]
+    ) -> MechanismSettings:
+        """The settings object of :attr:`variant` from ``settings`` (an object or mapping) and the ``flat``
+        keywords, which win. An object of another mechanism's class (``dataclasses.replace(config,
+        variant=...)``) contributes the values it was given; a setting of another mechanism that is None (unset)
+        is dropped, as in the flat form.
 
         Raises:
-            ValueError: naming the setting, for another variant or a value out of range.
+            ValueError: for a setting, other than None, that belongs to another mechanism.
         """
-        value = getattr(self, name)
-        if value is None:
-            return
-        if self.variant != variant:
+        cls = REGISTRY[self.variant].settings_class()
+        if type(settings) is cls and not flat:
+            return settings
+        if isinstance(settings, MechanismSettings):
+            given = settings.to_dict() if type(settings) is cls else _given(settings)
+        else:
+            given = dict(settings or {})
+        given.update(flat)
+        own = set(cls.names())
+        for name, value in given.items():
+            if name in own or value is None:
+                continue
+            owners = _setting_owners().get(name)
+            if owners is None:
+                raise ValueError(f"Unknown SRformer setting {name!r} for variant {self.variant!r}.")
             raise ValueError(
-                f"`{name}` ({meaning}) is a setting of variant={variant!r}, got variant={self.variant!r}; "
-                f"leave {name}=None."
+                f"`{name}` is a setting of {' or '.join(f'variant={v!r}' for v in owners)}, got "
+                f"variant={self.variant!r}; leave {name}=None."
             )
-        upper = "" if maximum is None else f" and <= {maximum}"
-        integer = isinstance(value, int) and not isinstance(value, bool)
-        if not integer or value < minimum or (maximum is not None and value > maximum):
-            raise ValueError(f"`{name}` ({meaning}) must be an integer >= {minimum}{upper}, got {value!r}.")
+        return cls.from_dict({name: value for name, value in given.items() if name in own})
 
-    def resolved_global_tokens(self) -> int:
-        """``g`` of the ``bigbird`` variant: ``num_global_tokens``, or ``2 * segment_size`` when it is None."""
-        return self.num_global_tokens if self.num_global_tokens is not None else 2 * self.segment_size
-
-    def resolved_random_blocks(self) -> int:
-        """``r`` of the ``bigbird`` variant: ``num_random_blocks``, or 3 when it is None."""
-        return self.num_random_blocks if self.num_random_blocks is not None else 3
-
-    def resolved_random_blocks_seed(self) -> int:
-        """The seed of ``bigbird``'s random blocks: ``random_blocks_seed``, or 0 when it is None."""
-        return self.random_blocks_seed if self.random_blocks_seed is not None else 0
-
-    def resolved_compression_rate(self) -> int:
-        """``c`` of the ``compressive`` variant: ``compression_rate``, or 4 when it is None."""
-        return self.compression_rate if self.compression_rate is not None else 4
-
-    def resolved_max_span(self) -> int:
-        """``S`` of the ``adaptive`` variant: ``max_span``, or ``2 * segment_size`` when it is None."""
-        return self.max_span if self.max_span is not None else 2 * self.segment_size
-
-    def resolved_span_ramp(self) -> int:
-        """``R`` of the ``adaptive`` variant: ``span_ramp``, or ``segment_size`` when it is None."""
-        return self.span_ramp if self.span_ramp is not None else self.segment_size
-
-    def resolved_span_init(self) -> float:
-        """The initial ``z / S`` of the ``adaptive`` variant: ``span_init``, or 0.5 when it is None."""
-        return float(self.span_init) if self.span_init is not None else 0.5
-
-    def resolved_span_nodes(self) -> int:
-        """``k`` of the ``bp`` variant: ``span_nodes``, or 2 when it is None."""
-        return self.span_nodes if self.span_nodes is not None else 2
-
-    def _check_positive_setting(self, name: str, variant: str, minimum: int = 1) -> None:
-        """A setting of one variant: None, or an integer ``>= minimum`` with that variant.
-
-        Raises:
-            ValueError: naming the setting, for another variant or a value that is not a positive integer.
-        """
-        value = getattr(self, name)
-        if value is None:
-            return
-        if self.variant != variant:
-            raise ValueError(
-                f"`{name}` is a setting of variant={variant!r}, got variant={self.variant!r}; leave {name}=None."
-            )
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
-
-    def resolved_projected_length(self) -> int:
-        """``r`` of the ``linformer`` variant: ``projected_length``, or 256 when it is None."""
-        return self.projected_length if self.projected_length is not None else 256
-
-    def resolved_max_source_length(self) -> int:
-        """``N`` of the ``linformer`` variant: ``max_source_length``, or 4096 when it is None."""
-        return self.max_source_length if self.max_source_length is not None else 4096
-
-    def resolved_feature_seed(self) -> int:
-        """The seed of the ``performer`` features: ``random_feature_seed``, or 0 when it is None."""
-        return self.random_feature_seed if self.random_feature_seed is not None else 0
-
-    def resolved_compression_stride(self) -> int:
-        """``c`` of the ``compressed`` variant: ``compression_stride``, or 3 when it is None."""
-        return self.compression_stride if self.compression_stride is not None else 3
-
-    def resolved_inducing_points(self) -> int:
-        """``I`` of the ``inducing`` variant: ``num_inducing_points``, or 32 when it is None."""
-        return self.num_inducing_points if self.num_inducing_points is not None else 32
-
-    def resolved_window_size(self) -> int:
-        """``w`` of the ``window`` variant: ``window_size``, or ``3 * segment_size`` when it is None."""
-        return self.window_size if self.window_size is not None else 3 * self.segment_size
-
-    def resolved_stride(self) -> int:
-        """``l`` of the ``strided`` variant: ``stride``, or ``segment_size`` when it is None."""
-        return self.stride if self.stride is not None else self.segment_size
+    def __getattr__(self, name: str) -> Any:
+        """A mechanism setting read as an attribute (``config.window_size``, ``config.resolved_window_size()``):
+        from :attr:`settings`, or, for another mechanism's setting, the unset value (None) or its
+        ``resolved_*`` default, as when every setting was a field of this class."""
+        settings = self.__dict__.get("settings")
+        if name.startswith("_") or settings is None:
+            raise AttributeError(name)
+        if name in settings.__dataclass_fields__:
+            return getattr(settings, name)
+        if name.startswith("resolved_"):
+            if hasattr(settings, name):
+                return partial(getattr(settings, name), self)
+            for cls in _settings_classes():
+                if hasattr(cls, name):
+                    return partial(getattr(cls(), name), self)
+        elif name in _setting_owners():
+            return None
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def same_model(self, other: SRformerConfig) -> bool:
         """True if ``other`` describes the same model, ignoring the runtime options
@@ -508,26 +281,62 @@ class SRformerConfig:
         )
 
     def to_dict(self) -> dict:
-        """Plain-JSON form, stored as ``model.config.srformer``."""
-        return asdict(self)
+        """Plain-JSON form, stored as ``model.config.srformer``: the shared fields and ``"settings"``, the
+        variant's own settings (``{}`` for a mechanism without any)."""
+        data = {name: getattr(self, name) for name in _SHARED_DEFAULTS}
+        return {"variant": self.variant, **data, "settings": self.settings.to_dict()}
 
     @classmethod
-    def from_dict(cls, data: dict) -> SRformerConfig:
-        """Inverse of :meth:`to_dict`.
+    def from_dict(cls, data: Mapping[str, Any]) -> SRformerConfig:
+        """Inverse of :meth:`to_dict`. Also reads the flat form written before the settings were grouped per
+        mechanism (every setting of every mechanism a top-level key, None where unset).
 
         Raises:
             ValueError: if ``data`` holds keys that are not SRformer settings.
         """
-        known = {f.name for f in fields(cls)}
+        known = {"variant", "settings", *_SHARED_DEFAULTS, *_setting_owners()}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"Unknown SRformer settings {unknown}; known settings are {sorted(known)}.")
         return cls(**data)
 
 
-def _not_int(value: object) -> bool:
-    """True unless ``value`` is an ``int`` (a ``bool`` is not)."""
-    return isinstance(value, bool) or not isinstance(value, int)
+#: The shared fields other than ``variant`` and ``settings``, with their defaults.
+_SHARED_DEFAULTS: dict[str, Any] = {
+    f.name: f.default for f in fields(SRformerConfig) if f.name not in ("variant", "settings")
+}
+
+
+def _given(settings: MechanismSettings) -> dict[str, Any]:
+    """The settings of ``settings`` that were given (not None)."""
+    return {name: value for name, value in settings.to_dict().items() if value is not None}
+
+
+@cache
+def _settings_classes() -> tuple[type[MechanismSettings], ...]:
+    """The settings class of every registered mechanism that has settings of its own (imports their modules)."""
+    classes = (entry.settings_class() for entry in REGISTRY.values() if entry.settings is not None)
+    return tuple(dict.fromkeys(classes))
+
+
+@cache
+def _setting_owners() -> dict[str, tuple[str, ...]]:
+    """Every mechanism setting's name -> the variants whose settings have it (in registry order)."""
+    owners: dict[str, tuple[str, ...]] = {}
+    for name, entry in REGISTRY.items():
+        for setting in entry.settings_class().names():
+            owners[setting] = (*owners.get(setting, ()), name)
+    return owners
+
+
+def setting_types() -> dict[str, str]:
+    """Every keyword :class:`SRformerConfig` accepts besides ``settings``, with its annotated type as text
+    (``"int | None"``): the shared fields and the settings of every registered mechanism (for command-line
+    parsing, ``--setting NAME=VALUE``)."""
+    types = {f.name: str(f.type) for f in fields(SRformerConfig) if f.name != "settings"}
+    for cls in _settings_classes():
+        types.update({f.name: str(f.type) for f in fields(cls)})
+    return types
 
 
 #: Named settings that do not depend on the segment size (their variant has no segments).

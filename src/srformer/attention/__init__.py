@@ -5,6 +5,7 @@
 its typed per-sequence state, the registry that maps variant names to them, and their float64 references."""
 
 from srformer.attention.adaptive import AdaptiveSpanCrossAttention
+from srformer.attention.base import CrossAttentionMechanism
 from srformer.attention.bigbird import BigBirdCrossAttention, BigBirdState
 from srformer.attention.bp import BPCrossAttention, BPState
 from srformer.attention.compressed import CompressedCrossAttention, CompressedState
@@ -21,6 +22,7 @@ from srformer.attention.reformer import LSHState, ReformerCrossAttention
 from srformer.attention.routing import RoutingCrossAttention, RoutingState
 from srformer.attention.schedule import compaction_order, num_segments, segment_index
 from srformer.attention.segmented import LeanSegmentState, SegmentedCrossAttention, SegmentState
+from srformer.attention.settings import MechanismSettings
 from srformer.attention.srformer import LeanSRformerState, SRformerCrossAttention, SRformerState
 from srformer.attention.star import StarCrossAttention, StarState
 from srformer.attention.state import CrossAttentionState, SRformerCacheLayer
@@ -42,6 +44,7 @@ __all__ = [
     "CompressiveState",
     "ContentSparseCrossAttention",
     "ContentState",
+    "CrossAttentionMechanism",
     "CrossAttentionState",
     "FastformerCrossAttention",
     "FastformerState",
@@ -54,6 +57,7 @@ __all__ = [
     "LinformerCrossAttention",
     "LongT5CrossAttention",
     "LongT5State",
+    "MechanismSettings",
     "PerformerCrossAttention",
     "PerformerState",
     "RecurrentAccumulateAndFire",

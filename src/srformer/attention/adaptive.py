@@ -31,15 +31,60 @@ head: ``O((s + 2S + 2s)·d)`` (whole blocks are read; the mask keeps ``s + 2S`` 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
+from srformer.attention.initialization import InitFunctions
 from srformer.attention.segmented import SegmentedCrossAttention
+from srformer.attention.settings import MechanismSettings, integer_setting
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
     from srformer.config import SRformerConfig
+
+
+@dataclass(frozen=True)
+class AdaptiveSettings(MechanismSettings):
+    """The settings of the ``adaptive`` variant (``SRformerConfig(variant='adaptive', ...)``;
+    None: the default named below).
+
+    Attributes:
+        max_span: ``S``, the largest span of the ``adaptive`` variant (Sukhbaatar et al. 2019, Sec. 3): a query reads
+            the positions at most ``S`` positions outside its scheduled segment. At least 0. None (default): ``2 *
+            segment_size``.
+        span_ramp: ``R``, the length of the soft mask's ramp ``m_z(x) = min(max((R + z - x) / R, 0), 1)``. At least 1.
+            None (default): ``segment_size``.
+        span_init: the initial span of every head as a fraction of ``S``, ``z = span_init * S``, in [0, 1]. None
+            (default): 0.5 (inside the range, so the ramp's keys give ``z`` a gradient from the first step).
+    """
+
+    max_span: int | None = integer_setting(0, None, "the largest adaptive span, in positions")
+    span_ramp: int | None = integer_setting(1, None, "the soft span mask's ramp, in positions")
+    span_init: float | None = None
+
+    def validate(self, config: SRformerConfig) -> None:
+        """``max_span`` >= 0, ``span_ramp`` >= 1 (integers) and ``span_init`` in [0, 1], each where given."""
+        super().validate(config)
+        if self.span_init is not None:
+            number = isinstance(self.span_init, int | float) and not isinstance(self.span_init, bool)
+            if not number or not 0.0 <= self.span_init <= 1.0:
+                raise ValueError(
+                    f"`span_init` (the initial span / max_span) must lie in [0, 1], got {self.span_init!r}."
+                )
+
+    def resolved_max_span(self, config: SRformerConfig) -> int:
+        """``S``: ``max_span``, or ``2 * segment_size`` when it is None."""
+        return self.max_span if self.max_span is not None else 2 * config.segment_size
+
+    def resolved_span_ramp(self, config: SRformerConfig) -> int:
+        """``R``: ``span_ramp``, or ``segment_size`` when it is None."""
+        return self.span_ramp if self.span_ramp is not None else config.segment_size
+
+    def resolved_span_init(self, config: SRformerConfig) -> float:
+        """The initial ``z / S``: ``span_init``, or 0.5 when it is None."""
+        return float(self.span_init) if self.span_init is not None else 0.5
 
 
 def span_offsets(segment_size: int, max_span: int) -> list[int]:
@@ -81,6 +126,10 @@ class AdaptiveSpanCrossAttention(SegmentedCrossAttention):
             raise ValueError(f"`num_heads` must be a positive integer (one span per head), got {num_heads!r}.")
         self.num_heads = num_heads
         self.span_fraction = nn.Parameter(torch.full((num_heads,), config.resolved_span_init()))
+
+    def initialize_parameters(self, init: InitFunctions) -> None:
+        """The span fractions ``f = span_init`` (every head)."""
+        init.constant_(self.span_fraction, self.settings.resolved_span_init())
 
     def spans(self) -> torch.Tensor:
         """(num_heads,) ``z = S * clamp(f, 0, 1)`` in positions: the paper's L1 penalty is ``sum(z)`` times its

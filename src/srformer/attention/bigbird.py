@@ -33,14 +33,52 @@ built once per sequence, since the candidates depend on ``m``), the global posit
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from srformer.attention.segmented import SegmentedCrossAttention, SegmentState
+from srformer.attention.settings import MechanismSettings, integer_setting
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, extend
+
+if TYPE_CHECKING:  # srformer.config imports the attention registry
+    from srformer.config import SRformerConfig
 
 _MASK32 = 0xFFFFFFFF
 _MULTIPLIER = 0x45D9F3B
+
+
+@dataclass(frozen=True)
+class BigBirdSettings(MechanismSettings):
+    """The settings of the ``bigbird`` variant (``SRformerConfig(variant='bigbird', ...)``;
+    None: the default named below).
+
+    Attributes:
+        num_global_tokens: ``g``, the global tokens of the ``bigbird`` variant (Zaheer et al. 2020, Sec. 2, BigBird-
+            ITC): the first ``g`` real encoder positions, attended by every decoder position. At least 1. None
+            (default): ``2 * segment_size`` (BigBird-ITC's two global blocks).
+        num_random_blocks: ``r``, the random segment blocks each scheduled segment attends in ``bigbird``. At least 0
+            (0: segment plus global tokens, ITC without its random part). None (default): 3 (the paper's ``r = 3``).
+        random_blocks_seed: the seed of ``bigbird``'s random blocks: the blocks of segment ``i`` of an input of ``m``
+            segments are a fixed function of ``(seed, i, m)`` (``docs/design.md``, "BigBird"), so a saved and reloaded
+            model attends the same blocks. A non-negative integer below ``2**32``. None (default): 0.
+    """
+
+    num_global_tokens: int | None = integer_setting(1, None, "BigBird's global tokens")
+    num_random_blocks: int | None = integer_setting(0, None, "BigBird's random blocks per segment")
+    random_blocks_seed: int | None = integer_setting(0, 2**32 - 1, "the seed of BigBird's random blocks")
+
+    def resolved_global_tokens(self, config: SRformerConfig) -> int:
+        """``g``: ``num_global_tokens``, or ``2 * segment_size`` when it is None."""
+        return self.num_global_tokens if self.num_global_tokens is not None else 2 * config.segment_size
+
+    def resolved_random_blocks(self, config: SRformerConfig) -> int:
+        """``r``: ``num_random_blocks``, or 3 when it is None."""
+        return self.num_random_blocks if self.num_random_blocks is not None else 3
+
+    def resolved_random_blocks_seed(self, config: SRformerConfig) -> int:
+        """The seed of the random blocks: ``random_blocks_seed``, or 0 when it is None."""
+        return self.random_blocks_seed if self.random_blocks_seed is not None else 0
 
 
 @dataclass(kw_only=True)

@@ -29,12 +29,35 @@ per head (the attended set has ``s + O(k log m)`` keys). There is no lean layout
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch.nn import functional as F
 
 from srformer.attention.segmented import SegmentedCrossAttention, SegmentState
+from srformer.attention.settings import MechanismSettings, integer_setting
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, extend
+
+if TYPE_CHECKING:  # srformer.config imports the attention registry
+    from srformer.config import SRformerConfig
+
+
+@dataclass(frozen=True)
+class BPSettings(MechanismSettings):
+    """The settings of the ``bp`` variant (``SRformerConfig(variant='bp', ...)``;
+    None: the default named below).
+
+    Attributes:
+        span_nodes: ``k``, the span nodes per level and side of the ``bp`` variant (Ye et al. 2019, Sec. 3): a query
+            attends its segment token by token and ``k`` (or ``k + 1``, to align) nodes of each level of a binary
+            partition tree over the segments on each side. At least 1. None (default): 2.
+    """
+
+    span_nodes: int | None = integer_setting(1, None, "span nodes per tree level and side")
+
+    def resolved_span_nodes(self, config: SRformerConfig) -> int:
+        """``k``: ``span_nodes``, or 2 when it is None."""
+        return self.span_nodes if self.span_nodes is not None else 2
 
 
 @dataclass(kw_only=True)

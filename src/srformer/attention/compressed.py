@@ -35,10 +35,30 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from srformer.attention.initialization import InitFunctions
+from srformer.attention.settings import MechanismSettings, integer_setting
 from srformer.attention.summary import SummaryCrossAttention, SummaryState
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
     from srformer.config import SRformerConfig
+
+
+@dataclass(frozen=True)
+class CompressedSettings(MechanismSettings):
+    """The settings of the ``compressed`` variant (``SRformerConfig(variant='compressed', ...)``;
+    None: the default named below).
+
+    Attributes:
+        compression_stride: ``c``, kernel size and stride of the ``compressed`` variant's convolutions over the keys and
+            values (Liu et al. 2018, Sec. 4.2.3): ``n`` real encoder tokens become ``ceil(n / c)`` rows. At least 1 (1
+            keeps every position, each through the learned map). None (default): 3, the paper's.
+    """
+
+    compression_stride: int | None = integer_setting(1)
+
+    def resolved_compression_stride(self, config: SRformerConfig) -> int:
+        """``c``: ``compression_stride``, or 3 when it is None."""
+        return self.compression_stride if self.compression_stride is not None else 3
 
 
 @dataclass(kw_only=True)
@@ -78,13 +98,12 @@ class CompressedCrossAttention(SummaryCrossAttention):
         self.value_bias = nn.Parameter(torch.empty(head_dim))
         self.reset_parameters()
 
-    def reset_parameters(self) -> None:
+    def initialize_parameters(self, init: InitFunctions) -> None:
         """Mean pooling: ``W[o, i, j] = [o = i] / c``, ``b = 0``."""
-        with torch.no_grad():
-            self.key_weight.copy_(mean_pooling(self.head_dim, self.stride))
-            self.value_weight.copy_(mean_pooling(self.head_dim, self.stride))
-            self.key_bias.zero_()
-            self.value_bias.zero_()
+        for weight in (self.key_weight, self.value_weight):
+            init.copy_(weight, mean_pooling(self.head_dim, self.stride))
+        init.zeros_(self.key_bias)
+        init.zeros_(self.value_bias)
 
     def _convolve(self, tensor: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         """Kernel = stride = ``c`` over zero-padded compacted positions: (B, H, k, d) -> (B, H, ceil(k / c), d)."""

@@ -32,12 +32,36 @@ compressed rows ``O(k·d)``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch.nn import functional as F
 
 from srformer.attention.segmented import SegmentedCrossAttention, SegmentState
+from srformer.attention.settings import MechanismSettings, integer_setting
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, extend
+
+if TYPE_CHECKING:  # srformer.config imports the attention registry
+    from srformer.config import SRformerConfig
+
+
+@dataclass(frozen=True)
+class CompressiveSettings(MechanismSettings):
+    """The settings of the ``compressive`` variant (``SRformerConfig(variant='compressive', ...)``;
+    None: the default named below).
+
+    Attributes:
+        compression_rate: ``c``, the compression rate of the ``compressive`` variant (Rae et al. 2020, Sec. 3): each
+            segment before ``i(t) - 1`` is kept as ``ceil(s / c)`` compressed rows, the means of ``c`` consecutive
+            positions (the last window of a segment may be shorter). At least 1 (1: no compression). None (default): 4
+            (our choice: at ``s = 64`` an older segment keeps 16 rows).
+    """
+
+    compression_rate: int | None = integer_setting(1, None, "positions per compressed row")
+
+    def resolved_compression_rate(self, config: SRformerConfig) -> int:
+        """``c``: ``compression_rate``, or 4 when it is None."""
+        return self.compression_rate if self.compression_rate is not None else 4
 
 
 @dataclass(kw_only=True)

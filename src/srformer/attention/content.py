@@ -33,10 +33,35 @@ from torch.nn import functional as F
 
 from srformer.attention.schedule import real_lengths
 from srformer.attention.segment_free import SegmentFreeCrossAttention
+from srformer.attention.settings import MechanismSettings
 from srformer.attention.state import CrossAttentionState, accumulation_dtype
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
     from srformer.config import SRformerConfig
+
+
+@dataclass(frozen=True)
+class ContentSettings(MechanismSettings):
+    """The settings of the ``reformer`` and ``routing`` variant (``SRformerConfig(variant='reformer', ...)``;
+    None: the default named below).
+
+    Attributes:
+        content_seed: seed of the random draws of the content-based variants (``reformer``'s rotations, ``routing``'s
+            initial centroids), stored with the model as a buffer. A non-negative integer. None (default): 0.
+            ``reformer`` and
+    """
+
+    content_seed: int | None = None
+
+    def validate(self, config: SRformerConfig) -> None:
+        """``content_seed``: None or a non-negative integer."""
+        seed = self.resolved_content_seed(config)
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"`content_seed` must be a non-negative integer, got {seed!r}.")
+
+    def resolved_content_seed(self, config: SRformerConfig) -> int:
+        """The seed of the random draws: ``content_seed``, or 0 when it is None."""
+        return self.content_seed if self.content_seed is not None else 0
 
 
 @dataclass(kw_only=True)
@@ -122,16 +147,6 @@ class ContentSparseCrossAttention(SegmentFreeCrossAttention):
     #: The variant names this class computes (set by each subclass).
     variants: tuple[str, ...] = ()
 
-    def __init__(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> None:
-        super().__init__()
-        if config.variant not in self.variants:
-            raise ValueError(f"{type(self).__name__} implements the variants {self.variants}, got {config.variant!r}.")
-        self.settings = config
-        self.head_dim = head_dim
-        self.scale = float(scale)
-        self.has_softmax = True
-        self.has_recurrence = False
-
     # ------------------------------------------------------------------ what a subclass defines
     def codes(self, vectors: torch.Tensor) -> torch.Tensor:
         """The group (bucket, cluster) of every vector in each round.
@@ -142,10 +157,6 @@ class ContentSparseCrossAttention(SegmentFreeCrossAttention):
         Returns:
             (B, H, R, n) long, in ``[0, number of groups)``.
         """
-        raise NotImplementedError
-
-    def reset_parameters(self) -> None:
-        """Draw the mechanism's seeded buffers again (rotations, initial centroids)."""
         raise NotImplementedError
 
     def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> ContentState:

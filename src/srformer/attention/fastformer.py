@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from srformer.attention.initialization import InitFunctions
 from srformer.attention.schedule import real_lengths
 from srformer.attention.segment_free import SegmentFreeCrossAttention
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off
@@ -106,24 +107,15 @@ class FastformerCrossAttention(SegmentFreeCrossAttention):
 
     #: The variant names this class computes.
     variants: tuple[str, ...] = ("fastformer",)
+    has_softmax = False
 
     def __init__(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> None:
-        super().__init__()
-        if config.variant not in self.variants:
-            raise ValueError(
-                f"FastformerCrossAttention implements the variants {self.variants}, got {config.variant!r}."
-            )
-        self.settings = config
-        self.head_dim = head_dim
-        self.scale = float(scale)
-        self.has_softmax = False
-        self.has_recurrence = False
+        super().__init__(config, head_dim, scale)
         self.key_weight = nn.Parameter(torch.zeros(head_dim))
 
-    def reset_parameters(self) -> None:
+    def initialize_parameters(self, init: InitFunctions) -> None:
         """``w_k = 0`` (uniform additive weights: the global key and value start as the means)."""
-        with torch.no_grad():
-            nn.init.zeros_(self.key_weight)
+        init.zeros_(self.key_weight)
 
     @autocast_off
     def init_state(

@@ -28,15 +28,36 @@ Costs per head: build ``O(I·n·d)``, step ``O(I·d)``, state ``2·I·d`` (its o
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
+from srformer.attention.initialization import InitFunctions
+from srformer.attention.settings import MechanismSettings, integer_setting
 from srformer.attention.summary import SummaryCrossAttention
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
     from srformer.config import SRformerConfig
+
+
+@dataclass(frozen=True)
+class InducingSettings(MechanismSettings):
+    """The settings of the ``inducing`` variant (``SRformerConfig(variant='inducing', ...)``;
+    None: the default named below).
+
+    Attributes:
+        num_inducing_points: ``I``, the number of learned inducing queries of the ``inducing`` variant (Lee et al. 2019,
+            Set Transformer): the encoder is summarised into ``I`` rows per head. At least 1. None (default): 32, the
+            largest number of the paper's experiments.
+    """
+
+    num_inducing_points: int | None = integer_setting(1)
+
+    def resolved_inducing_points(self, config: SRformerConfig) -> int:
+        """``I``: ``num_inducing_points``, or 32 when it is None."""
+        return self.num_inducing_points if self.num_inducing_points is not None else 32
 
 
 class InducingCrossAttention(SummaryCrossAttention):
@@ -57,10 +78,9 @@ class InducingCrossAttention(SummaryCrossAttention):
         self.inducing_points = nn.Parameter(torch.empty(config.resolved_inducing_points(), head_dim))
         self.reset_parameters()
 
-    def reset_parameters(self) -> None:
+    def initialize_parameters(self, init: InitFunctions) -> None:
         """Inducing points from ``N(0, 1/d)``."""
-        with torch.no_grad():
-            nn.init.normal_(self.inducing_points, std=1.0 / math.sqrt(self.head_dim))
+        init.normal_(self.inducing_points, std=1.0 / math.sqrt(self.head_dim))
 
     def pooling(self, keys: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         """``P = softmax_j(scale * I K^T)`` over the real (compacted) positions.

@@ -15,7 +15,6 @@ sums accumulate in float32 (in float64 for a float64 model; see ``accumulation_d
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch.nn import functional as F
@@ -23,9 +22,6 @@ from torch.nn import functional as F
 from srformer.attention.schedule import real_lengths
 from srformer.attention.segment_free import SegmentFreeCrossAttention
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off
-
-if TYPE_CHECKING:  # srformer.config imports the attention registry
-    from srformer.config import SRformerConfig
 
 
 @dataclass(kw_only=True)
@@ -76,16 +72,7 @@ class LinearCrossAttention(SegmentFreeCrossAttention):
 
     #: The variant names this class computes.
     variants: tuple[str, ...] = ("linear",)
-
-    def __init__(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> None:
-        super().__init__()
-        if config.variant not in self.variants:
-            raise ValueError(f"LinearCrossAttention implements the variants {self.variants}, got {config.variant!r}.")
-        self.settings = config
-        self.head_dim = head_dim
-        self.scale = float(scale)
-        self.has_softmax = False
-        self.has_recurrence = False
+    has_softmax = False
 
     @autocast_off
     def init_state(

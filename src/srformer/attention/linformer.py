@@ -28,16 +28,47 @@ of its own (the state does not grow with the input: it is its own lean layout).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
+from srformer.attention.initialization import InitFunctions
 from srformer.attention.schedule import tracing
+from srformer.attention.settings import MechanismSettings, integer_setting
 from srformer.attention.summary import SummaryCrossAttention
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
     from srformer.config import SRformerConfig
+
+
+@dataclass(frozen=True)
+class LinformerSettings(MechanismSettings):
+    """The settings of the ``linformer`` variant (``SRformerConfig(variant='linformer', ...)``;
+    None: the default named below).
+
+    Attributes:
+        projected_length: ``r``, the number of rows the ``linformer`` variant's learned projections ``E, F`` (Wang et
+            al. 2020, Sec. 4) map the encoder keys and values to. At least 1. None (default): 256, the largest projected
+            length of the paper's experiments (Sec. 5: 128 and 256).
+        max_source_length: ``N``, the number of columns of ``E, F``: the most real encoder tokens a ``linformer``
+            example may have (an example of ``n <= N`` tokens is projected by the first ``n`` columns; a longer one
+            raises ``ValueError``). At least 1. None (default): 4096, the longest sequence of the paper's experiments
+            (Sec. 5) and of common long-document summarisation inputs; the two projections then hold ``2 * 256 * 4096``
+            numbers per layer.
+    """
+
+    projected_length: int | None = integer_setting(1)
+    max_source_length: int | None = integer_setting(1)
+
+    def resolved_projected_length(self, config: SRformerConfig) -> int:
+        """``r``: ``projected_length``, or 256 when it is None."""
+        return self.projected_length if self.projected_length is not None else 256
+
+    def resolved_max_source_length(self, config: SRformerConfig) -> int:
+        """``N``: ``max_source_length``, or 4096 when it is None."""
+        return self.max_source_length if self.max_source_length is not None else 4096
 
 
 class LinformerCrossAttention(SummaryCrossAttention):
@@ -62,12 +93,11 @@ class LinformerCrossAttention(SummaryCrossAttention):
         self.value_projection = nn.Parameter(torch.empty(shape))
         self.reset_parameters()
 
-    def reset_parameters(self) -> None:
+    def initialize_parameters(self, init: InitFunctions) -> None:
         """``E, F`` with entries from ``N(0, 1/r)`` (the random projection of Linformer's Theorems 1-2)."""
         std = 1.0 / math.sqrt(self.key_projection.shape[0])
-        with torch.no_grad():
-            nn.init.normal_(self.key_projection, std=std)
-            nn.init.normal_(self.value_projection, std=std)
+        init.normal_(self.key_projection, std=std)
+        init.normal_(self.value_projection, std=std)
 
     def _columns(self, width: int, lengths: torch.Tensor) -> int:
         """The number of projection columns read for compacted inputs of ``width`` positions.

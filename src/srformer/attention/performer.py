@@ -43,12 +43,35 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from srformer.attention.initialization import InitFunctions
 from srformer.attention.schedule import real_lengths
 from srformer.attention.segment_free import SegmentFreeCrossAttention
+from srformer.attention.settings import MechanismSettings, integer_setting
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
     from srformer.config import SRformerConfig
+
+
+@dataclass(frozen=True)
+class PerformerSettings(MechanismSettings):
+    """The settings of the ``performer`` variant (``SRformerConfig(variant='performer', ...)``;
+    None: the default named below).
+
+    Attributes:
+        num_random_features: ``m``, the number of positive orthogonal random features of the ``performer`` variant
+            (Choromanski et al. 2021, FAVOR+). At least 1. None (default): ``d * ceil(ln d)`` for head size ``d`` (at
+            least ``d``; Theorem 4's ``m = Theta(d log d)``: 320 at d = 64).
+        random_feature_seed: the seed the ``performer`` features are drawn from (once, at construction; they are also
+            kept in the model's state dict, so a reloaded model is the same). A non-negative integer. None (default): 0.
+    """
+
+    num_random_features: int | None = integer_setting(1)
+    random_feature_seed: int | None = integer_setting(0)
+
+    def resolved_feature_seed(self, config: SRformerConfig) -> int:
+        """The seed of the features: ``random_feature_seed``, or 0 when it is None."""
+        return self.random_feature_seed if self.random_feature_seed is not None else 0
 
 
 @dataclass(kw_only=True)
@@ -121,19 +144,11 @@ class PerformerCrossAttention(SegmentFreeCrossAttention):
 
     #: The variant names this class computes.
     variants: tuple[str, ...] = ("performer",)
+    has_softmax = False
     random_features: torch.Tensor
 
     def __init__(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> None:
-        super().__init__()
-        if config.variant not in self.variants:
-            raise ValueError(
-                f"PerformerCrossAttention implements the variants {self.variants}, got {config.variant!r}."
-            )
-        self.settings = config
-        self.head_dim = head_dim
-        self.scale = float(scale)
-        self.has_softmax = False
-        self.has_recurrence = False
+        super().__init__(config, head_dim, scale)
         self.num_features = config.num_random_features or default_num_features(head_dim)
         self.register_buffer("random_features", self.drawn_features(), persistent=True)
 
@@ -141,10 +156,9 @@ class PerformerCrossAttention(SegmentFreeCrossAttention):
         """The features this module's settings draw (:func:`orthogonal_random_features`), (m, d) float32."""
         return orthogonal_random_features(self.num_features, self.head_dim, self.settings.resolved_feature_seed())
 
-    def reset_parameters(self) -> None:
-        """Redraw the buffer from the seed (the same values as at construction)."""
-        with torch.no_grad():
-            self.random_features.copy_(self.drawn_features())
+    def initialize_parameters(self, init: InitFunctions) -> None:
+        """The random features redrawn from their seed (the same values as at construction)."""
+        init.copy_(self.random_features, self.drawn_features())
 
     def exponents(self, x: torch.Tensor) -> torch.Tensor:
         """``W y - |y|^2 / 2`` with ``y = sqrt(scale) x``, (..., d) -> (..., m) in ``x``'s dtype."""

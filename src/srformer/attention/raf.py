@@ -7,11 +7,11 @@ import math
 import torch
 from torch import nn
 
+from srformer.attention.initialization import TORCH_INIT, InitFunctions
+from srformer.attention.registry import NEURONS  # the neuron names, checked by the config too
 from srformer.attention.schedule import tracing
 
-#: The RAF neurons (``SRformerConfig.raf_neuron``): ``paper`` is Appendix A.2's; ``two_sided`` is a change
-#: beyond the paper (``docs/design.md``, "Two-sided neuron") that fires on either sign and keeps the sign.
-NEURONS: tuple[str, ...] = ("paper", "two_sided")
+__all__ = ["NEURONS", "RecurrentAccumulateAndFire", "ScaledLinear", "activation", "update"]
 
 
 def update(
@@ -134,8 +134,12 @@ class ScaledLinear(nn.Linear):
 
     def reset_parameters(self) -> None:
         """Draw ``W`` uniform in ``±init_scale / sqrt(d)`` (in place; a no-op on the meta device)."""
+        self.initialize_parameters(TORCH_INIT)
+
+    def initialize_parameters(self, init: InitFunctions) -> None:
+        """``W`` uniform in ``±init_scale / sqrt(d)``, through ``init.uniform_``."""
         bound = self.init_scale / math.sqrt(self.in_features)
-        nn.init.uniform_(self.weight, -bound, bound)
+        init.uniform_(self.weight, -bound, bound)
 
 
 class RecurrentAccumulateAndFire(nn.Module):
@@ -197,8 +201,13 @@ class RecurrentAccumulateAndFire(nn.Module):
     def reset_parameters(self) -> None:
         """Set ``leak`` and ``threshold`` to their initial values (in place). ``W`` is reset by
         :meth:`ScaledLinear.reset_parameters` of ``self.linear``, as each module resets its own parameters."""
-        nn.init.constant_(self.leak, self.leak_init)
-        nn.init.constant_(self.threshold, self.threshold_init)
+        self.initialize_parameters(TORCH_INIT)
+
+    def initialize_parameters(self, init: InitFunctions) -> None:
+        """``leak = leak_init`` and ``threshold = threshold_init``, through ``init.constant_`` (not ``W``: see
+        :meth:`reset_parameters`)."""
+        init.constant_(self.leak, self.leak_init)
+        init.constant_(self.threshold, self.threshold_init)
 
     def project(self, partial_products: torch.Tensor) -> torch.Tensor:
         """``x = W P`` for any number of leading axes.

@@ -46,13 +46,67 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
-from transformers import initialization as init
 
-from srformer.attention.content import ContentSparseCrossAttention, ContentState, content_base_state, unit_rows
+from srformer.attention.content import (
+    ContentSettings,
+    ContentSparseCrossAttention,
+    ContentState,
+    content_base_state,
+    unit_rows,
+)
+from srformer.attention.initialization import InitFunctions
+from srformer.attention.settings import require_integer
 from srformer.attention.state import CrossAttentionState, autocast_off, extend
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
     from srformer.config import SRformerConfig
+
+
+@dataclass(frozen=True)
+class ReformerSettings(ContentSettings):
+    """The settings of the ``reformer`` variant (``SRformerConfig(variant='reformer', ...)``;
+    None: the default named below).
+
+    Attributes:
+        num_buckets: ``b``, the number of LSH buckets of the ``reformer`` variant (Kitaev et al. 2020, Sec. 2: ``h(x) =
+            argmax([xR; -xR])`` with ``R`` of shape ``(d, b/2)``). Even, at least 2. None (default): 8 (Reformer sizes
+            ``b`` so that a bucket holds about 64 keys, ``b = 8`` at 512 encoder tokens).
+        hash_rounds: the number of independent hash rounds of the ``reformer`` variant (Sec. 2 "multi-round LSH
+            attention"); a query's rounds are combined as one softmax over the keys each round gives it
+            (``srformer.attention.reformer``). At least 1. None (default): 1.
+        chunk_size: ``w``, the chunk length of the ``reformer`` variant (Sec. 2 "sorting and chunking"): a query reads,
+            per round, at most the ``2w`` keys of two consecutive chunks of the bucket-sorted keys. At least 1. None
+            (default): 64 (Reformer's chunk length; with ``b = 8`` at 512 encoder tokens a bucket holds about one
+            chunk).
+    """
+
+    num_buckets: int | None = None
+    hash_rounds: int | None = None
+    chunk_size: int | None = None
+
+    def validate(self, config: SRformerConfig) -> None:
+        """``num_buckets`` even and >= 2, ``hash_rounds`` and ``chunk_size`` >= 1, and the seed
+        (:meth:`ContentSettings.validate`)."""
+        buckets = self.resolved_num_buckets(config)
+        if isinstance(buckets, bool) or not isinstance(buckets, int) or buckets < 2 or buckets % 2:
+            raise ValueError(
+                f"`num_buckets` must be an even integer >= 2 (angular LSH uses b/2 rotation columns), got {buckets!r}."
+            )
+        require_integer("hash_rounds", self.resolved_hash_rounds(config), 1)
+        require_integer("chunk_size", self.resolved_chunk_size(config), 1)
+        super().validate(config)
+
+    def resolved_num_buckets(self, config: SRformerConfig) -> int:
+        """``b``: ``num_buckets``, or 8 when it is None."""
+        return self.num_buckets if self.num_buckets is not None else 8
+
+    def resolved_hash_rounds(self, config: SRformerConfig) -> int:
+        """The hash rounds: ``hash_rounds``, or 1 when it is None."""
+        return self.hash_rounds if self.hash_rounds is not None else 1
+
+    def resolved_chunk_size(self, config: SRformerConfig) -> int:
+        """``w``: ``chunk_size``, or 64 when it is None."""
+        return self.chunk_size if self.chunk_size is not None else 64
 
 
 @dataclass(kw_only=True)
@@ -120,10 +174,10 @@ class ReformerCrossAttention(ContentSparseCrossAttention):
         seed = self.settings.resolved_content_seed()
         return random_rotations(self.hash_rounds, self.head_dim, self.num_buckets, seed)
 
-    def reset_parameters(self) -> None:
-        """The rotations drawn from ``content_seed`` again (transformers' guarded copy: a loaded buffer stays)."""
-        with torch.no_grad():
-            init.copy_(self.rotations, self._draw().to(self.rotations))
+    def initialize_parameters(self, init: InitFunctions) -> None:
+        """The rotations drawn from ``content_seed`` again (with transformers' guarded copy a loaded buffer
+        stays)."""
+        init.copy_(self.rotations, self._draw().to(self.rotations))
 
     def codes(self, vectors: torch.Tensor) -> torch.Tensor:
         """The LSH buckets of ``vectors`` (B, H, n, d) in every round: (B, H, R, n) long (:func:`lsh_buckets`)."""

@@ -32,22 +32,31 @@ Each mechanism is one module file with its own typed state (``docs/design.md``, 
 * ``inducing`` -- :mod:`srformer.attention.inducing` (``SummaryState``);
 * ``full`` keeps the wrapped model's own attention (no module, no state of its own).
 
-Adding a mechanism:
+Adding a mechanism (``docs/adding-a-mechanism.md``, with a complete example) is one new file in
+``srformer/attention/`` and one :class:`Mechanism` entry below. The file holds:
 
-1. one module file in ``srformer/attention/`` with the interface of the existing modules
-   (``__init__(config, head_dim, scale)``, ``init_state(keys, values, key_valid)``,
-   ``forward(queries, state, *, start_position, dropout)``, ``step(queries, state, *, position,
-   project_rows)``, ``lean(state)``) and its state class, a ``kw_only`` dataclass subclassing
-   :class:`~srformer.attention.state.CrossAttentionState` (tensor fields with the batch on axis 0); a
-   mechanism over the segment schedule subclasses ``SegmentedCrossAttention`` and overrides its hooks;
-2. its float64 per-query reference in :mod:`srformer.attention.naive`, written from the paper's
-   equations, with the references' common signature;
-3. one :class:`Mechanism` entry below (name, citation, module and state import paths, reference,
-   capabilities, docs, costs). The config accepts the name, ``srformer compare``/``probe``/``bench`` offer
-   it and ``tests/attention/test_registry.py`` checks the entry.
+1. the module, a subclass of :class:`~srformer.attention.base.CrossAttentionMechanism` (``__init__(config,
+   head_dim, scale)``, ``init_state(keys, values, key_valid)``, ``forward(queries, state, *, start_position,
+   dropout)``, ``step(queries, state, *, position, project_rows)``, ``lean(state)``; over the segment schedule,
+   a subclass of ``SegmentedCrossAttention`` overriding its hooks), with ``initialize_parameters(init)`` for
+   parameters of its own;
+2. its state class, a ``kw_only`` dataclass subclassing :class:`~srformer.attention.state.CrossAttentionState`
+   (tensor fields with the batch on axis 0), unless an existing one fits;
+3. its settings class, a frozen dataclass subclassing :class:`~srformer.attention.settings.MechanismSettings`
+   (fields None by default, ``resolved_*`` values, ``validate``), if it has settings of its own;
+4. its float64 per-query reference, written from the paper's equations with the references' common signature
+   (:mod:`srformer.attention.naive`) and without the module's code; it may live in :mod:`srformer.attention.naive`
+   instead.
 
-Modules and states are named by their import paths, not imported here: the modules import this registry
-(for their capability checks), and :mod:`srformer.config` reads it, so it must import neither.
+The entry names them by import path (name, citation, module, state, settings, reference, capabilities, docs,
+costs). The config accepts the name and its settings, ``srformer compare``/``probe``/``bench`` offer it and
+``tests/attention/test_registry.py`` checks the entry.
+
+Modules, states, settings classes and references are named by their import paths, not imported here: the
+modules import this registry (for their capability checks), and :mod:`srformer.config` reads it, so it imports
+nothing of the mechanisms or of :mod:`srformer.attention.naive` (only :mod:`srformer.attention.settings`, at the
+same bottom layer); :meth:`Mechanism.module_class`, :meth:`Mechanism.state_class`,
+:meth:`Mechanism.settings_class` and :attr:`Mechanism.reference` import what they name on first use.
 """
 
 from __future__ import annotations
@@ -58,7 +67,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from srformer.attention import naive
+from srformer.attention.settings import MechanismSettings
 
 if TYPE_CHECKING:
     from torch import nn
@@ -110,7 +119,11 @@ class Mechanism:
             with the default settings), or None for ``full`` (transformers' own cache).
         lean_state: import path of the class of its lean-layout state (built by the module's ``lean``), or
             None where :attr:`Capabilities.lean_layout` is False.
-        reference: its float64 reference in :mod:`srformer.attention.naive`.
+        settings: import path of the class of its own settings (a frozen dataclass subclassing
+            :class:`~srformer.attention.settings.MechanismSettings`, held as ``SRformerConfig.settings``), or None
+            for a mechanism without settings of its own (the config then holds a plain ``MechanismSettings()``).
+        reference_path: import path ``package.module.function`` of its float64 per-query reference (the
+            references' common signature, :mod:`srformer.attention.naive`); :attr:`reference` imports it.
         capabilities: see :class:`Capabilities`.
         step_cost: work of one decoder step per head (standard layout), as a formula in ``k``
             (encoder tokens), ``s`` (segment size), ``m`` (segments) and ``d`` (head_dim), and the
@@ -129,11 +142,12 @@ class Mechanism:
     module: str | None
     state: str | None
     lean_state: str | None
-    reference: Reference
+    reference_path: str
     capabilities: Capabilities
     step_cost: str
     build_cost: str
     state_size: str
+    settings: str | None = None
     ablations: Mapping[str, str] = field(default_factory=dict)
     named_settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     table1_row: str | None = None
@@ -160,6 +174,16 @@ class Mechanism:
             raise ValueError(f"The {self.name!r} variant has no SRformer state in the {layout} layout.")
         return _import(path)
 
+    @property
+    def reference(self) -> Reference:
+        """The float64 reference named by :attr:`reference_path` (imported on first use)."""
+        return _import(self.reference_path)
+
+    def settings_class(self) -> type[MechanismSettings]:
+        """The class named by :attr:`settings`, or :class:`~srformer.attention.settings.MechanismSettings` (no
+        settings) where it is None."""
+        return MechanismSettings if self.settings is None else _import(self.settings)
+
     def build(
         self, config: SRformerConfig, head_dim: int, scale: float = 1.0, *, num_heads: int | None = None
     ) -> nn.Module:
@@ -173,13 +197,14 @@ class Mechanism:
         return cls(config, head_dim, scale)
 
 
-def _import(path: str) -> type:
+def _import(path: str) -> Any:
     """The attribute named by the import path ``package.module.Name``."""
     module_name, _, name = path.rpartition(".")
     return getattr(importlib.import_module(module_name), name)
 
 
 _SEGMENTED = "srformer.attention.segmented"
+_NAIVE = "srformer.attention.naive"
 _SUMMARY_STATE = "srformer.attention.summary.SummaryState"
 _PAPER = "Long, Chowdhury & Roy, Segmented Recurrent Transformer"
 
@@ -191,7 +216,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module=None,
         state=None,
         lean_state=None,
-        reference=naive.full_attention,
+        reference_path=f"{_NAIVE}.full_attention",
         capabilities=Capabilities(
             segment_free=True, lean_layout=False, state_grows_with_input=True, training_time_saving=False,
             has_softmax_part=True, recurrent_term=False, global_term=False,
@@ -208,7 +233,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module=f"{_SEGMENTED}.SegmentedCrossAttention",
         state=f"{_SEGMENTED}.SegmentState",
         lean_state=f"{_SEGMENTED}.LeanSegmentState",
-        reference=naive.segmented_attention,
+        reference_path=f"{_NAIVE}.segmented_attention",
         capabilities=Capabilities(
             segment_free=False, lean_layout=True, state_grows_with_input=True, training_time_saving=True,
             has_softmax_part=True, recurrent_term=False, global_term=False,
@@ -225,7 +250,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.srformer.SRformerCrossAttention",
         state="srformer.attention.srformer.SRformerState",
         lean_state="srformer.attention.srformer.LeanSRformerState",
-        reference=naive.srformer_attention,
+        reference_path=f"{_NAIVE}.srformer_attention",
         capabilities=Capabilities(
             segment_free=False, lean_layout=True, state_grows_with_input=True, training_time_saving=True,
             has_softmax_part=True, recurrent_term=True, global_term=True,
@@ -261,7 +286,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.xl.XLCrossAttention",
         state=f"{_SEGMENTED}.SegmentState",
         lean_state=None,
-        reference=naive.xl_attention,
+        reference_path=f"{_NAIVE}.xl_attention",
         capabilities=Capabilities(
             segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
             has_softmax_part=True, recurrent_term=False, global_term=False,
@@ -277,7 +302,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.longt5.LongT5CrossAttention",
         state="srformer.attention.longt5.LongT5State",
         lean_state=None,
-        reference=naive.longt5_attention,
+        reference_path=f"{_NAIVE}.longt5_attention",
         capabilities=Capabilities(
             segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
             has_softmax_part=True, recurrent_term=False, global_term=True,
@@ -293,7 +318,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.linear.LinearCrossAttention",
         state="srformer.attention.linear.LinearState",
         lean_state="srformer.attention.linear.LinearState",
-        reference=naive.linear_attention,
+        reference_path=f"{_NAIVE}.linear_attention",
         capabilities=Capabilities(
             segment_free=True, lean_layout=True, state_grows_with_input=False, training_time_saving=True,
             has_softmax_part=False, recurrent_term=False, global_term=True,
@@ -309,7 +334,8 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.window.WindowCrossAttention",
         state=f"{_SEGMENTED}.SegmentState",
         lean_state=None,
-        reference=naive.window_attention,
+        settings="srformer.attention.window.WindowSettings",
+        reference_path=f"{_NAIVE}.window_attention",
         capabilities=Capabilities(
             segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
             has_softmax_part=True, recurrent_term=False, global_term=False,
@@ -326,7 +352,8 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.strided.StridedCrossAttention",
         state="srformer.attention.strided.StridedState",
         lean_state=None,
-        reference=naive.strided_attention,
+        settings="srformer.attention.strided.StridedSettings",
+        reference_path=f"{_NAIVE}.strided_attention",
         capabilities=Capabilities(
             segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
             has_softmax_part=True, recurrent_term=False, global_term=True,
@@ -342,7 +369,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.star.StarCrossAttention",
         state="srformer.attention.star.StarState",
         lean_state=None,
-        reference=naive.star_attention,
+        reference_path=f"{_NAIVE}.star_attention",
         capabilities=Capabilities(
             segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
             has_softmax_part=True, recurrent_term=False, global_term=True,
@@ -359,7 +386,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.fastformer.FastformerCrossAttention",
         state="srformer.attention.fastformer.FastformerState",
         lean_state="srformer.attention.fastformer.FastformerState",
-        reference=naive.fastformer_attention,
+        reference_path=f"{_NAIVE}.fastformer_attention",
         capabilities=Capabilities(
             segment_free=True, lean_layout=True, state_grows_with_input=False, training_time_saving=True,
             has_softmax_part=False, recurrent_term=False, global_term=True,
@@ -378,7 +405,8 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.reformer.ReformerCrossAttention",
         state="srformer.attention.reformer.LSHState",
         lean_state=None,
-        reference=naive.reformer_attention,
+        settings="srformer.attention.reformer.ReformerSettings",
+        reference_path=f"{_NAIVE}.reformer_attention",
         capabilities=Capabilities(
             segment_free=True, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
             has_softmax_part=True, recurrent_term=False, global_term=False,
@@ -397,7 +425,8 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.routing.RoutingCrossAttention",
         state="srformer.attention.routing.RoutingState",
         lean_state=None,
-        reference=naive.routing_attention,
+        settings="srformer.attention.routing.RoutingSettings",
+        reference_path=f"{_NAIVE}.routing_attention",
         capabilities=Capabilities(
             segment_free=True, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
             has_softmax_part=True, recurrent_term=False, global_term=False,
@@ -415,7 +444,8 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.bigbird.BigBirdCrossAttention",
         state="srformer.attention.bigbird.BigBirdState",
         lean_state=None,
-        reference=naive.bigbird_attention,
+        settings="srformer.attention.bigbird.BigBirdSettings",
+        reference_path=f"{_NAIVE}.bigbird_attention",
         capabilities=Capabilities(
             segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
             has_softmax_part=True, recurrent_term=False, global_term=True,
@@ -433,7 +463,8 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.compressive.CompressiveCrossAttention",
         state="srformer.attention.compressive.CompressiveState",
         lean_state=None,
-        reference=naive.compressive_attention,
+        settings="srformer.attention.compressive.CompressiveSettings",
+        reference_path=f"{_NAIVE}.compressive_attention",
         capabilities=Capabilities(
             segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
             has_softmax_part=True, recurrent_term=False, global_term=True,
@@ -450,7 +481,8 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.adaptive.AdaptiveSpanCrossAttention",
         state=f"{_SEGMENTED}.SegmentState",
         lean_state=None,
-        reference=naive.adaptive_attention,
+        settings="srformer.attention.adaptive.AdaptiveSettings",
+        reference_path=f"{_NAIVE}.adaptive_attention",
         capabilities=Capabilities(
             segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
             has_softmax_part=True, recurrent_term=False, global_term=False,
@@ -468,7 +500,8 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.bp.BPCrossAttention",
         state="srformer.attention.bp.BPState",
         lean_state=None,
-        reference=naive.bp_attention,
+        settings="srformer.attention.bp.BPSettings",
+        reference_path=f"{_NAIVE}.bp_attention",
         capabilities=Capabilities(
             segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
             has_softmax_part=True, recurrent_term=False, global_term=True,
@@ -485,7 +518,8 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.linformer.LinformerCrossAttention",
         state=_SUMMARY_STATE,
         lean_state=_SUMMARY_STATE,
-        reference=naive.linformer_attention,
+        settings="srformer.attention.linformer.LinformerSettings",
+        reference_path=f"{_NAIVE}.linformer_attention",
         capabilities=Capabilities(
             segment_free=True, lean_layout=True, state_grows_with_input=False, training_time_saving=True,
             has_softmax_part=True, recurrent_term=False, global_term=True,
@@ -502,7 +536,8 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.performer.PerformerCrossAttention",
         state="srformer.attention.performer.PerformerState",
         lean_state="srformer.attention.performer.PerformerState",
-        reference=naive.performer_attention,
+        settings="srformer.attention.performer.PerformerSettings",
+        reference_path=f"{_NAIVE}.performer_attention",
         capabilities=Capabilities(
             segment_free=True, lean_layout=True, state_grows_with_input=False, training_time_saving=True,
             has_softmax_part=False, recurrent_term=False, global_term=True,
@@ -519,7 +554,8 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.compressed.CompressedCrossAttention",
         state="srformer.attention.compressed.CompressedState",
         lean_state=None,
-        reference=naive.compressed_attention,
+        settings="srformer.attention.compressed.CompressedSettings",
+        reference_path=f"{_NAIVE}.compressed_attention",
         capabilities=Capabilities(
             segment_free=True, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
             has_softmax_part=True, recurrent_term=False, global_term=True,
@@ -536,7 +572,8 @@ _ENTRIES: tuple[Mechanism, ...] = (
         module="srformer.attention.inducing.InducingCrossAttention",
         state=_SUMMARY_STATE,
         lean_state=_SUMMARY_STATE,
-        reference=naive.inducing_attention,
+        settings="srformer.attention.inducing.InducingSettings",
+        reference_path=f"{_NAIVE}.inducing_attention",
         capabilities=Capabilities(
             segment_free=True, lean_layout=True, state_grows_with_input=False, training_time_saving=True,
             has_softmax_part=True, recurrent_term=False, global_term=True,
@@ -588,6 +625,11 @@ VARIANTS: tuple[str, ...] = tuple(REGISTRY)
 
 #: Every ablation name, of any variant.
 ABLATIONS: tuple[str, ...] = tuple(name for entry in REGISTRY.values() for name in entry.ablations)
+
+#: The RAF neurons of ``srformer`` (``SRformerConfig.raf_neuron``, :mod:`srformer.attention.raf`): ``paper`` is
+#: Appendix A.2's; ``two_sided`` is a change beyond the paper (``docs/design.md``, "Two-sided neuron") that fires
+#: on either sign and keeps the sign.
+NEURONS: tuple[str, ...] = ("paper", "two_sided")
 
 #: Variants without segments: ``segment_size`` does not change them.
 SEGMENT_FREE_VARIANTS: tuple[str, ...] = with_capability("segment_free")

@@ -39,13 +39,66 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
-from transformers import initialization as init
 
-from srformer.attention.content import ContentSparseCrossAttention, ContentState, content_base_state, unit_rows
+from srformer.attention.content import (
+    ContentSettings,
+    ContentSparseCrossAttention,
+    ContentState,
+    content_base_state,
+    unit_rows,
+)
+from srformer.attention.initialization import InitFunctions
+from srformer.attention.settings import require_integer
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, extend
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
     from srformer.config import SRformerConfig
+
+
+@dataclass(frozen=True)
+class RoutingSettings(ContentSettings):
+    """The settings of the ``routing`` variant (``SRformerConfig(variant='routing', ...)``;
+    None: the default named below).
+
+    Attributes:
+        num_clusters: ``c``, the number of k-means centroids of the ``routing`` variant (Roy et al. 2021, Sec. 4). At
+            least 1. None (default): 8 (the paper uses about ``sqrt(n)`` clusters: 8 at 64 tokens, a few dozen at
+            thousands; with the default ``cluster_size`` a step reads ``ceil(n / c)`` keys, so more clusters make a step
+            cheaper).
+        cluster_size: ``w``, the number of keys in every cluster of the ``routing`` variant (balanced clusters: each
+            centroid takes its ``w`` nearest real keys; a query reads the ``w`` keys of its centroid). At least 1. None
+            (default): ``ceil(n / c)`` for an example with ``n`` real encoder keys (the paper's balanced ``n / c``: as
+            many cluster places as keys, so every key can be read), held in ``ceil(k / c)`` places for the padded length
+            ``k``; an example's clusters depend on its own keys only, not on the padding of its batch.
+        centroid_decay: ``lambda`` of the ``routing`` centroids' moving average (mini-batch k-means), in [0, 1). None
+            (default): 0.999 (a slow average over about 1000 training steps).
+    """
+
+    num_clusters: int | None = None
+    cluster_size: int | None = None
+    centroid_decay: float | None = None
+
+    def validate(self, config: SRformerConfig) -> None:
+        """``num_clusters`` >= 1, ``cluster_size`` None or >= 1, ``centroid_decay`` in [0, 1), and the seed
+        (:meth:`ContentSettings.validate`)."""
+        require_integer("num_clusters", self.resolved_num_clusters(config), 1)
+        size = self.cluster_size
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+            raise ValueError(f"`cluster_size` must be an integer >= 1 or None (ceil(n / c)), got {size!r}.")
+        decay = self.resolved_centroid_decay(config)
+        if isinstance(decay, bool) or not isinstance(decay, int | float) or not 0.0 <= decay < 1.0:
+            raise ValueError(
+                f"`centroid_decay` is the moving-average factor lambda and must lie in [0, 1), got {decay!r}."
+            )
+        super().validate(config)
+
+    def resolved_num_clusters(self, config: SRformerConfig) -> int:
+        """``c``: ``num_clusters``, or 8 when it is None."""
+        return self.num_clusters if self.num_clusters is not None else 8
+
+    def resolved_centroid_decay(self, config: SRformerConfig) -> float:
+        """``lambda``: ``centroid_decay``, or 0.999 when it is None."""
+        return self.centroid_decay if self.centroid_decay is not None else 0.999
 
 
 @dataclass(kw_only=True)
@@ -119,11 +172,10 @@ class RoutingCrossAttention(ContentSparseCrossAttention):
     def _draw(self) -> torch.Tensor:
         return initial_centroids(self.num_clusters, self.head_dim, self.settings.resolved_content_seed())
 
-    def reset_parameters(self) -> None:
-        """The initial centroids drawn from ``content_seed`` again (transformers' guarded copy: a loaded buffer
+    def initialize_parameters(self, init: InitFunctions) -> None:
+        """The initial centroids drawn from ``content_seed`` again (with transformers' guarded copy a loaded buffer
         stays)."""
-        with torch.no_grad():
-            init.copy_(self.centroids, self._draw().to(self.centroids))
+        init.copy_(self.centroids, self._draw().to(self.centroids))
 
     def codes(self, vectors: torch.Tensor) -> torch.Tensor:
         """The cluster of every vector (B, H, n, d): (B, H, 1, n) long (:func:`nearest_centroid`)."""

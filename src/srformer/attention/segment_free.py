@@ -8,22 +8,15 @@ function of the queries and the state, :meth:`SegmentFreeCrossAttention._read`, 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
-from torch import nn
 
+from srformer.attention.base import CrossAttentionMechanism
 from srformer.attention.state import CrossAttentionState
 
-if TYPE_CHECKING:  # srformer.config imports the attention registry
-    from srformer.config import SRformerConfig
 
-
-class SegmentFreeCrossAttention(nn.Module):
+class SegmentFreeCrossAttention(CrossAttentionMechanism):
     """Shared ``forward``/``step``/``lean`` of the position-independent mechanisms; a subclass gives ``_read``
-    (and ``init_state``) and sets ``settings``."""
-
-    settings: SRformerConfig
+    (and ``init_state``). Arguments as :class:`~srformer.attention.base.CrossAttentionMechanism`."""
 
     def init_state(
         self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None

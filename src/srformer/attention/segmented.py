@@ -20,24 +20,16 @@ Padding never receives attention weight: masks cover only real positions and exi
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 import torch
-from torch import nn
 from torch.nn import functional as F
 
+from srformer.attention.base import CrossAttentionMechanism, ProjectRows
 from srformer.attention.layout import block_index, segment_major, segment_order, take_blocks
 from srformer.attention.registry import mechanism
 from srformer.attention.schedule import num_segments, real_lengths, segment_index, tracing
 from srformer.attention.state import CrossAttentionState, autocast_off
-
-if TYPE_CHECKING:  # srformer.config imports the attention registry
-    from srformer.config import SRformerConfig
-
-#: (B, H, s, d) projected keys and values of the given encoder positions (B, s): the lean layout's projection.
-ProjectRows = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
 @dataclass(kw_only=True)
@@ -115,7 +107,7 @@ def cast(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return tensor if tensor.dtype == dtype else tensor.to(dtype)
 
 
-class SegmentedCrossAttention(nn.Module):
+class SegmentedCrossAttention(CrossAttentionMechanism):
     """The ``segmented`` variant for one decoder layer, and the base of the segment-based mechanisms.
 
     Args:
@@ -137,19 +129,6 @@ class SegmentedCrossAttention(nn.Module):
 
     #: The variant names this class computes.
     variants: tuple[str, ...] = ("segmented",)
-
-    def __init__(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> None:
-        super().__init__()
-        if config.variant not in self.variants:
-            raise ValueError(
-                f"{type(self).__name__} computes the variants {self.variants}, not {config.variant!r}; "
-                "use srformer.attention.build_cross_attention(config, ...) to get the right module."
-            )
-        self.settings = config
-        self.head_dim = head_dim
-        self.scale = float(scale)
-        self.has_softmax = True
-        self.has_recurrence = False
 
     # ------------------------------------------------------------------ what the softmax reads (hooks)
     def context_blocks(

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from srformer.attention.initialization import InitFunctions
 from srformer.attention.layout import block_index, take_blocks
 from srformer.attention.raf import RecurrentAccumulateAndFire
 from srformer.attention.raf import update as raf_update
@@ -140,6 +141,13 @@ class SRformerCrossAttention(SegmentedCrossAttention):
         if config.mix_init is not None and self.has_recurrence:
             self.mix_logit = nn.Parameter(torch.logit(torch.tensor(float(config.mix_init))))
         self.monitor: Any = None
+
+    def initialize_parameters(self, init: InitFunctions) -> None:
+        """The Eq. 10 mix logit ``a = logit(mix_init)`` where the module has one (its RAF and ``W`` are modules of
+        their own and initialise themselves)."""
+        if self.mix_logit is not None and self.settings.mix_init is not None:
+            # the same float32 expression as at construction, so both paths give the same number
+            init.copy_(self.mix_logit, torch.logit(torch.tensor(float(self.settings.mix_init))))
 
     def _project(self, products: torch.Tensor) -> torch.Tensor:
         """``W x`` on the last axis, or ``x`` itself under ablation III (no RAF, no ``W``)."""

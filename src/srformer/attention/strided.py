@@ -24,11 +24,43 @@ Cost per head: one step ``O((s + k/l)·d)``; building the state ``O(k/l · d)`` 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from srformer.attention.segmented import SegmentedCrossAttention, SegmentState
+from srformer.attention.settings import MechanismSettings
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, extend
+
+if TYPE_CHECKING:  # srformer.config imports the attention registry
+    from srformer.config import SRformerConfig
+
+
+@dataclass(frozen=True)
+class StridedSettings(MechanismSettings):
+    """The settings of the ``strided`` variant (``SRformerConfig(variant='strided', ...)``;
+    None: the default named below).
+
+    Attributes:
+        stride: ``l``, the stride of the ``strided`` variant (Child et al. 2019): besides segment ``i(t)`` a query
+            attends every real position ``p`` with ``p mod l = l - 1``. At least 2. None (default): ``segment_size``
+            (the last position of every segment).
+    """
+
+    stride: int | None = None
+
+    def validate(self, config: SRformerConfig) -> None:
+        """The stride in use (``stride`` or ``segment_size``) must be an integer >= 2."""
+        stride = self.resolved_stride(config)
+        if isinstance(stride, bool) or not isinstance(stride, int) or stride < 2:
+            raise ValueError(
+                f"`stride` (default: segment_size) must be an integer >= 2 (stride 1 would attend every "
+                f"position, full attention), got {stride!r}; set stride=2 or more."
+            )
+
+    def resolved_stride(self, config: SRformerConfig) -> int:
+        """``l``: ``stride``, or ``segment_size`` when it is None."""
+        return self.stride if self.stride is not None else config.segment_size
 
 
 @dataclass(kw_only=True)

@@ -17,7 +17,6 @@ summary row and its output is that of an empty memory, 0.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch.nn import functional as F
@@ -25,9 +24,6 @@ from torch.nn import functional as F
 from srformer.attention.schedule import compaction_order, real_lengths
 from srformer.attention.segment_free import SegmentFreeCrossAttention
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off
-
-if TYPE_CHECKING:  # srformer.config imports the attention registry
-    from srformer.config import SRformerConfig
 
 
 @dataclass(kw_only=True)
@@ -97,19 +93,6 @@ class SummaryCrossAttention(SegmentFreeCrossAttention):
     variants: tuple[str, ...] = ()
     #: The class of the state :meth:`init_state` builds.
     state_class: type[SummaryState] = SummaryState
-
-    def __init__(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> None:
-        super().__init__()
-        if config.variant not in self.variants:
-            raise ValueError(f"{type(self).__name__} implements the variants {self.variants}, got {config.variant!r}.")
-        self.settings = config
-        self.head_dim = head_dim
-        self.scale = float(scale)
-        self.has_softmax = True
-        self.has_recurrence = False
-
-    def reset_parameters(self) -> None:
-        """Give the learned tensors of the summary their initial values (none in the base class)."""
 
     def summarise(
         self, keys: torch.Tensor, values: torch.Tensor, valid: torch.Tensor, lengths: torch.Tensor

@@ -4,22 +4,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from srformer.attention.base import CrossAttentionMechanism
 from srformer.attention.registry import mechanism
-from srformer.attention.segment_free import SegmentFreeCrossAttention
-from srformer.attention.segmented import SegmentedCrossAttention
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
     from srformer.config import SRformerConfig
 
-#: Every SRformer cross-attention module: the segment-based ones (``segmented`` and its subclasses: ``srformer``,
-#: ``xl``, ``longt5``, ``window``, ...) and the segment-free ones whose output does not depend on the position
-#: (``linear``, ``fastformer``, ``performer``, the summaries, ``reformer``, ``routing``).
-CrossAttentionModule = SegmentedCrossAttention | SegmentFreeCrossAttention
+#: The former name of :class:`~srformer.attention.base.CrossAttentionMechanism`, the base of every SRformer
+#: cross-attention module; kept for code that imports it.
+CrossAttentionModule = CrossAttentionMechanism
 
 
 def build_cross_attention(
     config: SRformerConfig, head_dim: int, scale: float = 1.0, *, num_heads: int | None = None
-) -> CrossAttentionModule:
+) -> CrossAttentionMechanism:
     """The module of ``config.variant``'s registry entry (:mod:`srformer.attention.registry`), e.g.
     :class:`~srformer.attention.srformer.SRformerCrossAttention` for ``srformer`` (and its ablations).
 
@@ -39,5 +37,5 @@ def build_cross_attention(
             f"The {config.variant!r} variant keeps the model's own attention; no SRformer module is needed."
         )
     module = entry.build(config, head_dim, scale, num_heads=num_heads)
-    assert isinstance(module, CrossAttentionModule), type(module)
+    assert isinstance(module, CrossAttentionMechanism), type(module)
     return module

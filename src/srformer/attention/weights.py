@@ -59,6 +59,7 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
+from srformer.attention.base import CrossAttentionMechanism
 from srformer.attention.content import ContentSparseCrossAttention
 from srformer.attention.fastformer import FastformerCrossAttention, additive_weights
 from srformer.attention.layout import block_index, take_blocks
@@ -68,7 +69,6 @@ from srformer.attention.schedule import segment_index
 from srformer.attention.segmented import LeanSegmentState, SegmentedCrossAttention, SegmentState, restrict
 from srformer.attention.state import CrossAttentionState
 from srformer.attention.summary import SummaryCrossAttention
-from srformer.attention.variants import CrossAttentionModule
 
 
 def segment_weights(
@@ -170,7 +170,7 @@ def linear_weights(
 
 
 def cross_attention_weights(
-    attention: CrossAttentionModule,
+    attention: CrossAttentionMechanism,
     queries: torch.Tensor,
     keys: torch.Tensor,
     state: CrossAttentionState,

@@ -25,9 +25,45 @@ There is no lean layout (a step reads ``hi - lo + 1`` segments' keys). Cost of o
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 import torch
 
 from srformer.attention.segmented import SegmentedCrossAttention
+from srformer.attention.settings import MechanismSettings
+
+if TYPE_CHECKING:  # srformer.config imports the attention registry
+    from srformer.config import SRformerConfig
+
+
+@dataclass(frozen=True)
+class WindowSettings(MechanismSettings):
+    """The settings of the ``window`` variant (``SRformerConfig(variant='window', ...)``;
+    None: the default named below).
+
+    Attributes:
+        window_size: ``w``, the number of encoder positions of the ``window`` variant's sliding window (Beltagy et al.
+            2020), centred on the centre of the scheduled segment: decoder position ``t`` attends the real positions
+            ``i(t)*s + floor(s/2) - floor(w/2) .. + w - 1`` (``docs/design.md``, "Sliding window"). At least
+            ``segment_size`` (the window then holds the whole scheduled segment). None (default): ``3 * segment_size``
+            (the scheduled segment and one neighbour on each side).
+    """
+
+    window_size: int | None = None
+
+    def validate(self, config: SRformerConfig) -> None:
+        """``window_size``: None or an integer ``>= segment_size`` (the window holds the scheduled segment)."""
+        size = self.window_size
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < config.segment_size):
+            raise ValueError(
+                f"`window_size` must be an integer number of encoder tokens >= segment_size "
+                f"({config.segment_size}) so that the window holds the scheduled segment, got {size!r}."
+            )
+
+    def resolved_window_size(self, config: SRformerConfig) -> int:
+        """``w``: ``window_size``, or ``3 * segment_size`` when it is None."""
+        return self.window_size if self.window_size is not None else 3 * config.segment_size
 
 
 def window_blocks(segment_size: int, window_size: int) -> list[tuple[int, list[bool]]]:

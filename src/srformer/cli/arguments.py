@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from collections.abc import Sequence
 
-from srformer.config import NAMED_SETTINGS, SRformerConfig
+from srformer.config import NAMED_SETTINGS, setting_types
 
 #: ``--checkpoint`` of ``evaluate`` and ``summarize`` (the rule of :func:`srformer.models.factory.load_pretrained`).
 CHECKPOINT_HELP = (
@@ -50,7 +49,7 @@ def parse_settings(values: list[str]) -> dict:
         ValueError: naming ``--setting`` and the fix, for a malformed item, an unknown name, a name with a
             flag of its own (``variant``, ``segment_size``, ``target_length``), or a value of the wrong type.
     """
-    fields = {field.name: str(field.type) for field in dataclasses.fields(SRformerConfig)}
+    fields = setting_types()
     settings: dict = {}
     for item in values:
         name, sep, text = item.partition("=")

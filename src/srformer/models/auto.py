@@ -1,5 +1,5 @@
-"""Converted models in transformers' own machinery: model types of srformer's own, Auto-class registration
-and weight initialisation.
+"""Converted models in transformers' own machinery: model types of srformer's own and their Auto-class
+registration (the classes themselves: :mod:`srformer.models.classes`).
 
 A converted checkpoint must never reload as the unconverted model. :func:`~srformer.models.convert` therefore
 gives a converted model (variants other than ``full``) a config class with a model type of srformer's own,
@@ -13,7 +13,8 @@ extension points (``AutoConfig.register``, ``AutoModel.register``, ``AutoModelFo
 does not know the model type and ``AutoConfig``/``AutoModel*`` raise ``ValueError`` (no checkpoint code is
 written, so ``trust_remote_code`` does not apply).
 
-The srformer classes also own the initialisation of srformer's parameters on transformers' path
+The srformer classes (:mod:`srformer.models.classes`) also own the initialisation of srformer's parameters on
+transformers' path
 (``init_weights()``, meta-device construction then ``to_empty()``, missing keys in ``from_pretrained``):
 their ``_init_weights`` gives the RAF ``W`` srformer's ``raf_linear_init_scale``, the RAF leak and threshold
 their initial values and the Eq. 10 mix logit ``logit(mix_init)``, and passes every other module to the
@@ -22,333 +23,24 @@ family's own ``_init_weights``.
 
 from __future__ import annotations
 
-import importlib
-from functools import cache
-from typing import TYPE_CHECKING, Any
-
-import torch
-from torch import nn
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForSeq2SeqLM,
-    AutoTokenizer,
-    BartConfig,
-    BartForConditionalGeneration,
-    BartModel,
-    MarianConfig,
-    MarianModel,
-    MarianMTModel,
-    MBartConfig,
-    MBartForConditionalGeneration,
-    MBartModel,
-    MT5Config,
-    MT5ForConditionalGeneration,
-    MT5Model,
-    PegasusConfig,
-    PegasusForConditionalGeneration,
-    PegasusModel,
-    PretrainedConfig,
-    PreTrainedModel,
-    T5Config,
-    T5ForConditionalGeneration,
-    T5Model,
-)
-from transformers import initialization as init
+from transformers import AutoConfig, AutoTokenizer
 from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING
 
-from srformer.attention.adaptive import AdaptiveSpanCrossAttention
-from srformer.attention.compressed import CompressedCrossAttention, mean_pooling
-from srformer.attention.content import ContentSparseCrossAttention
-from srformer.attention.fastformer import FastformerCrossAttention
-from srformer.attention.linear import LinearCrossAttention
-from srformer.attention.performer import PerformerCrossAttention
-from srformer.attention.raf import RecurrentAccumulateAndFire, ScaledLinear
-from srformer.attention.segmented import SegmentedCrossAttention
-from srformer.attention.summary import SummaryCrossAttention
-
-
-def _recordable_outputs_registry() -> Any:
-    """transformers' registry of recordable outputs (``output_hidden_states``, ...) keyed by model class, or
-    None for a transformers version that records outputs another way."""
-    try:
-        module = importlib.import_module("transformers.utils.output_capturing")
-    except ImportError:
-        return None
-    return getattr(module, "_CAN_RECORD_REGISTRY", None)
-
-
-_CAN_RECORD_REGISTRY = _recordable_outputs_registry()
-
-# mypy sees the mixin as a PreTrainedModel (for super()._init_weights); at run time it is a plain mixin
-# placed before the transformers class in each srformer class's bases.
-_MixinBase: Any = PreTrainedModel if TYPE_CHECKING else object
-
-
-def initialize_srformer_module(module: nn.Module) -> bool:
-    """srformer's initialisation of one module of a converted model's cross attention (its own parameters only).
-
-    - RAF ``W`` (:class:`~srformer.attention.raf.ScaledLinear`): uniform in ``±raf_linear_init_scale / sqrt(d)``.
-    - RAF (:class:`~srformer.attention.raf.RecurrentAccumulateAndFire`): ``leak = raf_leak_init``,
-      ``threshold = raf_threshold_init``.
-    - The attention module: the Eq. 10 mix logit ``a = logit(mix_init)`` if it has one; ``fastformer``'s
-      ``w_k = 0``; the seeded buffers of the content-based variants (``reformer``'s rotations, ``routing``'s
-      initial centroids) drawn again from ``content_seed``; ``adaptive``'s span fractions ``f = span_init``; a
-      summary module's own ``reset_parameters`` (``linformer``'s ``E, F``); ``performer``'s random features
-      redrawn from their seed; ``compressed``'s mean-pooling convolutions; ``inducing``'s points; other variants
-      have no parameters of their own.
-
-    Inside transformers' ``initialize_weights`` the ``torch.nn.init`` functions are transformers' guarded
-    ones, so parameters already loaded from a checkpoint are left alone.
-
-    Returns:
-        True if ``module`` is one of these (and was initialised), False for any other module.
-    """
-    if isinstance(module, ScaledLinear | RecurrentAccumulateAndFire):
-        module.reset_parameters()
-        return True
-    if isinstance(module, AdaptiveSpanCrossAttention):
-        init.constant_(module.span_fraction, module.settings.resolved_span_init())
-        return True
-    if isinstance(module, SegmentedCrossAttention):
-        mix_logit, mix_init = getattr(module, "mix_logit", None), module.settings.mix_init
-        if isinstance(mix_logit, torch.Tensor) and mix_init is not None:
-            # the same float32 expression as at construction, so both paths give the same number
-            init.copy_(mix_logit, torch.logit(torch.tensor(float(mix_init))))
-        return True
-    if isinstance(module, FastformerCrossAttention):
-        init.zeros_(module.key_weight)
-        return True
-    if isinstance(module, ContentSparseCrossAttention):
-        module.reset_parameters()
-        return True
-    if isinstance(module, CompressedCrossAttention):  # mean pooling, through transformers' guarded functions
-        for weight in (module.key_weight, module.value_weight):
-            init.copy_(weight, mean_pooling(module.head_dim, module.stride))
-        init.zeros_(module.key_bias)
-        init.zeros_(module.value_bias)
-        return True
-    if isinstance(module, SummaryCrossAttention):
-        module.reset_parameters()
-        return True
-    if isinstance(module, PerformerCrossAttention):  # the buffer, redrawn from the seed: the same values
-        features = module.random_features
-        assert isinstance(features, torch.Tensor)
-        init.copy_(features, module.drawn_features())
-        return True
-    return isinstance(module, LinearCrossAttention)
-
-
-class SRformerModelMixin(_MixinBase):
-    """What every srformer model class adds to its transformers class.
-
-    - ``__init__(config)`` builds the transformers model, then converts it with the settings stored in
-      ``config.srformer`` (so ``from_pretrained``/``from_config`` of a converted checkpoint rebuild the
-      converted model).
-    - ``_init_weights(module)`` initialises srformer's modules with srformer's own scheme
-      (:func:`initialize_srformer_module`) and every other module with the family's own.
-
-    Raises:
-        ValueError: from ``__init__``, if ``config`` has no ``srformer`` settings.
-    """
-
-    def __init__(self, config: PretrainedConfig, *args: Any, **kwargs: Any) -> None:
-        from srformer.models.convert import convert, srformer_config_of
-
-        settings = srformer_config_of(config)
-        if settings is None:
-            raise ValueError(
-                f"{type(self).__name__} is a converted model and needs SRformer settings in `config.srformer`; "
-                "convert a plain model with srformer.convert(model, SRformerConfig(...)) instead."
-            )
-        super().__init__(config, *args, **kwargs)
-        convert(self, settings, _loading=True)
-
-    @torch.no_grad()
-    def _init_weights(self, module: nn.Module) -> None:
-        if not initialize_srformer_module(module):
-            super()._init_weights(module)
-
-
-# ---------------------------------------------------------------------------------------------- configs
-class SRformerT5Config(T5Config):
-    """``T5Config`` of a converted T5 model (model type ``srformer_t5``); settings in ``config.srformer``."""
-
-    model_type = "srformer_t5"
-
-
-class SRformerMT5Config(MT5Config):
-    """``MT5Config`` of a converted mT5 model (model type ``srformer_mt5``); settings in ``config.srformer``."""
-
-    model_type = "srformer_mt5"
-
-
-class SRformerBartConfig(BartConfig):
-    """``BartConfig`` of a converted BART model (model type ``srformer_bart``); settings in ``config.srformer``."""
-
-    model_type = "srformer_bart"
-
-
-class SRformerMBartConfig(MBartConfig):
-    """``MBartConfig`` of a converted mBART model (model type ``srformer_mbart``); settings in ``config.srformer``."""
-
-    model_type = "srformer_mbart"
-
-
-class SRformerPegasusConfig(PegasusConfig):
-    """``PegasusConfig`` of a converted Pegasus model (model type ``srformer_pegasus``)."""
-
-    model_type = "srformer_pegasus"
-
-
-class SRformerMarianConfig(MarianConfig):
-    """``MarianConfig`` of a converted Marian model (model type ``srformer_marian``)."""
-
-    model_type = "srformer_marian"
-
-
-# ----------------------------------------------------------------------------------------------- models
-class SRformerT5ForConditionalGeneration(SRformerModelMixin, T5ForConditionalGeneration):
-    """``T5ForConditionalGeneration`` with SRformer cross attention (``AutoModelForSeq2SeqLM``)."""
-
-    config_class = SRformerT5Config
-
-
-class SRformerT5Model(SRformerModelMixin, T5Model):
-    """``T5Model`` with SRformer cross attention (``AutoModel``)."""
-
-    config_class = SRformerT5Config
-
-
-class SRformerMT5ForConditionalGeneration(SRformerModelMixin, MT5ForConditionalGeneration):
-    """``MT5ForConditionalGeneration`` with SRformer cross attention (``AutoModelForSeq2SeqLM``)."""
-
-    config_class = SRformerMT5Config
-
-
-class SRformerMT5Model(SRformerModelMixin, MT5Model):
-    """``MT5Model`` with SRformer cross attention (``AutoModel``)."""
-
-    config_class = SRformerMT5Config
-
-
-class SRformerBartForConditionalGeneration(SRformerModelMixin, BartForConditionalGeneration):
-    """``BartForConditionalGeneration`` with SRformer cross attention (``AutoModelForSeq2SeqLM``)."""
-
-    config_class = SRformerBartConfig
-
-
-class SRformerBartModel(SRformerModelMixin, BartModel):
-    """``BartModel`` with SRformer cross attention (``AutoModel``)."""
-
-    config_class = SRformerBartConfig
-
-
-class SRformerMBartForConditionalGeneration(SRformerModelMixin, MBartForConditionalGeneration):
-    """``MBartForConditionalGeneration`` with SRformer cross attention (``AutoModelForSeq2SeqLM``)."""
-
-    config_class = SRformerMBartConfig
-
-
-class SRformerMBartModel(SRformerModelMixin, MBartModel):
-    """``MBartModel`` with SRformer cross attention (``AutoModel``)."""
-
-    config_class = SRformerMBartConfig
-
-
-class SRformerPegasusForConditionalGeneration(SRformerModelMixin, PegasusForConditionalGeneration):
-    """``PegasusForConditionalGeneration`` with SRformer cross attention (``AutoModelForSeq2SeqLM``)."""
-
-    config_class = SRformerPegasusConfig
-
-
-class SRformerPegasusModel(SRformerModelMixin, PegasusModel):
-    """``PegasusModel`` with SRformer cross attention (``AutoModel``)."""
-
-    config_class = SRformerPegasusConfig
-
-
-class SRformerMarianMTModel(SRformerModelMixin, MarianMTModel):
-    """``MarianMTModel`` with SRformer cross attention (``AutoModelForSeq2SeqLM``)."""
-
-    config_class = SRformerMarianConfig
-
-
-class SRformerMarianModel(SRformerModelMixin, MarianModel):
-    """``MarianModel`` with SRformer cross attention (``AutoModel``)."""
-
-    config_class = SRformerMarianConfig
-
-
-#: transformers config class -> srformer config class (exact classes: a subclass of T5Config with its own
-#: model type is another model).
-CONFIG_CLASSES: dict[type[PretrainedConfig], type[PretrainedConfig]] = {
-    T5Config: SRformerT5Config,
-    MT5Config: SRformerMT5Config,
-    BartConfig: SRformerBartConfig,
-    MBartConfig: SRformerMBartConfig,
-    PegasusConfig: SRformerPegasusConfig,
-    MarianConfig: SRformerMarianConfig,
-}
-
-#: (transformers class, srformer class, the Auto class it is registered with).
-REGISTERED_MODELS: tuple[tuple[type[PreTrainedModel], type[PreTrainedModel], Any], ...] = (
-    (T5ForConditionalGeneration, SRformerT5ForConditionalGeneration, AutoModelForSeq2SeqLM),
-    (T5Model, SRformerT5Model, AutoModel),
-    (MT5ForConditionalGeneration, SRformerMT5ForConditionalGeneration, AutoModelForSeq2SeqLM),
-    (MT5Model, SRformerMT5Model, AutoModel),
-    (BartForConditionalGeneration, SRformerBartForConditionalGeneration, AutoModelForSeq2SeqLM),
-    (BartModel, SRformerBartModel, AutoModel),
-    (MBartForConditionalGeneration, SRformerMBartForConditionalGeneration, AutoModelForSeq2SeqLM),
-    (MBartModel, SRformerMBartModel, AutoModel),
-    (PegasusForConditionalGeneration, SRformerPegasusForConditionalGeneration, AutoModelForSeq2SeqLM),
-    (PegasusModel, SRformerPegasusModel, AutoModel),
-    (MarianMTModel, SRformerMarianMTModel, AutoModelForSeq2SeqLM),
-    (MarianModel, SRformerMarianModel, AutoModel),
+from srformer.models.classes import (
+    CONFIG_CLASSES,
+    MODEL_CLASSES,
+    REGISTERED_MODELS,
+    SRformerModelMixin,
+    adopt_class,
+    srformer_config_class,
+    srformer_model_class,
 )
+from srformer.models.install import initialize_srformer_module
 
-#: transformers model class -> srformer model class, for the registered classes.
-MODEL_CLASSES: dict[type[PreTrainedModel], type[PreTrainedModel]] = {base: own for base, own, _ in REGISTERED_MODELS}
-
-
-def srformer_config_class(config_class: type) -> type[PretrainedConfig] | None:
-    """The srformer config class for ``config_class`` (itself if it already is one), or None for a config
-    class srformer has no model type for."""
-    if config_class in CONFIG_CLASSES.values():
-        return config_class
-    return CONFIG_CLASSES.get(config_class)
-
-
-def srformer_model_class(model_class: type[PreTrainedModel]) -> type[PreTrainedModel]:
-    """The srformer class of a transformers model class: the registered one (:data:`MODEL_CLASSES`), else a
-    subclass ``SRformer<Name>`` with :class:`SRformerModelMixin` made here (not registered with an Auto class;
-    used for inner models such as ``T5Stack`` and for other heads such as ``BartForSequenceClassification``).
-    A class that already is an srformer class is returned unchanged."""
-    if issubclass(model_class, SRformerModelMixin):
-        return model_class
-    if model_class in MODEL_CLASSES:
-        return MODEL_CLASSES[model_class]
-    hashable: type = model_class  # a class is hashable (the cache's key)
-    return _made_class(hashable)
-
-
-@cache
-def _made_class(model_class: type) -> type[PreTrainedModel]:
-    made: type[PreTrainedModel] = type(
-        f"SRformer{model_class.__name__}", (SRformerModelMixin, model_class), {"__module__": __name__}
-    )
-    return made
-
-
-def adopt_class(module: PreTrainedModel, model_class: type[PreTrainedModel]) -> None:
-    """Re-class ``module`` (a built ``PreTrainedModel``) to ``model_class``, a subclass of its class.
-
-    transformers' output recording (``output_hidden_states=True``, ...) looks a model's recordable outputs up
-    by its class in a registry that ``PreTrainedModel.__init__`` fills; a module re-classed without running
-    ``__init__`` is entered there the same way, else its hidden states would silently not be returned."""
-    module.__class__ = model_class
-    if _CAN_RECORD_REGISTRY is not None:
-        _CAN_RECORD_REGISTRY[module] = module._can_record_outputs
+__all__ = [
+    "CONFIG_CLASSES", "MODEL_CLASSES", "REGISTERED_MODELS", "SRformerModelMixin", "adopt_class",
+    "initialize_srformer_module", "srformer_config_class", "srformer_model_class",
+]
 
 
 def _register() -> None:

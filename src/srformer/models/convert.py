@@ -9,98 +9,25 @@ gives the model srformer's own model type and class (see :mod:`srformer.models.a
 
 from __future__ import annotations
 
-import importlib
 import warnings
-from collections.abc import Sequence
 from dataclasses import replace
-from functools import cache
 from typing import Any
 
-import torch
-from torch import nn
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, PreTrainedModel
 
+import srformer.models.auto  # noqa: F401  (registers srformer's model types with transformers' Auto classes)
 from srformer.attention.registry import keeps_own_attention
-from srformer.attention.variants import build_cross_attention
 from srformer.config import SRformerConfig
-from srformer.models.auto import (
-    adopt_class,
-    initialize_srformer_module,
-    srformer_config_class,
-    srformer_model_class,
-)
-from srformer.models.families import (
-    SRformerBartAttentionMixin,
-    SRformerT5AttentionMixin,
-    attention_scale_of,
-    head_dim_of,
-    num_heads_of,
-    projection_weight,
-)
+from srformer.models.classes import attach_cross_attention, srformer_config_class, srformer_model_class
+from srformer.models.install import SUPPORTED_MODELS, cross_attention_modules, is_converted, srformer_config_of
 
-#: Attribute that holds the decoder cross attention, per architecture family.
-CROSS_ATTENTION_ATTRIBUTES = ("EncDecAttention", "encoder_attn")
-
-#: (module path, attention class, mixin) of every supported cross-attention class. Subclasses of
-#: these classes are supported too.
-_SUPPORTED = (
-    ("transformers.models.t5.modeling_t5", "T5Attention", SRformerT5AttentionMixin),
-    ("transformers.models.mt5.modeling_mt5", "MT5Attention", SRformerT5AttentionMixin),
-    ("transformers.models.bart.modeling_bart", "BartAttention", SRformerBartAttentionMixin),
-    ("transformers.models.mbart.modeling_mbart", "MBartAttention", SRformerBartAttentionMixin),
-    ("transformers.models.pegasus.modeling_pegasus", "PegasusAttention", SRformerBartAttentionMixin),
-    ("transformers.models.marian.modeling_marian", "MarianAttention", SRformerBartAttentionMixin),
-)
-
-SUPPORTED_MODELS = (
-    "T5ForConditionalGeneration, MT5ForConditionalGeneration (and models whose cross attention is a "
-    "T5Attention/MT5Attention), BartForConditionalGeneration, MBartForConditionalGeneration, "
-    "PegasusForConditionalGeneration, MarianMTModel (and models reusing their attention classes)"
-)
+__all__ = [
+    "SUPPORTED_MODELS", "convert", "cross_attention_modules", "from_pretrained", "is_converted",
+    "set_runtime_options", "srformer_config_of",
+]
 
 
-@cache
-def _supported_classes() -> tuple[tuple[type, type], ...]:
-    found = []
-    for module_path, class_name, mixin in _SUPPORTED:
-        module = importlib.import_module(module_path)
-        found.append((getattr(module, class_name), mixin))
-    return tuple(found)
-
-
-@cache
-def _converted_class(base: type, mixin: type) -> type:
-    return type(f"SRformer{base.__name__}", (mixin, base), {"__module__": __name__})
-
-
-def _mixin_for(module: nn.Module) -> type | None:
-    for base, mixin in _supported_classes():
-        if isinstance(module, base):
-            return mixin
-    return None
-
-
-def cross_attention_modules(model: nn.Module) -> list[tuple[nn.Module, str, nn.Module]]:
-    """Every decoder cross-attention module of ``model``.
-
-    Returns:
-        ``(parent, attribute, module)`` triples in module order.
-    """
-    found = []
-    for parent in model.modules():
-        for attribute in CROSS_ATTENTION_ATTRIBUTES:
-            child = getattr(parent, attribute, None)
-            if isinstance(child, nn.Module):
-                found.append((parent, attribute, child))
-    return found
-
-
-def is_converted(model: nn.Module) -> bool:
-    """True if any cross-attention module of ``model`` is already an SRformer module."""
-    return any(isinstance(m, SRformerT5AttentionMixin | SRformerBartAttentionMixin) for m in model.modules())
-
-
-def convert(model: PreTrainedModel, config: SRformerConfig, *, _loading: bool = False) -> PreTrainedModel:
+def convert(model: PreTrainedModel, config: SRformerConfig) -> PreTrainedModel:
     """Replace every decoder cross attention of ``model`` by the variant in ``config``, in place.
 
     Pretrained weights are kept (the modules are re-classed, not rebuilt); the ``srformer``
@@ -134,88 +61,12 @@ def convert(model: PreTrainedModel, config: SRformerConfig, *, _loading: bool = 
     if is_converted(model):
         raise ValueError("This model is already converted to SRformer cross attention; convert the original model.")
     stored = getattr(getattr(model, "config", None), "srformer", None)
-    if stored is not None and not keeps_own_attention(stored.get("variant")) and not _loading:
+    if stored is not None and not keeps_own_attention(stored.get("variant")):
         raise ValueError(
             f"This model's config says it was saved as an SRformer model (variant {stored.get('variant')!r}); "
             "load it with srformer.from_pretrained(path) so that its settings and RAF weights are restored."
         )
-    targets = cross_attention_modules(model)
-    unsupported = sorted({type(m).__name__ for _, _, m in targets if _mixin_for(m) is None})
-    if not targets or unsupported:
-        what = f"cross-attention classes {unsupported}" if unsupported else "no decoder cross attention"
-        raise ValueError(
-            f"Cannot convert {type(model).__name__}: it has {what}. Supported: {SUPPORTED_MODELS}."
-        )
-    added = []
-    if not keeps_own_attention(config.variant):
-        for _, _, module in targets:
-            mixin = _mixin_for(module)
-            weight = projection_weight(module)
-            module_class: type = type(module)  # a class is hashable (the lru cache's key)
-            module.__class__ = _converted_class(module_class, mixin)
-            # Built without storage and initialised below through the model's _init_weights: one draw per
-            # parameter, in the dtype of construction (float32), then cast to the model's dtype.
-            with torch.device("meta"):
-                attention = build_cross_attention(
-                    config, head_dim_of(module), attention_scale_of(module), num_heads=num_heads_of(module)
-                )
-            module.add_module("srformer", attention.to_empty(device=weight.device))
-            attention.train(module.training)  # a model converted in eval mode stays there (routing's centroids)
-            added.append(attention)
-    model.config.srformer = config.to_dict()
-    if added:
-        _adopt_srformer_classes(model)
-        _initialize_added_modules(model, added)
-        for attention, (_, _, module) in zip(added, targets, strict=True):
-            attention.to(dtype=projection_weight(module).dtype)
-    return model
-
-
-def _adopt_srformer_classes(model: PreTrainedModel) -> None:
-    """Give the config srformer's model type of its family and re-class the model, and every inner
-    ``PreTrainedModel`` holding converted cross attention (``T5Stack``, ``BartModel``, ``BartDecoder``: their
-    ``_init_weights`` initialise the modules under them), to srformer's subclasses."""
-    config_class = srformer_config_class(type(model.config))
-    if config_class is None:
-        warnings.warn(
-            f"srformer has no model type for {type(model.config).__name__}: after save_pretrained, transformers' "
-            "Auto classes would load this checkpoint without SRformer cross attention. Load it with "
-            "srformer.from_pretrained(path).",
-            UserWarning,
-            stacklevel=3,
-        )
-    else:
-        model.config.__class__ = config_class
-    converted = SRformerT5AttentionMixin | SRformerBartAttentionMixin
-    holders = {name for name, module in model.named_modules() if isinstance(module, converted)}
-    for name, module in model.named_modules():
-        if isinstance(module, PreTrainedModel) and (
-            module is model or any(holder.startswith(name + ".") for holder in holders)
-        ):
-            adopt_class(module, srformer_model_class(type(module)))
-
-
-def _initialize_added_modules(model: PreTrainedModel, added: Sequence[nn.Module]) -> None:
-    """Initialise the new cross-attention modules through the ``_initialize_weights`` of the innermost
-    ``PreTrainedModel`` holding each (transformers' own path, which marks them initialised, so a later
-    ``init_weights()`` leaves them alone), children first as transformers does. Modules on the meta device
-    (the model was built there) are left to ``to_empty()`` + ``init_weights()`` or to loading."""
-    owners: dict[str, PreTrainedModel] = {}
-    new = {id(module) for module in added}
-    for name, module in model.named_modules():
-        if isinstance(module, PreTrainedModel):
-            owners[name] = module
-        # buffers too: a module whose only tensor is a buffer (performer's random features) built on meta must
-        # stay unmarked, or init_weights() after to_empty() would skip it
-        if id(module) not in new or any(t.is_meta for t in (*module.parameters(), *module.buffers())):
-            continue
-        prefixes = [prefix for prefix in owners if not prefix or name.startswith(prefix + ".")]
-        with torch.no_grad():
-            for child in reversed(list(module.modules())):  # children first, as transformers' smart_apply
-                if prefixes:
-                    owners[max(prefixes, key=len)]._initialize_weights(child)
-                else:  # no PreTrainedModel around it: srformer's scheme directly
-                    initialize_srformer_module(child)
+    return attach_cross_attention(model, config)
 
 
 def set_runtime_options(model: PreTrainedModel, **options) -> PreTrainedModel:
@@ -237,13 +88,6 @@ def set_runtime_options(model: PreTrainedModel, **options) -> PreTrainedModel:
             attention.settings = updated
     model.config.srformer = updated.to_dict()
     return model
-
-
-def srformer_config_of(model_or_config) -> SRformerConfig | None:
-    """The :class:`SRformerConfig` stored in a model or its config, or None for a plain model."""
-    config = getattr(model_or_config, "config", model_or_config)
-    stored = getattr(config, "srformer", None)
-    return None if stored is None else SRformerConfig.from_dict(dict(stored))
 
 
 def from_pretrained(path: str, srformer_config: SRformerConfig | None = None, **kwargs) -> PreTrainedModel:

@@ -13,9 +13,9 @@ from collections.abc import Callable
 import torch
 from transformers.cache_utils import DynamicLayer, EncoderDecoderCache
 
+from srformer.attention.base import CrossAttentionMechanism
 from srformer.attention.schedule import tracing
 from srformer.attention.state import CrossAttentionState, SRformerCacheLayer
-from srformer.attention.variants import CrossAttentionModule
 from srformer.attention.weights import cross_attention_weights
 
 
@@ -69,7 +69,7 @@ def attention_weights_requested(module: object, output_attentions: bool | None) 
 
 
 def run_cross_attention(
-    attention: CrossAttentionModule,
+    attention: CrossAttentionMechanism,
     queries: torch.Tensor,
     key_value_states: torch.Tensor,
     project: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],

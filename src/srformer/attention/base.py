@@ -1,0 +1,138 @@
+"""The base class of every cross-attention mechanism: what the converted decoder layers call.
+
+A mechanism is an ``nn.Module`` built as ``Mechanism(config, head_dim, scale)`` for one decoder layer. It turns
+the layer's projected encoder keys and values into a per-sequence state once (:meth:`CrossAttentionMechanism.
+init_state`), then reads it for decoder queries: all positions at once in training and teacher forcing
+(:meth:`~CrossAttentionMechanism.forward`), or one position per generation step
+(:meth:`~CrossAttentionMechanism.step`). :meth:`~CrossAttentionMechanism.lean` gives the state's lean layout
+where the mechanism offers one (``lean_cache=True``), and :meth:`~CrossAttentionMechanism.initialize_parameters`
+the initial values of its own parameters (:mod:`srformer.attention.initialization`).
+
+Two families derive from it: :class:`~srformer.attention.segmented.SegmentedCrossAttention` (the segment
+schedule: ``segmented``, ``srformer``, ``window``, ...) and :class:`~srformer.attention.segment_free.
+SegmentFreeCrossAttention` (output independent of the decoder position: ``linear``, ``performer``, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from srformer.attention.initialization import TORCH_INIT, InitFunctions
+from srformer.attention.state import CrossAttentionState
+
+if TYPE_CHECKING:  # srformer.config imports the attention registry
+    from srformer.config import SRformerConfig
+
+__all__ = ["CrossAttentionMechanism", "ProjectRows"]
+
+#: Projects encoder rows on demand (lean layout): (B, s) long encoder positions -> (keys, values), each (B, H, s, d).
+ProjectRows = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+class CrossAttentionMechanism(nn.Module):
+    """One decoder layer's cross attention of one mechanism.
+
+    Args:
+        config: the SRformer settings; ``config.variant`` must be one of :attr:`variants`.
+        head_dim: ``d``, size of one attention head.
+        scale: the wrapped model's attention scale (T5: 1.0, BART: head_dim^-0.5), applied to the query-key
+            products where the mechanism forms them.
+
+    The settings are kept as ``.settings`` (by transformers' convention the ``.config`` of any submodule is the
+    model's ``PretrainedConfig``); the mechanism's own settings are ``.settings.settings``.
+
+    Attributes:
+        variants: the variant names this class computes (class attribute).
+        has_softmax: a softmax term is part of the output (False for the kernel mechanisms and under
+            ``srformer``'s ablation I).
+        has_recurrence: a recurrent term ``O_R`` is part of the output (``srformer`` only).
+
+    Raises:
+        ValueError: for a variant this class does not compute (use
+            :func:`srformer.attention.build_cross_attention`, which reads the registry).
+    """
+
+    #: The variant names this class computes.
+    variants: tuple[str, ...] = ()
+    has_softmax: bool = True
+    has_recurrence: bool = False
+
+    def __init__(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> None:
+        super().__init__()
+        if config.variant not in self.variants:
+            raise ValueError(
+                f"{type(self).__name__} computes the variants {self.variants}, not {config.variant!r}; "
+                "use srformer.attention.build_cross_attention(config, ...) to get the right module."
+            )
+        self.settings = config
+        self.head_dim = head_dim
+        self.scale = float(scale)
+
+    def initialize_parameters(self, init: InitFunctions) -> None:
+        """Give this module's own parameters and seeded buffers their initial values through ``init``'s functions
+        (:mod:`srformer.attention.initialization`); a mechanism with any overrides it (none here)."""
+
+    def reset_parameters(self) -> None:
+        """:meth:`initialize_parameters` with ``torch.nn.init``'s functions (in place)."""
+        self.initialize_parameters(TORCH_INIT)
+
+    def init_state(
+        self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None
+    ) -> CrossAttentionState:
+        """The per-sequence state in the standard layout, built once per sequence from the projected encoder
+        ``keys`` and ``values`` (each (B, H, k, d)) and ``key_valid`` ((B, k) bool, True at real encoder
+        positions; None when nothing is padded).
+
+        Returns:
+            The mechanism's state (a :class:`~srformer.attention.state.CrossAttentionState`, tensors with the batch
+            on axis 0), the class its registry entry names as ``state``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not define init_state.")
+
+    def forward(
+        self, queries: torch.Tensor, state: CrossAttentionState, *, start_position: int | torch.Tensor = 0,
+        dropout: float = 0.0,
+    ) -> tuple[torch.Tensor, CrossAttentionState]:
+        """Cross attention for ``q`` consecutive decoder positions at once (training, teacher forcing).
+
+        Args:
+            queries: (B, H, q, d) projected decoder queries at positions ``start_position .. start_position + q - 1``.
+            state: a standard-layout state from :meth:`init_state`.
+            start_position: absolute decoder position of the first query (an int or a 0-d long tensor).
+            dropout: attention-probability dropout (training only), where the mechanism forms probabilities.
+
+        Returns:
+            ``(output, state)``: output (B, H, q, d) in the queries' dtype, and the state after the last position.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not define forward.")
+
+    def step(
+        self, queries: torch.Tensor, state: CrossAttentionState, *, position: int | torch.Tensor,
+        project_rows: ProjectRows | None = None,
+    ) -> tuple[torch.Tensor, CrossAttentionState]:
+        """Cross attention for one decoder position (generation); the same output as :meth:`forward` there.
+
+        Args:
+            queries: (B, H, 1, d) projected decoder query at ``position``.
+            state: the state after ``position - 1`` (a fresh one at position 0), either layout.
+            position: absolute decoder position ``t`` (an int or a 0-d long tensor).
+            project_rows: lean layout only, for a mechanism that re-projects encoder rows: maps (B, s) encoder
+                positions to the projected ``(keys, values)``, each (B, H, s, d).
+
+        Returns:
+            ``(output, state)``: output (B, H, 1, d) in the queries' dtype, and the updated state.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not define step.")
+
+    def lean(self, state: CrossAttentionState) -> CrossAttentionState:
+        """The lean layout of a standard-layout ``state`` (no tensor of encoder length; the registry entry's
+        ``lean_state`` class).
+
+        Raises:
+            ValueError: for a mechanism whose registry entry offers no lean layout.
+        """
+        raise ValueError(f"The lean cache layout is not implemented for variant {self.settings.variant!r}.")

@@ -1,0 +1,319 @@
+"""srformer's model classes: the converted models' config classes with model types of srformer's own
+(``srformer_t5``, ``srformer_bart``, ...), the model classes (``SRformerT5ForConditionalGeneration``, ...) that
+rebuild the SRformer cross attention from ``config.srformer`` and initialise its parameters with srformer's
+scheme, and the re-classing of a converted model to them (:func:`attach_cross_attention`).
+
+:mod:`srformer.models.auto` registers these classes with transformers' Auto classes;
+:func:`srformer.models.convert` converts a plain model through :func:`attach_cross_attention`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+from transformers import (
+    AutoModel,
+    AutoModelForSeq2SeqLM,
+    BartConfig,
+    BartForConditionalGeneration,
+    BartModel,
+    MarianConfig,
+    MarianModel,
+    MarianMTModel,
+    MBartConfig,
+    MBartForConditionalGeneration,
+    MBartModel,
+    MT5Config,
+    MT5ForConditionalGeneration,
+    MT5Model,
+    PegasusConfig,
+    PegasusForConditionalGeneration,
+    PegasusModel,
+    PretrainedConfig,
+    PreTrainedModel,
+    T5Config,
+    T5ForConditionalGeneration,
+    T5Model,
+)
+
+from srformer.config import SRformerConfig
+from srformer.models.families import SRformerBartAttentionMixin, SRformerT5AttentionMixin
+from srformer.models.install import (
+    initialize_added_modules,
+    initialize_srformer_module,
+    install_cross_attention,
+    srformer_config_of,
+)
+
+
+def _recordable_outputs_registry() -> Any:
+    """transformers' registry of recordable outputs (``output_hidden_states``, ...) keyed by model class, or
+    None for a transformers version that records outputs another way."""
+    try:
+        module = importlib.import_module("transformers.utils.output_capturing")
+    except ImportError:
+        return None
+    return getattr(module, "_CAN_RECORD_REGISTRY", None)
+
+
+_CAN_RECORD_REGISTRY = _recordable_outputs_registry()
+
+# mypy sees the mixin as a PreTrainedModel (for super()._init_weights); at run time it is a plain mixin
+# placed before the transformers class in each srformer class's bases.
+_MixinBase: Any = PreTrainedModel if TYPE_CHECKING else object
+
+
+class SRformerModelMixin(_MixinBase):
+    """What every srformer model class adds to its transformers class.
+
+    - ``__init__(config)`` builds the transformers model, then converts it with the settings stored in
+      ``config.srformer`` (so ``from_pretrained``/``from_config`` of a converted checkpoint rebuild the
+      converted model).
+    - ``_init_weights(module)`` initialises srformer's modules with srformer's own scheme
+      (:func:`initialize_srformer_module`) and every other module with the family's own.
+
+    Raises:
+        ValueError: from ``__init__``, if ``config`` has no ``srformer`` settings.
+    """
+
+    def __init__(self, config: PretrainedConfig, *args: Any, **kwargs: Any) -> None:
+        settings = srformer_config_of(config)
+        if settings is None:
+            raise ValueError(
+                f"{type(self).__name__} is a converted model and needs SRformer settings in `config.srformer`; "
+                "convert a plain model with srformer.convert(model, SRformerConfig(...)) instead."
+            )
+        super().__init__(config, *args, **kwargs)
+        attach_cross_attention(self, settings)
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        if not initialize_srformer_module(module):
+            super()._init_weights(module)
+
+
+# ---------------------------------------------------------------------------------------------- configs
+class SRformerT5Config(T5Config):
+    """``T5Config`` of a converted T5 model (model type ``srformer_t5``); settings in ``config.srformer``."""
+
+    model_type = "srformer_t5"
+
+
+class SRformerMT5Config(MT5Config):
+    """``MT5Config`` of a converted mT5 model (model type ``srformer_mt5``); settings in ``config.srformer``."""
+
+    model_type = "srformer_mt5"
+
+
+class SRformerBartConfig(BartConfig):
+    """``BartConfig`` of a converted BART model (model type ``srformer_bart``); settings in ``config.srformer``."""
+
+    model_type = "srformer_bart"
+
+
+class SRformerMBartConfig(MBartConfig):
+    """``MBartConfig`` of a converted mBART model (model type ``srformer_mbart``); settings in ``config.srformer``."""
+
+    model_type = "srformer_mbart"
+
+
+class SRformerPegasusConfig(PegasusConfig):
+    """``PegasusConfig`` of a converted Pegasus model (model type ``srformer_pegasus``)."""
+
+    model_type = "srformer_pegasus"
+
+
+class SRformerMarianConfig(MarianConfig):
+    """``MarianConfig`` of a converted Marian model (model type ``srformer_marian``)."""
+
+    model_type = "srformer_marian"
+
+
+# ----------------------------------------------------------------------------------------------- models
+class SRformerT5ForConditionalGeneration(SRformerModelMixin, T5ForConditionalGeneration):
+    """``T5ForConditionalGeneration`` with SRformer cross attention (``AutoModelForSeq2SeqLM``)."""
+
+    config_class = SRformerT5Config
+
+
+class SRformerT5Model(SRformerModelMixin, T5Model):
+    """``T5Model`` with SRformer cross attention (``AutoModel``)."""
+
+    config_class = SRformerT5Config
+
+
+class SRformerMT5ForConditionalGeneration(SRformerModelMixin, MT5ForConditionalGeneration):
+    """``MT5ForConditionalGeneration`` with SRformer cross attention (``AutoModelForSeq2SeqLM``)."""
+
+    config_class = SRformerMT5Config
+
+
+class SRformerMT5Model(SRformerModelMixin, MT5Model):
+    """``MT5Model`` with SRformer cross attention (``AutoModel``)."""
+
+    config_class = SRformerMT5Config
+
+
+class SRformerBartForConditionalGeneration(SRformerModelMixin, BartForConditionalGeneration):
+    """``BartForConditionalGeneration`` with SRformer cross attention (``AutoModelForSeq2SeqLM``)."""
+
+    config_class = SRformerBartConfig
+
+
+class SRformerBartModel(SRformerModelMixin, BartModel):
+    """``BartModel`` with SRformer cross attention (``AutoModel``)."""
+
+    config_class = SRformerBartConfig
+
+
+class SRformerMBartForConditionalGeneration(SRformerModelMixin, MBartForConditionalGeneration):
+    """``MBartForConditionalGeneration`` with SRformer cross attention (``AutoModelForSeq2SeqLM``)."""
+
+    config_class = SRformerMBartConfig
+
+
+class SRformerMBartModel(SRformerModelMixin, MBartModel):
+    """``MBartModel`` with SRformer cross attention (``AutoModel``)."""
+
+    config_class = SRformerMBartConfig
+
+
+class SRformerPegasusForConditionalGeneration(SRformerModelMixin, PegasusForConditionalGeneration):
+    """``PegasusForConditionalGeneration`` with SRformer cross attention (``AutoModelForSeq2SeqLM``)."""
+
+    config_class = SRformerPegasusConfig
+
+
+class SRformerPegasusModel(SRformerModelMixin, PegasusModel):
+    """``PegasusModel`` with SRformer cross attention (``AutoModel``)."""
+
+    config_class = SRformerPegasusConfig
+
+
+class SRformerMarianMTModel(SRformerModelMixin, MarianMTModel):
+    """``MarianMTModel`` with SRformer cross attention (``AutoModelForSeq2SeqLM``)."""
+
+    config_class = SRformerMarianConfig
+
+
+class SRformerMarianModel(SRformerModelMixin, MarianModel):
+    """``MarianModel`` with SRformer cross attention (``AutoModel``)."""
+
+    config_class = SRformerMarianConfig
+
+
+#: transformers config class -> srformer config class (exact classes: a subclass of T5Config with its own
+#: model type is another model).
+CONFIG_CLASSES: dict[type[PretrainedConfig], type[PretrainedConfig]] = {
+    T5Config: SRformerT5Config,
+    MT5Config: SRformerMT5Config,
+    BartConfig: SRformerBartConfig,
+    MBartConfig: SRformerMBartConfig,
+    PegasusConfig: SRformerPegasusConfig,
+    MarianConfig: SRformerMarianConfig,
+}
+
+#: (transformers class, srformer class, the Auto class it is registered with).
+REGISTERED_MODELS: tuple[tuple[type[PreTrainedModel], type[PreTrainedModel], Any], ...] = (
+    (T5ForConditionalGeneration, SRformerT5ForConditionalGeneration, AutoModelForSeq2SeqLM),
+    (T5Model, SRformerT5Model, AutoModel),
+    (MT5ForConditionalGeneration, SRformerMT5ForConditionalGeneration, AutoModelForSeq2SeqLM),
+    (MT5Model, SRformerMT5Model, AutoModel),
+    (BartForConditionalGeneration, SRformerBartForConditionalGeneration, AutoModelForSeq2SeqLM),
+    (BartModel, SRformerBartModel, AutoModel),
+    (MBartForConditionalGeneration, SRformerMBartForConditionalGeneration, AutoModelForSeq2SeqLM),
+    (MBartModel, SRformerMBartModel, AutoModel),
+    (PegasusForConditionalGeneration, SRformerPegasusForConditionalGeneration, AutoModelForSeq2SeqLM),
+    (PegasusModel, SRformerPegasusModel, AutoModel),
+    (MarianMTModel, SRformerMarianMTModel, AutoModelForSeq2SeqLM),
+    (MarianModel, SRformerMarianModel, AutoModel),
+)
+
+#: transformers model class -> srformer model class, for the registered classes.
+MODEL_CLASSES: dict[type[PreTrainedModel], type[PreTrainedModel]] = {base: own for base, own, _ in REGISTERED_MODELS}
+
+
+def srformer_config_class(config_class: type) -> type[PretrainedConfig] | None:
+    """The srformer config class for ``config_class`` (itself if it already is one), or None for a config
+    class srformer has no model type for."""
+    if config_class in CONFIG_CLASSES.values():
+        return config_class
+    return CONFIG_CLASSES.get(config_class)
+
+
+def srformer_model_class(model_class: type[PreTrainedModel]) -> type[PreTrainedModel]:
+    """The srformer class of a transformers model class: the registered one (:data:`MODEL_CLASSES`), else a
+    subclass ``SRformer<Name>`` with :class:`SRformerModelMixin` made here (not registered with an Auto class;
+    used for inner models such as ``T5Stack`` and for other heads such as ``BartForSequenceClassification``).
+    A class that already is an srformer class is returned unchanged."""
+    if issubclass(model_class, SRformerModelMixin):
+        return model_class
+    if model_class in MODEL_CLASSES:
+        return MODEL_CLASSES[model_class]
+    hashable: type = model_class  # a class is hashable (the cache's key)
+    return _made_class(hashable)
+
+
+@cache
+def _made_class(model_class: type) -> type[PreTrainedModel]:
+    made: type[PreTrainedModel] = type(
+        f"SRformer{model_class.__name__}", (SRformerModelMixin, model_class), {"__module__": __name__}
+    )
+    return made
+
+
+def adopt_class(module: PreTrainedModel, model_class: type[PreTrainedModel]) -> None:
+    """Re-class ``module`` (a built ``PreTrainedModel``) to ``model_class``, a subclass of its class.
+
+    transformers' output recording (``output_hidden_states=True``, ...) looks a model's recordable outputs up
+    by its class in a registry that ``PreTrainedModel.__init__`` fills; a module re-classed without running
+    ``__init__`` is entered there the same way, else its hidden states would silently not be returned."""
+    module.__class__ = model_class
+    if _CAN_RECORD_REGISTRY is not None:
+        _CAN_RECORD_REGISTRY[module] = module._can_record_outputs
+
+
+def adopt_srformer_classes(model: PreTrainedModel) -> None:
+    """Give the config srformer's model type of its family and re-class the model, and every inner
+    ``PreTrainedModel`` holding converted cross attention (``T5Stack``, ``BartModel``, ``BartDecoder``: their
+    ``_init_weights`` initialise the modules under them), to srformer's subclasses."""
+    config_class = srformer_config_class(type(model.config))
+    if config_class is None:
+        warnings.warn(
+            f"srformer has no model type for {type(model.config).__name__}: after save_pretrained, transformers' "
+            "Auto classes would load this checkpoint without SRformer cross attention. Load it with "
+            "srformer.from_pretrained(path).",
+            UserWarning,
+            stacklevel=3,
+        )
+    else:
+        model.config.__class__ = config_class
+    converted = SRformerT5AttentionMixin | SRformerBartAttentionMixin
+    holders = {name for name, module in model.named_modules() if isinstance(module, converted)}
+    for name, module in model.named_modules():
+        if isinstance(module, PreTrainedModel) and (
+            module is model or any(holder.startswith(name + ".") for holder in holders)
+        ):
+            adopt_class(module, srformer_model_class(type(module)))
+
+
+def attach_cross_attention(model: PreTrainedModel, config: SRformerConfig) -> PreTrainedModel:
+    """Put ``config``'s cross attention into ``model`` (:func:`~srformer.models.install.install_cross_attention`),
+    give the model and its config srformer's classes (:func:`adopt_srformer_classes`) and initialise the new
+    modules through the model's ``_init_weights``; ``full`` only records the settings. No checks of the model's
+    history: :func:`srformer.models.convert` makes them for a plain model; a model class of this module calls
+    this while it is built from a converted checkpoint's config.
+
+    Raises:
+        ValueError: if the model has no supported decoder cross attention.
+    """
+    added = install_cross_attention(model, config)
+    if added:
+        adopt_srformer_classes(model)
+        initialize_added_modules(model, added)
+    return model

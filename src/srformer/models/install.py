@@ -1,0 +1,184 @@
+"""Putting SRformer cross attention into a built transformers model: finding its decoder cross-attention
+modules, swapping in the variant's module, initialising it, and reading the settings a model stores.
+
+The model classes of srformer (:mod:`srformer.models.classes`) and :func:`srformer.models.convert` both build on
+this module; it knows nothing of them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from functools import cache
+
+import torch
+from torch import nn
+from transformers import PreTrainedModel
+from transformers import initialization as init
+
+from srformer.attention.initialization import OwnInitialization
+from srformer.attention.registry import keeps_own_attention
+from srformer.attention.variants import build_cross_attention
+from srformer.config import SRformerConfig
+from srformer.models.families import (
+    SRformerBartAttentionMixin,
+    SRformerT5AttentionMixin,
+    attention_scale_of,
+    head_dim_of,
+    num_heads_of,
+    projection_weight,
+)
+
+#: Attribute that holds the decoder cross attention, per architecture family.
+CROSS_ATTENTION_ATTRIBUTES = ("EncDecAttention", "encoder_attn")
+
+#: (module path, attention class, mixin) of every supported cross-attention class. Subclasses of
+#: these classes are supported too.
+_SUPPORTED = (
+    ("transformers.models.t5.modeling_t5", "T5Attention", SRformerT5AttentionMixin),
+    ("transformers.models.mt5.modeling_mt5", "MT5Attention", SRformerT5AttentionMixin),
+    ("transformers.models.bart.modeling_bart", "BartAttention", SRformerBartAttentionMixin),
+    ("transformers.models.mbart.modeling_mbart", "MBartAttention", SRformerBartAttentionMixin),
+    ("transformers.models.pegasus.modeling_pegasus", "PegasusAttention", SRformerBartAttentionMixin),
+    ("transformers.models.marian.modeling_marian", "MarianAttention", SRformerBartAttentionMixin),
+)
+
+SUPPORTED_MODELS = (
+    "T5ForConditionalGeneration, MT5ForConditionalGeneration (and models whose cross attention is a "
+    "T5Attention/MT5Attention), BartForConditionalGeneration, MBartForConditionalGeneration, "
+    "PegasusForConditionalGeneration, MarianMTModel (and models reusing their attention classes)"
+)
+
+
+@cache
+def _supported_classes() -> tuple[tuple[type, type], ...]:
+    found = []
+    for module_path, class_name, mixin in _SUPPORTED:
+        module = importlib.import_module(module_path)
+        found.append((getattr(module, class_name), mixin))
+    return tuple(found)
+
+
+@cache
+def _converted_class(base: type, mixin: type) -> type:
+    return type(f"SRformer{base.__name__}", (mixin, base), {"__module__": __name__})
+
+
+def _mixin_for(module: nn.Module) -> type | None:
+    for base, mixin in _supported_classes():
+        if isinstance(module, base):
+            return mixin
+    return None
+
+
+def cross_attention_modules(model: nn.Module) -> list[tuple[nn.Module, str, nn.Module]]:
+    """Every decoder cross-attention module of ``model``.
+
+    Returns:
+        ``(parent, attribute, module)`` triples in module order.
+    """
+    found = []
+    for parent in model.modules():
+        for attribute in CROSS_ATTENTION_ATTRIBUTES:
+            child = getattr(parent, attribute, None)
+            if isinstance(child, nn.Module):
+                found.append((parent, attribute, child))
+    return found
+
+
+def is_converted(model: nn.Module) -> bool:
+    """True if any cross-attention module of ``model`` is already an SRformer module."""
+    return any(isinstance(m, SRformerT5AttentionMixin | SRformerBartAttentionMixin) for m in model.modules())
+
+
+def initialize_srformer_module(module: nn.Module) -> bool:
+    """srformer's initialisation of one module of a converted model's cross attention (its own parameters only):
+    the module's ``initialize_parameters`` (:class:`~srformer.attention.initialization.OwnInitialization`: every
+    cross-attention mechanism, the RAF and its ``W``), called with transformers' guarded init functions
+    (``transformers.initialization``), so parameters already loaded from a checkpoint are left alone. Each
+    mechanism's method documents its values (e.g. the RAF ``W`` uniform in ``±raf_linear_init_scale / sqrt(d)``,
+    the RAF leak and threshold their initial values, the Eq. 10 mix logit ``logit(mix_init)``).
+
+    Returns:
+        True if ``module`` initialises itself this way (and was initialised), False for any other module.
+    """
+    if isinstance(module, OwnInitialization):
+        module.initialize_parameters(init)
+        return True
+    return False
+
+
+def srformer_config_of(model_or_config) -> SRformerConfig | None:
+    """The :class:`SRformerConfig` stored in a model or its config, or None for a plain model."""
+    config = getattr(model_or_config, "config", model_or_config)
+    stored = getattr(config, "srformer", None)
+    return None if stored is None else SRformerConfig.from_dict(dict(stored))
+
+
+def install_cross_attention(model: PreTrainedModel, config: SRformerConfig) -> list[tuple[nn.Module, nn.Module]]:
+    """Swap every decoder cross attention of ``model`` for ``config``'s variant (modules re-classed, weights
+    kept; the new SRformer module built without storage, on the meta device, then given memory), and record the
+    settings in ``model.config.srformer``. The new modules are not initialised yet
+    (:func:`initialize_added_modules`, after the model has its srformer classes).
+
+    Returns:
+        ``(srformer_module, cross_attention_module)`` for every added module (none for ``full``).
+
+    Raises:
+        ValueError: if the model has no supported decoder cross attention.
+    """
+    targets = cross_attention_modules(model)
+    unsupported = sorted({type(m).__name__ for _, _, m in targets if _mixin_for(m) is None})
+    if not targets or unsupported:
+        what = f"cross-attention classes {unsupported}" if unsupported else "no decoder cross attention"
+        raise ValueError(
+            f"Cannot convert {type(model).__name__}: it has {what}. Supported: {SUPPORTED_MODELS}."
+        )
+    added: list[tuple[nn.Module, nn.Module]] = []
+    if not keeps_own_attention(config.variant):
+        for _, _, module in targets:
+            mixin = _mixin_for(module)
+            weight = projection_weight(module)
+            module_class: type = type(module)  # a class is hashable (the lru cache's key)
+            module.__class__ = _converted_class(module_class, mixin)
+            # Built without storage and initialised by initialize_added_modules through the model's _init_weights:
+            # one draw per parameter, in the dtype of construction (float32), then cast to the model's dtype.
+            with torch.device("meta"):
+                attention = build_cross_attention(
+                    config, head_dim_of(module), attention_scale_of(module), num_heads=num_heads_of(module)
+                )
+            module.add_module("srformer", attention.to_empty(device=weight.device))
+            attention.train(module.training)  # a model converted in eval mode stays there (routing's centroids)
+            added.append((attention, module))
+    model.config.srformer = config.to_dict()
+    return added
+
+
+def initialize_added_modules(model: PreTrainedModel, added: Sequence[tuple[nn.Module, nn.Module]]) -> None:
+    """Initialise the new cross-attention modules through the ``_initialize_weights`` of the innermost
+    ``PreTrainedModel`` holding each (transformers' own path, which marks them initialised, so a later
+    ``init_weights()`` leaves them alone), children first as transformers does. Modules on the meta device
+    (the model was built there) are left to ``to_empty()`` + ``init_weights()`` or to loading. Then every added
+    module takes the dtype of its cross attention's projections.
+
+    Args:
+        model: the model, already of srformer's classes.
+        added: ``(srformer_module, cross_attention_module)`` pairs from :func:`install_cross_attention`."""
+    owners: dict[str, PreTrainedModel] = {}
+    new = {id(attention) for attention, _ in added}
+    for name, module in model.named_modules():
+        if isinstance(module, PreTrainedModel):
+            owners[name] = module
+        # buffers too: a module whose only tensor is a buffer (performer's random features) built on meta must
+        # stay unmarked, or init_weights() after to_empty() would skip it
+        if id(module) not in new or any(t.is_meta for t in (*module.parameters(), *module.buffers())):
+            continue
+        prefixes = [prefix for prefix in owners if not prefix or name.startswith(prefix + ".")]
+        with torch.no_grad():
+            for child in reversed(list(module.modules())):  # children first, as transformers' smart_apply
+                if prefixes:
+                    owners[max(prefixes, key=len)]._initialize_weights(child)
+                else:  # no PreTrainedModel around it: srformer's scheme directly
+                    initialize_srformer_module(child)
+    for attention, module in added:  # in the dtype of the model's own projections
+        attention.to(dtype=projection_weight(module).dtype)
