@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import pytest
 
 from srformer.config import SRformerConfig
-from srformer.training.pipeline import RunSpec, warn_single_segment_documents
+from srformer.training.pipeline import RunSpec, differing_run_settings, warn_single_segment_documents
 
 
 def spec(variant: str = "srformer", segment_size: int = 64) -> RunSpec:
@@ -50,3 +51,15 @@ def test_a_local_model_written_relative_and_absolute_is_the_same_model(tmp_path,
     assert not same_local_model("t5-small", "google/t5-small")
     assert not same_local_model("missing", str(tmp_path / "missing"))
     assert not same_local_model(None, "base")
+
+
+def test_a_run_file_with_the_older_flat_srformer_settings_resumes_and_a_changed_setting_does_not():
+    requested = spec(variant="window", segment_size=16)
+    flat = {field: None for field in ("window_size", "stride", "num_buckets", "max_span", "projected_length")}
+    saved = json.loads(json.dumps(requested.to_dict()))
+    saved["srformer"] = {**{k: v for k, v in saved["srformer"].items() if k != "settings"}, **flat}
+    assert "settings" in requested.to_dict()["srformer"]  # the current form nests the variant's settings
+    assert differing_run_settings(saved, requested) == []
+    saved["srformer"]["window_size"] = 96
+    saved["max_source_length"] = 256
+    assert differing_run_settings(saved, requested) == ["max_source_length", "srformer"]

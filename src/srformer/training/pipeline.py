@@ -60,6 +60,27 @@ class RunSpec:
         return out
 
 
+def differing_run_settings(previous: dict, spec: RunSpec) -> list[str]:
+    """The names of the settings in which a saved run file (``previous``, the JSON of an earlier
+    :meth:`RunSpec.to_dict`) differs from ``spec``, among the model, the SRformer settings, the source and target
+    lengths (tokens) and the source prefix, sorted. The SRformer settings are compared as configs, so a run file
+    written in the older flat form of ``SRformerConfig.to_dict`` matches the same settings in the current form;
+    a saved model path that names the same local folder as ``spec.model`` matches it.
+
+    Raises:
+        ValueError: if the saved SRformer settings are not a valid ``SRformerConfig``.
+    """
+    requested = json.loads(json.dumps(spec.to_dict()))
+    differing = [key for key in ("model", "max_source_length", "max_target_length", "source_prefix")
+                 if previous.get(key) != requested.get(key)]
+    saved = previous.get("srformer")
+    if not isinstance(saved, dict) or SRformerConfig.from_dict(saved) != spec.srformer:
+        differing.append("srformer")
+    if "model" in differing and same_local_model(previous.get("model"), requested.get("model")):
+        differing.remove("model")
+    return sorted(differing)
+
+
 def check_shapes(spec: RunSpec) -> None:
     """Reject segment settings that cannot work for the run's input lengths.
 
@@ -212,10 +233,7 @@ def train_summarizer(
     tokenizer_dir = None
     if resume and previous is not None:
         requested = json.loads(json.dumps(spec.to_dict()))
-        differing = sorted(k for k in ("model", "srformer", "max_source_length", "max_target_length",
-                                       "source_prefix") if previous.get(k) != requested.get(k))
-        if "model" in differing and same_local_model(previous.get("model"), requested.get("model")):
-            differing.remove("model")
+        differing = differing_run_settings(previous, spec)
         if differing:
             raise ValueError(
                 f"Cannot resume {output}: it holds a run with different {', '.join(differing)} "
