@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -24,6 +26,7 @@ def test_readme_is_short() -> None:
     assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 250
 
 
+@pytest.mark.slow
 def test_readme_python_example_runs_offline(tmp_path, monkeypatch) -> None:
     """The README's Python example runs as written (a tiny model built from a config, a tokenizer trained on the
     spot, no hub access) in a fresh folder; its own ``assert`` checks the reloaded model generates the same tokens."""
