@@ -142,24 +142,26 @@ def test_summarization_pipeline_loads_the_converted_model(tmp_path):
     assert is_converted(summarizer.model)
 
 
-def test_another_head_fails_loudly_in_the_auto_classes_and_loads_through_srformer(tmp_path):
-    """A converted class srformer registers no Auto class for (here BART's question-answering head) gets
-    srformer's model type too: its Auto class raises instead of loading the plain model."""
+def test_another_head_loads_through_its_auto_class_and_through_srformer(tmp_path):
+    """A converted head other than the two registered with srformer's own classes (here BART's question-answering
+    head) gets srformer's model type too, and its Auto class loads it converted (every head of every Auto class:
+    test_transformers_contract)."""
     torch.manual_seed(0)
     base = BartForQuestionAnswering(BUILDERS["bart"]().config).double().eval()
     model = converted_checkpoint(base, "srformer", tmp_path)
     assert type(model).__name__ == "SRformerBartForQuestionAnswering"
-    with pytest.raises(ValueError, match="SRformerBartConfig"):
-        AutoModelForQuestionAnswering.from_pretrained(tmp_path)
-    loaded = srformer.from_pretrained(str(tmp_path))
-    assert isinstance(loaded, BartForQuestionAnswering)
-    assert_same_converted_model(loaded, model, "srformer.from_pretrained")
+    for name, loaded in [
+        ("AutoModelForQuestionAnswering", AutoModelForQuestionAnswering.from_pretrained(tmp_path)),
+        ("srformer.from_pretrained", srformer.from_pretrained(str(tmp_path))),
+    ]:
+        assert type(loaded) is type(model), name
+        assert_same_converted_model(loaded, model, name)
 
 
 def test_checkpoint_of_the_earlier_format_loads_through_srformer_with_an_upgrade_message(family, tmp_path):
     """Before srformer had model types of its own, a converted checkpoint was the family's config (model type
     t5/bart, transformers' class name) plus the ``srformer`` entry. srformer.from_pretrained still loads it,
-    warns, and the model it returns saves in the current format."""
+    warns, and the model it returns saves in the current format; the Auto class loads it converted too."""
     model = converted_checkpoint(BUILDERS[family](), "srformer", tmp_path / "old")
     config_file = tmp_path / "old" / "config.json"
     saved = json.loads(config_file.read_text())
@@ -170,6 +172,10 @@ def test_checkpoint_of_the_earlier_format_loads_through_srformer_with_an_upgrade
         loaded = srformer.from_pretrained(str(tmp_path / "old"))
     assert type(loaded) is type(model)
     assert_same_converted_model(loaded, model, "earlier format")
+    # the Auto class maps model type t5/bart to transformers' class, whose from_pretrained srformer wraps
+    through_auto = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "old")
+    assert type(through_auto) is type(model)
+    assert_same_converted_model(through_auto, model, "earlier format through AutoModelForSeq2SeqLM")
     loaded.save_pretrained(tmp_path / "new")
     assert_same_converted_model(AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "new"), model, "upgraded")
 

@@ -16,6 +16,7 @@ from transformers import (
     PegasusConfig,
     PegasusForConditionalGeneration,
     PretrainedConfig,
+    T5Config,
     T5ForConditionalGeneration,
 )
 
@@ -96,8 +97,8 @@ def test_converting_twice_or_a_saved_srformer_model_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="already converted"):
         srformer.convert(model, srformer.SRformerConfig(**SETTINGS))
     model.save_pretrained(tmp_path)
-    # transformers' own class bypasses srformer's registration: the plain model, RAF weights dropped
-    plain = T5ForConditionalGeneration.from_pretrained(tmp_path)
+    # a plain class built from the saved config (not through from_pretrained, which loads it converted)
+    plain = T5ForConditionalGeneration(T5Config.from_pretrained(tmp_path))
     with pytest.raises(ValueError, match="srformer.from_pretrained"):
         srformer.convert(plain, srformer.SRformerConfig(**SETTINGS))
 

@@ -74,7 +74,11 @@ class CrossAttentionMechanism(nn.Module):
 
     def initialize_parameters(self, init: InitFunctions) -> None:
         """Give this module's own parameters and seeded buffers their initial values through ``init``'s functions
-        (:mod:`srformer.attention.initialization`); a mechanism with any overrides it (none here)."""
+        (:mod:`srformer.attention.initialization`); a mechanism with any overrides it (none here).
+
+        It is never the only source of those values: ``__init__`` gives them too (where the module has storage), so
+        a module built while transformers skips its weight initialisation holds them; a seeded buffer gets the same
+        values from both (``tests/models/test_transformers_contract.py`` checks every registered mechanism)."""
 
     def reset_parameters(self) -> None:
         """:meth:`initialize_parameters` with ``torch.nn.init``'s functions (in place)."""

@@ -44,6 +44,7 @@ from transformers import (
 from srformer.config import SRformerConfig
 from srformer.models.families import SRformerBartAttentionMixin, SRformerT5AttentionMixin
 from srformer.models.install import (
+    cross_attention_modules,
     initialize_added_modules,
     initialize_srformer_module,
     install_cross_attention,
@@ -76,6 +77,8 @@ class SRformerModelMixin(_MixinBase):
       converted model).
     - ``_init_weights(module)`` initialises srformer's modules with srformer's own scheme
       (:func:`initialize_srformer_module`) and every other module with the family's own.
+    - A class without decoder cross attention (an encoder-only head such as ``T5EncoderModel``) is built as the
+      plain transformers class, with a ``UserWarning`` that the SRformer settings do not apply.
 
     Raises:
         ValueError: from ``__init__``, if ``config`` has no ``srformer`` settings.
@@ -89,6 +92,16 @@ class SRformerModelMixin(_MixinBase):
                 "convert a plain model with srformer.convert(model, SRformerConfig(...)) instead."
             )
         super().__init__(config, *args, **kwargs)
+        if not cross_attention_modules(self):  # an encoder-only head (T5EncoderModel, T5ForTokenClassification)
+            plain = plain_model_class(type(self))
+            warnings.warn(
+                f"{plain.__name__} has no decoder cross attention, so the SRformer settings in `config.srformer` "
+                f"(variant {settings.variant!r}) do not apply: it is loaded as the plain {plain.__name__}.",
+                UserWarning,
+                stacklevel=2,
+            )
+            adopt_class(self, plain)
+            return
         attach_cross_attention(self, settings)
 
     @torch.no_grad()
@@ -261,10 +274,19 @@ def srformer_model_class(model_class: type[PreTrainedModel]) -> type[PreTrainedM
 
 @cache
 def _made_class(model_class: type) -> type[PreTrainedModel]:
-    made: type[PreTrainedModel] = type(
-        f"SRformer{model_class.__name__}", (SRformerModelMixin, model_class), {"__module__": __name__}
-    )
+    namespace: dict[str, Any] = {"__module__": __name__}
+    own_config = srformer_config_class(getattr(model_class, "config_class", None) or PretrainedConfig)
+    if own_config is not None:  # so that its config loads as srformer's type, and its Auto class accepts it
+        namespace["config_class"] = own_config
+    made: type[PreTrainedModel] = type(f"SRformer{model_class.__name__}", (SRformerModelMixin, model_class), namespace)
     return made
+
+
+def plain_model_class(model_class: type[PreTrainedModel]) -> type[PreTrainedModel]:
+    """The transformers class an srformer class derives from (``T5ForConditionalGeneration`` for
+    ``SRformerT5ForConditionalGeneration``); a class that is no srformer class is returned unchanged."""
+    plain: Any = next(cls for cls in model_class.__mro__ if not issubclass(cls, SRformerModelMixin))
+    return plain
 
 
 def adopt_class(module: PreTrainedModel, model_class: type[PreTrainedModel]) -> None:
@@ -300,6 +322,20 @@ def adopt_srformer_classes(model: PreTrainedModel) -> None:
             module is model or any(holder.startswith(name + ".") for holder in holders)
         ):
             adopt_class(module, srformer_model_class(type(module)))
+            record_settings(module, model.config)
+
+
+def record_settings(module: PreTrainedModel, config: PretrainedConfig) -> None:
+    """Give an inner model's own config (T5's decoder ``T5Stack`` holds a copy of the model's) the model's
+    SRformer settings and config class, so that the inner model saved on its own
+    (``model.get_decoder().save_pretrained(dir)``) reloads converted."""
+    inner = module.config
+    if inner is config:
+        return
+    inner.srformer = dict(config.srformer)
+    inner_class = srformer_config_class(type(inner))
+    if inner_class is not None:
+        inner.__class__ = inner_class
 
 
 def attach_cross_attention(model: PreTrainedModel, config: SRformerConfig) -> PreTrainedModel:

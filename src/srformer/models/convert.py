@@ -86,6 +86,9 @@ def set_runtime_options(model: PreTrainedModel, **options) -> PreTrainedModel:
         attention = getattr(module, "srformer", None)
         if attention is not None:
             attention.settings = updated
+    for inner in model.modules():  # the model's config and any inner model's own copy (T5's decoder stack)
+        if isinstance(inner, PreTrainedModel) and getattr(inner.config, "srformer", None) is not None:
+            inner.config.srformer = updated.to_dict()
     model.config.srformer = updated.to_dict()
     return model
 

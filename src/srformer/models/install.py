@@ -117,9 +117,9 @@ def srformer_config_of(model_or_config) -> SRformerConfig | None:
 
 def install_cross_attention(model: PreTrainedModel, config: SRformerConfig) -> list[tuple[nn.Module, nn.Module]]:
     """Swap every decoder cross attention of ``model`` for ``config``'s variant (modules re-classed, weights
-    kept; the new SRformer module built without storage, on the meta device, then given memory), and record the
-    settings in ``model.config.srformer``. The new modules are not initialised yet
-    (:func:`initialize_added_modules`, after the model has its srformer classes).
+    kept; the new SRformer module built with its initial values where the model has storage, on the meta device
+    where it has none), and record the settings in ``model.config.srformer``. The new modules are initialised again
+    on transformers' path by :func:`initialize_added_modules`, after the model has its srformer classes.
 
     Returns:
         ``(srformer_module, cross_attention_module)`` for every added module (none for ``full``).
@@ -136,22 +136,35 @@ def install_cross_attention(model: PreTrainedModel, config: SRformerConfig) -> l
         )
     added: list[tuple[nn.Module, nn.Module]] = []
     if not keeps_own_attention(config.variant):
-        for _, _, module in targets:
-            mixin = _mixin_for(module)
-            weight = projection_weight(module)
-            module_class: type = type(module)  # a class is hashable (the lru cache's key)
-            module.__class__ = _converted_class(module_class, mixin)
-            # Built without storage and initialised by initialize_added_modules through the model's _init_weights:
-            # one draw per parameter, in the dtype of construction (float32), then cast to the model's dtype.
-            with torch.device("meta"):
-                attention = build_cross_attention(
-                    config, head_dim_of(module), attention_scale_of(module), num_heads=num_heads_of(module)
-                )
-            module.add_module("srformer", attention.to_empty(device=weight.device))
-            attention.train(module.training)  # a model converted in eval mode stays there (routing's centroids)
-            added.append((attention, module))
+        # Each module fills its parameters and seeded buffers in its own __init__ (parameters from the global RNG),
+        # so they hold their initial values even where transformers' weight initialisation is skipped
+        # (no_init_weights, a patched _init_weights). The global RNG is restored afterwards: the draws of
+        # initialize_added_modules, through the model's _init_weights, are the same as without these.
+        with torch.random.fork_rng(devices=[]):
+            for _, _, module in targets:
+                mixin = _mixin_for(module)
+                weight = projection_weight(module)
+                module_class: type = type(module)  # a class is hashable (the lru cache's key)
+                module.__class__ = _converted_class(module_class, mixin)
+                attention = _built_where_storage_is(config, module, weight.device)
+                module.add_module("srformer", attention)
+                attention.train(module.training)  # a model converted in eval mode stays there (routing's centroids)
+                added.append((attention, module))
     model.config.srformer = config.to_dict()
     return added
+
+
+def _built_where_storage_is(config: SRformerConfig, module: nn.Module, device: torch.device) -> nn.Module:
+    """``config``'s mechanism for the cross-attention ``module``, built in torch's default dtype on the CPU (its
+    ``__init__`` fills every parameter and seeded buffer) and moved to ``device``; on the meta device where the model
+    has no storage (built under ``torch.device("meta")`` or by ``from_pretrained``), to be filled by ``to_empty()`` +
+    ``init_weights()`` or by loading."""
+    where = torch.device("meta") if device.type == "meta" else torch.device("cpu")
+    with where:
+        attention = build_cross_attention(
+            config, head_dim_of(module), attention_scale_of(module), num_heads=num_heads_of(module)
+        )
+    return attention if device.type == "meta" else attention.to(device=device)
 
 
 def initialize_added_modules(model: PreTrainedModel, added: Sequence[tuple[nn.Module, nn.Module]]) -> None:
