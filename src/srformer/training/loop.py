@@ -224,6 +224,7 @@ def train(
         _warn_on_changed_settings(saved.get("settings", {}), settings)
 
     control = RunControl(settings.time_budget_seconds, call_start)
+    order = {"sequential": True} if sequential else {}  # shuffled (the default) unless asked
     trainer = SRformerTrainer(
         settings=settings,
         run_dir=output_dir,
@@ -231,7 +232,7 @@ def train(
         call_start=call_start,
         tokens_before=(int(saved.get("input_tokens", 0)), int(saved.get("target_tokens", 0))),
         model=model,
-        args=training_arguments(settings, output_dir, use_cpu=state.device.type == "cpu", sequential=sequential),
+        args=training_arguments(settings, output_dir, use_cpu=state.device.type == "cpu", **order),
         train_dataset=_FeatureDataset(train_features),
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
         processing_class=tokenizer,

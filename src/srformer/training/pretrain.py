@@ -237,7 +237,8 @@ def plot_log(result: PretrainResult, recipe: PretrainRecipe, path: Path) -> Path
         left.plot(steps, losses)
     left.set_xlabel("optimizer step")
     left.set_ylabel("training loss (nats / target token)")
-    left.set_title(f"{recipe.model}: span + copy mix with a length curriculum")
+    mix = ", ".join(f"{name} {weight:g}" for name, weight in recipe.objective_mix.items())
+    left.set_title(f"{recipe.model}: {mix}, curriculum from {recipe.curriculum_start} tokens")
     if result.copy_history:
         right.plot([e["step"] for e in result.copy_history], [100 * e["copy_accuracy"] for e in result.copy_history],
                    marker="o")

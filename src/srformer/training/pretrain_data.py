@@ -90,7 +90,7 @@ class PretrainRecipe(SettingsBase):
     noise_density: float = 0.15
     objective_mix: dict[str, float] = field(default_factory=lambda: {"span": 0.5, "copy": 0.5})
     mean_span_length: float = 3.0
-    curriculum_start: int = 32
+    curriculum_start: int = 8
     curriculum_hold: float = 0.1
     curriculum_end: float = 0.7
     curriculum_growth: str = "doubling"
