@@ -89,3 +89,57 @@ def test_a_curriculum_that_does_not_fit_is_refused_before_reading_data(tmp_path,
     assert main(["pretrain", "--data", str(tmp_path / "missing.jsonl"), "--output", str(tmp_path / "run"),
                  "--max-steps", "5", "--warmup-steps", "0"]) == 2
     assert "curriculum" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_matches_an_uninterrupted_run(data_file, tmp_path):
+    """A real interruption: the pretraining process is SIGKILLed after its first checkpoint (perhaps inside a
+    later one), resumed with --resume, and must end with the weights of an uninterrupted run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import torch
+    from safetensors.torch import load_file
+
+    from srformer.training import find_checkpoint
+
+    def args(output):
+        values = pretrain_args(data_file, output)
+        values[values.index("--max-steps") + 1] = "40"
+        values[values.index("--save-every") + 1] = "5"
+        return values
+
+    run = tmp_path / "killed"
+    victim = subprocess.Popen([sys.executable, "-m", "srformer.cli.main", *args(run)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / "checkpoint" / "trainer_state.json").is_file():
+            assert victim.poll() is None, victim.communicate()[1].decode()[-3000:]
+            assert time.monotonic() < deadline, "no checkpoint after 120 s"
+            time.sleep(0.005)
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(timeout=30)
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+            victim.wait()
+    assert victim.returncode == -signal.SIGKILL
+    killed_at = json.loads((find_checkpoint(run) / "trainer_state.json").read_text())["global_step"]
+    assert 5 <= killed_at < 40
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the subprocess's kernels
+    try:
+        assert main([*args(run), "--resume"]) == 0
+        assert main(args(tmp_path / "uninterrupted")) == 0
+    finally:
+        torch.set_num_threads(threads)
+    resumed, reference = (load_file(d / "model.safetensors") for d in (run, tmp_path / "uninterrupted"))
+    assert resumed.keys() == reference.keys()
+    assert all(torch.equal(resumed[key], reference[key]) for key in reference)
+    logs = [json.loads((d / "pretrain_log.json").read_text()) for d in (run, tmp_path / "uninterrupted")]
+    assert logs[0]["loss"] == logs[1]["loss"] and logs[0]["copy_eval"] == logs[1]["copy_eval"]
