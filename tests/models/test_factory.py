@@ -55,3 +55,14 @@ def test_other_errors_of_the_loader_pass_through(tmp_path, monkeypatch):
 
     with pytest.raises(ValueError, match="not a seq2seq model"):
         load_pretrained(broken, "some-model")
+
+
+def test_bart_mini_is_the_bart_counterpart_of_t5_mini():
+    from srformer.data.tokenizer import train_unigram_tokenizer
+    from srformer.models.factory import build_named_model
+
+    tokenizer = train_unigram_tokenizer(["a few words to learn pieces from, and some more words"] * 20, vocab_size=100)
+    bart = build_named_model("bart-mini", tokenizer, max_positions=64).config
+    t5 = build_named_model("t5-mini", tokenizer).config
+    assert (bart.d_model, bart.encoder_layers, bart.decoder_layers, bart.encoder_ffn_dim) == (
+        t5.d_model, t5.num_layers, t5.num_decoder_layers, t5.d_ff) == (256, 4, 4, 1024)

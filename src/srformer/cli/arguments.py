@@ -16,7 +16,7 @@ CHECKPOINT_HELP = (
 
 #: ``--model`` of ``train`` and ``compare``.
 MODEL_HELP = (
-    "a named config built from scratch (t5-tiny, t5-mini, t5-small-random, bart-tiny), a local checkpoint "
+    "a named config built from scratch (t5-tiny, t5-mini, t5-small-random, bart-tiny, bart-mini), a local checkpoint "
     "directory, or a Hugging Face hub model id. A path that is absolute, starts with . or ~, or has more than two "
     "/-separated parts must exist; anything else that does not exist locally is loaded from the hub (an error says "
     "when it is neither)"

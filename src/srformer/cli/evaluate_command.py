@@ -25,6 +25,15 @@ def add_parser(subparsers) -> None:
     parser.set_defaults(run=run)
 
 
+def reading_line(reading: dict) -> str:
+    """One line of the reading check (:func:`srformer.evaluation.reading.reading_check`) for the terminal."""
+    copy = "-" if reading["copy_rate"] is None else f"{100 * reading['copy_rate']:.1f}%"
+    return (f"reading check: {reading['distinct_outputs']} distinct outputs for {reading['num_documents']} documents "
+            f"({100 * reading['distinct_fraction']:.0f}%), {copy} of output 3-grams copied from the source, "
+            f"ROUGE-1/2/L against the source's lead-3: {reading['lead3_rouge1']:.2f} / {reading['lead3_rouge2']:.2f} / "
+            f"{reading['lead3_rougeL']:.2f}")
+
+
 def run(args) -> int:
     """Check where the outputs go, load the checkpoint and the data, generate, score, and write the metrics (and
     the predictions); returns 0.
@@ -58,5 +67,6 @@ def run(args) -> int:
     row = {"variant": metrics["variant"], "segment_size": metrics["segment_size"] or "-",
            **{k: metrics[k] for k in ROUGE_KEYS}, "examples": metrics["num_examples"], "seconds": metrics["seconds"]}
     print(format_table([row], list(row)))
+    print(reading_line(metrics["reading"]))
     print(f"metrics written to {args.output}")
     return 0

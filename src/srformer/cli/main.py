@@ -1,4 +1,5 @@
-"""``srformer`` command line: train, evaluate, summarize, the ACLSum main job, compare, bench, probe and split."""
+"""``srformer`` command line: train, evaluate, summarize, the ACLSum main job, compare, bench, probe, split
+and pretrain."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from srformer.cli import (
     bench_command,
     compare_command,
     evaluate_command,
+    pretrain_command,
     probe_command,
     split_command,
     summarize_command,
@@ -18,7 +20,7 @@ from srformer.cli import (
 
 COMMANDS = (
     train_command, evaluate_command, summarize_command, aclsum_command, compare_command, bench_command, probe_command,
-    split_command,
+    split_command, pretrain_command,
 )
 
 

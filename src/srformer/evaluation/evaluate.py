@@ -11,6 +11,7 @@ from transformers import AutoTokenizer
 from srformer.attention.registry import keeps_own_attention
 from srformer.data.pairs import SummaryPair
 from srformer.evaluation.generation import generate_summaries
+from srformer.evaluation.reading import reading_check
 from srformer.evaluation.rouge import ROUGE_KEYS, score_summaries
 from srformer.models.convert import srformer_config_of
 from srformer.models.factory import load_model, load_pretrained
@@ -53,8 +54,9 @@ def evaluate_summarizer(
         their bootstrap 95% intervals under ``rouge_ci`` (low, high), ``num_examples``, ``seconds``
         (wall-clock time spent in ``generate``), ``new_tokens``, ``tokens_per_second``, ``num_beams``,
         ``max_new_tokens``, ``no_repeat_ngram_size`` (0 = off; n > 0 forbids repeating any n-gram
-        in a summary, ``transformers``' standard option), ``max_source_length``, and the SRformer settings (``variant``,
-        ``segment_size``, ``target_length``).
+        in a summary, ``transformers``' standard option), ``max_source_length``, the SRformer settings (``variant``,
+        ``segment_size``, ``target_length``), and ``reading``: the reading check of the summaries against their
+        documents (:func:`srformer.evaluation.reading.reading_check`: distinct outputs, copy rate, lead-3 ROUGE).
 
     Raises:
         ValueError: for an empty ``pairs`` (and the errors of ``generate_summaries``).
@@ -85,5 +87,6 @@ def evaluate_summarizer(
         variant=settings.variant if settings else "full",
         segment_size=settings.segment_size if settings and not keeps_own_attention(settings.variant) else None,
         target_length=settings.target_length if settings and not keeps_own_attention(settings.variant) else None,
+        reading=reading_check(generated.summaries, [p.document for p in pairs]),
     )
     return metrics, generated.summaries

@@ -38,6 +38,7 @@ from tqdm.auto import tqdm
 
 from srformer.config import NAMED_SETTINGS, SEGMENT_FREE, VARIANTS, check_variant_settings, named_config
 from srformer.data.pairs import SummaryPair
+from srformer.evaluation.reading import reading_check
 from srformer.evaluation.report import write_metrics_json
 from srformer.evaluation.rouge import ROUGE_KEYS, RougeResult, score_summaries
 from srformer.experiments.compare_report import write_report
@@ -155,8 +156,10 @@ def grid_cells(settings: CompareSettings) -> list[Cell]:
 @dataclass
 class CellResult:
     """What one finished cell contributes: ROUGE (F1 x 100), intervals, timings, per-document scores,
-    and ``distinct_outputs``, the number of different summaries over the test documents (a model that
-    ignores its input writes one summary for every document, whatever its ROUGE)."""
+    ``distinct_outputs``, the number of different summaries over the test documents (a model that
+    ignores its input writes one summary for every document, whatever its ROUGE), and ``reading``, the reading
+    check (:func:`srformer.evaluation.reading.reading_check`: distinct fraction, copy rate, lead-3 ROUGE), or None
+    for a record written before the check existed whose predictions are gone."""
 
     cell: Cell
     metrics: dict
@@ -164,6 +167,7 @@ class CellResult:
     per_document: dict[str, list[float]] = field(repr=False)
     distinct_outputs: int = 0
     settings: dict = field(default_factory=dict)
+    reading: dict | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -174,6 +178,7 @@ class CellResult:
             "per_document": self.per_document,
             "distinct_outputs": self.distinct_outputs,
             "settings": self.settings,
+            "reading": self.reading,
         }
 
 
@@ -271,9 +276,12 @@ def _run_cell(
             and same_decoding(metrics, num_beams=settings.num_beams, max_new_tokens=settings.max_new_tokens,
                               no_repeat_ngram_size=settings.no_repeat_ngram_size)
         ):
-            return CellResult(
-                cell, metrics, saved["finetune_seconds"], saved["per_document"], saved["distinct_outputs"], extra
-            )
+            reading = saved.get("reading") or _saved_reading(run_dir, test_pairs)
+            result = CellResult(cell, metrics, saved["finetune_seconds"], saved["per_document"],
+                                saved["distinct_outputs"], extra, reading)
+            if reading is not None and saved.get("reading") is None:  # an older record: add the check it lacked
+                write_metrics_json(result_file, result.to_dict())
+            return result
     # Otherwise training and decoding are each skipped when already done (with these settings).
     summary = train_stage(
         _spec(settings, base_model, cell.name, cell.segment_size, extra), train_pairs, run_dir,
@@ -285,16 +293,42 @@ def _run_cell(
         progress=False, no_repeat_ngram_size=settings.no_repeat_ngram_size,
     )
     per_document = score_summaries(predictions, [p.summary for p in test_pairs]).per_document
+    reading = metrics.get("reading") or reading_check(predictions, [p.document for p in test_pairs])
     result = CellResult(cell, metrics, float(summary.get("seconds", 0.0)), per_document, len(set(predictions)),
-                        extra)
+                        extra, reading)
     write_metrics_json(result_file, result.to_dict())
     return result
+
+
+def _saved_reading(run_dir: Path, test_pairs: Sequence[SummaryPair]) -> dict | None:
+    """The reading check of a finished cell recorded before the check existed, from its saved
+    ``test_predictions.jsonl`` (None when that file is missing or holds another number of predictions)."""
+    predictions_file = run_dir / "test_predictions.jsonl"
+    if not predictions_file.is_file():
+        return None
+    predictions = [json.loads(line)["prediction"] for line in predictions_file.read_text().splitlines() if line]
+    if len(predictions) != len(test_pairs):
+        return None
+    return reading_check(predictions, [p.document for p in test_pairs])
 
 
 def same_settings(record: dict, settings: dict) -> bool:
     """Whether a saved cell record was made with these extra ``settings`` (a record without a ``settings`` entry,
     written before ``--setting`` existed, was made with none)."""
     return record.get("settings", {}) == json.loads(json.dumps(settings))
+
+
+def _mean_reading(members: Sequence[CellResult]) -> dict | None:
+    """The reading check averaged over a group's seeds (None unless every member has one; a copy rate of None,
+    from outputs shorter than three words, is left out of its mean)."""
+    if not members or any(r.reading is None for r in members):
+        return None
+    readings = [r.reading for r in members if r.reading is not None]
+    mean: dict = {}
+    for key in readings[0]:
+        values = [reading[key] for reading in readings if reading.get(key) is not None]
+        mean[key] = float(np.mean(values)) if values else None
+    return mean
 
 
 def summarize(results: Sequence[CellResult], settings: CompareSettings) -> dict:
@@ -327,6 +361,7 @@ def summarize(results: Sequence[CellResult], settings: CompareSettings) -> dict:
             "finetune_seconds": float(np.mean([r.finetune_seconds for r in members])),
             "decode_seconds": float(np.mean([r.metrics["seconds"] for r in members])),
             "distinct_outputs": float(np.mean([r.distinct_outputs for r in members])),
+            "reading": _mean_reading(members),
             "num_documents": len(documents["rouge1"]),
         })
 

@@ -40,6 +40,21 @@ def _distinct(group: dict) -> str:
     return f"{group['distinct_outputs']:.0f} / {group['num_documents']}"
 
 
+def _copy_rate(group: dict) -> str:
+    """Share of the summaries' word 3-grams found in their own document (mean over seeds), or "-" when the cells
+    predate the reading check."""
+    reading = group.get("reading")
+    if not reading or reading.get("copy_rate") is None:
+        return "-"
+    return f"{100 * reading['copy_rate']:.0f}%"
+
+
+def _lead3(group: dict) -> str:
+    """ROUGE-1 of the summaries against their document's first three sentences (mean over seeds), or "-"."""
+    reading = group.get("reading")
+    return "-" if not reading else f"{reading['lead3_rouge1']:.2f}"
+
+
 def _paired(payload: dict, other: str, size: int | None) -> dict | None:
     for row in payload["paired"]:
         if row["other"] == other and row["segment_size"] == size:
@@ -80,6 +95,8 @@ def table2(payload: dict) -> str:
                 "srformer − this, ROUGE-1 (95% CI)": delta,
                 "docs srformer better / worse": wins,
                 "distinct outputs": _distinct(group),
+                "copied 3-grams": _copy_rate(group),
+                "lead-3 ROUGE-1": _lead3(group),
                 "decode s": group["decode_seconds"],
             })
         if rows:
@@ -122,6 +139,8 @@ def table3(payload: dict) -> str:
             "srformer − this, ROUGE-1 (95% CI)": delta,
             "docs srformer better / worse": wins,
             "distinct outputs": _distinct(group),
+            "copied 3-grams": _copy_rate(group),
+            "lead-3 ROUGE-1": _lead3(group),
         })
     if not rows:
         return ""
@@ -219,7 +238,9 @@ def write_report(payload: dict, output: Path) -> None:
         "over documents of the per-document scores averaged over seeds. The paired difference resamples "
         "documents jointly for both systems; * marks an interval that excludes zero. \"Distinct outputs\" counts the "
         "different summaries written for the test documents (mean over seeds): a model that ignores its input "
-        "writes one summary for all of them.\n"
+        "writes one summary for all of them. \"Copied 3-grams\" is the share of the summaries' word 3-grams found in "
+        "their own document, \"lead-3 ROUGE-1\" the summaries' ROUGE-1 against their document's first three "
+        "sentences (both mean over seeds; - for cells recorded without predictions to check).\n"
     )
     parts = [header, "## Do the models read their input?\n", input_check(payload),
              "\n## Table 2 shape: variants per segment size\n", table2(payload),

@@ -40,6 +40,10 @@ NAMED_CONFIGS: dict[str, dict] = {
         family="bart", d_model=128, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
         decoder_attention_heads=4, encoder_ffn_dim=512, decoder_ffn_dim=512,
     ),
+    "bart-mini": dict(
+        family="bart", d_model=256, encoder_layers=4, decoder_layers=4, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=1024, decoder_ffn_dim=1024,
+    ),
 }
 
 

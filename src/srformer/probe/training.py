@@ -19,6 +19,7 @@ from transformers import PreTrainedModel, T5Config, T5ForConditionalGeneration
 
 from srformer.evaluation.recurrent_term import RecurrentTermMonitor, recurrent_layers
 from srformer.probe.tasks import Example, ProbeVocabulary, TaskSpec, generate_example
+from srformer.training.curriculum import curriculum_length
 
 
 @dataclass(frozen=True)
@@ -47,22 +48,6 @@ def build_model(vocabulary: ProbeVocabulary, shape: ModelShape, seed: int) -> T5
         d_kv=shape.d_kv,
     )
     return T5ForConditionalGeneration(config)
-
-
-def curriculum_length(step: int, steps: int, *, start: int, final: int, ramp: float, hold: float = 0.0,
-                      multiple: int = 8) -> int:
-    """Document length (tokens) of the batch at ``step``: ``start`` for the first ``hold`` fraction of
-    ``steps``, then linear from ``start`` to ``final`` over the next ``ramp`` fraction, then ``final``;
-    rounded down to a multiple of ``multiple`` (never below ``start``)."""
-    if start >= final or (ramp <= 0 and hold <= 0):
-        return final
-    if step < hold * steps:
-        return start
-    if ramp <= 0:
-        return final
-    fraction = min(1.0, (step - hold * steps) / max(1.0, ramp * steps))
-    length = start + (final - start) * fraction
-    return max(start, min(final, int(length) // multiple * multiple))
 
 
 def collate(examples: Sequence[Example], vocabulary: ProbeVocabulary) -> dict[str, torch.Tensor]:

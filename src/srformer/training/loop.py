@@ -13,7 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from torch.utils.data import Dataset
-from transformers import DataCollatorForSeq2Seq, PreTrainedModel, PreTrainedTokenizerBase, PrinterCallback
+from transformers import (
+    DataCollatorForSeq2Seq,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PrinterCallback,
+    TrainerCallback,
+)
 from transformers.utils import logging as transformers_logging
 
 from srformer.training.checkpoint import RUN_STATE_NAME, TRAINER_STATE_NAME, find_checkpoint
@@ -133,6 +139,8 @@ def train(
     *,
     resume: bool = False,
     save_final: bool = True,
+    sequential: bool = False,
+    callbacks: Sequence[TrainerCallback] = (),
 ) -> TrainingResult:
     """Fine-tune a seq2seq ``model`` with ``transformers.Seq2SeqTrainer``, with atomic checkpoints and exact resumption.
 
@@ -177,6 +185,10 @@ def train(
         save_final: When done, save the model (``Trainer.save_model``: ``save_pretrained``, tokenizer,
             ``training_args.bin``) and ``training_summary.json`` (steps, seconds, final_loss, tokens seen,
             epochs, stopped_by) into ``output_dir``.
+        sequential: Feed ``train_features`` in order instead of shuffled (see :func:`training_arguments`): example
+            ``i`` is then used at optimizer step ``i // (batch_size x gradient_accumulation_steps x processes)``.
+        callbacks: Further ``TrainerCallback`` objects (after srformer's own), e.g. periodic evaluations; what
+            they add to ``state.log_history`` is saved with the checkpoints and restored on resume.
 
     Returns:
         A :class:`TrainingResult`.
@@ -212,6 +224,7 @@ def train(
         _warn_on_changed_settings(saved.get("settings", {}), settings)
 
     control = RunControl(settings.time_budget_seconds, call_start)
+    order = {"sequential": True} if sequential else {}  # shuffled (the default) unless asked
     trainer = SRformerTrainer(
         settings=settings,
         run_dir=output_dir,
@@ -219,11 +232,11 @@ def train(
         call_start=call_start,
         tokens_before=(int(saved.get("input_tokens", 0)), int(saved.get("target_tokens", 0))),
         model=model,
-        args=training_arguments(settings, output_dir, use_cpu=state.device.type == "cpu"),
+        args=training_arguments(settings, output_dir, use_cpu=state.device.type == "cpu", **order),
         train_dataset=_FeatureDataset(train_features),
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
         processing_class=tokenizer,
-        callbacks=[control],
+        callbacks=[control, *callbacks],
     )
     trainer.remove_callback(PrinterCallback)  # RunControl logs each window through `logging` instead
     for requested, enabled, option in ((settings.deepspeed is not None, trainer.is_deepspeed_enabled, "--deepspeed"),

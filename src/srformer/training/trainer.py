@@ -39,7 +39,8 @@ __all__ = ["RunControl", "SRformerTrainer", "training_arguments"]
 logger = logging.getLogger(__name__)
 
 
-def training_arguments(settings: TrainingSettings, output_dir: str | os.PathLike[str], *, use_cpu: bool):
+def training_arguments(settings: TrainingSettings, output_dir: str | os.PathLike[str], *, use_cpu: bool,
+                       sequential: bool = False):
     """``Seq2SeqTrainingArguments`` for ``settings``, writing into ``output_dir``.
 
     Steps, learning rate, warm-up (linear schedule), weight decay, batch size per process, gradient
@@ -48,7 +49,9 @@ def training_arguments(settings: TrainingSettings, output_dir: str | os.PathLike
     activation checkpointing, DeepSpeed/FSDP configs and logging integrations come from ``settings``.
     Every checkpoint is kept by srformer's own rotation (one latest checkpoint), so ``save_total_limit`` is
     unset. ``use_cpu`` must be True on machines without an accelerator: only then does accelerate join
-    several launched CPU processes into one gloo group.
+    several launched CPU processes into one gloo group. ``sequential=True`` feeds the examples in dataset order
+    (``train_sampling_strategy="sequential"``) instead of shuffling them, for datasets whose example ``i`` is
+    meant for optimizer step ``i // (batch size x accumulation x processes)`` (a length curriculum).
 
     Raises:
         ValueError, ImportError: From transformers, e.g. a ``deepspeed`` config without the ``deepspeed``
@@ -83,6 +86,7 @@ def training_arguments(settings: TrainingSettings, output_dir: str | os.PathLike
         remove_unused_columns=False,
         ddp_find_unused_parameters=False,  # every parameter of every variant gets a gradient in each step
         dataloader_num_workers=0,
+        train_sampling_strategy="sequential" if sequential else "random",
     )
 
 
