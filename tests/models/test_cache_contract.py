@@ -149,16 +149,24 @@ def test_assisted_decoding_with_a_second_model_equals_greedy(family, layout):
 
 
 def test_cache_layer_views_follow_reordering_and_reset():
-    """Beam reordering, selection and reset act on the state, and the presented keys follow it."""
+    """Cropping, beam reordering, repetition, selection, offloading and reset act on the state, and the
+    presented keys follow it."""
     model = eager_model("t5", "segmented", False)
     ids, mask = padded_batch(model, LENGTHS)
     out = run_generate(model, ids, mask)
     layer = out.past_key_values.cross_attention_cache.layers[0]
     before = layer.keys.clone()
+    out.past_key_values.crop(-2)  # the self-attention part only: the cross-attention state does not grow
+    assert out.past_key_values.get_seq_length() == NEW_TOKENS - 2 and torch.equal(layer.keys, before)
     layer.reorder_cache(torch.tensor([2, 0, 1]))
     assert torch.equal(layer.keys, before[[2, 0, 1]])
-    layer.batch_select_indices(torch.tensor([1]))
+    layer.batch_repeat_interleave(2)
+    assert torch.equal(layer.values[::2], layer.values[1::2]) and layer.keys.shape[0] == 6
+    layer.batch_select_indices(torch.tensor([2]))
     assert torch.equal(layer.keys, before[[0]]) and layer.get_seq_length() == ids.shape[1]
+    layer.offload()
+    layer.prefetch()
+    assert torch.equal(layer.keys, before[[0]]) and layer.device == ids.device
     with pytest.raises(AttributeError, match="set_state"):
         layer.keys = before
     out.past_key_values.reset()
