@@ -14,6 +14,8 @@ import functools
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
+from transformers import CompileConfig, DynamicCache
 
 from srformer.attention.registry import REGISTRY, keeps_own_attention, mechanism, with_capability
 from srformer.attention.state import SRformerCacheLayer
@@ -101,9 +103,11 @@ def check_cache_format(model, ids, mask, cache, batch: int, name: str, lean: boo
             else:  # a placeholder of the right shape: stride 0, one element of memory
                 assert presented.stride() == (0, 0, 0, 0) and not presented.any()
                 assert presented.untyped_storage().nbytes() == presented.element_size()
-    # the legacy tuple view transformers' ``__iter__`` gives (self keys, values, ..., cross keys, values, ...)
-    for entry in cache:
-        assert any(isinstance(x, torch.Tensor) and x.shape[2] == encoder_length for x in entry)
+    # the legacy tuple view transformers' ``__iter__`` gives (self keys, values, ..., cross keys, values, ...);
+    # transformers' StaticCache is not iterable, for any model
+    if isinstance(cache.self_attention_cache, DynamicCache):
+        for entry in cache:
+            assert any(isinstance(x, torch.Tensor) and x.shape[2] == encoder_length for x in entry)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS, ids=layout_id)
@@ -146,6 +150,36 @@ def test_assisted_decoding_with_a_second_model_equals_greedy(family, layout):
     for a, b in zip(assisted.scores, greedy.scores, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     check_cache_format(model, ids, mask, assisted.past_key_values, 1, name, lean)
+
+
+COMPILED = [("t5", "srformer", False), ("t5", "srformer", True), ("bart", "srformer", False),
+            ("t5", "compressed", False), ("bart", "routing", False)]
+
+
+@pytest.mark.parametrize("family,name,lean", COMPILED)
+def test_compiled_generate_with_every_output(family, name, lean):
+    """transformers compiles the decoding step with a static cache (``fullgraph``; ``aot_eager`` here, see
+    ``tests/models/test_generation_compile.py``): with every output asked for, including the attention weights
+    (the output computed from them), the tokens and weights equal eager ones and the cache keeps the format."""
+    model = eager_model(family, name, lean)
+    ids, mask = padded_batch(model, LENGTHS)
+    outputs = dict(output_scores=True, output_logits=True, output_attentions=True, output_hidden_states=True)
+    compile_config = CompileConfig(backend="aot_eager", fullgraph=True, mode=None, dynamic=False)
+    compile_config._compile_all_devices = True  # transformers' own switch to compile on a CPU
+    torch._dynamo.reset()
+    counters.clear()
+    try:
+        compiled = run_generate(model, ids, mask, cache_implementation="static", compile_config=compile_config,
+                                **outputs)
+        assert counters["stats"]["unique_graphs"] >= 1, "generate() did not compile the decoder step"
+    finally:
+        torch._dynamo.reset()
+    eager = run_generate(model, ids, mask, cache_implementation="static", **outputs)
+    assert torch.equal(compiled.sequences, eager.sequences)
+    for compiled_step, eager_step in zip(compiled.cross_attentions, eager.cross_attentions, strict=True):
+        for a, b in zip(compiled_step, eager_step, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    check_cache_format(model, ids, mask, compiled.past_key_values, len(LENGTHS), name, lean)
 
 
 def test_cache_layer_views_follow_reordering_and_reset():
