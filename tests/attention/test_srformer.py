@@ -148,19 +148,21 @@ def test_cache_layer_reorders_every_state_tensor_across_examples():
     queries, keys, values, valid = _inputs(3, 2, 7, 3, 4, [7, 4, 2])
     state = module.init_state(keys, values, valid)
     _, state = _incremental(module, queries, state)
-    layer = SRformerCacheLayer(state)
+    layer = SRformerCacheLayer(state, (2, 7, 4), keys.dtype)
     perm = torch.tensor([2, 0, 1])
     layer.reorder_cache(perm)
     for name in ("keys", "values", "positions", "lengths", "num_segments", "last_segment", "raf_readout",
                  "segment_table", "segment_valid", "raf_total", "key_norm"):
         assert torch.equal(getattr(layer.state, name), getattr(state, name)[perm]), name
-    assert layer.keys is layer.state.keys
+    # transformers' view: (B, H, k, d) in encoder order, zero at padding, the reordered examples' keys
+    assert torch.equal(layer.keys, (keys * valid[:, None, :, None])[perm])
+    assert layer.get_seq_length() == 7
     layer.batch_repeat_interleave(2)
     assert layer.state.raf_readout.shape[0] == 6
     assert torch.equal(layer.state.lengths, state.lengths[perm].repeat_interleave(2))
     layer.batch_select_indices(torch.tensor([0, 5]))
     assert torch.equal(layer.state.raf_readout, state.raf_readout[perm][[0, 2]])
-    lean = SRformerCacheLayer(module.lean(state))
+    lean = SRformerCacheLayer(module.lean(state), (2, 7, 4), keys.dtype)
     lean.reorder_cache(perm)
     for name in ("positions", "lengths", "last_segment", "raf_total", "key_norm", "membrane", "raf_output"):
         assert torch.equal(getattr(lean.state, name), getattr(module.lean(state), name)[perm]), name
@@ -171,7 +173,7 @@ def test_step_after_reordering_uses_the_reordered_state():
     queries, keys, values, valid = _inputs(2, 1, 8, 5, 4, [8, 3])
     state = module.init_state(keys, values, valid)
     _, state = _incremental(module, queries[:, :, :3], state)
-    layer = SRformerCacheLayer(state)
+    layer = SRformerCacheLayer(state, (1, 8, 4), keys.dtype)
     layer.reorder_cache(torch.tensor([1, 0]))
     swapped, _ = module.step(queries[[1, 0], :, 3:4], layer.state, position=3)
     straight, _ = module.step(queries[:, :, 3:4], state, position=3)

@@ -104,7 +104,7 @@ def test_cache_layer_reorders_every_state_tensor(name):
     states = [state] + ([module.lean(state)] if module.settings.variant in LEAN_VARIANTS else [])
     perm = torch.tensor([2, 0, 1])
     for original in states:
-        layer = SRformerCacheLayer(original)
+        layer = SRformerCacheLayer(original, (2, 7, 4), keys.dtype)
         layer.reorder_cache(perm)
         held = {f: v for f, v in vars(original).items() if isinstance(v, torch.Tensor)}
         assert len(held) >= 4

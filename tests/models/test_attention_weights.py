@@ -64,9 +64,10 @@ def projections(module):
     return module.q_proj, module.k_proj, module.v_proj, module.out_proj
 
 
-def run_with_captures(model, ids, mask, dec, **kwargs):
-    """A teacher-forced pass that records, per decoder layer, its cross attention's projected queries,
-    keys and values (B, H, n, d) and its attention output before the output projection (B, H, q, d)."""
+def install_captures(model, *, retain_output_grad: bool = False):
+    """Forward hooks recording, per decoder layer, its cross attention's projected queries, keys and values
+    (B, H, n, d), its attention output before the output projection (B, H, q, d) and its scale; with
+    ``retain_output_grad`` the output's gradient is retained (``output_flat``, the tensor the hook saw)."""
     captured: list[dict] = []
     handles = []
     for _, _, module in cross_attention_modules(model):
@@ -77,12 +78,21 @@ def run_with_captures(model, ids, mask, dec, **kwargs):
         def keep(name, record=record, heads=heads, head_dim=head_dim):
             def hook(_, inputs, output):
                 tensor = inputs[0] if name == "output" else output
+                if name == "output" and retain_output_grad:
+                    tensor.retain_grad()
+                    record["output_flat"] = tensor
                 record[name] = tensor.view(tensor.shape[0], tensor.shape[1], heads, head_dim).transpose(1, 2)
             return hook
 
         for name, projection in zip(("queries", "keys", "values", "output"), projections(module), strict=True):
             handles.append(projection.register_forward_hook(keep(name)))
         record["scale"] = attention_scale_of(module)
+    return captured, handles
+
+
+def run_with_captures(model, ids, mask, dec, **kwargs):
+    """A teacher-forced pass without gradients, with :func:`install_captures`' records."""
+    captured, handles = install_captures(model)
     try:
         with torch.no_grad():
             out = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, use_cache=False, **kwargs)
@@ -249,18 +259,79 @@ def test_weights_times_values_give_the_layers_softmax_output(family, name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_outputs_are_the_same_with_and_without_attention_weights(family, name):
+    """With ``output_attentions`` the output is computed from the returned weights (``output_from_weights``): the
+    same function as the fast path, so equal up to float64 rounding, in teacher forcing and in ``generate()``."""
     model = eager_model(family, name)
     ids, mask = encoder_batch(model)
     dec = decoder_inputs(model, ids.shape[0], DECODER_LENGTH)
     with torch.no_grad():
         plain = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec)
         with_weights = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, output_attentions=True)
-    assert torch.equal(plain.logits, with_weights.logits)
+    assert_exact(with_weights.logits, plain.logits, f"{family} {name} logits")
     assert plain.cross_attentions is None and len(with_weights.cross_attentions) == 2
     generated = generate(model, ids, mask, output_scores=True)
     generated_with_weights = generate(model, ids, mask, output_scores=True, output_attentions=True)
     assert torch.equal(generated.sequences, generated_with_weights.sequences)
-    assert all(torch.equal(a, b) for a, b in zip(generated.scores, generated_with_weights.scores, strict=True))
+    for a, b in zip(generated.scores, generated_with_weights.scores, strict=True):
+        # generate() reports float32 scores: one float32 rounding of float64 values that agree to ~1e-15
+        torch.testing.assert_close(b, a, rtol=2 * torch.finfo(torch.float32).eps, atol=0.0)
+
+
+def backward_through_weights(model, ids, mask, dec):
+    """A teacher-forced pass with ``output_attentions=True`` and a loss with random coefficients on the logits;
+    every returned cross-attention tensor retains its gradient."""
+    captured, handles = install_captures(model, retain_output_grad=True)
+    try:
+        out = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, output_attentions=True)
+    finally:
+        for handle in handles:
+            handle.remove()
+    for weights in out.cross_attentions:
+        if weights.requires_grad:
+            weights.retain_grad()
+    coefficients = torch.randn(out.logits.shape, generator=torch.Generator().manual_seed(5), dtype=out.logits.dtype)
+    (out.logits * coefficients).sum().backward()
+    for record in captured:  # the gradient of the attention output, (B, H, q, d)
+        flat = record["output_flat"].grad
+        record["output_grad"] = flat.view(*flat.shape[:2], *record["output"].shape[1:2], -1).transpose(1, 2)
+    return out, captured
+
+
+#: Named settings whose output is ``c * A V`` plus a term that does not depend on ``A`` (``c`` = 1, or sigma).
+SOFTMAX_TIMES_VALUES = [name for name in NAMES if name not in ("fastformer", "compressed", "ablation-I")]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_returned_weights_carry_the_gradient_of_the_loss(family, name):
+    """``cross_attentions[i].retain_grad()`` then ``backward()``: the weights are the autograd nodes the output
+    is computed from, so their gradient is d(loss)/d(A): ``c * dL/dO V^T`` where ``O = c A V + R`` (every
+    mechanism whose output is weights times values, ``srformer``'s ``O_S``); for ``fastformer``
+    (``O = Q * (A K) * (A V)``) its own product rule; ``compressed`` (row probabilities recovered from ``A``) a
+    finite, non-zero gradient. Ablation I has no softmax term: its zero weights are constants, outside the graph."""
+    model = copy.deepcopy(eager_model(family, name))
+    ids, mask = encoder_batch(model, left=True)
+    dec = decoder_inputs(model, ids.shape[0], DECODER_LENGTH)
+    out, captured = backward_through_weights(model, ids, mask, dec)
+    for layer, (weights, record) in enumerate(zip(out.cross_attentions, captured, strict=True)):
+        where = f"{family} {name} layer {layer}"
+        if name == "ablation-I":
+            assert not weights.requires_grad and not weights.any(), where
+            continue
+        assert weights.grad is not None, where
+        assert torch.isfinite(weights.grad).all() and weights.grad.abs().max() > 0, where
+        gradient, values = record["output_grad"], record["values"]
+        if name in SOFTMAX_TIMES_VALUES:
+            factor = 1.0
+            if name == "srformer-sigma":
+                module = next(module for i, (_, _, module) in enumerate(cross_attention_modules(model)) if i == layer)
+                factor = float(torch.sigmoid(module.srformer.mix_logit.detach()))
+            assert_exact(weights.grad, factor * torch.matmul(gradient, values.transpose(-1, -2)), where)
+        elif name == "fastformer":
+            queries, keys = record["queries"], record["keys"]
+            pooled_keys, pooled_values = torch.matmul(weights, keys), torch.matmul(weights, values)
+            expected = (torch.matmul(gradient * queries * pooled_values, keys.transpose(-1, -2))
+                        + torch.matmul(gradient * queries * pooled_keys, values.transpose(-1, -2)))
+            assert_exact(weights.grad, expected.detach(), where)
 
 
 def _lean_or_standard():

@@ -219,8 +219,8 @@ def test_a_state_of_another_example_is_detected(monkeypatch, family, variant):
     model = model_for(family, variant)
     ids, mask = batch(model)
     original = SRformerCacheLayer.set_state
-    monkeypatch.setattr(SRformerCacheLayer, "set_state", lambda self, state: original(self, state.map_batch(
-        lambda x: x.roll(1, 0))))
+    monkeypatch.setattr(SRformerCacheLayer, "set_state", lambda self, state, *shape: original(self, state.map_batch(
+        lambda x: x.roll(1, 0)), *shape))
     deviation, tolerance = logits_deviation(model, ids, mask, generate(model, ids, mask, output_logits=True))
     assert deviation > 100 * tolerance
 

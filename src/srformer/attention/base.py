@@ -132,6 +132,30 @@ class CrossAttentionMechanism(nn.Module):
         """
         raise NotImplementedError(f"{type(self).__name__} does not define step.")
 
+    def output_from_weights(
+        self, weights: torch.Tensor, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+        state: CrossAttentionState, *, start_position: int | torch.Tensor, key_valid: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """The output computed from the attention weights returned for ``output_attentions``
+        (:func:`srformer.attention.weights.cross_attention_weights`), so that those weights are the autograd
+        nodes the output depends on (``docs/design.md``, "Attention weights"). Used on that path only; it is the
+        same function as :meth:`forward`/:meth:`step` (equal up to rounding), at the cost of eager attention,
+        ``O(q*k*d)`` per head. Here: ``O = A V``, for the mechanisms whose output is exactly that; a mechanism
+        with another form overrides it.
+
+        Args:
+            weights: (B, H, q, k) the returned weights (after attention dropout, in training).
+            queries: (B, H, q, d) projected decoder queries at positions ``start_position ..``.
+            keys, values: (B, H, k, d) projected encoder keys and values in encoder order.
+            state: the layer's state after :meth:`forward` or :meth:`step`.
+            start_position: absolute decoder position of the first query (an int or a 0-d long tensor).
+            key_valid: (B, k) bool, True at real encoder positions, or None (nothing padded).
+
+        Returns:
+            (B, H, q, d) in the queries' dtype.
+        """
+        return torch.matmul(weights, values.to(weights.dtype)).to(queries.dtype)
+
     def lean(self, state: CrossAttentionState) -> CrossAttentionState:
         """The lean layout of a standard-layout ``state`` (no tensor of encoder length; the registry entry's
         ``lean_state`` class).

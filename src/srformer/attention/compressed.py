@@ -36,7 +36,9 @@ import torch
 from torch import nn
 
 from srformer.attention.initialization import InitFunctions
+from srformer.attention.schedule import compaction_order
 from srformer.attention.settings import MechanismSettings, integer_setting
+from srformer.attention.state import CrossAttentionState
 from srformer.attention.summary import SummaryCrossAttention, SummaryState
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
@@ -123,6 +125,25 @@ class CompressedCrossAttention(SummaryCrossAttention):
         rows = torch.arange(summary_keys.shape[2], device=keys.device)
         summary_valid = rows[None, :] * self.stride < lengths[:, None]
         return summary_keys, summary_values, summary_valid
+
+    def output_from_weights(
+        self, weights: torch.Tensor, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+        state: CrossAttentionState, *, start_position: int | torch.Tensor, key_valid: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """``P V~`` with each row's probability ``P_g`` recovered from the returned weights as the sum over its
+        block's positions (:meth:`row_spread` spreads ``P_g`` evenly over them), so the output depends on the
+        weights although the convolved values are no weighted sum of ``V``. Arguments as in the base class."""
+        assert isinstance(state, CompressedState), type(state)
+        summary_values = state.summary_values
+        weights = weights.to(summary_values.dtype)
+        if key_valid is not None:  # compacted position p holds encoder position order[p]
+            order = compaction_order(key_valid.to(device=weights.device, dtype=torch.bool))
+            weights = weights.gather(3, order[:, None, None, :].expand_as(weights))
+        k = weights.shape[-1]
+        block = torch.arange(k, device=weights.device) // self.stride  # the block of each compacted position
+        rows = torch.arange(summary_values.shape[2], device=weights.device)
+        member = (block[:, None] == rows[None, :]).to(weights.dtype)  # (k, R)
+        return torch.matmul(torch.matmul(weights, member), summary_values).to(queries.dtype)
 
     def row_spread(self, keys: torch.Tensor, valid: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """Each row's probability spread evenly over the real positions of its block (a documented stand-in:

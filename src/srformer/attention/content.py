@@ -82,6 +82,14 @@ class ContentState(CrossAttentionState):
     def anchors(self) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: D102 - see the base class
         return self.keys, self.values
 
+    def encoder_keys(self, encoder_length: int) -> torch.Tensor:
+        """The keys, (B, H, k, d) in encoder order, zeroed at padded positions (as every state presents them)."""
+        return self.keys * self.key_valid[:, None, :, None].to(self.keys.dtype)
+
+    def encoder_values(self, encoder_length: int) -> torch.Tensor:
+        """The values, as :meth:`encoder_keys`."""
+        return self.values * self.key_valid[:, None, :, None].to(self.values.dtype)
+
 
 def unit_rows(x: torch.Tensor) -> torch.Tensor:
     """``x / ||x||`` along the last axis (a zero row stays zero)."""

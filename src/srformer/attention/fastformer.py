@@ -145,6 +145,16 @@ class FastformerCrossAttention(SegmentFreeCrossAttention):
             global_value=(weights * values).sum(dim=2),
         )
 
+    def output_from_weights(
+        self, weights: torch.Tensor, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+        state: CrossAttentionState, *, start_position: int | torch.Tensor, key_valid: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """``Q_t * (A K)_t * (A V)_t`` (element-wise): the global key and value pooled with the returned weights
+        ``beta``, as :meth:`forward` computes them. Arguments as in the base class."""
+        pooled_keys = torch.matmul(weights, keys.to(weights.dtype))
+        pooled_values = torch.matmul(weights, values.to(weights.dtype))
+        return (queries.to(weights.dtype) * pooled_keys * pooled_values).to(queries.dtype)
+
     def _read(self, queries: torch.Tensor, state: CrossAttentionState, dropout: float) -> torch.Tensor:
         if not isinstance(state, FastformerState):
             raise ValueError(f"FastformerCrossAttention needs a FastformerState, got a {type(state).__name__}.")

@@ -60,6 +60,22 @@ class SegmentState(CrossAttentionState):
     def anchors(self) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: D102 - see the base class
         return self.keys, self.values
 
+    def encoder_keys(self, encoder_length: int) -> torch.Tensor:
+        """The keys moved back from the segment-major blocks to encoder order, (B, H, k, d), zero at padded
+        positions: one scatter, O(k*d) per head, computed at each call."""
+        return self._in_encoder_order(self.keys, encoder_length)
+
+    def encoder_values(self, encoder_length: int) -> torch.Tensor:
+        """The values in encoder order, as :meth:`encoder_keys`."""
+        return self._in_encoder_order(self.values, encoder_length)
+
+    def _in_encoder_order(self, blocks: torch.Tensor, encoder_length: int) -> torch.Tensor:
+        batch, max_segments, heads, s, d = blocks.shape
+        rows = blocks.permute(0, 2, 1, 3, 4).reshape(batch, heads, max_segments * s, d)
+        # slots past an example's real positions hold zero rows and position 0, so adding them changes nothing
+        index = self.positions.to(torch.long)[:, None, :, None].expand(-1, heads, -1, d)
+        return rows.new_zeros(batch, heads, encoder_length, d).scatter_add_(2, index, rows)
+
 
 @dataclass(kw_only=True)
 class LeanSegmentState(CrossAttentionState):

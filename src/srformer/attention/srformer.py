@@ -47,7 +47,7 @@ from srformer.attention.initialization import InitFunctions
 from srformer.attention.layout import block_index, take_blocks
 from srformer.attention.raf import RecurrentAccumulateAndFire
 from srformer.attention.raf import update as raf_update
-from srformer.attention.schedule import tracing
+from srformer.attention.schedule import segment_index, tracing
 from srformer.attention.segmented import LeanSegmentState, SegmentedCrossAttention, SegmentState, cast
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, extend, required
 
@@ -505,6 +505,32 @@ class SRformerCrossAttention(SegmentedCrossAttention):
         if self.monitor is not None:
             self.monitor.observe_output(None if output is None else output.detach(), recurrent.detach())
         return self._combine(output, recurrent.to(queries.dtype))
+
+    def output_from_weights(
+        self, weights: torch.Tensor, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+        state: CrossAttentionState, *, start_position: int | torch.Tensor, key_valid: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """``O_S = A V`` from the returned weights, combined with ``O_R`` as in :meth:`forward` (Eq. 10/11).
+        ``O_R`` has no weights; it is read from the state's readouts as in the step. Under ablation I (no
+        softmax term) the output is ``O_R`` alone and does not depend on the (zero) weights. Arguments as in
+        the base class."""
+        softmax_output = super().output_from_weights(
+            weights, queries, keys, values, state, start_position=start_position, key_valid=key_valid
+        ) if self.has_softmax else None
+        if not self.has_recurrence:
+            assert softmax_output is not None
+            return softmax_output
+        if isinstance(state, LeanSRformerState):  # a lean state exists at single-token steps only
+            readout = required(state.segment_readout, "segment_readout")[:, None]  # (B, 1, H, d, d)
+        else:
+            assert isinstance(state, SRformerState), type(state)
+            q = queries.shape[2]
+            positions = torch.arange(q, device=queries.device) + start_position
+            segments = segment_index(positions, state.num_segments, self.settings.target_length)  # (B, q)
+            readout = take_blocks(state.raf_readout, block_index(segments, state.raf_readout.shape[1]), q)
+        query_rows = queries.transpose(1, 2).unsqueeze(-2).to(readout.dtype)  # (B, q, H, 1, d)
+        recurrent = torch.matmul(query_rows, readout).squeeze(-2).transpose(1, 2)  # (B, H, q, d)
+        return self._combine(softmax_output, recurrent.to(queries.dtype))
 
     def _step_output(
         self,

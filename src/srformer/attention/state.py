@@ -100,9 +100,23 @@ class CrossAttentionState:
     reads_encoder_rows: ClassVar[bool] = False
 
     def anchors(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The tensors a cache layer exposes as its ``keys`` and ``values`` (for generic cache code such as
-        ``get_seq_length`` and device queries); batch on axis 0."""
+        """Two tensors of the state, batch on axis 0, whose device is the state's (device queries of the cache
+        layer). Not the keys/values transformers reads: those are :meth:`encoder_keys`/:meth:`encoder_values`."""
         raise NotImplementedError(f"{type(self).__name__} must define anchors().")
+
+    def encoder_keys(self, encoder_length: int) -> torch.Tensor | None:
+        """The projected encoder keys in transformers' layout, (B, H, k, d) in encoder order, computed from
+        the state at each call (not stored), or None for a state that keeps no per-position keys (a lean
+        layout, a summary). Subclasses that keep them override this.
+
+        Args:
+            encoder_length: ``k``, the encoder length in tokens (padding included).
+        """
+        return None
+
+    def encoder_values(self, encoder_length: int) -> torch.Tensor | None:
+        """The projected encoder values, as :meth:`encoder_keys`."""
+        return None
 
     def anchor(self) -> torch.Tensor:
         """The first of :meth:`anchors`: the tensor whose device is the state's."""
@@ -145,26 +159,96 @@ def extend(cls: type[S], state: CrossAttentionState, **extra: Any) -> S:
     return cls(**values, **extra)
 
 
+class _PresentedTensor:
+    """The ``keys`` or ``values`` attribute of an :class:`SRformerCacheLayer`: read, the layer's
+    ``_presented(name)``; assigned, None is accepted (transformers' base classes assign it on construction and
+    reset) and a tensor is refused."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, layer: SRformerCacheLayer | None, owner: type | None = None) -> Any:
+        return self if layer is None else layer._presented(self.name)
+
+    def __set__(self, layer: SRformerCacheLayer, value: torch.Tensor | None) -> None:
+        layer._refuse_assignment(self.name, value)
+
+
 class SRformerCacheLayer(DynamicLayer):
     """A cross-attention cache layer that carries a :class:`CrossAttentionState`.
 
-    ``keys``/``values`` are the state's :meth:`CrossAttentionState.anchors` (its keys and values in the
-    standard layout) so that generic cache code (``get_seq_length``, device queries) keeps working; every
-    batch operation is applied to the whole state, whatever its class.
+    The state keeps the layout the mechanism's step reads (segment-major blocks, a summary, a few ``d x d``
+    matrices); the layer presents transformers' view of a cross-attention layer on top of it
+    (``docs/design.md``, "Generation cache"):
+
+    * :meth:`get_seq_length` is the encoder length ``k`` (as for a ``DynamicLayer`` holding the encoder's
+      keys), so ``cache.cross_attention_cache.get_seq_length()`` and ``EncoderDecoderCache``'s
+      ``is_updated`` agree with an unconverted model's;
+    * ``keys``/``values`` are (B, H, k, d) tensors in the keys' dtype. A state that keeps the encoder's keys
+      and values (standard layouts of the segment-based and content-based mechanisms) gives them in encoder
+      order, zero at padded positions, computed from the state when read (:meth:`CrossAttentionState.encoder_keys`;
+      nothing is stored, and generation never reads them). A state without per-position keys (the lean layouts,
+      ``linear``, ``fastformer``, the summaries, ``performer``) gives a zero tensor of that shape expanded from
+      one element (stride 0, no memory of its own): the shape and dtype transformers' format checks read, with
+      no values, since the layer has none to give.
+    * Beam reordering, batch repetition and selection, offloading and reset apply to every tensor of the
+      state, whatever its class; ``crop`` has nothing to remove (the state does not grow with decoder tokens).
+
+    Args:
+        state: the layer's state.
+        key_shape: ``(heads, k, head_dim)`` of the keys the layer presents.
+        dtype: their dtype (the projected keys' dtype).
     """
 
     state: CrossAttentionState | None
 
-    def __init__(self, state: CrossAttentionState) -> None:
+    def __init__(self, state: CrossAttentionState, key_shape: tuple[int, int, int], dtype: torch.dtype) -> None:
         super().__init__()
+        self.key_shape = key_shape
+        self.dtype = dtype
         self.set_state(state)
 
-    def set_state(self, state: CrossAttentionState) -> None:
-        """Replace the held state (keys and values follow)."""
+    def set_state(
+        self, state: CrossAttentionState, key_shape: tuple[int, int, int] | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        """Replace the held state; ``key_shape`` and ``dtype`` (as in the constructor) when they change (a new
+        sequence), else kept."""
         self.state = state
-        self.keys, self.values = state.anchors()
-        self.dtype, self.device = self.keys.dtype, self.keys.device
+        if key_shape is not None:
+            self.key_shape = key_shape
+        if dtype is not None:
+            self.dtype = dtype
+        self.device = state.anchor().device
         self.is_initialized = True
+
+    # transformers' layer attributes, presented from the state (see the class docstring)
+    keys = _PresentedTensor()
+    values = _PresentedTensor()
+
+    def _presented(self, name: str) -> torch.Tensor | None:
+        state = getattr(self, "state", None)
+        if state is None:
+            return None
+        heads, length, head_dim = self.key_shape
+        rows = state.encoder_keys(length) if name == "keys" else state.encoder_values(length)
+        if rows is not None:
+            return rows.to(self.dtype)
+        anchor = state.anchor()
+        return anchor.new_zeros((), dtype=self.dtype).expand(anchor.shape[0], heads, length, head_dim)
+
+    @staticmethod
+    def _refuse_assignment(name: str, value: torch.Tensor | None) -> None:
+        # transformers' base classes assign None on construction and reset; anything else would be lost
+        if value is not None:
+            raise AttributeError(
+                f"An SRformer cross-attention cache layer presents `{name}` from its state and cannot be assigned "
+                "tensors; replace the state with set_state()."
+            )
+
+    def get_seq_length(self) -> int:
+        """The encoder length ``k`` (0 without a state)."""
+        return self.key_shape[1] if self.state is not None else 0
 
     def update(self, key_states, value_states, *args, **kwargs):  # noqa: D102 - cross attention is never appended to
         raise RuntimeError(

@@ -49,9 +49,11 @@ encoder positions per query and head. An SRformer layer's output is not one such
 Every variant: zeros at padded positions and outside the attended keys; an example with no real encoder
 token (an empty memory, output 0) gets all-zero rows.
 
-The weights are recomputed from the queries, the encoder keys and the state, separately from the output
-(which is therefore the same whether weights are asked for or not), only when they are asked for, and
-without host synchronisation. In training they are the probabilities before attention dropout.
+The weights are recomputed from the queries, the encoder keys and the state, only when they are asked for, and
+without host synchronisation. The layer's output is then computed from them
+(:meth:`~srformer.attention.base.CrossAttentionMechanism.output_from_weights`), so they are in the autograd graph
+and carry ``d(loss)/d(A)``; the output equals the one without weights up to rounding. In training they are the
+probabilities before attention dropout.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Callable
 
 import torch
+from torch.nn import functional as F
 from transformers.cache_utils import DynamicLayer, EncoderDecoderCache
 
 from srformer.attention.base import CrossAttentionMechanism
@@ -98,8 +99,10 @@ def run_cross_attention(
         layer_idx: the decoder layer index (required with a cache).
         dropout: attention dropout probability (0 outside training).
         output_attentions: also return the attention weights
-            (:func:`~srformer.attention.weights.cross_attention_weights`). They are computed apart from
-            the output, which is the same either way; when False nothing is computed for them.
+            (:func:`~srformer.attention.weights.cross_attention_weights`). The output is then computed from
+            them (:meth:`~srformer.attention.base.CrossAttentionMechanism.output_from_weights`, eager attention's
+            cost), so they carry the gradient of the loss; it equals the output without them up to rounding.
+            When False nothing is computed for them.
 
     Returns:
         ``(output, weights)``: (B, H, q, d) attention output before the output projection, and
@@ -125,6 +128,7 @@ def run_cross_attention(
 
     state: CrossAttentionState | None = None
     keys: torch.Tensor | None = None  # projected here when the state is built, or for the weights
+    values: torch.Tensor | None = None
     if cache is not None and cache.is_updated.get(cache_index):
         layer = cache.cross_attention_cache.layers[cache_index]
         if not isinstance(layer, SRformerCacheLayer) or layer.state is None:
@@ -162,11 +166,15 @@ def run_cross_attention(
 
     weights = None
     if output_attentions:
-        if keys is None:
-            keys, _ = project(key_value_states)
-        weights = cross_attention_weights(
-            attention, queries, keys, state, start_position=start,
-            key_valid=key_padding_from_mask(mask, keys.shape[2]),
+        if keys is None or values is None:
+            keys, values = project(key_value_states)
+        key_valid = key_padding_from_mask(mask, keys.shape[2])
+        weights = cross_attention_weights(attention, queries, keys, state, start_position=start, key_valid=key_valid)
+        # The output is computed again from the returned weights, so that they are the autograd nodes it depends
+        # on (their gradient is d(loss)/d(weights)); the same function, equal up to rounding.
+        mixing = F.dropout(weights, p=dropout, training=True) if dropout > 0.0 and attention.has_softmax else weights
+        output = attention.output_from_weights(
+            mixing, queries, keys, values, state, start_position=start, key_valid=key_valid
         )
 
     if cache is not None:
@@ -176,19 +184,25 @@ def run_cross_attention(
         # rejected candidates, and a lean membrane would still hold the segments they reached.
         if attention.settings.lean_cache and not state.is_lean and q_len == 1:
             state = attention.lean(state)
-        _store_state(cache, cache_index, state)
+        key_shape = (queries.shape[1], key_value_states.shape[1], queries.shape[3])  # (H, k, d)
+        _store_state(cache, cache_index, state, key_shape, queries.dtype)
     return output, weights
 
 
-def _store_state(cache: EncoderDecoderCache, layer_idx: int, state: CrossAttentionState) -> None:
+def _store_state(
+    cache: EncoderDecoderCache, layer_idx: int, state: CrossAttentionState, key_shape: tuple[int, int, int],
+    dtype: torch.dtype,
+) -> None:
+    """Put ``state`` into the cross-attention part of ``cache`` at ``layer_idx`` (an
+    :class:`SRformerCacheLayer` presenting keys of ``key_shape`` = (H, k, d) and ``dtype``)."""
     layers = cache.cross_attention_cache.layers
     while len(layers) <= layer_idx:
         layers.append(DynamicLayer())
     layer = layers[layer_idx]
     if isinstance(layer, SRformerCacheLayer):
-        layer.set_state(state)
+        layer.set_state(state, key_shape, dtype)
     else:
-        layers[layer_idx] = SRformerCacheLayer(state)
+        layers[layer_idx] = SRformerCacheLayer(state, key_shape, dtype)
     cache.is_updated[layer_idx] = True
 
 
