@@ -102,3 +102,21 @@ def test_quick_probe_writes_well_formed_outputs(tmp_path, capsys):
 def test_probe_rejects_bad_grid(tmp_path, capsys):
     assert main(["probe", "--quick", "--output", str(tmp_path), "--steps", "0"]) == 2
     assert "steps" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,expected", [([], 2), (["--min-curriculum-segments", "1"], 1),
+                                           (["--min-curriculum-segments", "4"], 4)])
+def test_the_curriculum_floor_option_reaches_every_scratch_cells_budget(argv, expected):
+    from srformer.cli.main import build_parser
+    from srformer.cli.probe_command import settings_from_args
+    from srformer.probe.runner import cell_budget
+
+    settings = settings_from_args(build_parser().parse_args(["probe", "--output", "x", *argv]))
+    assert settings.min_curriculum_segments == expected
+    assert cell_budget(settings, "scratch")["train"]["min_curriculum_segments"] == expected
+    assert cell_budget(settings, "convert")["base"]["train"]["min_curriculum_segments"] == expected
+
+
+def test_probe_rejects_a_curriculum_floor_below_one(tmp_path, capsys):
+    assert main(["probe", "--quick", "--output", str(tmp_path), "--min-curriculum-segments", "0"]) == 2
+    assert "min_curriculum_segments" in capsys.readouterr().err

@@ -255,3 +255,84 @@ def test_two_workers_write_the_cells_of_one_worker(tmp_path):
     assert [r["protocol"] for r in again] == ["convert"] * 4
     assert all((tmp_path / "two" / "bases" / f"{p}-seed0" / "budget.json").is_file()
                for p in ("recall-n2-k32", "copy-n2-k32"))
+
+
+def _tiny_grid(**overrides) -> ProbeSettings:
+    from srformer.probe.training import ModelShape
+
+    tiny = ModelShape(d_model=16, d_ff=32, num_layers=1, num_decoder_layers=1, num_heads=2, d_kv=8)
+    values = {"tasks": ("recall",), "recall_sizes": (2,), "lengths": (32,), "segment_sizes": (8,),
+              "variants": ("full", "segmented"), "steps": 4, "finetune_steps": 2, "batch_size": 2,
+              "curriculum_start": 8, "eval_examples": 2, "shape": tiny, "progress": False, "workers": 1}
+    return ProbeSettings(**{**values, **overrides})
+
+
+def test_the_curriculum_floor_is_in_the_scratch_budget_and_a_budget_without_it_reads_as_one():
+    from srformer.probe.runner import cell_budget, saved_budget
+
+    assert ProbeSettings().min_curriculum_segments == 2
+    floored = _tiny_grid()
+    assert cell_budget(floored, "scratch")["train"]["min_curriculum_segments"] == 2
+    assert cell_budget(floored, "convert")["base"]["train"]["min_curriculum_segments"] == 2
+    old = json.loads(json.dumps(cell_budget(_tiny_grid(min_curriculum_segments=1), "convert")))
+    for train in (old["train"], old["base"]["train"]):
+        del train["min_curriculum_segments"]
+    assert saved_budget(old) == cell_budget(_tiny_grid(min_curriculum_segments=1), "convert")
+    assert saved_budget(old) != cell_budget(floored, "convert")
+    assert "min_curriculum_segments" not in old["train"]  # the record itself is not changed
+    with pytest.raises(ValueError, match="min_curriculum_segments"):
+        _tiny_grid(min_curriculum_segments=0)
+
+
+def test_every_variant_of_a_problem_trains_on_the_same_floored_lengths(tmp_path, monkeypatch):
+    from srformer.probe import runner
+    from srformer.probe.training import curriculum_lengths
+
+    schedules = []
+    original = runner.train_model
+
+    def spy(model, spec, vocabulary, settings, *, length, segment_size, **kwargs):
+        schedules.append((segment_size, curriculum_lengths(settings, spec, vocabulary, length=length,
+                                                           segment_size=segment_size)))
+        return original(model, spec, vocabulary, settings, length=length, segment_size=segment_size, **kwargs)
+
+    monkeypatch.setattr(runner, "train_model", spy)
+    settings = _tiny_grid(segment_sizes=(8, 16), variants=("full", "segmented", "linear"), protocols=("scratch",),
+                          steps=10)
+    runner.run_probe(tmp_path, settings)
+    shapes = [(c.name, c.segment_size) for c in grid_cells(settings)]
+    assert shapes == [("full", None), ("segmented", 8), ("segmented", 16), ("linear", None)]
+    by_cell = dict(zip(shapes, schedules, strict=True))
+    # segment-free variants take the grid's smallest segment size, so they see the s=8 cells' documents
+    assert by_cell["full", None] == by_cell["linear", None] == by_cell["segmented", 8]
+    assert by_cell["segmented", 8][1][0] == 16 and by_cell["segmented", 16][1][0] == 32
+    assert all(lengths[-1] == 32 for _, lengths in schedules)
+
+
+def test_records_made_before_the_floor_are_reused_only_without_a_floor(tmp_path, monkeypatch):
+    from srformer.probe import runner
+
+    old_behaviour = _tiny_grid(min_curriculum_segments=1)
+    runner.run_probe(tmp_path, old_behaviour)
+    # Records written before the setting existed have no min_curriculum_segments in their budgets.
+    for path in [*(tmp_path / "cells").rglob("cell.json"), *(tmp_path / "bases").rglob("budget.json")]:
+        record = json.loads(path.read_text())
+        for part in (record["budget"], record["budget"].get("base")):
+            if part is not None:
+                assert part["train"].pop("min_curriculum_segments") == 1
+        path.write_text(json.dumps(record))
+    first = _mtimes(tmp_path)
+    assert len(first) == 4
+    trained = []
+    original = runner.train_model
+    monkeypatch.setattr(runner, "train_model", lambda *a, **k: trained.append(k["length"]) or original(*a, **k))
+    runner.run_probe(tmp_path, old_behaviour)
+    assert _mtimes(tmp_path) == first and trained == []
+    payload = runner.run_probe(tmp_path, _tiny_grid())  # the default floor: every cell is trained again
+    again = _mtimes(tmp_path)
+    assert all(again[key] != first[key] for key in first) and len(trained) == 4
+    assert all(r["budget"].get("base", r["budget"])["train"]["min_curriculum_segments"] == 2
+               for r in payload["records"])
+    trained.clear()
+    runner.run_probe(tmp_path, _tiny_grid())
+    assert _mtimes(tmp_path) == again and trained == []

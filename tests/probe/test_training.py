@@ -13,12 +13,14 @@ from srformer.probe.training import (
     build_model,
     collate,
     curriculum_length,
+    curriculum_lengths,
     model_inputs,
     predict,
     train_model,
 )
 
 VOCAB = ProbeVocabulary()
+RECALL4 = TaskSpec("recall", 4)
 TINY = ModelShape(d_model=16, d_ff=32, num_layers=1, num_decoder_layers=1, num_heads=2, d_kv=8)
 
 
@@ -34,6 +36,52 @@ def test_curriculum_holds_the_start_length_first():
     assert lengths[:50] == [64] * 50 and lengths[75:] == [512] * 25
     assert lengths == sorted(lengths) and 64 < lengths[60] < 512
     assert curriculum_length(99, 100, start=64, final=512, ramp=0.0, hold=0.5) == 512
+
+
+def _schedule(min_segments: int, *, length: int = 128, segment_size: int = 8, start: int = 8, steps: int = 100,
+              task: TaskSpec = RECALL4) -> list[int]:
+    settings = TrainSettings(steps=steps, curriculum_start=start, curriculum_hold=0.5, curriculum_ramp=0.3,
+                             min_curriculum_segments=min_segments)
+    return curriculum_lengths(settings, task, VOCAB, length=length, segment_size=segment_size)
+
+
+def test_the_segment_floor_starts_the_curriculum_at_that_many_segments_and_it_still_reaches_the_length():
+    floored = _schedule(2)
+    assert len(floored) == 100 and floored == sorted(floored)
+    assert floored[:50] == [16] * 50 and min(floored) == 16  # two 8-token segments from the first step
+    assert floored[80:] == [128] * 20 and 16 < floored[65] < 128
+    assert min(_schedule(4, length=512, segment_size=32)) == 128  # four 32-token segments
+
+
+def test_one_segment_is_no_floor_and_the_previous_schedule():
+    old = [curriculum_length(step, 100, start=8, final=128, ramp=0.3, hold=0.5) for step in range(100)]
+    assert _schedule(1) == old and old[0] == 8
+    # below one segment (s=32, start 8) the old schedule is kept too: 1 adds no floor
+    assert _schedule(1, length=512, segment_size=32)[0] == 8
+    assert _schedule(1, task=TaskSpec("aggregate", 4))[0] == TaskSpec("aggregate", 4).min_length(VOCAB)
+
+
+def test_the_floor_is_capped_at_the_cells_length():
+    assert _schedule(4, length=24, segment_size=8) == [24] * 100  # 4 segments = 32 tokens > k
+    # a floor below the start changes nothing
+    assert _schedule(2, length=48, segment_size=16, start=40) == _schedule(1, length=48, segment_size=16, start=40)
+    assert all(k <= 24 for k in _schedule(8, length=24))
+
+
+def test_no_curriculum_ignores_the_floor_and_a_bad_floor_is_rejected():
+    assert _schedule(4, start=0) == [128] * 100
+    with pytest.raises(ValueError, match="min_curriculum_segments"):
+        _schedule(0)
+
+
+def test_training_uses_the_floored_schedule():
+    lengths: list[int] = []
+    settings = TrainSettings(steps=4, batch_size=2, warmup=1, curriculum_start=8, curriculum_hold=0.5,
+                             curriculum_ramp=0.25, min_curriculum_segments=3)
+    train_model(build_model(VOCAB, TINY, seed=0), TaskSpec("recall", 2), VOCAB, settings, length=48,
+                segment_size=8, target_length=5, seed=0, on_step=lambda step, loss, length: lengths.append(length))
+    assert lengths == curriculum_lengths(settings, TaskSpec("recall", 2), VOCAB, length=48, segment_size=8)
+    assert lengths[0] == 24 and lengths[-1] == 48
 
 
 def test_batches_are_a_function_of_seed_and_step():

@@ -49,6 +49,10 @@ def add_parser(subparsers) -> None:
     for name in ("steps", "finetune_steps", "batch_size", "eval_examples", "curriculum_start", "diagnostics_every"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=None,
                             help=f"default {getattr(defaults, name)}")
+    parser.add_argument("--min-curriculum-segments", type=int, default=None,
+                        help=f"scratch training documents hold at least this many segments (default "
+                             f"{defaults.min_curriculum_segments}; 1 = no floor, the behaviour of records made "
+                             "before this option)")
     for name in ("learning_rate", "finetune_learning_rate", "curriculum_hold", "curriculum_ramp"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=float, default=None,
                             help=f"default {getattr(defaults, name)}")
@@ -62,7 +66,8 @@ def add_parser(subparsers) -> None:
 
 _TUPLES = ("tasks", "recall_sizes", "lengths", "segment_sizes", "variants", "protocols", "seeds")
 _SCALARS = ("size", "steps", "finetune_steps", "batch_size", "eval_examples", "curriculum_start", "learning_rate",
-            "finetune_learning_rate", "curriculum_hold", "curriculum_ramp", "diagnostics_every", "workers", "device")
+            "finetune_learning_rate", "curriculum_hold", "curriculum_ramp", "diagnostics_every", "workers", "device",
+            "min_curriculum_segments")
 
 
 def settings_from_args(args) -> ProbeSettings:

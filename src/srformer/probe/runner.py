@@ -74,6 +74,11 @@ class ProbeSettings(FineTuning, PeakLearningRate, SeedGrid):
         protocols: :data:`PROTOCOLS` to run.
         steps: training steps of a ``scratch`` cell.
         curriculum_start, curriculum_hold, curriculum_ramp: see :class:`srformer.probe.training.TrainSettings`.
+        min_curriculum_segments: the ``scratch`` curriculum's documents hold at least this many segments of the
+            cell's shape (:func:`cell_shape`: a segment-free variant gets the grid's smallest segment size, so every
+            variant of a problem and segment size trains on the same documents), capped at the cell's length; 1 = no
+            floor (the behaviour before the setting: at s = 8 the first half of training then has one segment and
+            no recurrent term). A saved record without it counts as 1 (:func:`cell_budget`).
         eval_examples: held-out examples per cell (their own seeded stream).
         diagnostics_every: measure the recurrent term of cells with SRformer layers every this many training
             steps and at the last one (:func:`srformer.probe.training.train_model`); 0 disables. Not part of
@@ -104,6 +109,7 @@ class ProbeSettings(FineTuning, PeakLearningRate, SeedGrid):
     curriculum_start: int = 8
     curriculum_hold: float = 0.5
     curriculum_ramp: float = 0.3
+    min_curriculum_segments: int = 2
     eval_examples: int = 256
     diagnostics_every: int = 100
     shape: ModelShape = field(default_factory=ModelShape)
@@ -128,7 +134,7 @@ class ProbeSettings(FineTuning, PeakLearningRate, SeedGrid):
                 raise ValueError(f"`{name}` is empty: give at least one value.")
         if "recall" in self.tasks and not self.recall_sizes:
             raise ValueError("`recall_sizes` is empty: give at least one recall size.")
-        for name in ("steps", "eval_examples", "size"):
+        for name in ("steps", "eval_examples", "size", "min_curriculum_segments"):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}.")
         if self.diagnostics_every < 0:
@@ -235,7 +241,8 @@ def _train_settings(settings: ProbeSettings, protocol: str) -> TrainSettings:
         return TrainSettings(steps=settings.steps, batch_size=settings.batch_size,
                              learning_rate=settings.learning_rate, warmup=min(100, settings.steps // 10),
                              curriculum_start=settings.curriculum_start, curriculum_hold=settings.curriculum_hold,
-                             curriculum_ramp=settings.curriculum_ramp)
+                             curriculum_ramp=settings.curriculum_ramp,
+                             min_curriculum_segments=settings.min_curriculum_segments)
     return TrainSettings(steps=settings.finetune_steps, batch_size=settings.batch_size,
                          learning_rate=settings.finetune_learning_rate, warmup=min(50, settings.finetune_steps // 10),
                          curriculum_start=0, curriculum_ramp=0.0)
@@ -244,7 +251,9 @@ def _train_settings(settings: ProbeSettings, protocol: str) -> TrainSettings:
 def cell_budget(settings: ProbeSettings, protocol: str) -> dict:
     """What a cell's result depends on besides its key: training budget, evaluation size, model shape,
     vocabulary and every segment size (they set ``T``). A saved cell with another budget is re-run; a
-    ``convert`` cell also records its base's budget."""
+    ``convert`` cell also records its base's budget. A saved budget whose training settings lack
+    ``min_curriculum_segments`` was made before the setting existed, without a floor: it is read as 1
+    (:func:`saved_budget`), so it matches ``min_curriculum_segments=1`` only."""
     budget = {
         "train": asdict(_train_settings(settings, protocol)), "eval_examples": settings.eval_examples,
         "shape": asdict(settings.shape), "vocabulary": asdict(settings.vocabulary),
@@ -252,6 +261,19 @@ def cell_budget(settings: ProbeSettings, protocol: str) -> dict:
     }
     if protocol == "convert":
         budget["base"] = cell_budget(settings, "scratch")
+    return budget
+
+
+def saved_budget(budget: dict | None) -> dict | None:
+    """A saved record's budget with the defaults of settings added after it was written: a ``train`` entry (its
+    own, and its base's under ``base``) without ``min_curriculum_segments`` gets 1, the behaviour it was trained
+    with. Returns a new dict (None for None)."""
+    if budget is None:
+        return None
+    budget = json.loads(json.dumps(budget))
+    for part in (budget, budget.get("base")):
+        if isinstance(part, dict) and isinstance(part.get("train"), dict):
+            part["train"].setdefault("min_curriculum_segments", 1)
     return budget
 
 
@@ -265,7 +287,7 @@ def _saved(path: Path, budget: dict, wanted: dict | None = None) -> dict | None:
     if not path.is_file():
         return None
     record = json.loads(path.read_text())
-    if record.get("budget") == budget and same_cell_settings(record, wanted or {}):
+    if saved_budget(record.get("budget")) == budget and same_cell_settings(record, wanted or {}):
         return record
     tqdm.write(f"{path} was made with other settings; running it again.")
     return None

@@ -108,6 +108,10 @@ class TrainSettings:
             (the lookup is learned there, where steps are cheap).
         curriculum_ramp: fraction of ``steps`` over which the length then grows.
         weight_decay: AdamW weight decay.
+        min_curriculum_segments: for 2 or more, the curriculum's documents hold at least this many full segments,
+            ``min_curriculum_segments * segment_size`` tokens (capped at the cell's length), so that a segmented
+            model has a previous segment, and a recurrent term, from the first step; 1 = no floor (every document
+            is at least one segment). See :func:`curriculum_lengths`.
     """
 
     steps: int = 3000
@@ -118,6 +122,34 @@ class TrainSettings:
     curriculum_hold: float = 0.0
     curriculum_ramp: float = 0.5
     weight_decay: float = 0.0
+    min_curriculum_segments: int = 1
+
+
+def curriculum_lengths(settings: TrainSettings, spec: TaskSpec, vocabulary: ProbeVocabulary, *, length: int,
+                       segment_size: int) -> list[int]:
+    """Document length (tokens) of every training step's batch, one entry per step of ``settings.steps``.
+
+    The curriculum (:func:`srformer.training.curriculum.curriculum_length`, linear growth) starts at the largest of
+    ``settings.curriculum_start``, the task's shortest document (:meth:`TaskSpec.min_length`) and, when
+    ``settings.min_curriculum_segments`` is 2 or more, the segment floor ``min_curriculum_segments * segment_size``;
+    capped at ``length``. It grows to ``length``; the lengths never decrease, so none is below the (capped) floor.
+    ``curriculum_start = 0`` trains at ``length`` throughout.
+
+    Raises:
+        ValueError: ``min_curriculum_segments < 1`` or ``segment_size < 1``.
+    """
+    if settings.min_curriculum_segments < 1:
+        raise ValueError(
+            f"`min_curriculum_segments` must be >= 1 (1 = no floor), got {settings.min_curriculum_segments}.")
+    if segment_size < 1:
+        raise ValueError(f"`segment_size` must be >= 1 token, got {segment_size}.")
+    if not settings.curriculum_start:
+        return [length] * settings.steps
+    floor = settings.min_curriculum_segments * segment_size if settings.min_curriculum_segments > 1 else 0
+    start = max(settings.curriculum_start, spec.min_length(vocabulary), floor)
+    return [curriculum_length(step, settings.steps, start=min(start, length), final=length,
+                              ramp=settings.curriculum_ramp, hold=settings.curriculum_hold)
+            for step in range(settings.steps)]
 
 
 def _lr_factor(step: int, settings: TrainSettings) -> float:
@@ -156,7 +188,8 @@ def train_model(
         vocabulary: token ids.
         settings: budget.
         length: final document length ``k`` in tokens.
-        segment_size: ``s`` in tokens (used to place ``copy``/``reverse`` tokens).
+        segment_size: ``s`` in tokens (used to place ``copy``/``reverse`` tokens and for the curriculum's floor,
+            :func:`curriculum_lengths`).
         target_length: the schedule's ``T``.
         seed: the data stream (and nothing else; the model's initialisation is the caller's).
         on_step: called as ``on_step(step, loss, length)`` after every step (progress bars).
@@ -172,7 +205,8 @@ def train_model(
         nothing was measured. ``seconds`` includes the measurements.
 
     Raises:
-        ValueError: if ``steps`` or ``batch_size`` is not positive, or ``diagnostics_every`` is negative.
+        ValueError: if ``steps`` or ``batch_size`` is not positive, ``diagnostics_every`` is negative, or
+            ``min_curriculum_segments`` is below 1.
     """
     if settings.steps < 1 or settings.batch_size < 1:
         raise ValueError(f"steps and batch_size must be positive, got {settings.steps} and {settings.batch_size}.")
@@ -192,10 +226,8 @@ def train_model(
     model.train()
     losses: list[float] = []
     started = time.perf_counter()
-    start = max(settings.curriculum_start, spec.min_length(vocabulary)) if settings.curriculum_start else length
-    for step in range(settings.steps):
-        current = curriculum_length(step, settings.steps, start=min(start, length), final=length,
-                                    ramp=settings.curriculum_ramp, hold=settings.curriculum_hold)
+    for step, current in enumerate(curriculum_lengths(settings, spec, vocabulary, length=length,
+                                                      segment_size=segment_size)):
         examples = batch_examples(spec, vocabulary, seed=seed, step=step, batch_size=settings.batch_size,
                                   length=current, segment_size=segment_size, target_length=target_length)
         measure = monitored and (step % diagnostics_every == 0 or step == settings.steps - 1)
