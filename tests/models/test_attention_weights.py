@@ -116,6 +116,13 @@ def reference_weights(name: str, queries, keys, mask, scale: float) -> torch.Ten
         segments = [real[j * s:(j + 1) * s] for j in range(m)]
         for t in range(q):
             i = min(t * m // target, m - 1)
+            if variant == "block-topk":  # per head: i and the r = 3 others of largest q . mean key (ties: lower j)
+                for h in range(heads):
+                    gates = [float(scale * keys[b, h, segment].mean(dim=0) @ queries[b, h, t]) for segment in segments]
+                    chosen = sorted((j for j in range(m) if j != i), key=lambda j: (-gates[j], j))[:3]
+                    read = sum((segments[j] for j in (i, *chosen)), [])
+                    weights[b, h, t, read] = torch.softmax(scale * keys[b, h, read] @ queries[b, h, t], dim=0)
+                continue
             attended = segments[i] + (segments[i - 1] if variant in ("xl", "compressive") and i > 0 else [])
             if variant == "window":  # w = 3s real positions starting at i*s + floor(s/2) - floor(w/2), cut at the ends
                 start = i * s + s // 2 - (3 * s) // 2

@@ -582,6 +582,24 @@ _ENTRIES: tuple[Mechanism, ...] = (
         build_cost="O(I·k·d) (P, P K and P V)",
         state_size="2·I·d (pooled keys and values)",
     ),
+    Mechanism(
+        name="block-topk",
+        doc="Softmax over segment i(t) and the r other segments with the largest q·mean(K_j), per query and head.",
+        citation="Lu et al. 2025, MoBA: Mixture of Block Attention for Long-Context LLMs (gate by q·mean-pooled "
+        "block keys, top-k blocks); Yuan et al. 2025, Native Sparse Attention (its selection branch: top-n blocks)",
+        module="srformer.attention.block_topk.BlockTopkCrossAttention",
+        state="srformer.attention.block_topk.BlockTopkState",
+        lean_state=None,
+        settings="srformer.attention.block_topk.BlockTopkSettings",
+        reference_path="srformer.attention.block_topk.block_topk_attention",
+        capabilities=Capabilities(
+            segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
+            has_softmax_part=True, recurrent_term=False, global_term=True,
+        ),
+        step_cost="O(m·d + m·log m + (r + 1)·s·d)",
+        build_cost="O(k·d) (segment-major copy of keys/values, the segments' mean keys)",
+        state_size="2·k·d + m·d (keys and values, segment-major; the mean keys)",
+    ),
 )
 
 #: Variant name -> its :class:`Mechanism`, in the order the package lists them (read-only).

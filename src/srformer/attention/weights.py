@@ -209,5 +209,8 @@ def cross_attention_weights(
     assert isinstance(attention, SegmentedCrossAttention), type(attention)  # every segment-free module is above
     if not attention.has_softmax:  # srformer's ablation I: no softmax term, the output is O_R alone
         return queries.new_zeros(*queries.shape[:3], keys.shape[2])
+    own_weights = getattr(attention, "attention_weights", None)
+    if own_weights is not None:  # a segment-based module whose choice of keys the block hooks cannot express
+        return own_weights(queries, keys, state, key_valid, start_position=start_position)
     assert isinstance(state, SegmentState | LeanSegmentState), type(state)
     return segment_weights(attention, queries, keys, state, start_position=start_position)
