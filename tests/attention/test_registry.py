@@ -101,7 +101,7 @@ def test_derived_tuples_follow_the_capabilities():
     )
     assert SEGMENT_SOFTMAX_VARIANTS == (
         "segmented", "srformer", "xl", "longt5", "window", "strided", "star", "bigbird", "compressive", "adaptive",
-        "bp", "block-topk",
+        "bp", "block-topk", "srformer-gated",
     )
     assert set(with_capability("segment_free", False)) | set(SEGMENT_FREE_VARIANTS) == set(REGISTRY)
     with pytest.raises(ValueError, match="Unknown capability"):

@@ -304,8 +304,11 @@ def backward_through_weights(model, ids, mask, dec):
     return out, captured
 
 
+#: Named settings whose output is ``g * A V`` plus a term that does not depend on ``A``, ``g`` a gate per query in
+#: (0, 1] that does not depend on ``A`` either (``srformer-gated``: the softmax part's share of the shared normaliser).
+GATED = [name for name in NAMES if NAMED_SETTINGS[name]["variant"] == "srformer-gated"]
 #: Named settings whose output is ``c * A V`` plus a term that does not depend on ``A`` (``c`` = 1, or sigma).
-SOFTMAX_TIMES_VALUES = [name for name in NAMES if name not in ("fastformer", "compressed", "ablation-I")]
+SOFTMAX_TIMES_VALUES = [name for name in NAMES if name not in ("fastformer", "compressed", "ablation-I", *GATED)]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -333,6 +336,11 @@ def test_returned_weights_carry_the_gradient_of_the_loss(family, name):
                 module = next(module for i, (_, _, module) in enumerate(cross_attention_modules(model)) if i == layer)
                 factor = float(torch.sigmoid(module.srformer.mix_logit.detach()))
             assert_exact(weights.grad, factor * torch.matmul(gradient, values.transpose(-1, -2)), where)
+        elif name in GATED:  # d(loss)/d(A) = g * dL/dO V^T, one factor g per query row
+            expected = torch.matmul(gradient, values.transpose(-1, -2))
+            gate = (weights.grad * expected).sum(-1, keepdim=True) / (expected * expected).sum(-1, keepdim=True)
+            assert bool((gate > 0).all() and (gate <= 1 + 1e-12).all() and (gate < 1).any()), where
+            assert_exact(weights.grad, gate * expected, where)
         elif name == "fastformer":
             queries, keys = record["queries"], record["keys"]
             pooled_keys, pooled_values = torch.matmul(weights, keys), torch.matmul(weights, values)

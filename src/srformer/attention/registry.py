@@ -600,6 +600,29 @@ _ENTRIES: tuple[Mechanism, ...] = (
         build_cost="O(k·d) (segment-major copy of keys/values, the segments' mean keys)",
         state_size="2·k·d + m·d (keys and values, segment-major; the mean keys)",
     ),
+    Mechanism(
+        name="srformer-gated",
+        doc="Softmax over segment i(t) plus linear attention over the other segments, under one shared normaliser.",
+        citation="beyond the paper: the SRformer structure (Long, Chowdhury & Roy) with the memory read as linear "
+        "attention under a normaliser shared with the softmax; Katharopoulos et al. 2020 (elu+1); the hybrid "
+        "normalisers of Infini-attention (Munkhdalai et al. 2024) and Based (Arora et al. 2024)",
+        module="srformer.attention.srformer_gated.GatedCrossAttention",
+        state="srformer.attention.srformer_gated.GatedState",
+        lean_state=None,
+        settings="srformer.attention.srformer_gated.GatedSettings",
+        reference_path="srformer.attention.srformer_gated.gated_attention",
+        capabilities=Capabilities(
+            segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
+            has_softmax_part=True, recurrent_term=False, global_term=True,
+        ),
+        step_cost="O(s·d + D·d)",
+        build_cost="O(k·D·d + m·D·d) (phi(K_j)^T V_j per segment, prefix and suffix sums over the m segments)",
+        state_size="2·k·d + m·D·(d + 1) (keys, values, S - S_j and z - z_j per segment; D = d for elu, "
+        "1 + D' + D'² for taylor)",
+        # D' = 4: a projection onto part of the head (at the default D' >= d the Taylor kernel of small scores is
+        # within rounding-like distance of the softmax itself)
+        named_settings={"srformer-gated-taylor": {"feature_map": "taylor", "feature_dim": 4}},
+    ),
 )
 
 #: Variant name -> its :class:`Mechanism`, in the order the package lists them (read-only).
