@@ -69,7 +69,7 @@ def test_ties_go_to_the_earlier_position_whatever_the_padding():
     queries = torch.tensor([[[[1.0, 0.0]]]], dtype=torch.float64)
     state = module.init_state(keys, values, None)
     positions, mask = module.slots(queries, state)
-    assert positions.tolist() == [[[[3, 1, 2]]]] and mask.all()
+    assert positions.tolist() == [[[[1, 2, 3]]]] and mask.all()
     chosen = torch.tensor([1, 2, 3])
     expected = torch.softmax(keys[0, 0, chosen] @ queries[0, 0, 0], dim=0) @ values[0, 0, chosen]
     assert_exact(module(queries, state)[0][0, 0, 0], expected, "ties to the earlier positions")
@@ -78,7 +78,7 @@ def test_ties_go_to_the_earlier_position_whatever_the_padding():
     padded_values = torch.cat([torch.full((1, 1, 2, 2), 100.0, dtype=torch.float64), values], dim=2)
     valid = torch.tensor([[False, False, True, True, True, True, True]])
     padded = module.init_state(padded_keys, padded_values, valid)
-    assert module.slots(queries, padded)[0].tolist() == [[[[5, 3, 4]]]]
+    assert module.slots(queries, padded)[0].tolist() == [[[[3, 4, 5]]]]
     assert_exact(module(queries, padded)[0][0, 0, 0], expected, "left padding")
 
 

@@ -8,7 +8,7 @@ over all the input's keys; the attention over them is the model's own softmax:
     S_t = the K real encoder positions j with the largest Q_t . K_j
     O_t = sum_{j in S_t} softmax_j(scale * Q_t . K_j | j in S_t) V_j
 
-Here the retrieval is exact: every real key is scored and the top ``K`` are taken (a stable sort of the scores);
+Here the retrieval is exact: every real key is scored and the top ``K`` are taken (``torch.topk`` and the tie rule);
 an approximate index (Unlimiformer uses a Faiss index over the encoder's hidden states) is not implemented.
 
 * **Ties**: the order is score descending, then encoder position ascending, a total order: among keys of equal
@@ -24,7 +24,7 @@ an approximate index (Unlimiformer uses a Faiss index over the encoder's hidden 
 * **Gradient**: the choice of keys is a hard top-k without gradient; the gradient flows through the softmax over
   the selected keys to the queries, those keys and their values.
 
-Costs per head: a decoder step scores every key and selects, ``O(k·d + k·log k)``, then the softmax over ``K``
+Costs per head: a decoder step scores every key and selects, ``O(k·d + k·log K)``, then the softmax over ``K``
 keys, ``O(K·d)``. The parallel (training) path scores all ``q x k`` pairs, ``O(q·k·d)`` like full attention, so it
 saves no training time; it then reads ``K`` keys per query. The state is the projected keys and values (``2·k·d``
 numbers, growing with the input; no lean layout: the keys must all be kept to be searched).
@@ -70,8 +70,11 @@ class KNNSettings(MechanismSettings):
         return self.top_keys if self.top_keys is not None else DEFAULT_TOP_KEYS
 
 
-def ranked_keys(scores: torch.Tensor, key_valid: torch.Tensor, width: int) -> torch.Tensor:
-    """The first ``width`` encoder positions in the order (real first, score descending, position ascending).
+def top_positions(scores: torch.Tensor, key_valid: torch.Tensor, width: int) -> torch.Tensor:
+    """The ``width`` encoder positions first in the order (real first, score descending, position ascending), in
+    ascending position order: one ``torch.topk`` for the ``width``-th score ``v``, every position scoring above
+    ``v``, and the earliest of those scoring exactly ``v`` up to ``width`` (``torch.topk`` alone leaves the choice
+    among equal scores unspecified). ``O(k·log width)`` per row.
 
     Args:
         scores: (B, H, q, k) selection scores ``Q_t . K_j``, in float32 or wider.
@@ -79,13 +82,17 @@ def ranked_keys(scores: torch.Tensor, key_valid: torch.Tensor, width: int) -> to
         width: how many positions to return, ``<= k``.
 
     Returns:
-        (B, H, q, width) long in ``[0, k)``; the first ``min(width, n)`` are real keys of the example.
+        (B, H, q, width) long in ``[0, k)``, ascending; for an example with ``n`` real keys, ``min(width, n)`` of
+        them are real.
     """
     lowest = torch.finfo(scores.dtype).min
     scores = torch.nan_to_num(scores, nan=lowest, posinf=torch.finfo(scores.dtype).max, neginf=lowest)
-    scores = scores.masked_fill(~key_valid[:, None, None, :], float("-inf"))
-    # a stable sort keeps the encoder order among equal scores: ties go to the earlier position
-    return torch.sort(scores, dim=-1, descending=True, stable=True).indices[..., :width]
+    scores = scores.masked_fill(~key_valid[:, None, None, :], float("-inf"))  # below every real key
+    cut = torch.topk(scores, width, dim=-1).values[..., -1:]
+    above, at = scores > cut, scores == cut
+    chosen = above | (at & (at.cumsum(-1) <= width - above.sum(-1, keepdim=True)))  # exactly width per row
+    index = torch.arange(scores.shape[-1], device=scores.device).expand(scores.shape)
+    return torch.topk(index.masked_fill(~chosen, scores.shape[-1]), width, dim=-1, largest=False).values
 
 
 class KNNCrossAttention(ContentSparseCrossAttention):
@@ -129,16 +136,18 @@ class KNNCrossAttention(ContentSparseCrossAttention):
             state: a :class:`~srformer.attention.content.ContentState`.
 
         Returns:
-            ``(positions, mask)``: (B, H, q, min(K, k)); the mask keeps the first ``min(K, n)`` places.
+            ``(positions, mask)``: (B, H, q, min(K, k)), positions ascending; the mask keeps the ``min(K, n)`` real
+            ones.
         """
         content = self._state(state)
         width = min(self.top_keys, content.keys.shape[2])
         with torch.no_grad(), torch.autocast(device_type=queries.device.type, enabled=False):
             wide = accumulation_dtype(torch.promote_types(queries.dtype, content.keys.dtype))
             scores = torch.matmul(queries.detach().to(wide), content.keys.detach().to(wide).transpose(-1, -2))
-            positions = ranked_keys(scores, content.key_valid, width)
-        mask = torch.arange(width, device=positions.device) < content.lengths.clamp_max(width).view(-1, 1, 1, 1)
-        return positions, mask.expand(positions.shape)
+            positions = top_positions(scores, content.key_valid, width)
+        batch, heads, length, _ = positions.shape
+        valid = content.key_valid[:, None, None, :].expand(batch, heads, length, -1)
+        return positions, valid.gather(-1, positions)
 
 
 def knn_attention(

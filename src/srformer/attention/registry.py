@@ -598,7 +598,7 @@ _ENTRIES: tuple[Mechanism, ...] = (
             segment_free=True, lean_layout=False, state_grows_with_input=True, training_time_saving=False,
             has_softmax_part=True, recurrent_term=False, global_term=False,
         ),
-        step_cost="O(k·d + k·log k + K·d) (score every key, sort the scores, softmax over the top K = top_keys)",
+        step_cost="O(k·d + k·log K + K·d) (score every key, select the top K = top_keys, softmax over them)",
         build_cost="none (keys/values projected once)",
         state_size="2·k·d (keys and values)",
         named_settings={"knn-4": {"top_keys": 4}},
