@@ -19,7 +19,8 @@ an approximate index (Unlimiformer uses a Faiss index over the encoder's hidden 
   or right padding give the same output; the tie rule compares positions among the real keys, whose order does
   not depend on the padding).
 * **Clamp**: when ``K >= n`` (the example's real keys) a query reads all ``n`` keys: full attention. A step
-  holds ``min(K, k)`` slots for the padded encoder length ``k``; the slots past ``n`` are masked.
+  holds ``min(K, k)`` slots for the padded encoder length ``k`` (a shape, never the data); when ``n < K`` the
+  slots that hold padded positions are masked.
 * **Empty memory**: an example without real keys has output 0, as in every mechanism.
 * **Gradient**: the choice of keys is a hard top-k without gradient; the gradient flows through the softmax over
   the selected keys to the queries, those keys and their values.
