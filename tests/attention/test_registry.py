@@ -94,7 +94,8 @@ def test_references_reject_another_variants_settings(name):
 
 def test_derived_tuples_follow_the_capabilities():
     assert SEGMENT_FREE_VARIANTS == with_capability("segment_free") == (
-        "full", "linear", "fastformer", "reformer", "routing", "linformer", "performer", "compressed", "inducing"
+        "full", "linear", "fastformer", "reformer", "routing", "linformer", "performer", "compressed", "inducing",
+        "knn",
     )
     assert LEAN_VARIANTS == with_capability("lean_layout") == (
         "segmented", "srformer", "linear", "fastformer", "linformer", "performer", "inducing"

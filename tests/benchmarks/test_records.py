@@ -118,4 +118,4 @@ def test_bench_variants_are_derived_from_the_registry():
     assert BENCH_VARIANTS == ("full-sdpa", "full-eager", "segmented", "segmented-lean", "srformer", "srformer-lean",
                               "xl", "longt5", "linear", "window", "strided", "star", "fastformer", "reformer",
                               "routing", "bigbird", "compressive", "adaptive", "bp", "linformer", "performer",
-                              "compressed", "inducing", "block-topk", "srformer-gated")
+                              "compressed", "inducing", "block-topk", "srformer-gated", "knn")

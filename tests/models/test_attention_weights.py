@@ -29,12 +29,14 @@ SETTINGS = dict(segment_size=4, target_length=12)
 LENGTHS = (24, 17, 9, 0)  # 6, 5, 3 segments and an empty row
 DECODER_LENGTH = 14  # > target_length: the last positions use the schedule's final column
 NAMES = [name for name in NAMED_SETTINGS if name != "full"]  # every variant and ablation
-# content-based variants (reformer, routing): their weights are checked against their reference in test_content.py
+# content-based variants (reformer, routing, knn): their weights are checked against their reference in test_content.py
+# and test_knn.py
 #: Variants whose weights are not a softmax over scheduled encoder positions (reference_weights does not cover them;
 #: the summaries are checked against their own definitions in tests/attention/test_summary.py).
 SUMMARY_NAMES = ("linformer", "performer", "compressed", "inducing")
 SOFTMAX_NAMES = [
-    name for name in NAMES if name not in ("linear", "fastformer", "ablation-I", "reformer", "routing", *SUMMARY_NAMES)
+    name for name in NAMES
+    if name not in ("linear", "fastformer", "ablation-I", "reformer", "routing", "knn", "knn-4", *SUMMARY_NAMES)
 ]
 #: Weights ``A = P F`` with a learned real ``F`` (``linformer``): signed, rows need not sum to 1 (documented).
 SIGNED_NAMES = ("linformer",)

@@ -39,6 +39,9 @@ def test_parallel_equals_incremental_and_padding_does_not_matter(family, name):
 #: Named settings that change only the backward pass (a surrogate derivative) and the setting whose forward
 #: values they share.
 FORWARD_EQUAL = {"srformer-surrogate": "srformer"}
+#: Named settings that read every real key of these inputs (at most 24 tokens), so full attention by definition:
+#: ``knn`` at its default 32 top keys (``top_keys >= n``); ``knn-4`` is the guard against a fallback there.
+FULL_AT_THESE_LENGTHS = ("knn",)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -58,6 +61,8 @@ def test_each_variant_computes_something_different(family, name):
     for other, reference in logits.items():
         if other == FORWARD_EQUAL.get(name):  # a backward-only setting: the same forward values, bit for bit
             assert torch.equal(mine, reference), other
+        elif other == "full" and name in FULL_AT_THESE_LENGTHS:
+            assert_exact(mine, reference, "every key read: full attention")
         elif other != name:
             assert (mine - reference).abs().max().item() > 1e-6, other
 

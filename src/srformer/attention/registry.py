@@ -623,6 +623,27 @@ _ENTRIES: tuple[Mechanism, ...] = (
         # within rounding-like distance of the softmax itself)
         named_settings={"srformer-gated-taylor": {"feature_map": "taylor", "feature_dim": 4}},
     ),
+    Mechanism(
+        name="knn",
+        doc="Unlimiformer top-k attention: each query and head takes the softmax over the K = top_keys real keys "
+        "with the largest Q·K (exact search; ties to the earlier position; all keys when K >= n).",
+        citation="Bertsch, Alon, Neubig & Gormley 2023, Unlimiformer: Long-Range Transformers with Unlimited Length "
+        "Input, Sec. 2 (every cross-attention head attends its top-k keys over all the input; exact top-k here, "
+        "not an approximate nearest-neighbour index)",
+        module="srformer.attention.knn.KNNCrossAttention",
+        state="srformer.attention.content.ContentState",
+        lean_state=None,
+        settings="srformer.attention.knn.KNNSettings",
+        reference_path="srformer.attention.knn.knn_attention",
+        capabilities=Capabilities(
+            segment_free=True, lean_layout=False, state_grows_with_input=True, training_time_saving=False,
+            has_softmax_part=True, recurrent_term=False, global_term=False,
+        ),
+        step_cost="O(k·d + k·log K + K·d) (score every key, select the top K = top_keys, softmax over them)",
+        build_cost="none (keys/values projected once)",
+        state_size="2·k·d (keys and values)",
+        named_settings={"knn-4": {"top_keys": 4}},
+    ),
 )
 
 #: Variant name -> its :class:`Mechanism`, in the order the package lists them (read-only).
