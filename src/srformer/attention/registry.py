@@ -7,30 +7,10 @@ registry: :mod:`srformer.config` (``VARIANTS``, ``ABLATIONS``, ``SEGMENT_FREE_VA
 (asked by ``convert``, the evaluation and the training pipeline), ``srformer compare``, ``srformer probe`` and
 ``srformer bench`` (its variant list and Table 1 rows).
 
-Each mechanism is one module file with its own typed state (``docs/design.md``, "Architecture"):
-
-* ``segmented`` -- :mod:`srformer.attention.segmented` (``SegmentedCrossAttention``, ``SegmentState``,
-  ``LeanSegmentState``), the base of the segment-based mechanisms;
-* ``srformer`` and its ablations -- :mod:`srformer.attention.srformer` (``SRformerCrossAttention``,
-  ``SRformerState``, ``LeanSRformerState``);
-* ``xl`` -- :mod:`srformer.attention.xl`; ``longt5`` -- :mod:`srformer.attention.longt5` (``LongT5State``);
-* ``linear`` -- :mod:`srformer.attention.linear` (``LinearState``);
-* ``window`` -- :mod:`srformer.attention.window` (``SegmentState``);
-* ``strided`` -- :mod:`srformer.attention.strided` (``StridedState``);
-* ``star`` -- :mod:`srformer.attention.star` (``StarState``);
-* ``fastformer`` -- :mod:`srformer.attention.fastformer` (``FastformerState``);
-* ``reformer`` -- :mod:`srformer.attention.reformer` (``LSHState``, extending ``ContentState`` of
-  :mod:`srformer.attention.content`);
-* ``routing`` -- :mod:`srformer.attention.routing` (``RoutingState``, extending ``ContentState``);
-* ``bigbird`` -- :mod:`srformer.attention.bigbird` (``BigBirdState``);
-* ``compressive`` -- :mod:`srformer.attention.compressive` (``CompressiveState``);
-* ``adaptive`` -- :mod:`srformer.attention.adaptive` (``SegmentState``);
-* ``bp`` -- :mod:`srformer.attention.bp` (``BPState``);
-* ``linformer`` -- :mod:`srformer.attention.linformer` (``SummaryState`` of :mod:`srformer.attention.summary`);
-* ``performer`` -- :mod:`srformer.attention.performer` (``PerformerState``);
-* ``compressed`` -- :mod:`srformer.attention.compressed` (``CompressedState``);
-* ``inducing`` -- :mod:`srformer.attention.inducing` (``SummaryState``);
-* ``full`` keeps the wrapped model's own attention (no module, no state of its own).
+Each mechanism is one module file with its own typed state (``docs/design.md``, "Architecture"), named by its
+entry below (``module``, ``state``, ``lean_state``, ``settings``, ``reference_path``); ``full`` keeps the wrapped
+model's own attention (no module, no state of its own). ``docs/mechanisms.md`` lists them with their sources and
+costs.
 
 Adding a mechanism (``docs/adding-a-mechanism.md``, with a complete example) is one new file in
 ``srformer/attention/`` and one :class:`Mechanism` entry below. The file holds:

@@ -46,6 +46,11 @@ encoder positions per query and head. An SRformer layer's output is not one such
   ``phi(Q_t) . phi(K_j) / (phi(Q_t) . sum_l phi(K_l) + eps)``, for which ``O = A V`` exactly; they are
   non-negative and sum to ``S / (S + eps)`` with ``S = phi(Q_t) . sum_l phi(K_l)`` (1 up to ``eps / S``).
 
+* A module that defines ``attention_weights`` gives its own: ``block-topk`` (the softmax over its segment and
+  the top-r segments it selected for that query and head, ``O = A V`` exactly), ``knn`` (the softmax over the
+  top-k keys, as ``reformer`` and ``routing``), ``srformer-gated`` (its output is ``g A V`` plus the normalised
+  memory: ``A`` is the softmax over the scheduled segment, ``g`` the share of the shared normaliser it holds).
+
 Every variant: zeros at padded positions and outside the attended keys; an example with no real encoder
 token (an empty memory, output 0) gets all-zero rows.
 
