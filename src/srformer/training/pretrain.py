@@ -24,21 +24,21 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import torch
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-matplotlib.use("Agg")
+from srformer.data.objectives import sentinel_tokens
+from srformer.data.tokenizer import train_unigram_tokenizer
+from srformer.models.factory import NAMED_CONFIGS, load_model
+from srformer.training.checkpoint import TRAINER_STATE_NAME, find_checkpoint
+from srformer.training.distributed import process_state
+from srformer.training.loop import refuse_to_overwrite, train
+from srformer.training.pretrain_data import PretrainExamples, PretrainRecipe
+from srformer.training.pretrain_eval import CopyAccuracyCallback
+from srformer.training.settings import TrainingSettings
+
+matplotlib.use("Agg")  # PNGs without a display
 import matplotlib.pyplot as plt  # noqa: E402
-import torch  # noqa: E402
-from transformers import AutoTokenizer, PreTrainedTokenizerBase  # noqa: E402
-
-from srformer.data.objectives import sentinel_tokens  # noqa: E402
-from srformer.data.tokenizer import train_unigram_tokenizer  # noqa: E402
-from srformer.models.factory import NAMED_CONFIGS, load_model  # noqa: E402
-from srformer.training.checkpoint import TRAINER_STATE_NAME, find_checkpoint  # noqa: E402
-from srformer.training.distributed import process_state  # noqa: E402
-from srformer.training.loop import refuse_to_overwrite, train  # noqa: E402
-from srformer.training.pretrain_data import PretrainExamples, PretrainRecipe  # noqa: E402
-from srformer.training.pretrain_eval import CopyAccuracyCallback  # noqa: E402
-from srformer.training.settings import TrainingSettings  # noqa: E402
 
 __all__ = ["LOG_NAME", "PLOT_NAME", "RECIPE_NAME", "PretrainResult", "pretrain"]
 
