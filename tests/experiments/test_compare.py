@@ -51,11 +51,13 @@ def test_tiny_grid_writes_tables_plots_and_json_and_skips_finished_cells(tmp_pat
     }
     assert all(g["rouge1"]["num_seeds"] == 2 and g["seeds"] == [0, 1] for g in groups.values())
     paired = {(p["other"], p["segment_size"]) for p in results["paired"]}
-    assert paired == {("full", 8), ("full", 32), ("xl", 8), ("xl", 32), ("ablation-II", 32)}
+    assert paired == {("full", 8), ("full", 32), ("xl", 8), ("xl", 32), ("ablation-II", 32), ("lead-3", 8),
+                      ("lead-3", 32)}
+    assert results["lead3"]["num_documents"] == 5
     table = (out / "results.md").read_text()
     for heading in (
         "Table 2 shape", "Figure 4 shape", "Table 3 shape", "(II) no norm(K)", "**Segment size 8**", " / 5 |",
-        "Do the models read their input?",
+        "Do the models read their input?", "## Against lead-3", "| lead-3 (first three sentences) |",
     ):
         assert heading in table
     assert (out / "figure4.png").stat().st_size > 5000 and (out / "table3.png").stat().st_size > 5000

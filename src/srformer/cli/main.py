@@ -1,4 +1,4 @@
-"""``srformer`` command line: train, evaluate, summarize, the ACLSum main job, compare, bench, probe, split
+"""``srformer`` command line: train, evaluate, summarize, the ACLSum main job, compare, bench, probe, pick, split
 and pretrain."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from srformer.cli import (
     bench_command,
     compare_command,
     evaluate_command,
+    pick_command,
     pretrain_command,
     probe_command,
     split_command,
@@ -20,7 +21,7 @@ from srformer.cli import (
 
 COMMANDS = (
     train_command, evaluate_command, summarize_command, aclsum_command, compare_command, bench_command, probe_command,
-    split_command, pretrain_command,
+    pick_command, split_command, pretrain_command,
 )
 
 

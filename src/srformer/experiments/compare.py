@@ -15,6 +15,8 @@ Protocol (the paper converts a pretrained full-attention model and fine-tunes it
    paper's pretrained checkpoint is.
 3. Every cell generates summaries for the test pairs, which are scored with ROUGE (rouge-score).
    Ablations run at one segment size (the paper: 64) next to ``srformer`` at that size.
+4. A lead-3 baseline row: the first three sentences of each test document as its summary, scored and
+   compared (paired, per document) with ``srformer`` like any cell. It needs no model.
 
 Outputs in ``output_dir``: ``results.json`` (settings, every cell with its per-document scores,
 the seed spread per setting, paired comparisons against ``srformer``), ``results.md`` (tables in
@@ -38,7 +40,7 @@ from tqdm.auto import tqdm
 
 from srformer.config import NAMED_SETTINGS, SEGMENT_FREE, VARIANTS, check_variant_settings, named_config
 from srformer.data.pairs import SummaryPair
-from srformer.evaluation.reading import reading_check
+from srformer.evaluation.reading import lead_sentences, reading_check
 from srformer.evaluation.report import write_metrics_json
 from srformer.evaluation.rouge import ROUGE_KEYS, RougeResult, score_summaries
 from srformer.experiments.compare_report import write_report
@@ -231,7 +233,7 @@ def run_compare(
         overall.update(1)
     overall.close()
 
-    payload = summarize(results, settings)
+    payload = summarize(results, settings, lead=lead_baseline(test_pairs))
     write_metrics_json(output / "results.json", payload)
     write_report(payload, output)
     return payload
@@ -331,14 +333,44 @@ def _mean_reading(members: Sequence[CellResult]) -> dict | None:
     return mean
 
 
-def summarize(results: Sequence[CellResult], settings: CompareSettings) -> dict:
+LEAD = "lead-3"
+"""Name of the baseline row whose summary of a document is its first three sentences."""
+
+
+def lead_baseline(test_pairs: Sequence[SummaryPair]) -> dict[str, list[float]]:
+    """Per-document ROUGE F1 (x 100, keys :data:`~srformer.evaluation.rouge.ROUGE_KEYS`) of the lead-3 baseline:
+    each document's first three sentences (:func:`~srformer.evaluation.reading.lead_sentences`, from the whole
+    document, not the model's truncated source) scored against its reference summary, in ``test_pairs`` order.
+
+    Raises:
+        ValueError: if ``test_pairs`` is empty.
+    """
+    if not test_pairs:
+        raise ValueError("lead_baseline needs at least one test pair.")
+    predictions = [lead_sentences(pair.document) for pair in test_pairs]
+    return score_summaries(predictions, [pair.summary for pair in test_pairs]).per_document
+
+
+def summarize(
+    results: Sequence[CellResult], settings: CompareSettings, lead: dict[str, list[float]] | None = None
+) -> dict:
     """Aggregate finished cells: seed spread per (name, segment size), a pooled bootstrap interval
     over documents (per-document F1 averaged over seeds, rouge-score's BootstrapAggregator), and
     paired per-document comparisons of ``srformer`` with every other setting at the same segment
     size (segment-free settings are compared at every segment size).
 
+    Args:
+        results: the finished cells.
+        settings: the grid.
+        lead: per-document scores of the lead-3 baseline (:func:`lead_baseline`) on the same test documents, or
+            None for no baseline row. With it, ``lead3`` holds its means and interval, and ``paired`` compares
+            ``srformer`` with it at every segment size (``"other": "lead-3"``).
+
     Returns:
-        ``{"settings", "cells", "groups", "paired"}`` (JSON-ready).
+        ``{"settings", "cells", "groups", "paired", "lead3"}`` (JSON-ready; ``lead3`` is None without ``lead``).
+
+    Raises:
+        ValueError: if ``lead`` scores another number of documents than the cells.
     """
     by_group: dict[tuple[str, int | None], list[CellResult]] = {}
     for result in results:
@@ -365,6 +397,20 @@ def summarize(results: Sequence[CellResult], settings: CompareSettings) -> dict:
             "num_documents": len(documents["rouge1"]),
         })
 
+    lead3 = None
+    if lead is not None:
+        counts = {len(r.per_document["rouge1"]) for r in results}
+        if counts and counts != {len(lead["rouge1"])}:
+            raise ValueError(f"`lead` scores {len(lead['rouge1'])} documents but the cells score {sorted(counts)}: "
+                             "give the lead-3 scores of the same test pairs.")
+        interval = RougeResult(lead).bootstrap()
+        lead3 = {
+            "name": LEAD,
+            **{key: float(np.mean(lead[key])) for key in ROUGE_KEYS},
+            "rouge_ci": {key: [interval[key][0], interval[key][2]] for key in ROUGE_KEYS},
+            "num_documents": len(lead["rouge1"]),
+        }
+
     paired = []
     sizes = sorted({size for _, size in by_group if size is not None})
     for size in sizes:
@@ -372,6 +418,12 @@ def summarize(results: Sequence[CellResult], settings: CompareSettings) -> dict:
         if reference is None:
             continue
         reference_docs = pooled(reference)
+        if lead is not None:
+            paired.append({
+                "reference": REFERENCE, "other": LEAD, "segment_size": size,
+                **{key: paired_difference(reference_docs[key], lead[key]).to_dict()
+                   for key in ("rouge1", "rouge2", "rougeL")},
+            })
         for (name, other_size), members in by_group.items():
             if name == REFERENCE or other_size not in (size, None):
                 continue
@@ -390,4 +442,5 @@ def summarize(results: Sequence[CellResult], settings: CompareSettings) -> dict:
         "cells": [r.to_dict() for r in results],
         "groups": groups,
         "paired": paired,
+        "lead3": lead3,
     }

@@ -73,9 +73,54 @@ def _delta(payload: dict, name: str, size: int) -> tuple[str, str]:
     return difference, f"{100 * r1['a_wins']:.0f}% / {100 * r1['b_wins']:.0f}%"
 
 
+def _delta_other(payload: dict, name: str, size: int, key: str) -> str:
+    """``srformer - name`` in ROUGE ``key`` with its paired 95% interval (* when it excludes zero), or "-"."""
+    row = _paired(payload, name, size)
+    if row is None or key not in row:
+        return "-"
+    value = row[key]
+    return f"{value['mean']:+.2f} ({_interval(value['low'], value['high'])}){' *' if value['significant'] else ''}"
+
+
+def _lead3_row(payload: dict, size: int) -> dict | None:
+    """The lead-3 baseline's row of a :func:`table2` block (no model: its first three sentences), or None for a
+    payload without it."""
+    lead = payload.get("lead3")
+    if not lead:
+        return None
+    delta, wins = _delta(payload, lead["name"], size)
+    return {
+        "variant": "lead-3 (first three sentences)",
+        "ROUGE-1": f"{lead['rouge1']:.2f}",
+        "ROUGE-1 95% CI": _interval(*lead["rouge_ci"]["rouge1"]),
+        "ROUGE-2": f"{lead['rouge2']:.2f}",
+        "ROUGE-L": f"{lead['rougeL']:.2f}",
+        "ROUGE-Lsum": f"{lead['rougeLsum']:.2f}",
+        "srformer − this, ROUGE-1 (95% CI)": delta,
+        "srformer − this, ROUGE-2": _delta_other(payload, lead["name"], size, "rouge2"),
+        "srformer − this, ROUGE-L": _delta_other(payload, lead["name"], size, "rougeL"),
+        "docs srformer better / worse": wins,
+        "distinct outputs": "-", "copied 3-grams": "100%", "lead-3 ROUGE-1": "100.00", "decode s": 0.0,
+    }
+
+
+def lead3_line(payload: dict) -> str:
+    """One sentence: the best cell's ROUGE-1 beside the lead-3 baseline's, or "" without the baseline."""
+    lead = payload.get("lead3")
+    if not lead or not payload["groups"]:
+        return ""
+    best = max(payload["groups"], key=lambda g: g["rouge1"]["mean"])
+    size = "" if best["segment_size"] is None else f" at s = {best['segment_size']}"
+    verdict = "beats" if best["rouge1"]["mean"] > lead["rouge1"] else "does not beat"
+    return (f"Best cell: {setting_label(best['name'], best.get('settings'))}{size}, ROUGE-1 "
+            f"{best['rouge1']['mean']:.2f} (95% CI {_interval(*best['rouge_ci']['rouge1'])}); lead-3: "
+            f"{lead['rouge1']:.2f} ({_interval(*lead['rouge_ci']['rouge1'])}). The best cell {verdict} lead-3.")
+
+
 def table2(payload: dict) -> str:
     """One block per segment size: every variant (not the ablations) with ROUGE mean ± std over
-    seeds, the pooled 95% interval of ROUGE-1, and the paired ROUGE-1 difference to ``srformer``."""
+    seeds, the pooled 95% interval of ROUGE-1, the paired ROUGE-1/2/L differences to ``srformer``, and the
+    lead-3 baseline's row when the payload has it."""
     settings = payload["settings"]
     groups = payload["groups"]
     blocks = []
@@ -93,12 +138,17 @@ def table2(payload: dict) -> str:
                 "ROUGE-L": _spread(group, "rougeL"),
                 "ROUGE-Lsum": _spread(group, "rougeLsum"),
                 "srformer − this, ROUGE-1 (95% CI)": delta,
+                "srformer − this, ROUGE-2": _delta_other(payload, group["name"], size, "rouge2"),
+                "srformer − this, ROUGE-L": _delta_other(payload, group["name"], size, "rougeL"),
                 "docs srformer better / worse": wins,
                 "distinct outputs": _distinct(group),
                 "copied 3-grams": _copy_rate(group),
                 "lead-3 ROUGE-1": _lead3(group),
                 "decode s": group["decode_seconds"],
             })
+        lead_row = _lead3_row(payload, size)
+        if rows and lead_row is not None:
+            rows.append(lead_row)
         if rows:
             blocks.append(f"**Segment size {size}**\n\n" + format_table(rows, list(rows[0])))
     return "\n\n".join(blocks)
@@ -186,6 +236,8 @@ def plot_figure4(payload: dict, path: Path) -> Path:
         if points:
             xs, means, stds = zip(*points, strict=True)
             ax.errorbar(xs, means, yerr=stds, marker="o", capsize=3, color=color, label=label)
+    if payload.get("lead3"):
+        ax.axhline(payload["lead3"]["rouge1"], color="black", linestyle=":", label="lead-3 (no model)")
     ax.set_xscale("log", base=2)
     ax.set_xticks(sizes, [str(s) for s in sizes])
     ax.set_xlabel("segment size s (tokens)")
@@ -240,9 +292,11 @@ def write_report(payload: dict, output: Path) -> None:
         "different summaries written for the test documents (mean over seeds): a model that ignores its input "
         "writes one summary for all of them. \"Copied 3-grams\" is the share of the summaries' word 3-grams found in "
         "their own document, \"lead-3 ROUGE-1\" the summaries' ROUGE-1 against their document's first three "
-        "sentences (both mean over seeds; - for cells recorded without predictions to check).\n"
+        "sentences (both mean over seeds; - for cells recorded without predictions to check). The lead-3 row "
+        "is no model: each document's first three sentences as its summary.\n"
     )
     parts = [header, "## Do the models read their input?\n", input_check(payload),
+             *(["\n## Against lead-3\n", lead3_line(payload)] if payload.get("lead3") else []),
              "\n## Table 2 shape: variants per segment size\n", table2(payload),
              "\n## Figure 4 shape: ROUGE-1 by segment size\n", figure4_table(payload)]
     if settings["ablations"]:

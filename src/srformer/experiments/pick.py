@@ -1,0 +1,337 @@
+"""``srformer pick``: the table a user picks a cross attention from, quality next to cost.
+
+Quality comes from ``srformer probe`` runs (``results.json``; synthetic recall): for every named setting, the
+off-segment and on-segment token accuracy of each problem and protocol found, averaged over seeds, and the share
+of the segmented-to-full off-segment gap it recovers,
+
+    gap recovered = (off(setting) - off(segmented)) / (off(full) - off(segmented)),
+
+with ``full`` and ``segmented`` of the same problem, protocol, fine-tuning budget and seeds. Cost comes from one
+``srformer bench`` run (``bench.json``) at one shape (k, s, batch): one decoder layer's cross-attention step time
+and ``generate()`` time as ratios to full attention (``full-sdpa``), and the decode state per decoder layer (the
+cross-attention cache after ``generate()``, divided by the bench model's decoder layers). A named setting that
+runs its variant's module with the variant's own settings (the srformer ablations, ``srformer-two-sided``) costs
+what the variant costs, and the table says so; one that changes the settings (``knn-4``,
+``srformer-gated-taylor``) has no cost unless the bench measured it under its own name.
+
+The Pareto front of each quality column: the settings that no other setting beats on both off-segment accuracy
+(higher) and step time (lower). Outputs: ``pick.json``, ``pick.md`` and ``pick.png`` (one panel per ``convert``
+column: off-segment accuracy against the step-time ratio, the front marked).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from srformer.benchmarks.records import read_records_json  # noqa: E402
+from srformer.benchmarks.variants import t5_config  # noqa: E402
+from srformer.config import NAMED_SETTINGS, named_config  # noqa: E402
+from srformer.evaluation.report import format_table  # noqa: E402
+
+__all__ = ["CostColumns", "QualityColumn", "load_probe_records", "pareto_front", "pick_table", "write_pick"]
+
+FULL_BENCH_VARIANT = "full-sdpa"
+"""The bench variant every cost ratio is taken against: the unmodified model with PyTorch's SDPA."""
+
+
+@dataclass(frozen=True, order=True)
+class QualityColumn:
+    """One quality column: probe cells of one problem and protocol with one training budget.
+
+    Attributes:
+        length: document length k (tokens).
+        protocol: ``convert`` (the trained full model converted, then fine-tuned) or ``scratch``.
+        steps: optimizer steps of the cell's own training (the fine-tune of ``convert``).
+        task: probe task (``recall``, ...).
+        n: the task's size (queried facts of recall).
+        segment_sizes: the problem's segment sizes (tokens).
+        floor: the scratch curriculum's (or the ``convert`` base's) minimum segments per document.
+    """
+
+    length: int
+    protocol: str
+    steps: int
+    task: str
+    n: int
+    segment_sizes: tuple[int, ...]
+    floor: int
+
+    @property
+    def short(self) -> str:
+        """A short name: ``k128 convert+100``, ``k128 scratch 1000``."""
+        how = f"convert+{self.steps}" if self.protocol == "convert" else f"scratch {self.steps}"
+        return f"k{self.length} {how}" + (" no-floor" if self.floor < 2 else "")
+
+    @property
+    def label(self) -> str:
+        sizes = "/".join(str(s) for s in self.segment_sizes)
+        how = f"after conversion + {self.steps} steps" if self.protocol == "convert" else f"scratch, {self.steps} steps"
+        floor = ", no curriculum floor" if self.floor < 2 else ""
+        return f"k={self.length} (s={sizes}), {how}{floor}"
+
+
+@dataclass(frozen=True)
+class CostColumns:
+    """Where the cost columns were measured: ``srformer bench`` at ``encoder_length`` k (tokens),
+    ``segment_size`` s (tokens) and ``batch_size`` sequences, on ``device``, model shape ``shape``."""
+
+    encoder_length: int
+    segment_size: int
+    batch_size: int
+    device: str
+    shape: str = "t5-small"
+
+
+def _column(record: dict) -> QualityColumn:
+    budget = record["budget"]
+    train = budget["train"]
+    floor_source = budget.get("base", budget) if record["protocol"] == "convert" else budget
+    floor = floor_source["train"].get("min_curriculum_segments", 1)
+    return QualityColumn(int(record["length"]), record["protocol"], int(train["steps"]), record["task"],
+                         int(record["n"]), tuple(budget["segment_sizes"]), int(floor))
+
+
+def load_probe_records(paths: Iterable[str | Path]) -> list[dict]:
+    """Cell records of ``srformer probe`` runs: each path a ``results.json`` or a run directory holding one.
+    A cell found twice (same key and column) keeps the last path's record.
+
+    Raises:
+        FileNotFoundError: a path has no ``results.json``.
+        ValueError: a file is not a probe result (no ``records`` list).
+    """
+    found: dict[tuple, dict] = {}
+    for path in map(Path, paths):
+        file = path / "results.json" if path.is_dir() else path
+        if not file.is_file():
+            raise FileNotFoundError(f"{path}: no probe results.json there; give a `srformer probe --output` folder "
+                                    "or its results.json.")
+        payload = json.loads(file.read_text())
+        if not isinstance(payload, dict) or not isinstance(payload.get("records"), list):
+            raise ValueError(f"{file} is not a `srformer probe` results.json (it has no `records` list).")
+        for record in payload["records"]:
+            if not record.get("settings"):  # a named setting run with extra --setting values is another mechanism
+                found[(record["key"], _column(record))] = record
+    return list(found.values())
+
+
+def _quality(records: Sequence[dict]) -> dict[QualityColumn, dict[str, dict]]:
+    """Per column and named setting: mean off/on accuracy over seeds, with the seeds."""
+    cells: dict[QualityColumn, dict[str, dict[int, dict]]] = {}
+    for record in records:
+        metrics = record["metrics"]
+        cells.setdefault(_column(record), {}).setdefault(record["name"], {})[int(record["seed"])] = metrics
+    table: dict[QualityColumn, dict[str, dict]] = {}
+    for column, names in cells.items():
+        table[column] = {}
+        for name, by_seed in names.items():
+            seeds = sorted(by_seed)
+            table[column][name] = {
+                "seeds": seeds,
+                "off": sum(by_seed[s]["off_token_accuracy"] for s in seeds) / len(seeds),
+                "on": sum(by_seed[s]["on_token_accuracy"] for s in seeds) / len(seeds),
+                "off_by_seed": [by_seed[s]["off_token_accuracy"] for s in seeds],
+            }
+        full, segmented = table[column].get("full"), table[column].get("segmented")
+        for entry in table[column].values():
+            entry["gap_recovered"] = None
+            if full and segmented and full["seeds"] == segmented["seeds"] == entry["seeds"]:
+                gap = full["off"] - segmented["off"]
+                if gap > 0:
+                    entry["gap_recovered"] = (entry["off"] - segmented["off"]) / gap
+    return table
+
+
+def _bench_name(name: str) -> tuple[str, bool]:
+    """The bench variant whose cost a named setting has, and whether it is the setting itself (False: the same
+    module with the same settings under another name)."""
+    if name == "full":
+        return FULL_BENCH_VARIANT, True
+    config = named_config(name, segment_size=8, target_length=16)
+    plain = named_config(config.variant, segment_size=8, target_length=16)
+    if config.variant == name:
+        return name, True
+    return (config.variant, False) if config.settings == plain.settings else (name, True)
+
+
+def _costs(bench_records: Sequence, where: CostColumns) -> dict[str, dict[str, float]]:
+    """Per bench variant at ``where``: step ms, generate() tokens/s and cross-attention cache bytes."""
+    costs: dict[str, dict[str, float]] = {}
+    for record in bench_records:
+        if (record.encoder_length != where.encoder_length or record.batch_size != where.batch_size
+                or record.device != where.device or record.compiled):
+            continue
+        if record.segment_size not in (None, where.segment_size):
+            continue
+        costs.setdefault(record.variant, {})[record.metric] = float(record.value)
+    return costs
+
+
+def _cost_row(name: str, costs: dict[str, dict[str, float]], decoder_layers: int) -> dict:
+    variant, own = _bench_name(name)
+    full = costs.get(FULL_BENCH_VARIANT, {})
+    mine = costs.get(variant, {})
+    step = mine.get("cross_attention_step_time")
+    full_step = full.get("cross_attention_step_time")
+    throughput = mine.get("generate_throughput")
+    full_throughput = full.get("generate_throughput")
+    cache = mine.get("cross_attention_cache_bytes")
+    return {
+        "bench_variant": variant if mine else None,
+        "cost_from_variant": not own,
+        "step_ratio": step / full_step if step and full_step else None,
+        "generate_ratio": full_throughput / throughput if throughput and full_throughput else None,
+        "state_bytes_per_layer": cache / decoder_layers if cache is not None else None,
+    }
+
+
+def pareto_front(points: dict[str, tuple[float, float]]) -> list[str]:
+    """The names whose ``(cost, quality)`` no other point dominates (cost no higher and quality no lower, one of
+    them strictly), in ascending cost. Points with a NaN are left out."""
+    clean = {name: p for name, p in points.items() if not any(math.isnan(v) for v in p)}
+    front = [name for name, (cost, quality) in clean.items()
+             if not any((c <= cost and q >= quality) and (c < cost or q > quality) for c, q in clean.values())]
+    return sorted(front, key=lambda name: clean[name])
+
+
+def pick_table(probe_records: Sequence[dict], bench_json: str | Path, where: CostColumns) -> dict:
+    """Join probe quality and bench cost per named setting (rows in registry order).
+
+    Returns:
+        ``{"columns": [...], "cost": {...}, "rows": [...], "fronts": {column label: [names]}}``, JSON-ready; a
+        row holds ``name``, ``quality`` (per column label: off, on, seeds, gap_recovered; absent when not
+        measured) and the cost fields of :func:`_cost_row`.
+
+    Raises:
+        ValueError: no probe record, or the bench file has no ``full-sdpa`` record at ``where``.
+    """
+    if not probe_records:
+        raise ValueError("No probe cell records: give `srformer probe` results with at least one finished cell.")
+    quality = _quality(probe_records)
+    costs = _costs(read_records_json(bench_json), where)
+    if FULL_BENCH_VARIANT not in costs:
+        raise ValueError(f"{bench_json} has no {FULL_BENCH_VARIANT} record at k={where.encoder_length}, "
+                         f"batch {where.batch_size} on {where.device}: run `srformer bench` with full-sdpa at that "
+                         "shape, or give --encoder-length/--segment-size/--batch-size of the run.")
+    decoder_layers = t5_config(where.shape).num_decoder_layers or t5_config(where.shape).num_layers
+    columns = sorted(quality, key=lambda c: (c.protocol != "convert", c.length, c.steps, c.n, c.segment_sizes))
+    names = [name for name in NAMED_SETTINGS if any(name in quality[c] for c in columns)]
+    rows = []
+    for name in names:
+        row = {"name": name, "quality": {c.label: quality[c][name] for c in columns if name in quality[c]}}
+        rows.append(row | _cost_row(name, costs, decoder_layers))
+    fronts = {}
+    for column in columns:
+        points = {row["name"]: (row["step_ratio"], row["quality"][column.label]["off"]) for row in rows
+                  if column.label in row["quality"] and row["step_ratio"] is not None}
+        fronts[column.label] = pareto_front(points)
+    return {"columns": [asdict(c) | {"label": c.label, "short": c.short} for c in columns], "cost": asdict(where),
+            "rows": rows, "fronts": fronts}
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}"
+
+
+def _quality_cell(entry: dict | None) -> str:
+    if entry is None:
+        return "-"
+    gap = "" if entry["gap_recovered"] is None else f" ({entry['gap_recovered']:.2f})"
+    seeds = f" [{len(entry['seeds'])} seeds]" if len(entry["seeds"]) > 1 else ""
+    return f"{_percent(entry['off'])} / {_percent(entry['on'])}{gap}{seeds}"
+
+
+def _ratio(value: float | None, row: dict) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3f}" + (f" (as {row['bench_variant']})" if row["cost_from_variant"] else "")
+
+
+def _bytes(value: float | None) -> str:
+    return "-" if value is None else f"{value / 2**20:.2f}"
+
+
+def pick_markdown(payload: dict) -> str:
+    """The table of :func:`pick_table` in Markdown, with a legend."""
+    cost = payload["cost"]
+    labels = [c["label"] for c in payload["columns"]]
+    short = {c["label"]: c["short"] for c in payload["columns"]}
+    rows = []
+    for row in payload["rows"]:
+        fronts = [short[label] for label in labels if row["name"] in payload["fronts"].get(label, [])]
+        rows.append({
+            "mechanism": row["name"],
+            **{short[label]: _quality_cell(row["quality"].get(label)) for label in labels},
+            "step × full": _ratio(row["step_ratio"], row),
+            "generate() × full": _ratio(row["generate_ratio"], row),
+            "decode state per layer (MiB)": _bytes(row["state_bytes_per_layer"]),
+            "on the Pareto front of": ", ".join(fronts) or "-",
+        })
+    legend = (
+        "Quality cells: off-segment / on-segment token accuracy in % (synthetic recall, mean over seeds), the share "
+        "of the segmented-to-full off-segment gap recovered in brackets. Cost: one decoder layer's cross-attention "
+        f"step and generate() time as multiples of full attention's ({FULL_BENCH_VARIANT}), and the cross-attention "
+        f"cache after generate() per decoder layer, at k={cost['encoder_length']}, s={cost['segment_size']}, batch "
+        f"{cost['batch_size']}, {cost['shape']} shape, {cost['device']}; \"(as X)\" is X's measurement, the same "
+        "module with the same settings. Pareto front: no other mechanism is both more accurate off-segment and "
+        "faster per step in that column.\n\nColumns: "
+        + "; ".join(f"`{short[label]}`: {label}" for label in labels) + "."
+    )
+    return legend + "\n\n" + format_table(rows, list(rows[0])) + "\n"
+
+
+def plot_pick(payload: dict, path: Path) -> Path | None:
+    """One panel per ``convert`` column: off-segment accuracy (%) against the step-time ratio (log scale), every
+    mechanism labelled, the Pareto front joined by a line. A hollow marker: on-segment accuracy more than 1 point
+    below segmented's in that column (the mechanism no longer reads its own segment exactly). Returns None when no
+    row has both."""
+    columns = [c["label"] for c in payload["columns"] if c["protocol"] == "convert"]
+    columns = [label for label in columns if payload["fronts"].get(label)]
+    if not columns:
+        return None
+    fig, axes = plt.subplots(1, len(columns), figsize=(5.2 * len(columns), 4.4), squeeze=False)
+    for ax, label in zip(axes[0], columns, strict=True):
+        points = {row["name"]: (row["step_ratio"], 100 * row["quality"][label]["off"]) for row in payload["rows"]
+                  if label in row["quality"] and row["step_ratio"] is not None}
+        segmented = next((r["quality"][label]["on"] for r in payload["rows"]
+                          if r["name"] == "segmented" and label in r["quality"]), None)
+        for name, (x, y) in points.items():
+            color = "C3" if name in payload["fronts"][label] else "C0"
+            on = next(r["quality"][label]["on"] for r in payload["rows"] if r["name"] == name)
+            hollow = segmented is not None and on < segmented - 0.01
+            ax.scatter([x], [y], s=28, zorder=3, edgecolors=color, facecolors="none" if hollow else color)
+            ax.annotate(name, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        front = payload["fronts"][label]
+        ax.plot([points[n][0] for n in front], [points[n][1] for n in front], color="C3", linewidth=1,
+                label="Pareto front")
+        ax.set_xscale("log")
+        ax.set_xlabel("cross-attention step time / full attention's")
+        ax.set_ylabel("off-segment accuracy (%)")
+        ax.set_title(label + "\n(hollow: on-segment > 1 point below segmented's)", fontsize=8)
+        ax.legend(fontsize=7, loc="lower right")
+    cost = payload["cost"]
+    fig.suptitle(f"Which cross attention to pick (synthetic recall; cost at k={cost['encoder_length']}, "
+                 f"s={cost['segment_size']}, batch {cost['batch_size']}, {cost['device']})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write_pick(payload: dict, output: str | Path) -> Path:
+    """Write ``pick.json``, ``pick.md`` and (when a ``convert`` column has a front) ``pick.png`` into ``output``
+    (created). Returns the folder."""
+    folder = Path(output)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "pick.json").write_text(json.dumps(payload, indent=2) + "\n")
+    (folder / "pick.md").write_text("# Which cross attention to pick\n\n" + pick_markdown(payload))
+    plot_pick(payload, folder / "pick.png")
+    return folder
