@@ -105,3 +105,20 @@ def test_quick_run_of_the_baselines_fills_their_columns(tmp_path):
     table = (tmp_path / "bench.md").read_text().split("## Cross-attention time per decoder step (ms)")[1].split("##")[0]
     data_rows = [line for line in table.splitlines() if line.startswith("| ") and line[2].isdigit()]
     assert data_rows and all(line.rstrip().endswith("x) |") for line in data_rows)  # the linear column is filled
+
+
+def test_generate_times_the_default_set_and_every_opt_in_variant():
+    from srformer.benchmarks.suite import DEFAULT_BENCH_VARIANTS, GENERATE_VARIANTS, generate_variants
+
+    assert generate_variants(DEFAULT_BENCH_VARIANTS) == tuple(v for v in DEFAULT_BENCH_VARIANTS
+                                                              if v in GENERATE_VARIANTS)
+    assert generate_variants(("knn", "segmented-lean", "full-sdpa", "block-topk")) == ("knn", "full-sdpa",
+                                                                                        "block-topk")
+
+
+def test_quick_generate_of_an_opt_in_mechanism_is_timed(tmp_path):
+    assert main(["bench", "--quick", "--output", str(tmp_path), "--no-progress", "--sections", "generate",
+                 "--variants", "full-sdpa", "knn"]) == 0
+    rows = json.loads((tmp_path / "bench.json").read_text())
+    assert {row["variant"] for row in rows if row["metric"] == "generate_throughput"} == {"full-sdpa", "knn"}
+    assert {row["variant"] for row in rows if row["metric"] == "cross_attention_cache_bytes"} == {"full-sdpa", "knn"}
