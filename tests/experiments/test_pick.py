@@ -87,7 +87,7 @@ def test_write_pick_writes_the_table_the_json_and_the_plot(tmp_path):
     payload = pick_table(load_probe_records([probe_file(tmp_path, PROBE)]), bench_file(tmp_path, BENCH), WHERE)
     folder = write_pick(payload, tmp_path / "out")
     table = (folder / "pick.md").read_text()
-    assert "| srformer | 40.0 / 90.0 (0.35) [2 seeds] | 0.100 | 0.333 | 0.25 |" in table
+    assert "| srformer | 40.0 / 90.0 (0.35) [2 seeds] | 0.100 | 0.333 | 0.25 | - |" in table
     assert "0.100 (as srformer)" in table and (folder / "pick.png").stat().st_size > 0
     assert json.loads((folder / "pick.json").read_text())["fronts"] == payload["fronts"]
 
@@ -140,3 +140,12 @@ def test_cli_writes_the_pick_folder(tmp_path, capsys):
     assert main(["pick", "--probe", str(folder), "--bench", str(bench), "--output", str(tmp_path / "o")]) == 0
     assert (tmp_path / "o" / "pick.md").is_file() and "mechanisms" in capsys.readouterr().out
     assert main(["pick", "--probe", str(tmp_path / "nope"), "--bench", str(bench), "--output", str(tmp_path)]) == 2
+
+
+def test_the_lean_layouts_state_is_its_own_column(tmp_path):
+    bench = bench_file(tmp_path, BENCH | {"srformer-lean": (2.0, 250.0, 6 * 2**16)})
+    payload = pick_table(load_probe_records([probe_file(tmp_path, PROBE)]), bench, WHERE)
+    rows = {row["name"]: row for row in payload["rows"]}
+    assert rows["srformer"]["lean_state_bytes_per_layer"] == pytest.approx(2**16)
+    assert rows["srformer"]["step_ratio"] == pytest.approx(0.1)  # the standard layout's step
+    assert rows["knn"]["lean_state_bytes_per_layer"] is None
