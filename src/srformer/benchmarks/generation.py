@@ -216,7 +216,8 @@ def measure_generation(
                 )
         if output.sequences.shape[1] != tokens + 1:
             raise RuntimeError(f"generate() made {output.sequences.shape[1] - 1} tokens instead of {tokens}.")
-        last_cache = output.past_key_values
+        # transformers 5.24 renamed the output's cache to `cache` (reading `past_key_values` there warns)
+        last_cache = output.cache if "cache" in output else output.past_key_values
         return seconds
 
     timing = repeat_samples(sample, repeats=repeats, warmup=warmup)
