@@ -113,7 +113,7 @@ def take_per_head(tensor: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
         flat = tensor.view(batch * segments, *tensor.shape[2:])
         return flat.index_select(0, rows.reshape(-1)).view(*blocks.shape, *tensor.shape[2:])
     head_index = torch.arange(heads, device=blocks.device)[None, :, None, None]
-    if not tensor.is_contiguous() or tensor.shape[2] != heads:
+    if not tensor.is_contiguous():
         return tensor[batch_index, blocks, head_index]
     flat = tensor.view(batch * segments * heads, *tensor.shape[3:])
     picked = flat.index_select(0, (rows * heads + head_index).reshape(-1))

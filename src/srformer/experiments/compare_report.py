@@ -68,9 +68,7 @@ def _delta(payload: dict, name: str, size: int) -> tuple[str, str]:
     if row is None:
         return "-", "-"
     r1 = row["rouge1"]
-    mark = " *" if r1["significant"] else ""
-    difference = f"{r1['mean']:+.2f} ({_interval(r1['low'], r1['high'])}){mark}"
-    return difference, f"{100 * r1['a_wins']:.0f}% / {100 * r1['b_wins']:.0f}%"
+    return _delta_other(payload, name, size, "rouge1"), f"{100 * r1['a_wins']:.0f}% / {100 * r1['b_wins']:.0f}%"
 
 
 def _delta_other(payload: dict, name: str, size: int, key: str) -> str:

@@ -156,9 +156,9 @@ def _bench_name(name: str) -> tuple[str, bool]:
     if name == "full":
         return FULL_BENCH_VARIANT, True
     config = named_config(name, segment_size=8, target_length=16)
-    plain = named_config(config.variant, segment_size=8, target_length=16)
     if config.variant == name:
         return name, True
+    plain = named_config(config.variant, segment_size=8, target_length=16)
     return (config.variant, False) if config.settings == plain.settings else (name, True)
 
 
@@ -223,7 +223,8 @@ def pick_table(probe_records: Sequence[dict], bench_json: str | Path, where: Cos
         raise ValueError(f"{bench_json} has no {FULL_BENCH_VARIANT} record at k={where.encoder_length}, "
                          f"batch {where.batch_size} on {where.device}: run `srformer bench` with full-sdpa at that "
                          "shape, or give --encoder-length/--segment-size/--batch-size of the run.")
-    decoder_layers = t5_config(where.shape).num_decoder_layers or t5_config(where.shape).num_layers
+    shape = t5_config(where.shape)
+    decoder_layers = shape.num_decoder_layers or shape.num_layers
     columns = sorted(quality, key=lambda c: (c.protocol != "convert", c.length, c.steps, c.n, c.segment_sizes))
     names = [name for name in NAMED_SETTINGS if any(name in quality[c] for c in columns)]
     rows = []
@@ -304,14 +305,13 @@ def plot_pick(payload: dict, path: Path) -> Path | None:
         return None
     fig, axes = plt.subplots(1, len(columns), figsize=(5.2 * len(columns), 4.4), squeeze=False)
     for ax, label in zip(axes[0], columns, strict=True):
-        points = {row["name"]: (row["step_ratio"], 100 * row["quality"][label]["off"]) for row in payload["rows"]
-                  if label in row["quality"] and row["step_ratio"] is not None}
-        segmented = next((r["quality"][label]["on"] for r in payload["rows"]
-                          if r["name"] == "segmented" and label in r["quality"]), None)
+        measured = {row["name"]: row["quality"][label] for row in payload["rows"] if label in row["quality"]}
+        points = {row["name"]: (row["step_ratio"], 100 * measured[row["name"]]["off"]) for row in payload["rows"]
+                  if row["name"] in measured and row["step_ratio"] is not None}
+        segmented = measured["segmented"]["on"] if "segmented" in measured else None
         for name, (x, y) in points.items():
             color = "C3" if name in payload["fronts"][label] else "C0"
-            on = next(r["quality"][label]["on"] for r in payload["rows"] if r["name"] == name)
-            hollow = segmented is not None and on < segmented - 0.01
+            hollow = segmented is not None and measured[name]["on"] < segmented - 0.01
             ax.scatter([x], [y], s=28, zorder=3, edgecolors=color, facecolors="none" if hollow else color)
             ax.annotate(name, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
         front = payload["fronts"][label]
