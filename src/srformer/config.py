@@ -37,8 +37,8 @@ from srformer.attention.settings import MechanismSettings
 #: ablations (``ablation-I`` ... ``ablation-IV``) and the learnable mix of Eq. 10 (``srformer-sigma``).
 __all__ = [
     "ABLATIONS", "LEAN_VARIANTS", "NAMED_SETTINGS", "SEGMENT_FREE", "SEGMENT_FREE_VARIANTS", "VARIANTS",
-    "NEURONS", "SRformerConfig", "check_variant_settings", "named_config", "setting_label",
-    "setting_types",
+    "NEURONS", "RUNTIME_OPTIONS", "SRformerConfig", "check_variant_settings", "check_window_settings",
+    "named_config", "setting_label", "setting_types",
 ]
 
 
@@ -52,6 +52,9 @@ class SRformerConfig:
             of segments of an example is ``m = ceil(k / s)`` where ``k`` is that example's real
             (unpadded) encoder length. A document shorter than ``s`` tokens is one segment, in
             which case ``segmented`` attention equals full attention.
+            ``"auto"``: ``s = ceil(k / target_length)`` for the longest real input ``k`` of each batch
+            (:meth:`for_input_length`), so an input of any length has at most ``target_length`` segments; examples
+            generated one at a time get their own ``s`` (``docs/long-inputs.md``).
         target_length: ``T``, the fixed decoder length (tokens) used by the segment schedule
             ``i(t) = min(floor(t * m / T), m - 1)`` (paper Sec. 3.1, Algorithm 1). The same value
             is used in training and in generation (see docs/design.md, "Segment schedule").
@@ -103,6 +106,15 @@ class SRformerConfig:
             layout exists for ``segmented``, ``srformer``, ``linear``, ``fastformer``, ``linformer``, ``performer`` and
             ``inducing`` (whose states are always O(heads * d^2), O(heads * d), O(heads * r * d), O(heads * m * d)
             and O(heads * I * d)); the others (``xl``, ``longt5``, ``window``, ...) reject it.
+        encoder_window: chunked encoding (SLED, Unlimiformer; beyond the paper): an input longer than this many
+            tokens is encoded in windows of this size and the windows' middle parts are joined
+            (:mod:`srformer.models.chunked_encoding`, ``docs/long-inputs.md``). None (default): the model's own input
+            limit (``max_position_embeddings`` for BART-style models, 512 for T5's relative positions). An input
+            that fits one window is encoded as before, unchanged. Applies to every variant, ``full`` included
+            (``full`` over chunked encodings is SLED).
+        window_overlap: share of a window shared with the next, in ``[0, 1)`` (default 0.5, SLED's).
+        window_batch_size: windows encoded per encoder call (default 8): more is faster, less needs less memory.
+            ``encoder_window``, ``window_overlap`` and ``window_batch_size`` are runtime options, like ``lean_cache``.
 
     Raises:
         ValueError: for an unknown ``variant`` or ``ablation``, a non-positive ``segment_size``,
@@ -115,7 +127,7 @@ class SRformerConfig:
     """
 
     variant: str = "srformer"
-    segment_size: int = 64
+    segment_size: int | str = 64
     target_length: int = 128
     raf_leak_init: float = 1.0
     raf_threshold_init: float = 0.1
@@ -130,6 +142,9 @@ class SRformerConfig:
     settings: MechanismSettings = MechanismSettings()
     strict_schedule: bool = False
     lean_cache: bool = False
+    encoder_window: int | None = None
+    window_overlap: float = 0.5
+    window_batch_size: int = 8
 
     def __init__(
         self,
@@ -149,7 +164,9 @@ class SRformerConfig:
             raise TypeError(f"SRformerConfig got an unexpected keyword argument {unknown[0]!r}.")
         self._check_shared()
         set_field(self, "settings", self._variant_settings(settings, keywords))
-        self.settings.validate(self)
+        # with segment_size="auto" the mechanism settings are checked here as for s = 2 tokens, and again for each
+        # input's own s when it is resolved (for_input_length)
+        self.settings.validate(self if self.segment_size != AUTO else replace(self, segment_size=2))
         # ``full`` has no module of its own, so the runtime option has nothing to act on there
         if self.lean_cache and self.variant not in LEAN_VARIANTS and REGISTRY[self.variant].module is not None:
             raise ValueError(
@@ -163,9 +180,12 @@ class SRformerConfig:
             raise ValueError(
                 f"Unknown SRformer variant {self.variant!r}: `variant` must be one of {', '.join(VARIANTS)}."
             )
-        if isinstance(self.segment_size, bool) or not isinstance(self.segment_size, int) or self.segment_size < 1:
+        if self.segment_size != AUTO and (
+            isinstance(self.segment_size, bool) or not isinstance(self.segment_size, int) or self.segment_size < 1
+        ):
             raise ValueError(
-                f"`segment_size` must be a positive integer number of encoder tokens, got {self.segment_size!r}."
+                f"`segment_size` must be a positive integer number of encoder tokens or {AUTO!r} (s follows the "
+                f"input: ceil(input_length / target_length)), got {self.segment_size!r}."
             )
         if isinstance(self.target_length, bool) or not isinstance(self.target_length, int) or self.target_length < 1:
             raise ValueError(
@@ -173,6 +193,9 @@ class SRformerConfig:
                 "use the length of your longest summaries (e.g. 128)."
             )
         self._check_raf()
+        check_window_settings(
+            self.encoder_window if self.encoder_window is not None else 1, self.window_overlap, self.window_batch_size
+        )
         if not self.norm_eps > 0:
             raise ValueError(f"`norm_eps` must be > 0, got {self.norm_eps!r}.")
         if self.kv_clamp is not None and not self.kv_clamp > 0:
@@ -273,12 +296,37 @@ class SRformerConfig:
             return None
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
+    def resolved_segment_size(self) -> int:
+        """``segment_size`` as the int the mechanisms compute with.
+
+        Raises:
+            ValueError: for ``segment_size="auto"`` not yet resolved for an input (:meth:`for_input_length`).
+        """
+        if not isinstance(self.segment_size, int):
+            raise ValueError(
+                "segment_size='auto' has no value until an input is seen: resolve it with "
+                "config.for_input_length(longest_input_tokens)."
+            )
+        return self.segment_size
+
+    def for_input_length(self, longest: int) -> SRformerConfig:
+        """This config with ``segment_size="auto"`` resolved for a batch whose longest real input has ``longest``
+        tokens: ``s = max(1, ceil(longest / target_length))``, so that the input has at most ``target_length``
+        segments and every segment is attended by the schedule (``docs/long-inputs.md``). Unchanged for an int
+        ``segment_size``.
+
+        Raises:
+            ValueError: if a mechanism setting that must be at least ``s`` (``window_size``) is smaller.
+        """
+        if self.segment_size != AUTO:
+            return self
+        return replace(self, segment_size=max(1, -(-max(0, longest) // self.target_length)))
+
     def same_model(self, other: SRformerConfig) -> bool:
-        """True if ``other`` describes the same model, ignoring the runtime options
-        ``strict_schedule`` and ``lean_cache``."""
-        return replace(self, strict_schedule=False, lean_cache=False) == replace(
-            other, strict_schedule=False, lean_cache=False
-        )
+        """True if ``other`` describes the same model, ignoring the :data:`RUNTIME_OPTIONS` (``strict_schedule``,
+        ``lean_cache`` and chunked encoding's settings)."""
+        neutral = {name: _SHARED_DEFAULTS[name] for name in RUNTIME_OPTIONS}
+        return replace(self, **neutral) == replace(other, **neutral)
 
     def to_dict(self) -> dict:
         """Plain-JSON form, stored as ``model.config.srformer``: the shared fields and ``"settings"``, the
@@ -299,6 +347,32 @@ class SRformerConfig:
         if unknown:
             raise ValueError(f"Unknown SRformer settings {unknown}; known settings are {sorted(known)}.")
         return cls(**data)
+
+
+#: ``segment_size="auto"``: the segment size follows the input (:meth:`SRformerConfig.for_input_length`).
+AUTO = "auto"
+
+#: The settings that change how a model runs, not what it is: they may differ between a checkpoint and its loading,
+#: and change after conversion (:func:`srformer.set_runtime_options`).
+RUNTIME_OPTIONS = ("strict_schedule", "lean_cache", "encoder_window", "window_overlap", "window_batch_size")
+
+
+def check_window_settings(window: int, overlap: float, batch_size: int) -> None:
+    """Check chunked encoding's settings (:class:`SRformerConfig`'s ``encoder_window``, ``window_overlap``,
+    ``window_batch_size``).
+
+    Raises:
+        ValueError: for ``window`` or ``batch_size`` not a positive int, or ``overlap`` outside ``[0, 1)``; the
+            message names the setting.
+    """
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ValueError(
+            f"`encoder_window` must be a positive number of tokens (or None: the model's own limit), got {window!r}."
+        )
+    if isinstance(overlap, bool) or not isinstance(overlap, int | float) or not 0.0 <= overlap < 1.0:
+        raise ValueError(f"`window_overlap` must lie in [0, 1) (0.5: SLED's default), got {overlap!r}.")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"`window_batch_size` must be a positive number of windows, got {batch_size!r}.")
 
 
 #: The shared fields other than ``variant`` and ``settings``, with their defaults.

@@ -76,11 +76,11 @@ class AdaptiveSettings(MechanismSettings):
 
     def resolved_max_span(self, config: SRformerConfig) -> int:
         """``S``: ``max_span``, or ``2 * segment_size`` when it is None."""
-        return self.max_span if self.max_span is not None else 2 * config.segment_size
+        return self.max_span if self.max_span is not None else 2 * config.resolved_segment_size()
 
     def resolved_span_ramp(self, config: SRformerConfig) -> int:
         """``R``: ``span_ramp``, or ``segment_size`` when it is None."""
-        return self.span_ramp if self.span_ramp is not None else config.segment_size
+        return self.span_ramp if self.span_ramp is not None else config.resolved_segment_size()
 
     def resolved_span_init(self, config: SRformerConfig) -> float:
         """The initial ``z / S``: ``span_init``, or 0.5 when it is None."""
@@ -141,7 +141,7 @@ class AdaptiveSpanCrossAttention(SegmentedCrossAttention):
         parameter's dtype."""
         settings = self.settings
         ramp, max_span = settings.resolved_span_ramp(), settings.resolved_max_span()
-        distance = span_distances(settings.segment_size, max_span, self.span_fraction.device)
+        distance = span_distances(settings.resolved_segment_size(), max_span, self.span_fraction.device)
         x = distance.to(self.span_fraction.dtype)[None, :]
         mask = ((ramp + self.spans()[:, None] - x) / ramp).clamp(0.0, 1.0)
         return mask * (distance <= max_span)[None, :]
@@ -160,7 +160,7 @@ class AdaptiveSpanCrossAttention(SegmentedCrossAttention):
         out (their index clamped to the example's own blocks). Arguments and result as
         :meth:`SegmentedCrossAttention.context_blocks`."""
         result: list[tuple[torch.Tensor, torch.Tensor | None, bool]] = []
-        for offset in span_offsets(self.settings.segment_size, self.settings.resolved_max_span()):
+        for offset in span_offsets(self.settings.resolved_segment_size(), self.settings.resolved_max_span()):
             if offset == 0:
                 result.append((index, None, False))
                 continue

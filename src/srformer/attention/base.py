@@ -16,6 +16,7 @@ SegmentFreeCrossAttention` (output independent of the decoder position: ``linear
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -27,10 +28,14 @@ from srformer.attention.state import CrossAttentionState
 if TYPE_CHECKING:  # srformer.config imports the attention registry
     from srformer.config import SRformerConfig
 
-__all__ = ["CrossAttentionMechanism", "ProjectRows"]
+__all__ = ["CrossAttentionMechanism", "ProjectBlock", "ProjectRows"]
 
 #: Projects encoder rows on demand (lean layout): (B, s) long encoder positions -> (keys, values), each (B, H, s, d).
 ProjectRows = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+#: Projects a block of encoder positions for a streamed state build: ``(start, end)`` (tokens) -> (keys, values),
+#: each (B, H, end - start, d).
+ProjectBlock = Callable[[int, int], tuple[torch.Tensor, torch.Tensor]]
 
 
 class CrossAttentionMechanism(nn.Module):
@@ -68,9 +73,58 @@ class CrossAttentionMechanism(nn.Module):
                 f"{type(self).__name__} computes the variants {self.variants}, not {config.variant!r}; "
                 "use srformer.attention.build_cross_attention(config, ...) to get the right module."
             )
-        self.settings = config
+        self.configure(config)
         self.head_dim = head_dim
         self.scale = float(scale)
+
+    def configure(self, config: SRformerConfig) -> None:
+        """Use ``config`` from now on (the runtime options of :func:`srformer.set_runtime_options`). With
+        ``segment_size="auto"`` the settings in use (``.settings``) hold the segment size of the last input, set by
+        :meth:`adapt_to_input` whenever a state is built; ``.configured`` keeps ``config`` itself."""
+        self.configured = config
+        # until the first input: s = 2 tokens, as the settings were checked with (SRformerConfig.__init__)
+        self.settings = config if config.segment_size != "auto" else replace(config, segment_size=2)
+
+    def adapt_to_input(self, lengths: torch.Tensor | None, key_length: int) -> None:
+        """Resolve ``segment_size="auto"`` for a batch whose real encoder lengths are ``lengths`` ((B,) tokens, or
+        None: every example ``key_length`` tokens long): ``s = ceil(longest / target_length)``
+        (:meth:`srformer.config.SRformerConfig.for_input_length`). Called before each state is built; nothing
+        happens for an int ``segment_size``.
+
+        Raises:
+            ValueError: under ``torch.compile``/``torch.export`` (the longest length needs a host sync): give an
+                int ``segment_size`` there.
+        """
+        if self.configured.segment_size != "auto":
+            return
+        if torch.compiler.is_compiling():
+            raise ValueError(
+                "segment_size='auto' reads the longest input length on the host, which torch.compile/torch.export "
+                "cannot trace: compile a model with an int segment_size."
+            )
+        longest = key_length if lengths is None or lengths.numel() == 0 else int(lengths.max())
+        self.settings = self.configured.for_input_length(longest)
+
+    def streamed_state(
+        self, project_block: ProjectBlock, key_length: int, key_valid: torch.Tensor | None, block: int
+    ) -> CrossAttentionState | None:
+        """The generation state built block by block, for a mechanism whose generation state does not hold the
+        encoder's keys and values (``lean_cache=True``, or a state of fixed size): the keys and values of ``block``
+        positions at a time are projected by ``project_block``, folded into the state and dropped, so building it
+        needs O(block) memory instead of O(k) (``docs/long-inputs.md``). Equal to the state built from every
+        projection at once, up to the order of floating-point sums.
+
+        Args:
+            project_block: projects positions ``[start, end)`` of the encoder output.
+            key_length: ``k``, encoder positions.
+            key_valid: (B, k) bool, True at real positions, or None.
+            block: positions per block (>= 1).
+
+        Returns:
+            The state, or None where this mechanism (with these settings) builds its state from all the keys at
+            once (the default).
+        """
+        return None
 
     def initialize_parameters(self, init: InitFunctions) -> None:
         """Give this module's own parameters and seeded buffers their initial values through ``init``'s functions

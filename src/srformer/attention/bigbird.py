@@ -70,7 +70,7 @@ class BigBirdSettings(MechanismSettings):
 
     def resolved_global_tokens(self, config: SRformerConfig) -> int:
         """``g``: ``num_global_tokens``, or ``2 * segment_size`` when it is None."""
-        return self.num_global_tokens if self.num_global_tokens is not None else 2 * config.segment_size
+        return self.num_global_tokens if self.num_global_tokens is not None else 2 * config.resolved_segment_size()
 
     def resolved_random_blocks(self, config: SRformerConfig) -> int:
         """``r``: ``num_random_blocks``, or 3 when it is None."""
@@ -187,7 +187,7 @@ class BigBirdCrossAttention(SegmentedCrossAttention):
         mask without the global positions (``p < g``: :meth:`global_tokens` holds them); arguments and result
         as :meth:`SegmentedCrossAttention.state_context_blocks`."""
         assert isinstance(state, BigBirdState), type(state)
-        s, g = self.settings.segment_size, self.settings.resolved_global_tokens()
+        s, g = self.settings.resolved_segment_size(), self.settings.resolved_global_tokens()
         offsets = torch.arange(s, device=segments.device)[None, :]
         result: list[tuple[torch.Tensor, torch.Tensor | None, bool]] = [
             (index, segments[:, None] * s + offsets >= g, False)

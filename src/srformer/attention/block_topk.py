@@ -283,7 +283,7 @@ def block_topk_attention(
     other segments with the largest ``scale * Q_t . mean(K_{S_j})`` (ties: lower ``j`` first; all of them when
     there are at most ``r``)."""
     check_call(settings, parameters, "block-topk")
-    s, target, top = settings.segment_size, settings.target_length, settings.resolved_top_segments()
+    s, target, top = settings.resolved_segment_size(), settings.target_length, settings.resolved_top_segments()
 
     def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
         m = num_segments(len(k), s)

@@ -139,7 +139,7 @@ class CompressiveCrossAttention(SegmentedCrossAttention):
     ) -> torch.Tensor:
         """(B, n, M*R) bool: a query of segment ``i`` reads the valid compressed rows of segments ``j <= i - 2``
         (:meth:`SegmentedCrossAttention.global_token_allowed`)."""
-        rows = rows_per_segment(self.settings.segment_size, self.settings.resolved_compression_rate())
+        rows = rows_per_segment(self.settings.resolved_segment_size(), self.settings.resolved_compression_rate())
         row_segment = torch.arange(valid.shape[1], device=valid.device) // rows  # (M*R,) j of each row
         return valid[:, None, :] & (row_segment[None, None, :] <= segments[:, :, None] - 2)
 

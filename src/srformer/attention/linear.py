@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
+from srformer.attention.base import ProjectBlock
 from srformer.attention.schedule import real_lengths
 from srformer.attention.segment_free import SegmentFreeCrossAttention
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off
@@ -98,13 +99,40 @@ class LinearCrossAttention(SegmentFreeCrossAttention):
         features = feature_map(keys.to(wide))
         if padded and key_valid is not None:  # real_lengths reports padding only for a given mask
             features = features * key_valid.to(device=keys.device, dtype=features.dtype)[:, None, :, None]
+        return self._state(lengths, torch.matmul(features.transpose(-1, -2), values.to(wide)), features.sum(dim=2))
+
+    @staticmethod
+    def _state(lengths: torch.Tensor, linear_kv: torch.Tensor, linear_key_sum: torch.Tensor) -> LinearState:
         return LinearState(
             lengths=lengths,
             num_segments=torch.ones_like(lengths),
             last_segment=torch.full_like(lengths, -1),
-            linear_kv=torch.matmul(features.transpose(-1, -2), values.to(wide)),
-            linear_key_sum=features.sum(dim=2),
+            linear_kv=linear_kv,
+            linear_key_sum=linear_key_sum,
         )
+
+    def streamed_state(
+        self, project_block: ProjectBlock, key_length: int, key_valid: torch.Tensor | None, block: int
+    ) -> CrossAttentionState | None:
+        """The state from ``block`` positions at a time: ``phi(K)^T V`` and ``sum_j phi(K_j)`` are sums over
+        positions, accumulated per block (padding zeroed). See
+        :meth:`~srformer.attention.base.CrossAttentionMechanism.streamed_state`."""
+        kv: torch.Tensor | None = None
+        key_sum: torch.Tensor | None = None
+        for start in range(0, max(1, key_length), block):
+            keys, values = project_block(start, min(key_length, start + block))  # under the caller's autocast
+            wide = accumulation_dtype(keys.dtype)
+            with torch.autocast(device_type=keys.device.type, enabled=False):  # sums in float32 or wider
+                features = feature_map(keys.to(wide))
+                if key_valid is not None:
+                    real = key_valid[:, start:start + keys.shape[2]].to(device=keys.device, dtype=features.dtype)
+                    features = features * real[:, None, :, None]
+                part, part_sum = torch.matmul(features.transpose(-1, -2), values.to(wide)), features.sum(dim=2)
+            kv = part if kv is None else kv + part
+            key_sum = part_sum if key_sum is None else key_sum + part_sum
+        assert kv is not None and key_sum is not None
+        lengths, _ = real_lengths(key_valid, kv.shape[0], key_length, kv.device)
+        return self._state(lengths, kv, key_sum)
 
     def _read(self, queries: torch.Tensor, state: CrossAttentionState, dropout: float) -> torch.Tensor:
         if not isinstance(state, LinearState):

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch.nn import functional as F
 
-from srformer.attention.base import CrossAttentionMechanism, ProjectRows
+from srformer.attention.base import CrossAttentionMechanism, ProjectBlock, ProjectRows
 from srformer.attention.layout import block_index, segment_major, segment_order, take_blocks
 from srformer.attention.registry import mechanism
 from srformer.attention.schedule import num_segments, real_lengths, segment_index, tracing
@@ -234,7 +234,7 @@ class SegmentedCrossAttention(CrossAttentionMechanism):
                 (checked in eager mode only: the check needs a host sync).
         """
         batch, _, k, _ = keys.shape
-        s = self.settings.segment_size
+        s = self.settings.resolved_segment_size()
         lengths, compact = real_lengths(key_valid, batch, k, keys.device)
         keys, values, order = segment_major(keys, values, key_valid if compact else None, s)
         fields = self._schedule_fields(lengths, order)
@@ -247,7 +247,7 @@ class SegmentedCrossAttention(CrossAttentionMechanism):
         """The index fields shared by both layouts' states, from the real lengths (B,) and the segment-major
         order (B, M*s) (:func:`~srformer.attention.layout.segment_order`); checks the schedule in eager mode."""
         batch, padded = order.shape
-        s = self.settings.segment_size
+        s = self.settings.resolved_segment_size()
         max_segments = padded // s
         device = lengths.device
         real_valid = (torch.arange(padded, device=device)[None, :] < lengths[:, None]).view(batch, max_segments, s)
@@ -279,9 +279,28 @@ class SegmentedCrossAttention(CrossAttentionMechanism):
         """
         self._require_lean_layout()
         batch, _, k, _ = keys.shape
-        lengths, compact = real_lengths(key_valid, batch, k, keys.device)
-        order = segment_order(key_valid if compact else None, batch, k, self.settings.segment_size, keys.device)
+        return self._lean_schedule(batch, k, key_valid, keys.device)
+
+    def _lean_schedule(
+        self, batch: int, k: int, key_valid: torch.Tensor | None, device: torch.device
+    ) -> LeanSegmentState:
+        """The lean state's schedule fields for ``batch`` inputs of ``k`` positions (no keys needed)."""
+        lengths, compact = real_lengths(key_valid, batch, k, device)
+        s = self.settings.resolved_segment_size()
+        order = segment_order(key_valid if compact else None, batch, k, s, device)
         return LeanSegmentState(**self._schedule_fields(lengths, order))
+
+    def streamed_state(
+        self, project_block: ProjectBlock, key_length: int, key_valid: torch.Tensor | None, block: int
+    ) -> CrossAttentionState | None:
+        """With ``lean_cache``, the lean state: its schedule needs no keys (each step projects its segment's rows);
+        one position is projected for the batch size and device. None without ``lean_cache`` (the standard layout
+        holds every key). See :meth:`CrossAttentionMechanism.streamed_state`."""
+        if not self.settings.lean_cache or type(self).init_lean_state is not SegmentedCrossAttention.init_lean_state:
+            return None
+        self._require_lean_layout()
+        keys, _ = project_block(0, min(1, key_length))
+        return self._lean_schedule(keys.shape[0], key_length, key_valid, keys.device)
 
     def _visited(self, segments: torch.Tensor, max_segments: int) -> torch.Tensor:
         """(B, M) bool: segment j is attended at some decoder position t >= 0 (the schedule may skip
@@ -298,8 +317,8 @@ class SegmentedCrossAttention(CrossAttentionMechanism):
         worst = int(segments.max())
         if worst > target:
             message = (
-                f"An encoder input has {worst} segments of {self.settings.segment_size} tokens but target_length is "
-                f"{target}: segments after step {target} are never attended by segmented attention. "
+                f"An encoder input has {worst} segments of {self.settings.resolved_segment_size()} tokens but "
+                f"target_length is {target}: segments after step {target} are never attended by segmented attention. "
                 "Increase `segment_size` (to at least input_length / target_length) or `target_length`."
             )
             if self.settings.strict_schedule:

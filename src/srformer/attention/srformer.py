@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from srformer.attention.base import ProjectBlock
 from srformer.attention.initialization import InitFunctions
 from srformer.attention.layout import block_index, take_blocks
 from srformer.attention.raf import RecurrentAccumulateAndFire
@@ -453,14 +454,54 @@ class SRformerCrossAttention(SegmentedCrossAttention):
             for b in range(batch):
                 torch.bmm(keys[b].transpose(-1, -2), values[b], out=products[b])
             key_norm = self._key_norm_of_blocks(keys.split(KEY_NORM_BLOCK, dim=2), heads, d)
+        return self._lean_from_sums(lean, products, key_norm)
+
+    def _lean_from_sums(
+        self, lean: LeanSegmentState, products: torch.Tensor, key_norm: torch.Tensor
+    ) -> LeanSegmentState:
+        """The lean state from its schedule fields, ``K^T V`` (B, H, d, d) and ``norm(K) + eps`` (B, H, d):
+        ``W K^T V`` (after the ``kv_clamp``) and a zero membrane."""
         if self.settings.kv_clamp is not None:
             products = products.clamp(-self.settings.kv_clamp, self.settings.kv_clamp)
         total = self._project(products)  # W K^T V (ablation III: K^T V)
         lean = extend(LeanSRformerState, lean, raf_total=total, key_norm=key_norm)
         if self.raf is None:
             return lean
-        zeros = total.new_zeros(batch, heads, d, d)
+        zeros = total.new_zeros(total.shape)
         return replace(lean, membrane=zeros, raf_output=zeros)
+
+    def streamed_state(
+        self, project_block: ProjectBlock, key_length: int, key_valid: torch.Tensor | None, block: int
+    ) -> CrossAttentionState | None:
+        """With ``lean_cache``, the lean state from ``block`` positions at a time: ``K^T V`` and the squares of
+        ``norm(K)`` (Eq. 13) are sums over positions, accumulated per block (padding zeroed) in the accumulation
+        dtype. None without ``lean_cache``. See :meth:`CrossAttentionMechanism.streamed_state`."""
+        if not self.settings.lean_cache:
+            return None
+        if not self.has_recurrence:
+            return super().streamed_state(project_block, key_length, key_valid, block)
+        products: torch.Tensor | None = None
+        squares: torch.Tensor | None = None
+        for start in range(0, max(1, key_length), block):
+            keys, values = project_block(start, min(key_length, start + block))  # under the caller's autocast
+            wide = accumulation_dtype(keys.dtype)
+            with torch.autocast(device_type=keys.device.type, enabled=False):  # sums in float32 or wider
+                keys, values = keys.to(wide), values.to(wide)
+                if key_valid is not None:
+                    real = key_valid[:, start:start + keys.shape[2]].to(device=keys.device, dtype=torch.bool)
+                    keys = keys.masked_fill(~real[:, None, :, None], 0.0)
+                part, part_squares = torch.matmul(keys.transpose(-1, -2), values), keys.square().sum(dim=2)
+            products = part if products is None else products + part
+            squares = part_squares if squares is None else squares + part_squares
+        assert products is not None and squares is not None
+        batch, heads, d = squares.shape
+        if self.divides_by_key_norm:
+            key_norm = squares.sqrt() + self.settings.norm_eps
+        else:
+            key_norm = squares.new_ones(batch, heads, d)
+        lean = self._lean_schedule(batch, key_length, key_valid, products.device)
+        with torch.autocast(device_type=products.device.type, enabled=False):  # W K^T V in float32 or wider
+            return self._lean_from_sums(lean, products, key_norm)
 
     @autocast_off
     def lean(self, state: CrossAttentionState) -> CrossAttentionState:

@@ -333,7 +333,7 @@ def gated_attention(
     nothing for ``elu``."""
     taylor = settings.resolved_feature_map() == "taylor"
     check_call(settings, parameters, VARIANT, ("projection",) if taylor else ())
-    s, target = settings.segment_size, settings.target_length
+    s, target = settings.resolved_segment_size(), settings.target_length
     projection = None
     if taylor:
         if parameters is None or "projection" not in parameters:

@@ -60,7 +60,7 @@ class StridedSettings(MechanismSettings):
 
     def resolved_stride(self, config: SRformerConfig) -> int:
         """``l``: ``stride``, or ``segment_size`` when it is None."""
-        return self.stride if self.stride is not None else config.segment_size
+        return self.stride if self.stride is not None else config.resolved_segment_size()
 
 
 @dataclass(kw_only=True)
@@ -116,7 +116,7 @@ class StridedCrossAttention(SegmentedCrossAttention):
         """The scheduled segment without its strided positions (:meth:`global_tokens` holds them), as an
         (N, s) mask; arguments and result as :meth:`SegmentedCrossAttention.context_blocks`. Position 0 of
         segment 0 is never strided (``l >= 2``), so an empty document's zero segment keeps a key."""
-        s, stride = self.settings.segment_size, self.settings.resolved_stride()
+        s, stride = self.settings.resolved_segment_size(), self.settings.resolved_stride()
         positions = segments[:, None] * s + torch.arange(s, device=segments.device)[None, :]  # (N, s)
         return [(index, positions % stride != stride - 1, False)]
 

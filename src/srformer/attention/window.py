@@ -54,16 +54,16 @@ class WindowSettings(MechanismSettings):
 
     def validate(self, config: SRformerConfig) -> None:
         """``window_size``: None or an integer ``>= segment_size`` (the window holds the scheduled segment)."""
-        size = self.window_size
-        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < config.segment_size):
+        size, segment_size = self.window_size, config.resolved_segment_size()
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < segment_size):
             raise ValueError(
                 f"`window_size` must be an integer number of encoder tokens >= segment_size "
-                f"({config.segment_size}) so that the window holds the scheduled segment, got {size!r}."
+                f"({config.resolved_segment_size()}) so that the window holds the scheduled segment, got {size!r}."
             )
 
     def resolved_window_size(self, config: SRformerConfig) -> int:
         """``w``: ``window_size``, or ``3 * segment_size`` when it is None."""
-        return self.window_size if self.window_size is not None else 3 * config.segment_size
+        return self.window_size if self.window_size is not None else 3 * config.resolved_segment_size()
 
 
 def window_blocks(segment_size: int, window_size: int) -> list[tuple[int, list[bool]]]:
@@ -98,7 +98,7 @@ class WindowCrossAttention(SegmentedCrossAttention):
         (N, s) mask of the positions inside the window; blocks outside ``0 .. M - 1`` are masked out (their
         index is clamped to the example's own blocks). Arguments and result as
         :meth:`SegmentedCrossAttention.context_blocks`."""
-        s, w = self.settings.segment_size, self.settings.resolved_window_size()
+        s, w = self.settings.resolved_segment_size(), self.settings.resolved_window_size()
         blocks = sorted(window_blocks(s, w), key=lambda block: block[0] != 0)
         first = s // 2 - w // 2  # start(t) - i(t) * s
         result: list[tuple[torch.Tensor, torch.Tensor | None, bool]] = []

@@ -26,7 +26,8 @@ _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 
 
-def _status_kib(field: str) -> int | None:
+def status_kib(field: str) -> int | None:
+    """``field`` (``VmRSS``, ``VmHWM``) of /proc/self/status in KiB, or None where it cannot be read."""
     try:
         for line in _STATUS.read_text().splitlines():
             if line.startswith(field + ":"):
@@ -36,21 +37,21 @@ def _status_kib(field: str) -> int | None:
     return None
 
 
-def _status_bytes(field: str) -> int:
+def status_bytes(field: str) -> int:
     """``field`` of /proc/self/status in bytes, where resetting the peak showed that it is readable."""
-    kib = _status_kib(field)
+    kib = status_kib(field)
     if kib is None:
         raise RuntimeError(f"/proc/self/status has no {field} line, although it had one when the peak was reset.")
     return kib * 1024
 
 
-def _reset_peak() -> bool:
-    """Reset VmHWM to the current RSS (Linux >= 4.0: write 5 to clear_refs)."""
+def reset_peak() -> bool:
+    """Reset VmHWM to the current RSS (Linux >= 4.0: write 5 to clear_refs); False where that is not possible."""
     try:
         _CLEAR_REFS.write_text("5")
     except OSError:
         return False
-    return _status_kib("VmHWM") is not None
+    return status_kib("VmHWM") is not None
 
 
 def _maxrss_bytes() -> int:
@@ -85,7 +86,7 @@ def main() -> int:
                 gc.collect()
                 model, loaded = _load(job), _model_key(job)
             if can_reset is None:
-                can_reset = _reset_peak()
+                can_reset = reset_peak()
             elif not can_reset:
                 break  # ru_maxrss cannot be reset: one measurement per process
             encoder_outputs, mask = random_encoder_outputs(
@@ -93,14 +94,14 @@ def main() -> int:
             )
             gc.collect()
             if can_reset:
-                _reset_peak()
-                before = _status_bytes("VmRSS")
+                reset_peak()
+                before = status_bytes("VmRSS")
             else:
-                current = _status_kib("VmRSS")
+                current = status_kib("VmRSS")
                 before = current * 1024 if current is not None else _maxrss_bytes()
             with torch.no_grad():
                 output = generate_fixed(model, encoder_outputs, mask, job["new_tokens"])
-            peak = _status_bytes("VmHWM") if can_reset else _maxrss_bytes()
+            peak = status_bytes("VmHWM") if can_reset else _maxrss_bytes()
             peaks.append(max(0, peak - before))
             del output, encoder_outputs, mask
             gc.collect()

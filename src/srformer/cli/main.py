@@ -1,5 +1,5 @@
-"""``srformer`` command line: train, evaluate, summarize, the ACLSum main job, compare, bench, probe, pick, split
-and pretrain."""
+"""``srformer`` command line: train, evaluate, summarize, the ACLSum main job, compare, bench, probe, long-bench,
+pick, split and pretrain."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from srformer.cli import (
     bench_command,
     compare_command,
     evaluate_command,
+    long_bench_command,
     pick_command,
     pretrain_command,
     probe_command,
@@ -21,7 +22,7 @@ from srformer.cli import (
 
 COMMANDS = (
     train_command, evaluate_command, summarize_command, aclsum_command, compare_command, bench_command, probe_command,
-    pick_command, split_command, pretrain_command,
+    long_bench_command, pick_command, split_command, pretrain_command,
 )
 
 

@@ -42,6 +42,12 @@ from transformers import (
 )
 
 from srformer.config import SRformerConfig
+from srformer.models.chunked_encoding import (
+    ChunkedEncoderMixin,
+    chunked_class,
+    model_encoder,
+    resolve_window_settings,
+)
 from srformer.models.families import SRformerBartAttentionMixin, SRformerT5AttentionMixin
 from srformer.models.install import (
     cross_attention_modules,
@@ -352,4 +358,30 @@ def attach_cross_attention(model: PreTrainedModel, config: SRformerConfig) -> Pr
     if added:
         adopt_srformer_classes(model)
         initialize_added_modules(model, added)
+    install_windows(model, config)
     return model
+
+
+def install_windows(model: PreTrainedModel, config: SRformerConfig) -> None:
+    """Give ``model``'s encoder chunked encoding with ``config``'s ``encoder_window``, ``window_overlap`` and
+    ``window_batch_size`` (:mod:`srformer.models.chunked_encoding`): the encoder is re-classed to a subclass of its
+    class (weights and state dict unchanged) holding the resolved settings. Called again, it updates them.
+
+    Raises:
+        ValueError: for an ``encoder_window`` larger than the positions of a model with a position table.
+    """
+    encoder = model_encoder(model)
+    if encoder is None:
+        return
+    settings = resolve_window_settings(
+        model.config, config.encoder_window, config.window_overlap, config.window_batch_size
+    )
+    if not isinstance(encoder, ChunkedEncoderMixin):
+        encoder_class: Any = type(encoder)  # a class is hashable (the cache's key)
+        if isinstance(encoder, PreTrainedModel):
+            adopt_class(encoder, chunked_class(encoder_class))
+        else:
+            encoder.__class__ = chunked_class(encoder_class)
+    chunked: Any = encoder
+    chunked.srformer_windows = settings
+    chunked.srformer_config = config

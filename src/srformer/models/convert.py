@@ -17,8 +17,13 @@ from transformers import AutoConfig, AutoModelForSeq2SeqLM, PreTrainedModel
 
 import srformer.models.auto  # noqa: F401  (registers srformer's model types with transformers' Auto classes)
 from srformer.attention.registry import keeps_own_attention
-from srformer.config import SRformerConfig
-from srformer.models.classes import attach_cross_attention, srformer_config_class, srformer_model_class
+from srformer.config import RUNTIME_OPTIONS, SRformerConfig
+from srformer.models.classes import (
+    attach_cross_attention,
+    install_windows,
+    srformer_config_class,
+    srformer_model_class,
+)
 from srformer.models.install import SUPPORTED_MODELS, cross_attention_modules, is_converted, srformer_config_of
 
 __all__ = [
@@ -70,12 +75,13 @@ def convert(model: PreTrainedModel, config: SRformerConfig) -> PreTrainedModel:
 
 
 def set_runtime_options(model: PreTrainedModel, **options) -> PreTrainedModel:
-    """Change the runtime options (``lean_cache``, ``strict_schedule``) of a converted model in place.
+    """Change the runtime options (:data:`srformer.config.RUNTIME_OPTIONS`: ``lean_cache``, ``strict_schedule``,
+    ``encoder_window``, ``window_overlap``, ``window_batch_size``) of a converted model in place.
 
     Raises:
-        ValueError: for an option that is not a runtime option, or a model that is not converted.
+        ValueError: for an option that is not a runtime option, a model that is not converted, or a bad value.
     """
-    allowed = {"lean_cache", "strict_schedule"}
+    allowed = set(RUNTIME_OPTIONS)
     if set(options) - allowed:
         raise ValueError(f"Only {sorted(allowed)} can change after conversion, got {sorted(set(options) - allowed)}.")
     current = srformer_config_of(model)
@@ -85,11 +91,12 @@ def set_runtime_options(model: PreTrainedModel, **options) -> PreTrainedModel:
     for _, _, module in cross_attention_modules(model):
         attention = getattr(module, "srformer", None)
         if attention is not None:
-            attention.settings = updated
+            attention.configure(updated)
     for inner in model.modules():  # the model's config and any inner model's own copy (T5's decoder stack)
         if isinstance(inner, PreTrainedModel) and getattr(inner.config, "srformer", None) is not None:
             inner.config.srformer = updated.to_dict()
     model.config.srformer = updated.to_dict()
+    install_windows(model, updated)
     return model
 
 
@@ -138,6 +145,7 @@ def from_pretrained(path: str, srformer_config: SRformerConfig | None = None, **
     base = _model_class(architecture) if architecture else type(AutoModelForSeq2SeqLM.from_config(hf_config))
     if keeps_own_attention(effective.variant):  # a plain model that records its settings
         model = base.from_pretrained(path, config=hf_config, **kwargs)
+        install_windows(model, effective)
         model.eval()
         return model
     own_config = srformer_config_class(type(hf_config))

@@ -69,6 +69,11 @@ def attention_weights_requested(module: object, output_attentions: bool | None) 
     return bool(output_attentions) and getattr(config, "_attn_implementation", None) == "eager"
 
 
+#: Encoder positions projected at a time when a generation state is built block by block
+#: (:meth:`~srformer.attention.base.CrossAttentionMechanism.streamed_state`).
+STREAM_BLOCK = 4096
+
+
 def run_cross_attention(
     attention: CrossAttentionMechanism,
     queries: torch.Tensor,
@@ -140,17 +145,26 @@ def run_cross_attention(
     if state is None or (state.is_lean and q_len > 1):
         # Built once per sequence; a lean state meeting a multi-token chunk is rebuilt in the
         # standard layout (its RAF outputs do not depend on the tokens decoded so far).
-        keys, values = project(key_value_states)
-        key_valid = key_padding_from_mask(mask, keys.shape[2])
-        build_lean = getattr(attention, "init_lean_state", None)
-        if cache is not None and q_len == 1 and attention.settings.lean_cache and build_lean is not None:
-            # the first single-token step of a lean cache: built lean directly (no segment-major copy); the
-            # step below projects its segment's rows
-            state = build_lean(keys, values, key_valid)
-        else:
-            state = attention.init_state(keys, values, key_valid)  # float32-or-wider state
+        state = None
+        key_length = key_value_states.shape[1]
+        key_valid = key_padding_from_mask(mask, key_length)
+        attention.adapt_to_input(None if key_valid is None else key_valid.sum(dim=1), key_length)
+        if cache is not None and q_len == 1 and not tracing():
+            # generation: a state that holds no keys is built block by block (O(block) memory, not O(k))
+            state = attention.streamed_state(
+                lambda start, end: project(key_value_states[:, start:end]), key_length, key_valid, STREAM_BLOCK
+            )
+        if state is None:
+            keys, values = project(key_value_states)
+            build_lean = getattr(attention, "init_lean_state", None)
+            if cache is not None and q_len == 1 and attention.settings.lean_cache and build_lean is not None:
+                # the first single-token step of a lean cache: built lean directly (no segment-major copy); the
+                # step below projects its segment's rows
+                state = build_lean(keys, values, key_valid)
+            else:
+                state = attention.init_state(keys, values, key_valid)  # float32-or-wider state
         if not tracing():  # the check needs a host sync; compile/export run without it
-            check_finite_state(key_value_states, keys, values, state, layer_idx, attention)
+            check_finite_state(key_value_states, keys, values, state, layer_idx, attention, project=project)
 
     # an int (dynamic cache) or a 0-d tensor (static cache): used on the device, never synced to the host
     start = 0 if cache is None else cache.self_attention_cache.get_seq_length(cache_index) - q_len
@@ -208,11 +222,12 @@ def _store_state(
 
 def check_finite_state(
     encoder_states: torch.Tensor,
-    keys: torch.Tensor,
-    values: torch.Tensor,
+    keys: torch.Tensor | None,
+    values: torch.Tensor | None,
     state,
     layer_idx: int | None,
     attention: torch.nn.Module | None = None,
+    project: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None,
 ) -> None:
     """Reject NaN/inf reaching one layer's SRformer cross attention, with the likely cause and fixes.
 
@@ -222,8 +237,9 @@ def check_finite_state(
 
     Args:
         encoder_states: (B, k, d_model) encoder output given to the layer.
-        keys: (B, H, k, d) projected encoder keys.
-        values: (B, H, k, d) projected encoder values.
+        keys: (B, H, k, d) projected encoder keys, or None for a state built block by block (they are then
+            projected again with ``project``, only to tell where a non-finite value came from).
+        values: (B, H, k, d) projected encoder values, or None likewise.
         state: the state built from them; every floating-point tensor field (``K^T V``-derived RAF
             inputs and readouts, ``norm(K)``, ...) is checked.
         layer_idx: the decoder layer index, named in the message (None if unknown).
@@ -252,8 +268,11 @@ def check_finite_state(
         )
         if bool(torch.isfinite(extremes).all()):  # the one host sync
             return
-        finite = [bool(torch.isfinite(encoder_states).all()),
-                  bool(torch.isfinite(keys).all() & torch.isfinite(values).all())]
+        if (keys is None or values is None) and project is not None:
+            keys, values = project(encoder_states)
+        projections_finite = keys is None or values is None or bool(torch.isfinite(keys).all() &
+                                                                    torch.isfinite(values).all())
+        finite = [bool(torch.isfinite(encoder_states).all()), projections_finite]
     layer = f"decoder layer {layer_idx}" if layer_idx is not None else "a decoder layer"
     precision = (
         "Train and run in bf16 or float32 instead of fp16 (srformer train --mixed-precision bf16 or no; "

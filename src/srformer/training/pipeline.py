@@ -96,8 +96,8 @@ def check_shapes(spec: RunSpec) -> None:
             has more segments than ``target_length`` (segments that are never attended).
     """
     cfg = spec.srformer
-    if cfg.variant in SEGMENT_FREE_VARIANTS:
-        return
+    if cfg.variant in SEGMENT_FREE_VARIANTS or not isinstance(cfg.segment_size, int):
+        return  # segment_size="auto" fits every length to the schedule
     if cfg.segment_size > spec.max_source_length:
         raise ValueError(
             f"--segment-size {cfg.segment_size} is larger than --max-source-length {spec.max_source_length}: every "
@@ -134,6 +134,8 @@ def warn_single_segment_documents(features: Sequence[dict], spec: RunSpec) -> in
         UserWarning: when the count is above zero, with the count, the share and the fix.
     """
     if keeps_own_attention(spec.srformer.variant) or not features:
+        return 0
+    if not isinstance(spec.srformer.segment_size, int):  # "auto": a document's segments follow its batch
         return 0
     size = spec.srformer.segment_size
     single = sum(1 for feature in features if len(feature["input_ids"]) <= size)

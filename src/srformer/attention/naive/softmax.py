@@ -52,7 +52,7 @@ def segmented_attention(
 ) -> torch.Tensor:
     """``segmented``: ``O_S[t] = softmax(scale * Q_t K_{S_i}^T) V_{S_i}`` with ``i = i(t)`` (paper Eq. 4, 6)."""
     check_call(settings, parameters, "segmented")
-    s, target = settings.segment_size, settings.target_length
+    s, target = settings.resolved_segment_size(), settings.target_length
 
     def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
         rows = segment_rows(segment_of(t, num_segments(len(k), s), target), len(k), s)
@@ -76,7 +76,7 @@ def xl_attention(
     ``i(t) - 1`` and segment ``i(t)`` together (2s keys; at ``i(t) = 0`` the current segment only).
     The memory's stop-gradient changes gradients, not outputs, so it does not appear here."""
     check_call(settings, parameters, "xl")
-    s, target = settings.segment_size, settings.target_length
+    s, target = settings.resolved_segment_size(), settings.target_length
 
     def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
         i = segment_of(t, num_segments(len(k), s), target)
@@ -102,7 +102,7 @@ def window_attention(
     softmax over the real positions ``p`` with ``start <= p < start + w``, ``start = i(t) * s + floor(s / 2) -
     floor(w / 2)``, ``w = settings.resolved_window_size()`` (the window cut at both ends of the input)."""
     check_call(settings, parameters, "window")
-    s, target, w = settings.segment_size, settings.target_length, settings.resolved_window_size()
+    s, target, w = settings.resolved_segment_size(), settings.target_length, settings.resolved_window_size()
 
     def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
         start = segment_of(t, num_segments(len(k), s), target) * s + s // 2 - w // 2
@@ -127,7 +127,7 @@ def strided_attention(
     segment as its local part): softmax over the union of segment ``i(t)``'s real positions and the real
     positions ``p`` with ``p mod l = l - 1``, ``l = settings.resolved_stride()``, each position once."""
     check_call(settings, parameters, "strided")
-    s, target, stride = settings.segment_size, settings.target_length, settings.resolved_stride()
+    s, target, stride = settings.resolved_segment_size(), settings.target_length, settings.resolved_stride()
 
     def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
         segment = segment_rows(segment_of(t, num_segments(len(k), s), target), len(k), s)
@@ -152,7 +152,7 @@ def star_attention(
     satellites' neighbourhood): softmax over segment ``i(t)`` plus one relay token whose key and value are the
     mean of all the example's real keys and values (s + 1 keys)."""
     check_call(settings, parameters, "star")
-    s, target = settings.segment_size, settings.target_length
+    s, target = settings.resolved_segment_size(), settings.target_length
 
     def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
         rows = segment_rows(segment_of(t, num_segments(len(k), s), target), len(k), s)
@@ -177,7 +177,7 @@ def longt5_attention(
     segment ``i(t)`` plus one global token per segment, whose key and value are the mean of that
     segment's real keys and values (s + m keys; the current segment's own global token included)."""
     check_call(settings, parameters, "longt5")
-    s, target = settings.segment_size, settings.target_length
+    s, target = settings.resolved_segment_size(), settings.target_length
 
     def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
         m = num_segments(len(k), s)

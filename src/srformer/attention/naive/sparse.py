@@ -59,7 +59,7 @@ def bigbird_attention(
     softmax over the union of segment ``i(t)``, the first ``g`` real positions and the segments
     :func:`bigbird_random_blocks` of ``i(t)``, each position once."""
     check_call(settings, parameters, "bigbird")
-    s, target = settings.segment_size, settings.target_length
+    s, target = settings.resolved_segment_size(), settings.target_length
     g, r = settings.resolved_global_tokens(), settings.resolved_random_blocks()
     seed = settings.resolved_random_blocks_seed()
 
@@ -94,7 +94,7 @@ def compressive_attention(
     position, one key and value, the mean of the window's keys and values. The stop-gradients of the memory
     and the compressed memory change gradients, not outputs, so they do not appear here."""
     check_call(settings, parameters, "compressive")
-    s, target, c = settings.segment_size, settings.target_length, settings.resolved_compression_rate()
+    s, target, c = settings.resolved_segment_size(), settings.target_length, settings.resolved_compression_rate()
 
     def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
         n = len(k)
@@ -133,7 +133,7 @@ def adaptive_attention(
     of ``p`` from segment ``i(t)`` (0 inside it), ``z_h = S * clamp(f_h, 0, 1)``, over the positions with ``x <= S``.
     ``parameters["span_fraction"]``: (H,) or (1,) ``f`` (default: ``span_init`` for every head)."""
     check_call(settings, parameters, "adaptive", ADAPTIVE_PARAMETERS)
-    s, target = settings.segment_size, settings.target_length
+    s, target = settings.resolved_segment_size(), settings.target_length
     ramp, max_span = settings.resolved_span_ramp(), settings.resolved_max_span()
     fraction = parameter(parameters, "span_fraction", settings.resolved_span_init()).reshape(-1)
     heads = queries.shape[1]
@@ -204,7 +204,7 @@ def bp_attention(
     the real positions of segment ``i(t)`` and the span nodes of :func:`bp_partition`, node ``(l, j)`` having as key
     and value the mean of the real keys and values of segments ``j * 2**l .. (j + 1) * 2**l - 1``."""
     check_call(settings, parameters, "bp")
-    s, target, k_nodes = settings.segment_size, settings.target_length, settings.resolved_span_nodes()
+    s, target, k_nodes = settings.resolved_segment_size(), settings.target_length, settings.resolved_span_nodes()
 
     def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
         n = len(k)

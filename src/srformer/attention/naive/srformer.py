@@ -112,7 +112,7 @@ def srformer_attention(
             ``raf.linear.weight`` when the RAF is used.
     """
     check_call(settings, parameters, "srformer", SRFORMER_PARAMETERS)
-    s, target = settings.segment_size, settings.target_length
+    s, target = settings.resolved_segment_size(), settings.target_length
     ablation = settings.ablation
     recurrent = settings.recurrence
     softmax_part = ablation != "recurrent_only"

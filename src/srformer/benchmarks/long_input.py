@@ -1,0 +1,290 @@
+"""``srformer long-bench``: what generating from a very long input costs, per cross attention, against input length.
+
+For each input length (default 4k, 16k, 64k and 256k tokens) a fresh child process
+(:mod:`srformer.benchmarks.long_input_probe`) builds a randomly initialised model of the chosen shape (t5-small by
+default), encodes one random input in windows (chunked encoding, :mod:`srformer.models.chunked_encoding`), and
+generates ``new_tokens`` tokens greedily from that encoding with every variant. It measures:
+
+- encoding: wall seconds and peak resident memory (the encoder's working set, its output included);
+- decoding: time to the first token (it builds every layer's cross-attention state), then seconds per token; peak
+  resident memory above what the process held before (the weights and the encoder output); the bytes of the
+  cross-attention cache after generate() (for a lean state: its tensors plus the encoder output it reads);
+- optionally, ``generate(input_ids=...)`` end to end for some variants.
+
+A variant whose estimated memory (:func:`srformer.models.memory_estimate.estimate_decode_memory`) exceeds the
+budget (default: the memory available when the run starts) is not run; its row says so, with the estimate. Results
+are appended to ``long_input.json`` as they come, so an interrupted run resumes where it stopped; ``long_input.md``
+and ``long_input.png`` (each quantity against input length, log axes) are written from it. Synthetic: random
+weights and tokens, costs only (``docs/long-inputs.md``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from srformer.benchmarks.memory import CHILD_ENVIRONMENT
+from srformer.benchmarks.plots import plt
+from srformer.benchmarks.variants import MODEL_SHAPES
+from srformer.config import check_window_settings
+from srformer.models.memory_estimate import available_memory
+
+#: The variants of the long-input benchmark: a name and its :class:`~srformer.config.SRformerConfig` settings
+#: (``-lean``: ``lean_cache=True``; ``full`` over chunked encodings is SLED).
+LONG_INPUT_VARIANTS: dict[str, dict[str, Any]] = {
+    "full": {"variant": "full"},
+    "knn": {"variant": "knn"},
+    "block-topk": {"variant": "block-topk"},
+    "segmented": {"variant": "segmented"},
+    "segmented-lean": {"variant": "segmented", "lean_cache": True},
+    "srformer": {"variant": "srformer"},
+    "srformer-lean": {"variant": "srformer", "lean_cache": True},
+    "linear": {"variant": "linear"},
+}
+
+#: Variants whose generation state does not grow with the input (beyond the encoder output a lean state reads).
+STREAMING = ("segmented-lean", "srformer-lean", "linear")
+
+
+@dataclass(frozen=True)
+class LongInputSettings:
+    """What :func:`run_long_input` measures.
+
+    Attributes:
+        lengths: input lengths in tokens.
+        variants: names of :data:`LONG_INPUT_VARIANTS`.
+        end_to_end: variants also timed with ``generate(input_ids=...)`` (the encoder inside generate()).
+        shape: model shape (:data:`srformer.benchmarks.variants.MODEL_SHAPES`).
+        new_tokens: tokens generated per input.
+        segment_size: ``s`` in tokens, or ``"auto"``.
+        target_length: ``T`` of the segment schedule, in tokens.
+        encoder_window: tokens per encoder window.
+        window_overlap: share of a window shared with the next, in ``[0, 1)``.
+        window_batch_size: windows per encoder call.
+        memory_budget: bytes a variant's estimate may use; None: the memory available when the run starts.
+        seed: seed of the random weights and tokens.
+    """
+
+    lengths: tuple[int, ...] = (4096, 16384, 65536, 262144)
+    variants: tuple[str, ...] = tuple(LONG_INPUT_VARIANTS)
+    end_to_end: tuple[str, ...] = ("srformer-lean",)
+    shape: str = "t5-small"
+    new_tokens: int = 64
+    segment_size: int | str = 64
+    target_length: int = 128
+    encoder_window: int = 512
+    window_overlap: float = 0.5
+    window_batch_size: int = 8
+    memory_budget: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        unknown = [name for name in (*self.variants, *self.end_to_end) if name not in LONG_INPUT_VARIANTS]
+        if unknown:
+            raise ValueError(f"Unknown long-input variant(s) {unknown}; choose from {', '.join(LONG_INPUT_VARIANTS)}.")
+        if self.shape not in MODEL_SHAPES:
+            raise ValueError(f"Unknown model shape {self.shape!r}; known shapes are {', '.join(MODEL_SHAPES)}.")
+        if not self.lengths or any(not isinstance(n, int) or n < 1 for n in self.lengths):
+            raise ValueError(f"`lengths` must be positive numbers of tokens, got {self.lengths!r}.")
+        if not isinstance(self.new_tokens, int) or self.new_tokens < 2:
+            raise ValueError(f"`new_tokens` must be an int >= 2 (one step builds the state), got {self.new_tokens!r}.")
+        check_window_settings(self.encoder_window, self.window_overlap, self.window_batch_size)
+
+    @classmethod
+    def quick(cls) -> LongInputSettings:
+        """Seconds-long settings for tests: the t5-tiny shape, inputs of 1k and 4k tokens, 4 new tokens."""
+        return cls(lengths=(1024, 4096), shape="t5-tiny", new_tokens=4, segment_size=16, target_length=16,
+                   encoder_window=256)
+
+    def job(self, length: int, variants: Sequence[str], end_to_end: Sequence[str], budget: int) -> dict[str, Any]:
+        """The child's job for one input length (:mod:`srformer.benchmarks.long_input_probe`)."""
+        shared = {"segment_size": self.segment_size, "target_length": self.target_length}
+        options = {name: {**shared, **LONG_INPUT_VARIANTS[name]} for name in (*variants, *end_to_end)}
+        windows = {"encoder_window": self.encoder_window, "window_overlap": self.window_overlap,
+                   "window_batch_size": self.window_batch_size}
+        return {"length": length, "variants": list(variants), "end_to_end": list(end_to_end), "options": options,
+                "windows": windows, "shape": self.shape, "new_tokens": self.new_tokens, "seed": self.seed,
+                "memory_budget": budget}
+
+
+def _key(record: dict) -> tuple:
+    return record["kind"], record.get("variant"), record["length"]
+
+
+def run_long_input(
+    settings: LongInputSettings, output: str | Path, *, log: Callable[[str], None] = print
+) -> list[dict]:
+    """Measure every length and variant not yet in ``output/long_input.json``; append each record as it comes.
+
+    Returns:
+        Every record of the file (earlier ones included).
+
+    Raises:
+        RuntimeError: if a child process fails (its standard error is in the message); the records it finished
+            are kept.
+    """
+    folder = Path(output)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "long_input.json"
+    payload = json.loads(path.read_text()) if path.exists() else {"records": []}
+    payload["settings"] = asdict(settings)
+    budget = settings.memory_budget or available_memory(torch.device("cpu")) or 2**62
+    payload["memory_budget"] = budget
+    records: list[dict] = payload["records"]
+    done = {_key(r) for r in records}
+    for length in settings.lengths:
+        variants = [v for v in settings.variants if ("decode", v, length) not in done]
+        end_to_end = [v for v in settings.end_to_end if ("end_to_end", v, length) not in done]
+        if not variants and not end_to_end and ("encode", None, length) in done:
+            continue
+        log(f"long-bench: {length:,} tokens: {', '.join(variants + [v + ' (end to end)' for v in end_to_end])}")
+        job = settings.job(length, variants, end_to_end, budget)
+        environment = {**os.environ, **CHILD_ENVIRONMENT}
+        child = subprocess.Popen([sys.executable, "-m", "srformer.benchmarks.long_input_probe"], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
+        assert child.stdin is not None and child.stdout is not None
+        child.stdin.write(json.dumps(job))
+        child.stdin.close()
+        for line in child.stdout:
+            record = json.loads(line)
+            if _key(record) in done:
+                continue
+            records.append(record)
+            done.add(_key(record))
+            path.write_text(json.dumps(payload, indent=2))
+            log("  " + _describe(record))
+        error = child.stderr.read() if child.stderr is not None else ""
+        if child.wait() != 0:
+            raise RuntimeError(f"The long-input child for {length} tokens failed:\n{error[-4000:]}")
+    path.write_text(json.dumps(payload, indent=2))
+    return records
+
+
+def _describe(record: dict) -> str:
+    if record["kind"] == "encode":
+        return f"encode: {record['seconds']:.1f} s, peak {_mib(record['peak_bytes'])}"
+    if record.get("refused"):
+        return f"{record['variant']}: refused, estimated {_mib(record['estimated_bytes'])}"
+    if record["kind"] == "end_to_end":
+        return f"{record['variant']} end to end: {record['seconds']:.1f} s, peak {_mib(record['peak_bytes'])}"
+    return (f"{record['variant']}: first token {record['first_token_seconds']:.2f} s, "
+            f"{1000 * record['seconds_per_token']:.1f} ms/token, peak {_mib(record['peak_bytes'])}, "
+            f"state {_mib(record['state_bytes'])}")
+
+
+def _mib(value: float) -> str:
+    return f"{value / 2**20:,.1f} MiB"
+
+
+#: Columns of the decode tables: (record field, heading, formatter).
+_DECODE_QUANTITIES: tuple[tuple[str, str, Callable[[float], str]], ...] = (
+    ("peak_bytes", "decode-time peak memory above weights and encoder output (MiB)", lambda v: f"{v / 2**20:,.0f}"),
+    ("state_bytes", "cross-attention cache after generate(), all layers (MiB)", lambda v: f"{v / 2**20:,.1f}"),
+    ("seconds_per_token", "time per generated token (ms)", lambda v: f"{1000 * v:,.1f}"),
+    ("first_token_seconds", "time to the first token: builds every layer's state (s)", lambda v: f"{v:,.2f}"),
+)
+
+
+def long_input_table(records: Sequence[dict], settings: dict) -> str:
+    """The Markdown report of :func:`run_long_input`'s records."""
+    lengths = sorted({r["length"] for r in records})
+    variants = [v for v in LONG_INPUT_VARIANTS if any(r.get("variant") == v for r in records)]
+    by_key = {_key(r): r for r in records}
+    head = "| variant | " + " | ".join(f"{n:,}" for n in lengths) + " |\n|---|" + "---|" * len(lengths)
+    lines = [
+        "# Generating from very long inputs",
+        "",
+        f"Synthetic: random {settings['shape']} weights and tokens, batch 1, {settings['new_tokens']} new tokens "
+        f"(greedy), segment size {settings['segment_size']}, target length {settings['target_length']}, encoder "
+        f"windows of {settings['encoder_window']} tokens with overlap {settings['window_overlap']}. Columns: input "
+        "length in tokens. \"refused (est. X)\": the variant's estimated memory exceeds the budget, so it was not run.",
+        "",
+        "## Encoding (chunked, once per length)",
+        "",
+        "| quantity | " + " | ".join(f"{n:,}" for n in lengths) + " |",
+        "|---|" + "---|" * len(lengths),
+    ]
+    encode = [by_key.get(("encode", None, n)) for n in lengths]
+    lines.append("| seconds | " + " | ".join(f"{r['seconds']:,.1f}" if r else "-" for r in encode) + " |")
+    lines.append("| peak memory (MiB) | " + " | ".join(f"{r['peak_bytes'] / 2**20:,.0f}" if r else "-"
+                                                         for r in encode) + " |")
+    lines.append("| encoder output (MiB) | " + " | ".join(f"{r['output_bytes'] / 2**20:,.0f}" if r else "-"
+                                                            for r in encode) + " |")
+    for field_name, heading, fmt in _DECODE_QUANTITIES:
+        lines += ["", f"## {heading[0].upper() + heading[1:]}", "", head]
+        for variant in variants:
+            cells = []
+            for n in lengths:
+                record = by_key.get(("decode", variant, n))
+                if record is None:
+                    cells.append("-")
+                elif record.get("refused"):
+                    cells.append(f"refused (est. {record['estimated_bytes'] / 2**30:,.1f} GiB)")
+                else:
+                    cells.append(fmt(record[field_name]))
+            lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+    end_to_end = [r for r in records if r["kind"] == "end_to_end"]
+    if end_to_end:
+        lines += ["", "## End to end: generate(input_ids=...)", "",
+                  "| variant | tokens | seconds | peak memory (MiB) |", "|---|---|---|---|"]
+        for r in sorted(end_to_end, key=lambda r: (r["variant"], r["length"])):
+            lines.append(f"| {r['variant']} | {r['length']:,} | {r['seconds']:,.1f} | {r['peak_bytes'] / 2**20:,.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_long_input(records: Sequence[dict], path: str | Path) -> Path:
+    """Four panels against input length, log axes: decode-time peak memory, cache size, time per token and time to
+    the first token, one line per variant; a refused variant's estimate is a hollow marker."""
+    path = Path(path)
+    variants = [v for v in LONG_INPUT_VARIANTS if any(r.get("variant") == v for r in records)]
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
+    for ax, (field_name, heading, _) in zip(axes.flat, _DECODE_QUANTITIES, strict=True):
+        for index, variant in enumerate(variants):
+            rows = sorted((r for r in records if r["kind"] == "decode" and r["variant"] == variant),
+                          key=lambda r: r["length"])
+            measured = [r for r in rows if not r.get("refused")]
+            color = f"C{index % 10}"
+            scale = 2**20 if field_name.endswith("bytes") else (1000 if field_name == "seconds_per_token" else 1)
+            ax.plot([r["length"] for r in measured], [max(r[field_name], 1) / scale for r in measured], "o-",
+                    color=color, label=variant)
+            refused = [r for r in rows if r.get("refused")]
+            if refused and field_name in ("peak_bytes", "state_bytes"):
+                ax.plot([r["length"] for r in refused], [r["estimated_bytes"] / scale for r in refused], "o",
+                        mfc="none", color=color)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("input length (tokens)")
+        ax.set_title(heading, fontsize=9)
+    axes.flat[0].legend(fontsize=8)
+    fig.suptitle("Long inputs (synthetic: random weights); hollow: estimate of a refused variant", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write_long_input(output: str | Path) -> dict[str, Path]:
+    """Write ``long_input.md`` and ``long_input.png`` from ``output/long_input.json``.
+
+    Raises:
+        FileNotFoundError: if the folder has no ``long_input.json``.
+    """
+    folder = Path(output)
+    payload = json.loads((folder / "long_input.json").read_text())
+    table = folder / "long_input.md"
+    table.write_text(long_input_table(payload["records"], payload["settings"]))
+    return {"json": folder / "long_input.json", "markdown": table,
+            "plot": plot_long_input(payload["records"], folder / "long_input.png")}
+
+
+def settings_with(base: LongInputSettings, **overrides: Any) -> LongInputSettings:
+    """``base`` with the overrides that are not None."""
+    return replace(base, **{k: v for k, v in overrides.items() if v is not None})

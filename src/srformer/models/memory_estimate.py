@@ -1,0 +1,117 @@
+"""How much memory generation from an input of a given length needs, estimated before anything is allocated, and a
+clear refusal when it cannot fit (instead of the operating system's out-of-memory kill).
+
+The estimate (bytes) for a batch of ``B`` inputs of ``k`` tokens, ``L`` decoder layers, ``H`` heads of ``d``:
+
+- the joined encoder output, ``B * k * d_model`` elements;
+- per layer, a state that holds encoder-length tensors (the registry's ``state_grows_with_input``: ``full``, ``knn``,
+  ``block-topk``, ``segmented`` and ``srformer`` without ``lean_cache``, ...): keys and values,
+  ``2 * B * H * k * d`` elements (an upper bound for the mechanisms that compress them), plus for ``srformer``
+  the ``m * d * d`` float32 RAF readouts per head (``m = ceil(k / s)``);
+- per layer, a fixed-size state (``lean_cache=True``, ``linear``, ...): nothing that grows with ``k`` (its
+  ``O(H * d^2)`` numbers are left out);
+- one layer's projected keys and values while its state is built, ``2 * B * H * k * d`` elements.
+
+See ``docs/long-inputs.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from srformer.attention.registry import REGISTRY
+from srformer.config import SRformerConfig
+
+
+@dataclass(frozen=True)
+class DecodeMemory:
+    """An estimate of :func:`estimate_decode_memory`, in bytes.
+
+    Attributes:
+        encoder_output: the joined encoder output.
+        states: the cross-attention states of every decoder layer.
+        transient: one layer's projected keys and values while its state is built.
+    """
+
+    encoder_output: int
+    states: int
+    transient: int
+
+    @property
+    def total(self) -> int:
+        """The sum of the parts (bytes)."""
+        return self.encoder_output + self.states + self.transient
+
+
+def estimate_decode_memory(
+    config: SRformerConfig, model_config: Any, batch: int, input_length: int, dtype: torch.dtype
+) -> DecodeMemory:
+    """The memory generation needs beyond the weights for ``batch`` inputs of ``input_length`` tokens (module
+    docstring).
+
+    Args:
+        config: the SRformer settings (variant, ``lean_cache``, ``segment_size``).
+        model_config: the Hugging Face config (``d_model``, decoder layers, heads, head_dim).
+        batch: inputs (times beams) in tokens' batch.
+        input_length: ``k``, encoder tokens.
+        dtype: dtype of the encoder output and projections.
+    """
+    d_model = int(model_config.d_model)
+    layers = int(getattr(model_config, "num_decoder_layers", None) or model_config.decoder_layers)
+    heads = int(getattr(model_config, "num_heads", None) or model_config.decoder_attention_heads)
+    head_dim = int(getattr(model_config, "d_kv", None) or d_model // heads)
+    element = torch.empty((), dtype=dtype).element_size()
+    keys_values = 2 * batch * heads * input_length * head_dim * element
+    entry = REGISTRY[config.variant]
+    grows = entry.capabilities.state_grows_with_input and not (config.lean_cache and entry.capabilities.lean_layout)
+    per_layer = keys_values if grows else 0
+    if grows and entry.capabilities.recurrent_term and config.recurrence:
+        segment_size = config.for_input_length(input_length).segment_size
+        assert isinstance(segment_size, int)
+        per_layer += batch * heads * -(-input_length // segment_size) * head_dim * head_dim * 4
+    return DecodeMemory(batch * input_length * d_model * element, layers * per_layer, keys_values)
+
+
+def available_memory(device: torch.device) -> int | None:
+    """Bytes that can still be allocated on ``device``: free CUDA memory, or ``MemAvailable`` of
+    ``/proc/meminfo`` on a Linux CPU; None where neither is known."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    if device.type != "cpu":
+        return None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def check_decode_memory(
+    config: SRformerConfig, model_config: Any, batch: int, input_length: int, dtype: torch.dtype,
+    device: torch.device,
+) -> None:
+    """Refuse, before encoding, an input whose generation state cannot fit in the memory left on ``device``.
+
+    Raises:
+        MemoryError: when :func:`estimate_decode_memory` exceeds :func:`available_memory`; the message gives both
+            in bytes and the fixes (``lean_cache=True`` or a mechanism with a fixed-size state, a shorter input).
+    """
+    available = available_memory(device)
+    if available is None:
+        return
+    estimate = estimate_decode_memory(config, model_config, batch, input_length, dtype)
+    if estimate.total <= available:
+        return
+    raise MemoryError(
+        f"Generating from {batch} input(s) of {input_length:,} tokens with variant {config.variant!r} needs about "
+        f"{estimate.total:,} bytes ({estimate.encoder_output:,} encoder output, {estimate.states:,} cross-attention "
+        f"states, {estimate.transient:,} while a state is built), but {available:,} bytes are available on "
+        f"{device}. Use a mechanism whose state does not grow with the input (lean_cache=True with srformer, "
+        "segmented or linear), fewer inputs per batch, or a shorter input."
+    )
