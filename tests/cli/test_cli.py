@@ -166,3 +166,37 @@ def test_a_missing_local_checkpoint_is_named_in_the_error(data_files, tmp_path, 
     assert "Traceback" not in error and "internet" not in error
     assert not (tmp_path / "m.json").exists() and not (tmp_path / "t").exists()
     assert not (tmp_path / "new").exists()  # the output folders are checked, not created, before the run starts
+
+
+def test_summarize_reads_a_long_document_in_encoder_windows(trained, data_files, tmp_path, capsys, monkeypatch):
+    """--max-source-length past the training length and --encoder-window: the document is encoded in windows of 32
+    tokens (the encoder's forward is called once per batch of windows)."""
+    documents = tmp_path / "long.jsonl"
+    document = " ".join(p.document for p in load_aclsum("val")[:3])
+    documents.write_text(json.dumps({"document": document}) + "\n")
+    from srformer.models import chunked_encoding
+
+    calls = []
+    real = chunked_encoding.encode_in_windows
+    monkeypatch.setattr(chunked_encoding, "encode_in_windows", lambda *a, **k: calls.append(1) or real(*a, **k))
+    status = main(["summarize", "--checkpoint", str(trained), str(documents), "--max-source-length", "400",
+                   "--encoder-window", "32", "--window-batch-size", "4", "--max-new-tokens", "6", "--no-progress"])
+    assert status == 0 and calls
+    assert capsys.readouterr().out.count("\n") == 1
+
+
+def test_train_takes_an_automatic_segment_size(data_files, tmp_path):
+    output = tmp_path / "auto"
+    args = [a if a != "16" else "auto" for a in TRAIN_ARGS]
+    assert main(["train", "--data", str(data_files / "train.jsonl"), "--variant", "srformer", "--output", str(output),
+                 "--max-steps", "2", *args]) == 0
+    assert json.loads((output / "config.json").read_text())["srformer"]["segment_size"] == "auto"
+
+
+@pytest.mark.parametrize("extra,message", [(["--encoder-window", "0"], "encoder_window"),
+                                           (["--window-overlap", "1"], "window_overlap")])
+def test_bad_window_options_are_refused(trained, tmp_path, extra, message, capsys):
+    document = tmp_path / "doc.txt"
+    document.write_text("a short document")
+    assert main(["summarize", "--checkpoint", str(trained), str(document), "--no-progress", *extra]) == 2
+    assert message in capsys.readouterr().err

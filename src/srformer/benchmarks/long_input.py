@@ -187,7 +187,8 @@ def _mib(value: float) -> str:
 #: Columns of the decode tables: (record field, heading, formatter).
 _DECODE_QUANTITIES: tuple[tuple[str, str, Callable[[float], str]], ...] = (
     ("peak_bytes", "decode-time peak memory above weights and encoder output (MiB)", lambda v: f"{v / 2**20:,.0f}"),
-    ("state_bytes", "cross-attention cache after generate(), all layers (MiB)", lambda v: f"{v / 2**20:,.1f}"),
+    ("state_bytes", "cross-attention cache after generate(), all layers; a lean state counts the encoder output "
+                    "it reads (MiB)", lambda v: f"{v / 2**20:,.1f}"),
     ("seconds_per_token", "time per generated token (ms)", lambda v: f"{1000 * v:,.1f}"),
     ("first_token_seconds", "time to the first token: builds every layer's state (s)", lambda v: f"{v:,.2f}"),
 )
@@ -240,30 +241,49 @@ def long_input_table(records: Sequence[dict], settings: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+_PLOT_TITLES = {
+    "peak_bytes": "decode-time peak memory above weights and encoder output (MiB)",
+    "state_bytes": "cross-attention cache after generate() (lean: + the encoder output) (MiB)",
+    "seconds_per_token": "time per generated token (ms)",
+    "first_token_seconds": "time to the first token (builds every layer's state) (s)",
+}
+
+
+def _plotted(field_name: str, value: float) -> float:
+    """``value`` in the plot's unit (MiB, ms or s), at least 1e-3 so that it has a place on a log axis."""
+    if field_name.endswith("bytes"):
+        value = value / 2**20
+    elif field_name == "seconds_per_token":
+        value = value * 1000
+    return max(value, 1e-3)
+
+
 def plot_long_input(records: Sequence[dict], path: str | Path) -> Path:
     """Four panels against input length, log axes: decode-time peak memory, cache size, time per token and time to
     the first token, one line per variant; a refused variant's estimate is a hollow marker."""
     path = Path(path)
     variants = [v for v in LONG_INPUT_VARIANTS if any(r.get("variant") == v for r in records)]
     fig, axes = plt.subplots(2, 2, figsize=(12, 8))
-    for ax, (field_name, heading, _) in zip(axes.flat, _DECODE_QUANTITIES, strict=True):
+    for ax, (field_name, _, _) in zip(axes.flat, _DECODE_QUANTITIES, strict=True):
+        plotted = False
         for index, variant in enumerate(variants):
             rows = sorted((r for r in records if r["kind"] == "decode" and r["variant"] == variant),
                           key=lambda r: r["length"])
             measured = [r for r in rows if not r.get("refused")]
             color = f"C{index % 10}"
-            scale = 2**20 if field_name.endswith("bytes") else (1000 if field_name == "seconds_per_token" else 1)
-            ax.plot([r["length"] for r in measured], [max(r[field_name], 1) / scale for r in measured], "o-",
+            ax.plot([r["length"] for r in measured], [_plotted(field_name, r[field_name]) for r in measured], "o-",
                     color=color, label=variant)
             refused = [r for r in rows if r.get("refused")]
             if refused and field_name in ("peak_bytes", "state_bytes"):
-                ax.plot([r["length"] for r in refused], [r["estimated_bytes"] / scale for r in refused], "o",
-                        mfc="none", color=color)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
+                ax.plot([r["length"] for r in refused], [_plotted("bytes", r["estimated_bytes"]) for r in refused],
+                        "o", mfc="none", color=color)
+            plotted = plotted or bool(measured) or (bool(refused) and field_name in ("peak_bytes", "state_bytes"))
+        if plotted:
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
         ax.set_xlabel("input length (tokens)")
-        ax.set_title(heading, fontsize=9)
-    axes.flat[0].legend(fontsize=8)
+        ax.set_title(_PLOT_TITLES[field_name], fontsize=9)
+    axes.flat[0].legend(fontsize=8, loc="upper left")
     fig.suptitle("Long inputs (synthetic: random weights); hollow: estimate of a refused variant", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

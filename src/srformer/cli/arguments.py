@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from srformer.config import NAMED_SETTINGS, setting_types
+from srformer.config import NAMED_SETTINGS, SRformerConfig, setting_types
+from srformer.models.convert import convert, set_runtime_options
+from srformer.models.install import srformer_config_of
 
 #: ``--checkpoint`` of ``evaluate`` and ``summarize`` (the rule of :func:`srformer.models.factory.load_pretrained`).
 CHECKPOINT_HELP = (
@@ -32,11 +34,26 @@ def add_variant_arguments(parser: argparse.ArgumentParser, *, variant_required: 
     parser.add_argument("--variant", choices=list(NAMED_SETTINGS), required=variant_required,
                         help="cross-attention variant, or an ablation (ablation-I..IV) / the Eq. 10 mix "
                              "(srformer-sigma)")
-    parser.add_argument("--segment-size", type=int, default=64, help="encoder tokens per segment (s)")
+    parser.add_argument("--segment-size", type=segment_size_argument, default=64,
+                        help="encoder tokens per segment (s), or auto: ceil(input length / target length)")
     parser.add_argument("--target-length", type=int, default=128, help="fixed decoder length T of the segment schedule")
     parser.add_argument("--setting", action="append", default=[], metavar="NAME=VALUE",
                         help="any other SRformerConfig setting, repeatable, e.g. --setting window_size=192 "
                              "--setting raf_threshold_init=0.05 (see docs/design.md for each mechanism's settings)")
+
+
+def segment_size_argument(text: str) -> int | str:
+    """``--segment-size``: a positive int, or ``auto`` (:meth:`srformer.config.SRformerConfig.for_input_length`).
+
+    Raises:
+        argparse.ArgumentTypeError: for anything else.
+    """
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of tokens or auto, got {text!r}") from None
 
 
 def parse_settings(values: list[str]) -> dict:
@@ -147,5 +164,30 @@ def add_generation_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-beams", type=int, default=1)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--max-source-length", type=int, default=None, help="default: the training run's")
+    parser.add_argument("--max-source-length", type=int, default=None,
+                        help="input tokens kept per document (default: the training run's); an input longer than "
+                             "the encoder window is encoded in windows")
+    parser.add_argument("--encoder-window", type=int, default=None,
+                        help="tokens per encoder window for long inputs (default: the checkpoint's, else the model's "
+                             "own input limit); a plain checkpoint is run as full attention over the windows (SLED)")
+    parser.add_argument("--window-overlap", type=float, default=None, help="share of a window shared with the next, "
+                        "in [0, 1) (default 0.5)")
+    parser.add_argument("--window-batch-size", type=int, default=None, help="windows per encoder call (default 8)")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+def apply_window_options(model, args: argparse.Namespace):
+    """Apply ``--encoder-window``/``--window-overlap``/``--window-batch-size`` to a loaded model: as runtime options
+    of a converted model (:func:`srformer.set_runtime_options`), or by converting a plain model to ``full`` with
+    them (full attention over chunked encodings). Returns the model.
+
+    Raises:
+        ValueError: for a bad value (the message names the option).
+    """
+    options = {name: getattr(args, name) for name in ("encoder_window", "window_overlap", "window_batch_size")
+               if getattr(args, name, None) is not None}
+    if not options:
+        return model
+    if srformer_config_of(model) is not None:
+        return set_runtime_options(model, **options)
+    return convert(model, SRformerConfig("full", **options))

@@ -1,0 +1,94 @@
+"""``srformer long-bench`` on a tiny shape: the records, their resumption, refusal by the memory estimate, and the
+report; and the memory estimate itself."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+import torch
+
+import srformer.models.memory_estimate as memory_estimate
+from srformer.benchmarks.long_input import LongInputSettings, run_long_input, write_long_input
+from srformer.cli.main import main
+from srformer.config import SRformerConfig
+from srformer.models.memory_estimate import check_decode_memory, estimate_decode_memory
+from tests.models.conftest import BUILDERS, converted
+
+TINY = dict(lengths=(600,), variants=("full", "srformer-lean", "linear"), end_to_end=("srformer-lean",),
+            shape="t5-tiny", new_tokens=3, segment_size=16, target_length=16, encoder_window=256)
+
+
+def test_a_run_records_every_measurement_and_resumes_without_measuring_again(tmp_path, monkeypatch):
+    records = run_long_input(LongInputSettings(**TINY), tmp_path, log=lambda line: None)
+    kinds = sorted((r["kind"], r.get("variant")) for r in records)
+    assert kinds == [("decode", "full"), ("decode", "linear"), ("decode", "srformer-lean"), ("encode", None),
+                     ("end_to_end", "srformer-lean")]
+    decode = {r["variant"]: r for r in records if r["kind"] == "decode"}
+    assert all(r["tokens"] == 3 and r["seconds_per_token"] > 0 and not r["refused"] for r in decode.values())
+    # full caches keys and values of every layer: 2 * 600 positions * 4 heads * 32 * 4 bytes * 2 layers
+    assert decode["full"]["state_bytes"] == 2 * 600 * 4 * 32 * 4 * 2
+    assert decode["linear"]["state_bytes"] < decode["full"]["state_bytes"] / 10
+
+    def no_child(*args, **kwargs):
+        raise AssertionError("a finished measurement was run again")
+
+    monkeypatch.setattr(subprocess, "Popen", no_child)
+    assert run_long_input(LongInputSettings(**TINY), tmp_path, log=lambda line: None) == records
+    written = write_long_input(tmp_path)
+    text = written["markdown"].read_text()
+    assert "| srformer-lean |" in text and "End to end" in text and written["plot"].stat().st_size > 0
+
+
+def test_a_variant_that_cannot_fit_is_refused_with_its_estimate(tmp_path):
+    settings = LongInputSettings(**{**TINY, "variants": ("full",), "end_to_end": (), "memory_budget": 1})
+    records = run_long_input(settings, tmp_path, log=lambda line: None)
+    refused = [r for r in records if r["kind"] == "decode"]
+    assert refused[0]["refused"] and refused[0]["estimated_bytes"] > 0
+    assert "refused (est." in write_long_input(tmp_path)["markdown"].read_text()
+
+
+@pytest.mark.parametrize("bad,message", [(dict(variants=("nope",)), "nope"), (dict(lengths=(0,)), "lengths"),
+                                         (dict(new_tokens=1), "new_tokens"), (dict(window_overlap=1.0), "overlap")])
+def test_bad_settings_are_refused(bad, message):
+    with pytest.raises(ValueError, match=message):
+        LongInputSettings(**{**TINY, **bad})
+
+
+def test_the_command_writes_its_outputs(tmp_path, capsys):
+    assert main(["long-bench", "--output", str(tmp_path), "--quick", "--lengths", "300", "--variants", "linear",
+                 "--end-to-end"]) == 0
+    assert json.loads((tmp_path / "long_input.json").read_text())["records"]
+    assert (tmp_path / "long_input.png").is_file()
+
+
+# ------------------------------------------------------------------ the estimate
+def test_the_estimate_counts_keys_and_values_of_states_that_hold_them():
+    model_config = BUILDERS["t5"]().config  # 2 decoder layers, 4 heads of 8, d_model 32
+    k, element = 1000, 4
+    full = estimate_decode_memory(SRformerConfig("full"), model_config, 2, k, torch.float32)
+    keys_values = 2 * 2 * 4 * k * 8 * element
+    assert full.states == 2 * keys_values and full.transient == keys_values
+    assert full.encoder_output == 2 * k * 32 * element
+    srformer = estimate_decode_memory(SRformerConfig("srformer", segment_size=10), model_config, 2, k, torch.float32)
+    assert srformer.states == 2 * (keys_values + 2 * 4 * 100 * 8 * 8 * 4)  # plus m = 100 float32 d x d readouts
+    lean = SRformerConfig("srformer", segment_size=10, lean_cache=True)
+    assert estimate_decode_memory(lean, model_config, 2, k, torch.float32).states == 0
+    assert estimate_decode_memory(SRformerConfig("linear"), model_config, 2, k, torch.float32).states == 0
+
+
+def test_an_input_too_large_for_memory_is_refused_before_encoding(monkeypatch):
+    monkeypatch.setattr(memory_estimate, "available_memory", lambda device: 10_000)
+    with pytest.raises(MemoryError, match="needs about .* bytes .* 10,000 bytes are available"):
+        check_decode_memory(SRformerConfig("full"), BUILDERS["t5"]().config, 1, 4096, torch.float32,
+                            torch.device("cpu"))
+    model = converted(BUILDERS["bart"](dtype=torch.float32), variant="full", encoder_window=32)
+    encoder = model.get_encoder()
+    calls = []
+    plain_class = type(encoder).__mro__[2]  # the class after srformer's subclass and ChunkedEncoderMixin
+    assert plain_class.__name__ == "BartEncoder"
+    monkeypatch.setattr(plain_class, "forward", lambda *a, **k: calls.append(1))
+    with torch.no_grad(), pytest.raises(MemoryError, match="'full'"):
+        model.get_encoder()(input_ids=torch.ones(1, 100, dtype=torch.long))
+    assert not calls  # refused before any window was encoded
