@@ -1,5 +1,5 @@
 """``srformer`` command line: train, evaluate, summarize, the ACLSum main job, compare, bench, probe, long-bench,
-pick, split and pretrain."""
+long-probe, pick, split and pretrain."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from srformer.cli import (
     compare_command,
     evaluate_command,
     long_bench_command,
+    long_probe_command,
     pick_command,
     pretrain_command,
     probe_command,
@@ -22,7 +23,7 @@ from srformer.cli import (
 
 COMMANDS = (
     train_command, evaluate_command, summarize_command, aclsum_command, compare_command, bench_command, probe_command,
-    long_bench_command, pick_command, split_command, pretrain_command,
+    long_bench_command, long_probe_command, pick_command, split_command, pretrain_command,
 )
 
 

@@ -1,0 +1,206 @@
+"""Recall at inputs far longer than training (synthetic, labelled so): ``srformer long-probe``.
+
+Takes the finished cells of a ``srformer probe`` run on the ``recall`` task (models converted and fine-tuned at one
+input length, e.g. k = 512), gives each model chunked encoding with windows of the trained length
+(:mod:`srformer.models.chunked_encoding`), and scores it, without further training, on held-out recall documents
+of longer inputs (default 2,048 to 16,384 tokens: the same number of facts spread through more filler). Each
+cell keeps the segment size it was trained with, so a longer input has more segments than the schedule's target
+length: the segments the schedule skips are read through the mechanism's global or recurrent term only, or not at
+all. Off- and on-segment token accuracy per length are written to ``long_probe.json``, ``long_probe.md`` and
+``long_probe.png``; finished (cell, length) pairs are kept, so a rerun resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from srformer.config import named_config
+from srformer.models.convert import convert
+from srformer.probe.metrics import score
+from srformer.probe.report import plt
+from srformer.probe.tasks import ProbeVocabulary, TaskSpec, generate_examples
+from srformer.probe.training import ModelShape, build_model, predict
+
+
+@dataclass(frozen=True)
+class LongProbeSettings:
+    """What :func:`run_long_probe` scores.
+
+    Attributes:
+        runs: ``srformer probe --output`` folders whose ``cells/convert/recall-*`` cells are scored; a cell found
+            in several (the same key) is taken from the last.
+        variants: the named settings to score (their cells must be finished).
+        lengths: test input lengths in tokens.
+        encoder_window: tokens per encoder window; None: the cell's trained input length.
+        examples: held-out documents per length.
+        batch_size: documents per forward pass.
+    """
+
+    runs: tuple[str, ...]
+    variants: tuple[str, ...]
+    lengths: tuple[int, ...] = (2048, 4096, 8192, 16384)
+    encoder_window: int | None = None
+    examples: int = 128
+    batch_size: int = 16
+
+    def __post_init__(self) -> None:
+        if not self.runs or not self.variants:
+            raise ValueError("`runs` and `variants` must each name at least one.")
+        if any(not isinstance(n, int) or n < 1 for n in self.lengths) or not self.lengths:
+            raise ValueError(f"`lengths` must be positive numbers of tokens, got {self.lengths!r}.")
+        for name in ("examples", "batch_size"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be a positive int, got {getattr(self, name)!r}.")
+
+
+def find_cells(runs: Sequence[str | Path], variants: Sequence[str]) -> dict[str, Path]:
+    """The finished ``recall`` cells (converted and fine-tuned, seed 0) of ``variants`` in ``runs``: name ->
+    cell folder (holding ``cell.json`` and ``model.pt``).
+
+    Raises:
+        FileNotFoundError: for a variant with no finished cell, naming the runs searched.
+    """
+    found: dict[str, Path] = {}
+    for run in runs:
+        for record_file in sorted(Path(run).glob("cells/convert/recall-*/*/cell.json")):
+            record = json.loads(record_file.read_text())
+            if record["name"] in variants and record["seed"] == 0 and (record_file.parent / "model.pt").is_file():
+                found[record["name"]] = record_file.parent
+    missing = [name for name in variants if name not in found]
+    if missing:
+        raise FileNotFoundError(
+            f"No finished recall cell (convert protocol, seed 0, with model.pt) for {missing} in {list(runs)}: run "
+            "`srformer probe --tasks recall --protocols convert` for them first."
+        )
+    return found
+
+
+def _model(cell: Path, record: dict, encoder_window: int) -> Any:
+    budget = record["budget"]
+    vocabulary = ProbeVocabulary(**budget["vocabulary"])
+    shape = ModelShape(**budget["shape"])
+    config = named_config(record["name"], segment_size=record["segment_size"] or min(budget["segment_sizes"]),
+                          target_length=record["target_length"], encoder_window=encoder_window,
+                          **record.get("settings", {}))
+    model = convert(build_model(vocabulary, shape, record["seed"]), config)
+    model.load_state_dict(torch.load(cell / "model.pt", weights_only=True, map_location="cpu"))
+    return model.eval(), vocabulary
+
+
+def run_long_probe(settings: LongProbeSettings, output: str | Path, *,
+                   log: Callable[[str], None] = print) -> list[dict]:
+    """Score every (variant, length) not yet in ``output/long_probe.json``; returns every record of the file.
+
+    Raises:
+        FileNotFoundError: as :func:`find_cells`.
+    """
+    folder = Path(output)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "long_probe.json"
+    payload = json.loads(path.read_text()) if path.exists() else {"records": []}
+    records: list[dict] = payload["records"]
+    done = {(r["name"], r["length"]) for r in records}
+    cells = find_cells(settings.runs, settings.variants)
+    for name in settings.variants:
+        todo = [n for n in settings.lengths if (name, n) not in done]
+        if not todo:
+            continue
+        record = json.loads((cells[name] / "cell.json").read_text())
+        window = settings.encoder_window or record["length"]
+        model, vocabulary = _model(cells[name], record, window)
+        segment_size = record["segment_size"] or min(record["budget"]["segment_sizes"])
+        spec = TaskSpec("recall", record["n"])
+        for length in todo:
+            examples = generate_examples(spec, vocabulary, count=settings.examples, length=length,
+                                         segment_size=segment_size, target_length=record["target_length"],
+                                         seed=20_000 + length)
+            started = time.perf_counter()
+            with torch.no_grad(), warnings.catch_warnings():
+                # more segments than the target length is the point of this probe: no warning per batch
+                warnings.filterwarnings("ignore", message="An encoder input has .* segments")
+                predictions = predict(model, examples, vocabulary, batch_size=settings.batch_size)
+            metrics = score(predictions, examples, segment_size=segment_size,
+                            target_length=record["target_length"])
+            model.eval()  # predict() leaves the model in training mode
+            row = {"name": name, "length": length, "trained_length": record["length"], "segment_size": segment_size,
+                   "encoder_window": window, "finetune_steps": record["budget"]["train"]["steps"],
+                   "cell": record["key"], "metrics": metrics, "seconds": time.perf_counter() - started}
+            records.append(row)
+            path.write_text(json.dumps(payload, indent=2))
+            log(f"long-probe: {name} at {length:,} tokens: off {_pct(metrics['off_token_accuracy'])}, "
+                f"on {_pct(metrics['on_token_accuracy'])} ({row['seconds']:.0f} s)")
+    path.write_text(json.dumps(payload, indent=2))
+    return records
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}"
+
+
+def long_probe_table(records: Sequence[dict]) -> str:
+    """The Markdown report: off-segment / on-segment token accuracy (%) per variant and test length."""
+    lengths = sorted({r["length"] for r in records})
+    names = list(dict.fromkeys(r["name"] for r in records))
+    by_key = {(r["name"], r["length"]): r for r in records}
+    first = records[0] if records else {}
+    lines = [
+        "# Recall at inputs longer than training (synthetic)",
+        "",
+        f"Each model was converted and fine-tuned on recall at {first.get('trained_length', '?')} tokens (segment "
+        f"size {first.get('segment_size', '?')}), then scored without further training on longer documents (the "
+        "same 256 stored facts in more filler), encoded in windows of the trained length. Cells: off-segment / "
+        "on-segment token accuracy in %.",
+        "",
+        "| mechanism (fine-tuning steps) | " + " | ".join(f"{n:,}" for n in lengths) + " |",
+        "|---|" + "---|" * len(lengths),
+    ]
+    for name in names:
+        steps = next(r["finetune_steps"] for r in records if r["name"] == name)
+        cells = []
+        for n in lengths:
+            r = by_key.get((name, n))
+            cells.append("-" if r is None else f"{_pct(r['metrics']['off_token_accuracy'])} / "
+                                                f"{_pct(r['metrics']['on_token_accuracy'])}")
+        lines.append(f"| {name} ({steps}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_long_probe(records: Sequence[dict], path: str | Path) -> Path:
+    """Off-segment accuracy against test length (log axis), one line per variant."""
+    path = Path(path)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for index, name in enumerate(dict.fromkeys(r["name"] for r in records)):
+        rows = sorted((r for r in records if r["name"] == name), key=lambda r: r["length"])
+        ax.plot([r["length"] for r in rows], [100 * (r["metrics"]["off_token_accuracy"] or 0) for r in rows], "o-",
+                color=f"C{index % 10}", label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("test input length (tokens)")
+    ax.set_ylabel("off-segment token accuracy (%)")
+    ax.set_title("Recall at inputs longer than training (synthetic)", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write_long_probe(output: str | Path) -> dict[str, Path]:
+    """Write ``long_probe.md`` and ``long_probe.png`` from ``output/long_probe.json``.
+
+    Raises:
+        FileNotFoundError: if the folder has no ``long_probe.json``.
+    """
+    folder = Path(output)
+    records = json.loads((folder / "long_probe.json").read_text())["records"]
+    table = folder / "long_probe.md"
+    table.write_text(long_probe_table(records))
+    return {"json": folder / "long_probe.json", "markdown": table,
+            "plot": plot_long_probe(records, folder / "long_probe.png")}
