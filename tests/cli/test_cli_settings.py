@@ -144,3 +144,23 @@ def test_probe_rejects_a_setting_a_variant_cannot_take_before_training(tmp_path,
     assert not out.exists()
     assert main(["probe", "--quick", "--output", str(out), "--setting", "window:window_size=32"]) == 2
     assert "'window' is not among this run's variants (full, segmented, srformer)" in capsys.readouterr().err
+
+
+def test_window_options_convert_a_plain_model_to_full_attention_over_windows():
+    import argparse
+
+    import torch
+
+    from srformer.cli.arguments import apply_window_options
+    from srformer.models import srformer_config_of
+    from tests.models.conftest import BUILDERS
+
+    options = argparse.Namespace(encoder_window=16, window_overlap=None, window_batch_size=4)
+    plain = BUILDERS["t5"]()
+    model = apply_window_options(plain, options)
+    assert srformer_config_of(model).variant == "full" and model.get_encoder().srformer_windows.window == 16
+    with torch.no_grad():
+        assert model.get_encoder()(input_ids=torch.ones(1, 40, dtype=torch.long)).last_hidden_state.shape == (1, 40, 32)
+    unchanged = BUILDERS["t5"]()
+    assert apply_window_options(unchanged, argparse.Namespace(encoder_window=None, window_overlap=None,
+                                                              window_batch_size=None)) is unchanged
