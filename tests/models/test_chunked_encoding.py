@@ -251,3 +251,13 @@ def test_a_16k_token_input_is_summarised_end_to_end(variant):
     if variant == "srformer":
         attention = next(m for m in model.modules() if hasattr(m, "configured"))
         assert attention.settings.segment_size == 16_384 // 16
+
+
+def test_a_traced_long_input_is_refused_not_encoded_unchunked(monkeypatch):
+    from srformer.models import chunked_encoding
+
+    model = converted(BUILDERS["t5"](), variant="segmented", encoder_window=16)
+    monkeypatch.setattr(chunked_encoding, "tracing", lambda: True)
+    with pytest.raises(ValueError, match="torch.compile/torch.export"):
+        model.get_encoder()(input_ids=_ids(1, 40))
+    assert model.get_encoder()(input_ids=_ids(1, 16)).last_hidden_state.shape == (1, 16, 32)  # fits: traced as is

@@ -102,8 +102,8 @@ def default_window(config: Any) -> int:
 
 @dataclass(frozen=True)
 class WindowSettings:
-    """Chunked encoding's settings on an encoder (:func:`install_windows`): ``window`` tokens per window,
-    ``overlap`` in ``[0, 1)``, ``batch_size`` windows per encoder call."""
+    """Chunked encoding's settings on an encoder (:func:`srformer.models.classes.install_windows`): ``window``
+    tokens per window, ``overlap`` in ``[0, 1)``, ``batch_size`` windows per encoder call."""
 
     window: int
     overlap: float
@@ -131,8 +131,8 @@ def resolve_window_settings(
 
 
 class ChunkedEncoderMixin:
-    """The forward pass of an encoder re-classed by :func:`install_windows`: inputs longer than the window are
-    encoded window by window (module docstring); shorter ones take the encoder's own ``forward``.
+    """The forward pass of an encoder re-classed by :func:`srformer.models.classes.install_windows`: inputs longer
+    than the window are encoded window by window (module docstring); shorter ones take the encoder's own ``forward``.
 
     Called as the encoder is (``input_ids`` (B, n) or ``inputs_embeds`` (B, n, d_model), ``attention_mask`` (B, n));
     returns a ``BaseModelOutput`` with ``last_hidden_state`` (B, n, d_model), zero at padding positions, and with
@@ -142,7 +142,8 @@ class ChunkedEncoderMixin:
         MemoryError: at inference (no gradient), before encoding, for an input whose generation state would not fit
             in the memory left (:func:`srformer.models.memory_estimate.check_decode_memory`).
         ValueError: if ``output_attentions`` is requested for an input longer than the window (each window has
-            its own attention map; there is no joined one).
+            its own attention map; there is no joined one), or such an input is traced by ``torch.compile`` /
+            ``torch.export``.
     """
 
     srformer_windows: WindowSettings
@@ -152,9 +153,15 @@ class ChunkedEncoderMixin:
     def forward(self, input_ids: Any = None, attention_mask: Any = None, inputs_embeds: Any = None, **kwargs: Any):
         source = input_ids if input_ids is not None else inputs_embeds
         settings = getattr(self, "srformer_windows", None)
-        if source is None or settings is None or source.shape[1] <= settings.window or tracing():
+        if source is None or settings is None or source.shape[1] <= settings.window:
             return super().forward(  # type: ignore[misc]
                 input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
+            )
+        if tracing():
+            raise ValueError(
+                f"An input of {source.shape[1]} tokens is longer than encoder_window={settings.window}, and chunked "
+                "encoding plans its windows on the host, which torch.compile/torch.export cannot trace: run the "
+                "encoder in eager mode (compile the decoder only), or raise encoder_window."
             )
         config = getattr(self, "srformer_config", None)
         if config is not None and not torch.is_grad_enabled():  # inference: refuse what cannot fit, before encoding
