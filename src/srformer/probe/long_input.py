@@ -170,22 +170,30 @@ def long_probe_table(records: Sequence[dict]) -> str:
             cells.append("-" if r is None else f"{_pct(r['metrics']['off_token_accuracy'])} / "
                                                 f"{_pct(r['metrics']['on_token_accuracy'])}")
         lines.append(f"| {name} ({steps}) | " + " | ".join(cells) + " |")
+    on = [next((by_key[(name, n)]["metrics"]["on_positions"] for name in names if (name, n) in by_key), 0)
+          for n in lengths]
+    off = [next((by_key[(name, n)]["metrics"]["off_positions"] for name in names if (name, n) in by_key), 0)
+           for n in lengths]
+    lines += ["", "Scored positions per length (on-segment / off-segment): "
+              + ", ".join(f"{n:,}: {a} / {b}" for n, a, b in zip(lengths, on, off, strict=True))
+              + ". A longer input has more segments but the schedule still reads one per decoder step, so few "
+              "queried facts lie on the scheduled segment and the on-segment figures rest on a handful of answers."]
     return "\n".join(lines) + "\n"
 
 
 def plot_long_probe(records: Sequence[dict], path: str | Path) -> Path:
     """Off-segment accuracy against test length (log axis), one line per variant."""
     path = Path(path)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(8.5, 4.5))
     for index, name in enumerate(dict.fromkeys(r["name"] for r in records)):
         rows = sorted((r for r in records if r["name"] == name), key=lambda r: r["length"])
-        ax.plot([r["length"] for r in rows], [100 * (r["metrics"]["off_token_accuracy"] or 0) for r in rows], "o-",
-                color=f"C{index % 10}", label=name)
+        ax.plot([r["length"] for r in rows], [100 * (r["metrics"]["off_token_accuracy"] or 0) for r in rows],
+                "os^vD<>"[index % 7] + "-", color=plt.get_cmap("tab20")(index % 20), label=name)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("test input length (tokens)")
     ax.set_ylabel("off-segment token accuracy (%)")
     ax.set_title("Recall at inputs longer than training (synthetic)", fontsize=10)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
