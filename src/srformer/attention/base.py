@@ -23,12 +23,12 @@ import torch
 from torch import nn
 
 from srformer.attention.initialization import TORCH_INIT, InitFunctions
-from srformer.attention.state import CrossAttentionState
+from srformer.attention.state import CrossAttentionState, accumulation_dtype
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
     from srformer.config import SRformerConfig
 
-__all__ = ["CrossAttentionMechanism", "ProjectBlock", "ProjectRows"]
+__all__ = ["CrossAttentionMechanism", "ProjectBlock", "ProjectRows", "sum_over_blocks"]
 
 #: Projects encoder rows on demand (lean layout): (B, s) long encoder positions -> (keys, values), each (B, H, s, d).
 ProjectRows = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -36,6 +36,43 @@ ProjectRows = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 #: Projects a block of encoder positions for a streamed state build: ``(start, end)`` (tokens) -> (keys, values),
 #: each (B, H, end - start, d).
 ProjectBlock = Callable[[int, int], tuple[torch.Tensor, torch.Tensor]]
+
+
+def sum_over_blocks(
+    project_block: ProjectBlock,
+    key_length: int,
+    key_valid: torch.Tensor | None,
+    block: int,
+    parts: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], tuple[torch.Tensor, ...]],
+) -> tuple[torch.Tensor, ...]:
+    """Sums over the encoder positions, taken ``block`` at a time: each block's keys and values are projected
+    (under the caller's autocast), widened to the accumulation dtype, and ``parts(keys, values, real)`` computes its
+    terms with autocast off (``real``: (B, n) bool, True at the block's real positions, or None); the terms of all
+    blocks are added. Memory: one block's projections at a time (a streamed state build,
+    :meth:`CrossAttentionMechanism.streamed_state`).
+
+    Args:
+        project_block: projects positions ``[start, end)`` to (keys, values), each (B, H, end - start, d).
+        key_length: ``k``, encoder positions.
+        key_valid: (B, k) bool, True at real positions, or None.
+        block: positions per block (>= 1).
+        parts: the block's terms (same shapes for every block).
+
+    Returns:
+        The summed terms.
+    """
+    totals: tuple[torch.Tensor, ...] | None = None
+    for start in range(0, max(1, key_length), block):
+        keys, values = project_block(start, min(key_length, start + block))
+        wide = accumulation_dtype(keys.dtype)
+        with torch.autocast(device_type=keys.device.type, enabled=False):  # sums in float32 or wider
+            real = None if key_valid is None else (
+                key_valid[:, start:start + keys.shape[2]].to(device=keys.device, dtype=torch.bool)
+            )
+            terms = parts(keys.to(wide), values.to(wide), real)
+            totals = terms if totals is None else tuple(a + b for a, b in zip(totals, terms, strict=True))
+    assert totals is not None  # at least one block: range(0, max(1, k), block) is never empty
+    return totals
 
 
 class CrossAttentionMechanism(nn.Module):

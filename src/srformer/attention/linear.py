@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
-from srformer.attention.base import ProjectBlock
+from srformer.attention.base import ProjectBlock, sum_over_blocks
 from srformer.attention.schedule import real_lengths
 from srformer.attention.segment_free import SegmentFreeCrossAttention
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off
@@ -117,20 +117,13 @@ class LinearCrossAttention(SegmentFreeCrossAttention):
         """The state from ``block`` positions at a time: ``phi(K)^T V`` and ``sum_j phi(K_j)`` are sums over
         positions, accumulated per block (padding zeroed). See
         :meth:`~srformer.attention.base.CrossAttentionMechanism.streamed_state`."""
-        kv: torch.Tensor | None = None
-        key_sum: torch.Tensor | None = None
-        for start in range(0, max(1, key_length), block):
-            keys, values = project_block(start, min(key_length, start + block))  # under the caller's autocast
-            wide = accumulation_dtype(keys.dtype)
-            with torch.autocast(device_type=keys.device.type, enabled=False):  # sums in float32 or wider
-                features = feature_map(keys.to(wide))
-                if key_valid is not None:
-                    real = key_valid[:, start:start + keys.shape[2]].to(device=keys.device, dtype=features.dtype)
-                    features = features * real[:, None, :, None]
-                part, part_sum = torch.matmul(features.transpose(-1, -2), values.to(wide)), features.sum(dim=2)
-            kv = part if kv is None else kv + part
-            key_sum = part_sum if key_sum is None else key_sum + part_sum
-        assert kv is not None and key_sum is not None
+        def parts(keys: torch.Tensor, values: torch.Tensor, real: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+            features = feature_map(keys)
+            if real is not None:
+                features = features * real.to(features.dtype)[:, None, :, None]
+            return torch.matmul(features.transpose(-1, -2), values), features.sum(dim=2)
+
+        kv, key_sum = sum_over_blocks(project_block, key_length, key_valid, block, parts)
         lengths, _ = real_lengths(key_valid, kv.shape[0], key_length, kv.device)
         return self._state(lengths, kv, key_sum)
 

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from srformer.attention.base import ProjectBlock
+from srformer.attention.base import ProjectBlock, sum_over_blocks
 from srformer.attention.initialization import InitFunctions
 from srformer.attention.layout import block_index, take_blocks
 from srformer.attention.raf import RecurrentAccumulateAndFire
@@ -480,20 +480,13 @@ class SRformerCrossAttention(SegmentedCrossAttention):
             return None
         if not self.has_recurrence:
             return super().streamed_state(project_block, key_length, key_valid, block)
-        products: torch.Tensor | None = None
-        squares: torch.Tensor | None = None
-        for start in range(0, max(1, key_length), block):
-            keys, values = project_block(start, min(key_length, start + block))  # under the caller's autocast
-            wide = accumulation_dtype(keys.dtype)
-            with torch.autocast(device_type=keys.device.type, enabled=False):  # sums in float32 or wider
-                keys, values = keys.to(wide), values.to(wide)
-                if key_valid is not None:
-                    real = key_valid[:, start:start + keys.shape[2]].to(device=keys.device, dtype=torch.bool)
-                    keys = keys.masked_fill(~real[:, None, :, None], 0.0)
-                part, part_squares = torch.matmul(keys.transpose(-1, -2), values), keys.square().sum(dim=2)
-            products = part if products is None else products + part
-            squares = part_squares if squares is None else squares + part_squares
-        assert products is not None and squares is not None
+
+        def parts(keys: torch.Tensor, values: torch.Tensor, real: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
+            if real is not None:
+                keys = keys.masked_fill(~real[:, None, :, None], 0.0)
+            return torch.matmul(keys.transpose(-1, -2), values), keys.square().sum(dim=2)
+
+        products, squares = sum_over_blocks(project_block, key_length, key_valid, block, parts)
         batch, heads, d = squares.shape
         if self.divides_by_key_norm:
             key_norm = squares.sqrt() + self.settings.norm_eps
