@@ -122,8 +122,8 @@ class CrossAttentionMechanism(nn.Module):
         # until the first input: s = 2 tokens, as the settings were checked with (SRformerConfig.__init__)
         self.settings = config if config.segment_size != "auto" else replace(config, segment_size=2)
 
-    def adapt_to_input(self, lengths: torch.Tensor | None, key_length: int) -> None:
-        """Resolve ``segment_size="auto"`` for a batch whose real encoder lengths are ``lengths`` ((B,) tokens, or
+    def adapt_to_input(self, key_valid: torch.Tensor | None, key_length: int) -> None:
+        """Resolve ``segment_size="auto"`` for a batch whose real encoder positions are ``key_valid`` ((B, k) bool, or
         None: every example ``key_length`` tokens long): ``s = ceil(longest / target_length)``
         (:meth:`srformer.config.SRformerConfig.for_input_length`). Called before each state is built; nothing
         happens for an int ``segment_size``.
@@ -139,7 +139,7 @@ class CrossAttentionMechanism(nn.Module):
                 "segment_size='auto' reads the longest input length on the host, which torch.compile/torch.export "
                 "cannot trace: compile a model with an int segment_size."
             )
-        longest = key_length if lengths is None or lengths.numel() == 0 else int(lengths.max())
+        longest = key_length if key_valid is None or key_valid.numel() == 0 else int(key_valid.sum(dim=1).max())
         self.settings = self.configured.for_input_length(longest)
 
     def streamed_state(

@@ -148,7 +148,7 @@ def run_cross_attention(
         state = None
         key_length = key_value_states.shape[1]
         key_valid = key_padding_from_mask(mask, key_length)
-        attention.adapt_to_input(None if key_valid is None else key_valid.sum(dim=1), key_length)
+        attention.adapt_to_input(key_valid, key_length)
         if cache is not None and q_len == 1 and not tracing():
             # generation: a state that holds no keys is built block by block (O(block) memory, not O(k))
             state = attention.streamed_state(
