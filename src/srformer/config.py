@@ -324,9 +324,14 @@ class SRformerConfig:
 
     def same_model(self, other: SRformerConfig) -> bool:
         """True if ``other`` describes the same model, ignoring the :data:`RUNTIME_OPTIONS` (``strict_schedule``,
-        ``lean_cache`` and chunked encoding's settings)."""
-        neutral = {name: _SHARED_DEFAULTS[name] for name in RUNTIME_OPTIONS}
-        return replace(self, **neutral) == replace(other, **neutral)
+        ``lean_cache`` and chunked encoding's settings) and the mechanism's own runtime settings
+        (:attr:`~srformer.attention.settings.MechanismSettings.runtime`: ``knn``'s index)."""
+        def model_part(config: SRformerConfig) -> SRformerConfig:
+            neutral: dict[str, Any] = {name: _SHARED_DEFAULTS[name] for name in RUNTIME_OPTIONS}
+            neutral.update(dict.fromkeys(config.settings.runtime))
+            return replace(config, **neutral)
+
+        return model_part(self) == model_part(other)
 
     def to_dict(self) -> dict:
         """Plain-JSON form, stored as ``model.config.srformer``: the shared fields and ``"settings"``, the

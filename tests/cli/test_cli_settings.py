@@ -164,3 +164,25 @@ def test_window_options_convert_a_plain_model_to_full_attention_over_windows():
     unchanged = BUILDERS["t5"]()
     assert apply_window_options(unchanged, argparse.Namespace(encoder_window=None, window_overlap=None,
                                                               window_batch_size=None)) is unchanged
+
+
+def test_index_options_apply_to_a_knn_model_only():
+    import argparse
+
+    import pytest
+
+    from srformer.cli.arguments import apply_window_options
+    from srformer.models import srformer_config_of
+    from tests.models.conftest import BUILDERS, converted
+
+    pytest.importorskip("faiss")
+    options = argparse.Namespace(knn_index="ivf", index_probes=4, index_min_keys=None)
+    model = apply_window_options(converted(BUILDERS["bart"](), variant="knn"), options)
+    config = srformer_config_of(model)
+    assert (config.knn_index, config.index_probes) == ("ivf", 4)
+    exact = apply_window_options(model, argparse.Namespace(knn_index="exact"))
+    assert srformer_config_of(exact).knn_index is None
+    with pytest.raises(ValueError, match="knn checkpoint.*'linear'"):
+        apply_window_options(converted(BUILDERS["bart"](), variant="linear"), options)
+    with pytest.raises(ValueError, match="knn checkpoint.*plain model"):
+        apply_window_options(BUILDERS["bart"](), options)

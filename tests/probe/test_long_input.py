@@ -17,7 +17,7 @@ def probe_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("probe")
     tiny = ModelShape(d_model=16, d_ff=32, num_layers=1, num_decoder_layers=1, num_heads=2, d_kv=8)
     run_probe(folder, ProbeSettings(tasks=("recall",), recall_sizes=(2,), lengths=(32,), segment_sizes=(8,),
-                                    variants=("full", "srformer", "linear"), steps=2, finetune_steps=2,
+                                    variants=("full", "srformer", "linear", "knn"), steps=2, finetune_steps=2,
                                     batch_size=2, curriculum_start=32, eval_examples=2, shape=tiny, progress=False,
                                     workers=1))
     return folder
@@ -51,6 +51,25 @@ def test_the_command_writes_its_outputs(probe_run, tmp_path):
     assert main(["long-probe", "--runs", str(probe_run), "--variants", "linear", "--lengths", "48", "--examples",
                  "2", "--output", str(tmp_path)]) == 0
     assert json.loads((tmp_path / "long_probe.json").read_text())["records"][0]["length"] == 48
+
+
+def test_knn_cells_are_scored_through_the_index_one_position_at_a_time(probe_run, tmp_path, monkeypatch):
+    pytest.importorskip("faiss")
+    from srformer.probe import long_input
+
+    stepwise = []
+    real = long_input.predict_stepwise
+    monkeypatch.setattr(long_input, "predict_stepwise", lambda *a, **k: stepwise.append(1) or real(*a, **k))
+    exact = run_long_probe(LongProbeSettings(runs=(str(probe_run),), variants=("knn",), lengths=(64,), examples=4,
+                                             batch_size=2), tmp_path, log=lambda line: None)
+    assert not stepwise
+    settings = LongProbeSettings(runs=(str(probe_run),), variants=("knn",), lengths=(64,), examples=4, batch_size=2,
+                                 knn_index="ivf", index_probes=2)
+    records = run_long_probe(settings, tmp_path, log=lambda line: None)
+    assert stepwise and [r["name"] for r in records] == ["knn", "knn (ivf, 2 probes)"]
+    assert records[1]["knn_index"] == "ivf" and records[1]["metrics"]["examples"] == exact[0]["metrics"]["examples"]
+    with pytest.raises(ValueError, match="knn"):
+        LongProbeSettings(runs=("x",), variants=("full",), knn_index="flat")
 
 
 @pytest.mark.parametrize("bad", [dict(lengths=(0,)), dict(examples=0), dict(variants=())])

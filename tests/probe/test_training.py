@@ -16,6 +16,7 @@ from srformer.probe.training import (
     curriculum_lengths,
     model_inputs,
     predict,
+    predict_stepwise,
     train_model,
 )
 
@@ -131,6 +132,20 @@ def test_training_runs_and_prediction_has_target_length():
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     examples = batch_examples(spec, VOCAB, seed=9, step=0, batch_size=3, length=48, segment_size=8, target_length=6)
     assert [len(p) for p in predict(model, examples, VOCAB)] == [4, 4, 4]
+
+
+@pytest.mark.parametrize("variant", ["full", "srformer", "knn"])
+def test_stepwise_prediction_through_the_cache_equals_teacher_forcing(variant):
+    from srformer.config import named_config
+    from srformer.models.convert import convert
+
+    model = build_model(VOCAB, TINY, seed=1)
+    if variant != "full":
+        model = convert(model, named_config(variant, segment_size=8, target_length=6))
+    examples = batch_examples(TaskSpec("recall", 2), VOCAB, seed=4, step=0, batch_size=3, length=48, segment_size=8,
+                              target_length=6)
+    with torch.no_grad():
+        assert predict_stepwise(model, examples, VOCAB, batch_size=2) == predict(model, examples, VOCAB)
 
 
 def test_bad_budget_is_rejected():

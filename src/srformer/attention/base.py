@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from srformer.attention.initialization import TORCH_INIT, InitFunctions
+from srformer.attention.projection import HeadProjection
 from srformer.attention.state import CrossAttentionState, accumulation_dtype
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
@@ -30,7 +31,8 @@ if TYPE_CHECKING:  # srformer.config imports the attention registry
 
 __all__ = ["CrossAttentionMechanism", "ProjectBlock", "ProjectRows", "sum_over_blocks"]
 
-#: Projects encoder rows on demand (lean layout): (B, s) long encoder positions -> (keys, values), each (B, H, s, d).
+#: Projects encoder rows on demand (lean layout): (B, s) long encoder positions -> (keys, values), each (B, H, s, d);
+#: or (B, H, s) positions, head ``h`` reading its own rows (the indexed ``knn``), -> each (B, H, s, d).
 ProjectRows = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 #: Projects a block of encoder positions for a streamed state build: ``(start, end)`` (tokens) -> (keys, values),
@@ -163,6 +165,23 @@ class CrossAttentionMechanism(nn.Module):
         """
         return None
 
+    def indexed_state(
+        self, encoder_states: torch.Tensor, key_valid: torch.Tensor | None, projection: HeadProjection
+    ) -> CrossAttentionState | None:
+        """The generation state of a mechanism that searches the encoder output itself (``knn`` with
+        ``knn_index``): built from the encoder output and the layer's per-head projections instead of every projected
+        key and value. Called before :meth:`streamed_state` at the first generation step.
+
+        Args:
+            encoder_states: (B, k, D) the encoder output.
+            key_valid: (B, k) bool, True at real positions, or None.
+            projection: the layer's key and value projections per head.
+
+        Returns:
+            The state, or None (the default) where the state is built otherwise.
+        """
+        return None
+
     def initialize_parameters(self, init: InitFunctions) -> None:
         """Give this module's own parameters and seeded buffers their initial values through ``init``'s functions
         (:mod:`srformer.attention.initialization`); a mechanism with any overrides it (none here).
@@ -216,7 +235,8 @@ class CrossAttentionMechanism(nn.Module):
             state: the state after ``position - 1`` (a fresh one at position 0), either layout.
             position: absolute decoder position ``t`` (an int or a 0-d long tensor).
             project_rows: lean layout only, for a mechanism that re-projects encoder rows: maps (B, s) encoder
-                positions to the projected ``(keys, values)``, each (B, H, s, d).
+                positions to the projected ``(keys, values)``, each (B, H, s, d); or (B, H, s) positions, each head
+                its own rows (:data:`ProjectRows`).
 
         Returns:
             ``(output, state)``: output (B, H, 1, d) in the queries' dtype, and the updated state.

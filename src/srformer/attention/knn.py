@@ -8,8 +8,13 @@ over all the input's keys; the attention over them is the model's own softmax:
     S_t = the K real encoder positions j with the largest Q_t . K_j
     O_t = sum_{j in S_t} softmax_j(scale * Q_t . K_j | j in S_t) V_j
 
-Here the retrieval is exact: every real key is scored and the top ``K`` are taken (``torch.topk`` and the tie rule);
-an approximate index (Unlimiformer uses a Faiss index over the encoder's hidden states) is not implemented.
+By default the retrieval is exact: every real key is scored and the top ``K`` are taken (``torch.topk`` and the tie
+rule). With ``knn_index="flat"`` or ``"ivf"``, generation from an input of at least ``index_min_keys`` real tokens
+searches Unlimiformer's index instead (Sec. 2.3; :mod:`srformer.attention.knn_index`): one faiss index over the
+encoder output, shared by every layer and head, queried with ``W_k^T Q_t``; no layer keeps its keys or values, and a
+step projects only the ``K`` rows each head retrieves. ``"flat"`` is exhaustive (the exact top ``K`` up to float32
+rounding of the scores; among equal scores faiss's order, not the earlier position); ``"ivf"`` is approximate. The
+parallel path (training, teacher forcing, a multi-token chunk) always searches exactly.
 
 * **Ties**: the order is score descending, then encoder position ascending, a total order: among keys of equal
   score at the cut, the earlier positions are read. Selection scores are ``Q_t . K_j`` computed in float32 or wider
@@ -28,19 +33,27 @@ an approximate index (Unlimiformer uses a Faiss index over the encoder's hidden 
 Costs per head: a decoder step scores every key and selects, ``O(k·d + k·log K)``, then the softmax over ``K``
 keys, ``O(K·d)``. The parallel (training) path scores all ``q x k`` pairs, ``O(q·k·d)`` like full attention, so it
 saves no training time; it then reads ``K`` keys per query. The state is the projected keys and values (``2·k·d``
-numbers, growing with the input; no lean layout: the keys must all be kept to be searched).
+numbers, growing with the input; no lean layout: the keys must all be kept to be searched). With an index the
+layers keep nothing of the input's length; the index holds the encoder output once (``k·D`` float32 numbers, ``D``
+= d_model, plus ``sqrt(k)`` centroids for ``"ivf"``), and a step costs the search (``O(k·D)`` per query and head
+flat; about ``(probes·k/lists + lists)·D`` ivf) plus ``O(K·D·d)`` to project the retrieved rows.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
+from srformer.attention.base import ProjectRows
 from srformer.attention.content import ContentSparseCrossAttention, ContentState, content_base_state
+from srformer.attention.knn_index import INDEX_KINDS, EncoderIndex, build_encoder_index, faiss_available, require_faiss
 from srformer.attention.naive.common import check_call, per_query, softmax_attention
+from srformer.attention.projection import HeadProjection
+from srformer.attention.schedule import real_lengths
 from srformer.attention.settings import MechanismSettings, integer_setting
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off
 
@@ -49,6 +62,10 @@ if TYPE_CHECKING:  # srformer.config imports the attention registry
 
 #: ``K`` when ``top_keys`` is None.
 DEFAULT_TOP_KEYS = 32
+#: The shortest input searched through the index when ``index_min_keys`` is None (tokens).
+DEFAULT_INDEX_MIN_KEYS = 16384
+#: IVF cells scanned per query when ``index_probes`` is None.
+DEFAULT_INDEX_PROBES = 32
 
 
 @dataclass(frozen=True)
@@ -62,13 +79,115 @@ class KNNSettings(MechanismSettings):
             Unlimiformer's own default retrieves as many keys as the model's context window (1024 for BART), which
             is full attention on any input that fits that window; 32 keeps the read sparse on inputs of hundreds
             of tokens and more.
+
+        knn_index: None (default): exact search in torch. ``"flat"`` (exhaustive) or ``"ivf"`` (approximate):
+            generation from inputs of at least ``index_min_keys`` real tokens searches a faiss index of the encoder
+            output (module docstring; ``pip install 'srformer[index]'``). A runtime option.
+        index_min_keys: the shortest input, in real tokens (the longest of the batch), searched through the index;
+            shorter ones are searched exactly. None: 16,384. A runtime option.
+        index_lists: IVF cells per input; None: ``round(sqrt(n))`` for ``n`` real tokens. A runtime option.
+        index_probes: IVF cells scanned per query (more: closer to exact, slower). None: 32. A runtime option.
     """
 
     top_keys: int | None = integer_setting(1, None, "the keys each decoder query reads")
+    knn_index: str | None = None
+    index_min_keys: int | None = integer_setting(1, None, "the shortest input searched through the index")
+    index_lists: int | None = integer_setting(1, None, "the IVF cells per input")
+    index_probes: int | None = integer_setting(1, None, "the IVF cells scanned per query")
+
+    runtime: ClassVar[tuple[str, ...]] = ("knn_index", "index_min_keys", "index_lists", "index_probes")
+
+    def validate(self, config: SRformerConfig) -> None:
+        """The integer settings' ranges, and ``knn_index`` one of None, ``"flat"``, ``"ivf"``.
+
+        Raises:
+            ValueError: naming the setting.
+        """
+        super().validate(config)
+        if self.knn_index is not None and self.knn_index not in INDEX_KINDS:
+            raise ValueError(
+                f"`knn_index` must be None (exact search) or one of {INDEX_KINDS}, got {self.knn_index!r}."
+            )
 
     def resolved_top_keys(self, config: SRformerConfig) -> int:
         """``K``: ``top_keys``, or 32 when it is None."""
         return self.top_keys if self.top_keys is not None else DEFAULT_TOP_KEYS
+
+    def resolved_index_min_keys(self, config: SRformerConfig) -> int:
+        """``index_min_keys``, or 16,384 when it is None."""
+        return self.index_min_keys if self.index_min_keys is not None else DEFAULT_INDEX_MIN_KEYS
+
+    def resolved_index_probes(self, config: SRformerConfig) -> int:
+        """``index_probes``, or 32 when it is None."""
+        return self.index_probes if self.index_probes is not None else DEFAULT_INDEX_PROBES
+
+
+@dataclass(kw_only=True)
+class IndexedKNNState(CrossAttentionState):
+    """The generation state of ``knn`` searching an index (``knn_index`` set, a long input): nothing of the input's
+    length. ``num_segments`` is 1.
+
+    Attributes:
+        slot: (B,) long, each row's entry in :attr:`index` (reordered with the beams like every tensor field).
+        index: the batch's :class:`~srformer.attention.knn_index.EncoderIndex`, shared by every layer.
+        projection: the layer's key/value projections per head (views of its weights).
+    """
+
+    slot: torch.Tensor
+    index: EncoderIndex
+    projection: HeadProjection
+
+    is_lean: ClassVar[bool] = True
+    reads_encoder_rows: ClassVar[bool] = True
+
+    def anchors(self) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: D102 - see the base class
+        return self.lengths, self.slot
+
+    def shared(self) -> tuple[object, int]:
+        """The index, shared by every layer, and its bytes."""
+        return self.index, self.index.nbytes
+
+
+class _SharedIndex:
+    """The index of the last encoder output it was asked for, found again by the other layers of the same forward
+    pass (one index per input, not per layer). It holds the encoder output and the index weakly: the index lives
+    as long as a layer's state holds it."""
+
+    def __init__(self) -> None:
+        self._entry: tuple[weakref.ref, int, tuple, torch.Tensor | None, weakref.ref] | None = None
+
+    def get(
+        self, encoder_states: torch.Tensor, key_valid: torch.Tensor | None, settings: tuple[str, int | None, int]
+    ) -> EncoderIndex:
+        """The index of ``encoder_states`` (B, k, D) with ``key_valid`` and ``(kind, lists, probes)``."""
+        entry = self._entry
+        if entry is not None:
+            states_ref, version, known, mask, index_ref = entry
+            index = index_ref()
+            same_mask = (mask is None) == (key_valid is None) and (
+                mask is None or key_valid is None or (mask.shape == key_valid.shape and torch.equal(mask, key_valid))
+            )
+            if (
+                index is not None and states_ref() is encoder_states and version == _version(encoder_states)
+                and known == settings and same_mask
+            ):
+                return index
+        index = build_encoder_index(encoder_states, key_valid, *settings)
+        mask_copy = None if key_valid is None else key_valid.detach().clone()
+        self._entry = (weakref.ref(encoder_states), _version(encoder_states), settings, mask_copy, weakref.ref(index))
+        return index
+
+
+def _version(tensor: torch.Tensor) -> int:
+    """The tensor's in-place version counter (-1 for an inference tensor, which has none: it cannot be modified
+    in place outside inference mode either)."""
+    try:
+        return int(tensor._version)
+    except RuntimeError:
+        return -1
+
+
+_SHARED_INDEX = _SharedIndex()
 
 
 def top_positions(scores: torch.Tensor, key_valid: torch.Tensor, width: int) -> torch.Tensor:
@@ -114,6 +233,72 @@ class KNNCrossAttention(ContentSparseCrossAttention):
     def __init__(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> None:
         super().__init__(config, head_dim, scale)
         self.top_keys = config.resolved_top_keys()
+
+    def configure(self, config: SRformerConfig) -> None:
+        """Use ``config`` (see the base class); with ``knn_index`` set, faiss must be installed.
+
+        Raises:
+            ImportError: for ``knn_index="flat"``/``"ivf"`` without faiss, naming the extra to install.
+        """
+        if config.knn_index is not None and not faiss_available():
+            require_faiss()
+        super().configure(config)
+
+    def indexed_state(
+        self, encoder_states: torch.Tensor, key_valid: torch.Tensor | None, projection: HeadProjection
+    ) -> IndexedKNNState | None:
+        """The generation state that searches the encoder output's index, when ``knn_index`` is set and the batch's
+        longest input has at least ``index_min_keys`` real tokens; None otherwise (the exact state is built). The
+        index is built once per input, for the first layer that asks, and shared by the others.
+
+        Args:
+            encoder_states: (B, k, D) the encoder output.
+            key_valid: (B, k) bool, True at real positions, or None.
+            projection: the layer's key/value projections per head.
+        """
+        settings = self.settings
+        if settings.knn_index is None:
+            return None
+        batch, length, _ = encoder_states.shape
+        lengths, _ = real_lengths(key_valid, batch, length, encoder_states.device)
+        if batch == 0 or int(lengths.max()) < settings.resolved_index_min_keys():
+            return None
+        index = _SHARED_INDEX.get(
+            encoder_states, key_valid, (settings.knn_index, settings.index_lists, settings.resolved_index_probes())
+        )
+        return IndexedKNNState(
+            lengths=lengths, num_segments=torch.ones_like(lengths), last_segment=torch.full_like(lengths, -1),
+            slot=index.slot, index=index, projection=projection,
+        )
+
+    def step(
+        self, queries: torch.Tensor, state: CrossAttentionState, *, position: int | torch.Tensor,
+        project_rows: ProjectRows | None = None,
+    ) -> tuple[torch.Tensor, CrossAttentionState]:
+        """One decoder position. From an :class:`IndexedKNNState`: each head's top ``K`` positions from the index,
+        their keys and values projected from the encoder output (``project_rows`` with (B, H, n) positions), the
+        softmax over them; otherwise the exact search of the base class.
+
+        Raises:
+            ValueError: for an indexed state without ``project_rows``.
+        """
+        if not isinstance(state, IndexedKNNState):
+            return super().step(queries, state, position=position, project_rows=project_rows)
+        if project_rows is None:
+            raise ValueError("An indexed knn state needs `project_rows` to project the retrieved encoder rows.")
+        batch, heads, length, head_dim = queries.shape
+        hidden = state.projection.hidden_queries(queries).reshape(batch, heads * length, -1)
+        positions, found = state.index.search(hidden, state.slot, self.top_keys)
+        top = positions.shape[-1]
+        keys, values = project_rows(positions.view(batch, heads, length * top))
+        keys = keys.view(batch, heads, length, top, head_dim).to(queries.dtype)
+        values = values.view(batch, heads, length, top, head_dim).to(queries.dtype)
+        mask = found.view(batch, heads, length, top)
+        logits = torch.einsum("bhqd,bhqsd->bhqs", queries, keys) * self.scale
+        some = mask.any(dim=-1, keepdim=True)  # an empty document: a finite softmax, then zeros
+        logits = logits.masked_fill(~mask, float("-inf")).masked_fill(~some, 0.0)
+        probabilities = torch.softmax(logits, dim=-1) * some.to(logits.dtype)
+        return torch.einsum("bhqs,bhqsd->bhqd", probabilities, values), state
 
     @autocast_off
     def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> ContentState:

@@ -606,10 +606,11 @@ _ENTRIES: tuple[Mechanism, ...] = (
     Mechanism(
         name="knn",
         doc="Unlimiformer top-k attention: each query and head takes the softmax over the K = top_keys real keys "
-        "with the largest Q·K (exact search; ties to the earlier position; all keys when K >= n).",
+        "with the largest Q·K (exact search; ties to the earlier position; all keys when K >= n). With knn_index, "
+        "generation from long inputs searches one faiss index of the encoder output instead (flat or ivf).",
         citation="Bertsch, Alon, Neubig & Gormley 2023, Unlimiformer: Long-Range Transformers with Unlimited Length "
-        "Input, Sec. 2 (every cross-attention head attends its top-k keys over all the input; exact top-k here, "
-        "not an approximate nearest-neighbour index)",
+        "Input, Sec. 2 (every cross-attention head attends its top-k keys over all the input; Sec. 2.3: one "
+        "nearest-neighbour index of the encoder's hidden states, queried with W_k^T q)",
         module="srformer.attention.knn.KNNCrossAttention",
         state="srformer.attention.content.ContentState",
         lean_state=None,
@@ -619,9 +620,10 @@ _ENTRIES: tuple[Mechanism, ...] = (
             segment_free=True, lean_layout=False, state_grows_with_input=True, training_time_saving=False,
             has_softmax_part=True, recurrent_term=False, global_term=False,
         ),
-        step_cost="O(k·d + k·log K + K·d) (score every key, select the top K = top_keys, softmax over them)",
-        build_cost="none (keys/values projected once)",
-        state_size="2·k·d (keys and values)",
+        step_cost="O(k·d + k·log K + K·d) (score every key, select the top K = top_keys, softmax over them); with "
+        "knn_index: the index search plus O(K·D·d) to project the K retrieved rows",
+        build_cost="none (keys/values projected once); with knn_index: one faiss index per input, for all layers",
+        state_size="2·k·d (keys and values); with knn_index: none per layer (one index of k·D numbers per input)",
         named_settings={"knn-4": {"top_keys": 4}},
     ),
 )

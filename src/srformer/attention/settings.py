@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 if TYPE_CHECKING:
     from srformer.config import SRformerConfig
@@ -34,7 +34,14 @@ class MechanismSettings:
     Fields hold what the user gave (None: the mechanism's default), so two configs compare, hash and serialise
     equal exactly when they were given the same settings; the value in use comes from the subclass's
     ``resolved_*`` methods, which take the shared config (``resolved_window_size(config)``).
+
+    Attributes:
+        runtime: class attribute, the settings that change how the mechanism runs, not what it learns (``knn``'s
+            search index): like the shared runtime options they may differ between a checkpoint and its
+            loading and change after conversion (:func:`srformer.set_runtime_options`).
     """
+
+    runtime: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

@@ -131,8 +131,13 @@ class CrossAttentionState:
                 changes[field.name] = fn(value)
         return replace(self, **changes)
 
+    def shared(self) -> tuple[object, int] | None:
+        """A structure this state shares with other layers' states (``knn``'s search index), and its bytes: counted
+        once however many layers hold it. None here."""
+        return None
+
     def nbytes(self) -> int:
-        """Bytes held by all state tensors."""
+        """Bytes held by all state tensors (not :meth:`shared`)."""
         total = 0
         for field in fields(self):
             value = getattr(self, field.name)

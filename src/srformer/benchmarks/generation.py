@@ -93,7 +93,8 @@ def cross_attention_cache_bytes(
     Unmodified layers (``DynamicLayer``): their cached keys plus values. Converted layers
     (:class:`SRformerCacheLayer`): every tensor of their state (``CrossAttentionState.nbytes``).
     When any layer holds a lean state, the encoder output (read again at every step to project
-    the current segment) is counted once, from ``encoder_hidden_states``.
+    the current segment) is counted once, from ``encoder_hidden_states``; so is a structure the layers share
+    (``knn``'s search index, :meth:`~srformer.attention.state.CrossAttentionState.shared`).
 
     Args:
         cache: the ``EncoderDecoderCache`` returned by ``generate(..., return_dict_in_generate=True)``.
@@ -110,11 +111,15 @@ def cross_attention_cache_bytes(
         raise TypeError(f"Expected an EncoderDecoderCache, got {type(cache).__name__}.")
     total = 0
     lean = False
+    shared: dict[int, int] = {}
     for layer in cache.cross_attention_cache.layers:
         if isinstance(layer, SRformerCacheLayer):
             if layer.state is not None:
                 total += layer.state.nbytes()
                 lean = lean or layer.state.reads_encoder_rows
+                held = layer.state.shared()
+                if held is not None:
+                    shared[id(held[0])] = held[1]
         else:
             keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
             if getattr(layer, "is_initialized", False) and keys is not None and values is not None:
@@ -125,7 +130,7 @@ def cross_attention_cache_bytes(
                 "A lean SRformer cache reads the encoder output at every step: pass encoder_hidden_states."
             )
         total += encoder_hidden_states.numel() * encoder_hidden_states.element_size()
-    return total
+    return total + sum(shared.values())
 
 
 @dataclass(frozen=True)

@@ -25,12 +25,13 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from srformer.attention.knn_index import faiss_available
 from srformer.benchmarks.memory import CHILD_ENVIRONMENT
 from srformer.benchmarks.plots import plt
 from srformer.benchmarks.variants import MODEL_SHAPES
@@ -38,10 +39,13 @@ from srformer.config import check_window_settings
 from srformer.models.memory_estimate import available_memory
 
 #: The variants of the long-input benchmark: a name and its :class:`~srformer.config.SRformerConfig` settings
-#: (``-lean``: ``lean_cache=True``; ``full`` over chunked encodings is SLED).
+#: (``-lean``: ``lean_cache=True``; ``full`` over chunked encodings is SLED; ``knn-flat``/``knn-ivf``: ``knn``
+#: searching a faiss index of the encoder output at every length, exhaustive or approximate, which needs faiss).
 LONG_INPUT_VARIANTS: dict[str, dict[str, Any]] = {
     "full": {"variant": "full"},
     "knn": {"variant": "knn"},
+    "knn-flat": {"variant": "knn", "knn_index": "flat", "index_min_keys": 1},
+    "knn-ivf": {"variant": "knn", "knn_index": "ivf", "index_min_keys": 1},
     "block-topk": {"variant": "block-topk"},
     "segmented": {"variant": "segmented"},
     "segmented-lean": {"variant": "segmented", "lean_cache": True},
@@ -60,7 +64,8 @@ class LongInputSettings:
 
     Attributes:
         lengths: input lengths in tokens.
-        variants: names of :data:`LONG_INPUT_VARIANTS`.
+        variants: names of :data:`LONG_INPUT_VARIANTS` (default: all; ``knn-flat``/``knn-ivf`` only where faiss
+            is installed).
         end_to_end: variants also timed with ``generate(input_ids=...)`` (the encoder inside generate()).
         shape: model shape (:data:`srformer.benchmarks.variants.MODEL_SHAPES`).
         new_tokens: tokens generated per input.
@@ -74,7 +79,8 @@ class LongInputSettings:
     """
 
     lengths: tuple[int, ...] = (4096, 16384, 65536, 262144)
-    variants: tuple[str, ...] = tuple(LONG_INPUT_VARIANTS)
+    variants: tuple[str, ...] = field(default_factory=lambda: tuple(
+        name for name, options in LONG_INPUT_VARIANTS.items() if "knn_index" not in options or faiss_available()))
     end_to_end: tuple[str, ...] = ("srformer-lean",)
     shape: str = "t5-small"
     new_tokens: int = 64

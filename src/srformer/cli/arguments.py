@@ -173,19 +173,42 @@ def add_generation_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window-overlap", type=float, default=None, help="share of a window shared with the next, "
                         "in [0, 1) (default 0.5)")
     parser.add_argument("--window-batch-size", type=int, default=None, help="windows per encoder call (default 8)")
+    parser.add_argument("--knn-index", choices=("exact", "flat", "ivf"), default=None,
+                        help="a knn checkpoint on long inputs: search a faiss index of the encoder output, exhaustive "
+                             "(flat) or approximate (ivf), instead of every layer's keys (needs "
+                             "pip install 'srformer[index]'); exact: the search in torch (default: the checkpoint's)")
+    parser.add_argument("--index-min-keys", type=int, default=None,
+                        help="with --knn-index: the shortest input (tokens) searched through the index (default 16384)")
+    parser.add_argument("--index-probes", type=int, default=None,
+                        help="with --knn-index ivf: cells scanned per query (default 32)")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
 def apply_window_options(model, args: argparse.Namespace):
     """Apply ``--encoder-window``/``--window-overlap``/``--window-batch-size`` to a loaded model: as runtime options
     of a converted model (:func:`srformer.set_runtime_options`), or by converting a plain model to ``full`` with
-    them (full attention over chunked encodings). Returns the model.
+    them (full attention over chunked encodings); and ``--knn-index``/``--index-min-keys``/``--index-probes`` to a
+    ``knn`` model. Returns the model.
 
     Raises:
-        ValueError: for a bad value (the message names the option).
+        ValueError: for a bad value (the message names the option), or an index option on a model that is not
+            ``knn``.
+        ImportError: for ``--knn-index flat``/``ivf`` without faiss.
     """
     options = {name: getattr(args, name) for name in ("encoder_window", "window_overlap", "window_batch_size")
                if getattr(args, name, None) is not None}
+    index = {name: getattr(args, name) for name in ("knn_index", "index_min_keys", "index_probes")
+             if getattr(args, name, None) is not None}
+    if index:
+        config = srformer_config_of(model)
+        if config is None or config.variant != "knn":
+            raise ValueError(
+                f"--{next(iter(index)).replace('_', '-')} applies to a knn checkpoint; this one is "
+                f"{'a plain model' if config is None else 'variant ' + repr(config.variant)}."
+            )
+        if index.get("knn_index") == "exact":
+            index["knn_index"] = None
+        options.update(index)
     if not options:
         return model
     if srformer_config_of(model) is not None:

@@ -27,12 +27,18 @@ def add_parser(subparsers) -> None:
                         help="tokens per encoder window (default: the trained input length)")
     parser.add_argument("--examples", type=int, default=None, help="documents per length (default 128)")
     parser.add_argument("--batch-size", type=int, default=None, help="documents per forward pass (default 16)")
+    parser.add_argument("--knn-index", choices=("flat", "ivf"), default=None,
+                        help="knn cells: search a faiss index of the encoder output at every length, decoding one "
+                             "position at a time as generate() does (default: the exact search, teacher-forced)")
+    parser.add_argument("--index-probes", type=int, default=None,
+                        help="with --knn-index ivf: cells scanned per query (default 32)")
     parser.set_defaults(run=run)
 
 
 def run(args) -> int:
     """Score, write the outputs; returns 0."""
-    options = {name: getattr(args, name) for name in ("encoder_window", "examples", "batch_size")
+    options = {name: getattr(args, name)
+               for name in ("encoder_window", "examples", "batch_size", "knn_index", "index_probes")
                if getattr(args, name) is not None}
     if args.lengths:
         options["lengths"] = tuple(args.lengths)

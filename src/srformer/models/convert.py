@@ -76,17 +76,20 @@ def convert(model: PreTrainedModel, config: SRformerConfig) -> PreTrainedModel:
 
 def set_runtime_options(model: PreTrainedModel, **options) -> PreTrainedModel:
     """Change the runtime options (:data:`srformer.config.RUNTIME_OPTIONS`: ``lean_cache``, ``strict_schedule``,
-    ``encoder_window``, ``window_overlap``, ``window_batch_size``) of a converted model in place.
+    ``encoder_window``, ``window_overlap``, ``window_batch_size``; and the mechanism's own runtime settings,
+    :attr:`~srformer.attention.settings.MechanismSettings.runtime`: ``knn``'s ``knn_index``, ``index_min_keys``,
+    ``index_lists``, ``index_probes``) of a converted model in place.
 
     Raises:
         ValueError: for an option that is not a runtime option, a model that is not converted, or a bad value.
+        ImportError: for ``knn_index`` without faiss installed.
     """
-    allowed = set(RUNTIME_OPTIONS)
-    if set(options) - allowed:
-        raise ValueError(f"Only {sorted(allowed)} can change after conversion, got {sorted(set(options) - allowed)}.")
     current = srformer_config_of(model)
     if current is None:
         raise ValueError("This model is not converted; call srformer.convert(model, SRformerConfig(...)) first.")
+    allowed = set(RUNTIME_OPTIONS) | set(current.settings.runtime)
+    if set(options) - allowed:
+        raise ValueError(f"Only {sorted(allowed)} can change after conversion, got {sorted(set(options) - allowed)}.")
     updated = replace(current, **options)
     for _, _, module in cross_attention_modules(model):
         attention = getattr(module, "srformer", None)

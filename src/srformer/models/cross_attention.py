@@ -15,6 +15,7 @@ from torch.nn import functional as F
 from transformers.cache_utils import DynamicLayer, EncoderDecoderCache
 
 from srformer.attention.base import CrossAttentionMechanism
+from srformer.attention.projection import HeadProjection
 from srformer.attention.schedule import tracing
 from srformer.attention.state import CrossAttentionState, SRformerCacheLayer
 from srformer.attention.weights import cross_attention_weights
@@ -85,6 +86,7 @@ def run_cross_attention(
     *,
     dropout: float,
     output_attentions: bool = False,
+    projection: HeadProjection | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Run one layer's SRformer cross attention, with or without a generation cache.
 
@@ -108,6 +110,10 @@ def run_cross_attention(
             them (:meth:`~srformer.attention.base.CrossAttentionMechanism.output_from_weights`, eager attention's
             cost), so they carry the gradient of the loss; it equals the output without them up to rounding.
             When False nothing is computed for them.
+        projection: the layer's key/value projections per head, or None (a projection that is not a plain
+            ``nn.Linear``): for the mechanisms that search the encoder output themselves
+            (:meth:`~srformer.attention.base.CrossAttentionMechanism.indexed_state`), which without it build their
+            exact state.
 
     Returns:
         ``(output, weights)``: (B, H, q, d) attention output before the output projection, and
@@ -150,10 +156,12 @@ def run_cross_attention(
         key_valid = key_padding_from_mask(mask, key_length)
         attention.adapt_to_input(key_valid, key_length)
         if cache is not None and q_len == 1 and not tracing():
-            # generation: a state that holds no keys is built block by block (O(block) memory, not O(k))
-            state = attention.streamed_state(
-                lambda start, end: project(key_value_states[:, start:end]), key_length, key_valid, STREAM_BLOCK
-            )
+            if projection is not None and not output_attentions:  # a search index over the encoder output
+                state = attention.indexed_state(key_value_states, key_valid, projection)
+            if state is None:  # a state that holds no keys is built block by block (O(block) memory, not O(k))
+                state = attention.streamed_state(
+                    lambda start, end: project(key_value_states[:, start:end]), key_length, key_valid, STREAM_BLOCK
+                )
         if state is None:
             keys, values = project(key_value_states)
             build_lean = getattr(attention, "init_lean_state", None)
@@ -171,7 +179,15 @@ def run_cross_attention(
     if cache is not None and q_len == 1:
 
         def project_rows(positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            index = positions[:, :, None].expand(-1, -1, key_value_states.shape[-1])
+            width = key_value_states.shape[-1]
+            if positions.dim() == 3:  # (B, H, n): each head its own rows
+                if projection is None:
+                    raise ValueError("Per-head encoder rows need the layer's per-head projection.")
+                batch, heads, count = positions.shape
+                flat = positions.reshape(batch, heads * count, 1).expand(-1, -1, width)
+                rows = torch.gather(key_value_states, 1, flat).view(batch, heads, count, width)
+                return projection.project(rows)
+            index = positions[:, :, None].expand(-1, -1, width)
             return project(torch.gather(key_value_states, 1, index))
 
         output, state = attention.step(queries, state, position=start, project_rows=project_rows)

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from srformer.attention.projection import HeadProjection
 from srformer.attention.variants import CrossAttentionModule
 from srformer.models.cross_attention import attention_weights_requested, run_cross_attention
 
@@ -79,6 +80,7 @@ class _ConvertedCrossAttention:
             self.layer_idx,
             dropout=self.dropout if self.training else 0.0,
             output_attentions=attention_weights_requested(self, output_attentions),
+            projection=HeadProjection.from_linear(key, value, num_heads, head_dim),
         )
         return out(output.transpose(1, 2).reshape(batch, q_len, -1)), weights
 

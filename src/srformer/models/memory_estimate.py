@@ -10,7 +10,10 @@ The estimate (bytes) for a batch of ``B`` inputs of ``k`` tokens, ``L`` decoder 
   the ``m * d * d`` float32 RAF readouts per head (``m = ceil(k / s)``);
 - per layer, a fixed-size state (``lean_cache=True``, ``linear``, ...): nothing that grows with ``k`` (its
   ``O(H * d^2)`` numbers are left out);
-- one layer's projected keys and values while its state is built, ``2 * B * H * k * d`` elements.
+- one layer's projected keys and values while its state is built, ``2 * B * H * k * d`` elements;
+- ``knn`` searching an index (``knn_index`` set, an input of at least ``index_min_keys`` tokens): no per-layer
+  state, one float32 index of ``B * k * (d_model + 1)`` numbers, and two float32 copies of one example's rows while it
+  is built.
 
 See ``docs/long-inputs.md``.
 """
@@ -67,6 +70,11 @@ def estimate_decode_memory(
     element = torch.empty((), dtype=dtype).element_size()
     keys_values = 2 * batch * heads * input_length * head_dim * element
     entry = REGISTRY[config.variant]
+    if config.variant == "knn" and config.knn_index is not None and input_length >= config.resolved_index_min_keys():
+        # one float32 index of the encoder output for all layers (plus a column for ivf), no per-layer keys; the
+        # build copies one example's rows twice
+        index = batch * input_length * (d_model + 1) * 4
+        return DecodeMemory(batch * input_length * d_model * element, index, 2 * input_length * (d_model + 1) * 4)
     grows = entry.capabilities.state_grows_with_input and not (config.lean_cache and entry.capabilities.lean_layout)
     per_layer = keys_values if grows else 0
     if grows and entry.capabilities.recurrent_term and config.recurrence:

@@ -22,12 +22,13 @@ from typing import Any
 
 import torch
 
+from srformer.attention.knn import DEFAULT_INDEX_PROBES
 from srformer.config import named_config
 from srformer.models.convert import convert
 from srformer.probe.metrics import score
 from srformer.probe.report import plt
 from srformer.probe.tasks import ProbeVocabulary, TaskSpec, generate_examples
-from srformer.probe.training import ModelShape, build_model, predict
+from srformer.probe.training import ModelShape, build_model, predict, predict_stepwise
 
 
 @dataclass(frozen=True)
@@ -39,9 +40,15 @@ class LongProbeSettings:
             in several (the same key) is taken from the last.
         variants: the named settings to score (their cells must be finished).
         lengths: test input lengths in tokens.
-        encoder_window: tokens per encoder window; None: the cell's trained input length.
+        encoder_window: tokens per encoder window; None: the window the cell was trained with (its
+            ``encoder_window`` setting), else its trained input length.
         examples: held-out documents per length.
         batch_size: documents per forward pass.
+        knn_index: for ``knn`` cells: None (default), the exact search, teacher-forced in one forward pass; or
+            ``"flat"``/``"ivf"``, the faiss index of the encoder output at every length (``index_min_keys=1``),
+            decoded one position at a time through the generation cache (:func:`~srformer.probe.training.
+            predict_stepwise`), the path that searches it. The rows are named ``knn (ivf, 32 probes)`` and so on.
+        index_probes: IVF cells scanned per query (None: the mechanism's default).
     """
 
     runs: tuple[str, ...]
@@ -50,10 +57,14 @@ class LongProbeSettings:
     encoder_window: int | None = None
     examples: int = 128
     batch_size: int = 16
+    knn_index: str | None = None
+    index_probes: int | None = None
 
     def __post_init__(self) -> None:
         if not self.runs or not self.variants:
             raise ValueError("`runs` and `variants` must each name at least one.")
+        if self.knn_index is not None and any(named_config(name).variant != "knn" for name in self.variants):
+            raise ValueError("`knn_index` applies to knn cells only: give --variants knn (or knn-4).")
         if any(not isinstance(n, int) or n < 1 for n in self.lengths) or not self.lengths:
             raise ValueError(f"`lengths` must be positive numbers of tokens, got {self.lengths!r}.")
         for name in ("examples", "batch_size"):
@@ -83,13 +94,23 @@ def find_cells(runs: Sequence[str | Path], variants: Sequence[str]) -> dict[str,
     return found
 
 
-def _model(cell: Path, record: dict, encoder_window: int) -> Any:
+def _label(name: str, settings: LongProbeSettings) -> str:
+    """The row name: the variant, and the index it searches."""
+    if settings.knn_index is None:
+        return name
+    probes = settings.index_probes if settings.index_probes is not None else DEFAULT_INDEX_PROBES
+    return f"{name} ({settings.knn_index}{f', {probes} probes' if settings.knn_index == 'ivf' else ''})"
+
+
+def _model(cell: Path, record: dict, encoder_window: int, settings: LongProbeSettings) -> Any:
     budget = record["budget"]
     vocabulary = ProbeVocabulary(**budget["vocabulary"])
     shape = ModelShape(**budget["shape"])
+    index = {} if settings.knn_index is None else {
+        "knn_index": settings.knn_index, "index_min_keys": 1, "index_probes": settings.index_probes}
     config = named_config(record["name"], segment_size=record["segment_size"] or min(budget["segment_sizes"]),
                           target_length=record["target_length"], encoder_window=encoder_window,
-                          **record.get("settings", {}))
+                          **{k: v for k, v in record.get("settings", {}).items() if k != "encoder_window"}, **index)
     model = convert(build_model(vocabulary, shape, record["seed"]), config)
     model.load_state_dict(torch.load(cell / "model.pt", weights_only=True, map_location="cpu"))
     return model.eval(), vocabulary
@@ -109,13 +130,15 @@ def run_long_probe(settings: LongProbeSettings, output: str | Path, *,
     records: list[dict] = payload["records"]
     done = {(r["name"], r["length"]) for r in records}
     cells = find_cells(settings.runs, settings.variants)
+    read = predict if settings.knn_index is None else predict_stepwise
     for name in settings.variants:
-        todo = [n for n in settings.lengths if (name, n) not in done]
+        label = _label(name, settings)
+        todo = [n for n in settings.lengths if (label, n) not in done]
         if not todo:
             continue
         record = json.loads((cells[name] / "cell.json").read_text())
-        window = settings.encoder_window or record["length"]
-        model, vocabulary = _model(cells[name], record, window)
+        window = settings.encoder_window or record.get("settings", {}).get("encoder_window") or record["length"]
+        model, vocabulary = _model(cells[name], record, window, settings)
         segment_size = record["segment_size"] or min(record["budget"]["segment_sizes"])
         spec = TaskSpec("recall", record["n"])
         for length in todo:
@@ -126,16 +149,17 @@ def run_long_probe(settings: LongProbeSettings, output: str | Path, *,
             with torch.no_grad(), warnings.catch_warnings():
                 # more segments than the target length is the point of this probe: no warning per batch
                 warnings.filterwarnings("ignore", message="An encoder input has .* segments")
-                predictions = predict(model, examples, vocabulary, batch_size=settings.batch_size)
+                predictions = read(model, examples, vocabulary, batch_size=settings.batch_size)
             metrics = score(predictions, examples, segment_size=segment_size,
                             target_length=record["target_length"])
             model.eval()  # predict() leaves the model in training mode
-            row = {"name": name, "length": length, "trained_length": record["length"], "segment_size": segment_size,
+            row = {"name": label, "length": length, "knn_index": settings.knn_index,
+                   "trained_length": record["length"], "segment_size": segment_size,
                    "encoder_window": window, "finetune_steps": record["budget"]["train"]["steps"],
                    "cell": record["key"], "metrics": metrics, "seconds": time.perf_counter() - started}
             records.append(row)
             path.write_text(json.dumps(payload, indent=2))
-            log(f"long-probe: {name} at {length:,} tokens: off {_pct(metrics['off_token_accuracy'])}, "
+            log(f"long-probe: {label} at {length:,} tokens: off {_pct(metrics['off_token_accuracy'])}, "
                 f"on {_pct(metrics['on_token_accuracy'])} ({row['seconds']:.0f} s)")
     path.write_text(json.dumps(payload, indent=2))
     return records
@@ -156,8 +180,10 @@ def long_probe_table(records: Sequence[dict]) -> str:
         "",
         f"Each model was converted and fine-tuned on recall at {first.get('trained_length', '?')} tokens (segment "
         f"size {first.get('segment_size', '?')}), then scored without further training on longer documents (the "
-        "same 256 stored facts in more filler), encoded in windows of the trained length. Cells: off-segment / "
-        "on-segment token accuracy in %.",
+        "same 256 stored facts in more filler), encoded in windows of "
+        + " or ".join(f"{w:,}" for w in sorted({r.get("encoder_window", 0) for r in records})) + " tokens. Rows "
+        "marked with an index search it one decoder position at a time, as generate() does; the others are "
+        "teacher-forced in one pass. Cells: off-segment / on-segment token accuracy in %.",
         "",
         "| mechanism (fine-tuning steps) | " + " | ".join(f"{n:,}" for n in lengths) + " |",
         "|---|" + "---|" * len(lengths),

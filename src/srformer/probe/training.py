@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import PreTrainedModel, T5Config, T5ForConditionalGeneration
@@ -277,6 +278,35 @@ def diagnose(model: PreTrainedModel, examples: Sequence[Example], vocabulary: Pr
 
 
 @torch.inference_mode()
+def predict_stepwise(model: PreTrainedModel, examples: Sequence[Example], vocabulary: ProbeVocabulary, *,
+                     batch_size: int = 64) -> list[list[int]]:
+    """:func:`predict` one decoder position at a time through the generation cache, as ``generate()`` runs: the
+    encoder once, then each target position's argmax given the true prefix (token ids, one list per example). The
+    cross attention takes its generation path (a state built at the first step, then read per step): the path where
+    ``knn``'s search index is used.
+    """
+    model.eval()
+    predictions: list[list[int]] = []
+    for first in range(0, len(examples), batch_size):
+        chunk = examples[first:first + batch_size]
+        inputs = model_inputs(model, collate(chunk, vocabulary))
+        labels = inputs.pop("labels")
+        encoder: Any = model.get_encoder()
+        encoded = encoder(**inputs)
+        shift: Any = model.prepare_decoder_input_ids_from_labels
+        decoder_ids = shift(labels=labels)
+        cache, steps = None, []
+        for t in range(decoder_ids.shape[1]):
+            output = model(encoder_outputs=encoded, attention_mask=inputs["attention_mask"],
+                           decoder_input_ids=decoder_ids[:, t:t + 1], cache=cache, use_cache=True)
+            cache = output.cache
+            steps.append(output.logits[:, -1].argmax(dim=-1))
+        for row, example in zip(torch.stack(steps, dim=1).tolist(), chunk, strict=True):
+            predictions.append(row[: len(example.target)])
+    model.train()
+    return predictions
+
+
 def predict(model: PreTrainedModel, examples: Sequence[Example], vocabulary: ProbeVocabulary, *,
             batch_size: int = 64) -> list[list[int]]:
     """Teacher-forced predictions: the argmax token at every target position given the true target prefix
