@@ -201,3 +201,28 @@ def test_runtime_options_saving_and_the_memory_estimate(tmp_path):
     assert exact.states > indexed.states
     short = estimate_decode_memory(SRformerConfig("knn", knn_index="flat"), shape, 1, 1000, torch.float32)
     assert short == estimate_decode_memory(SRformerConfig("knn"), shape, 1, 1000, torch.float32)
+
+
+def test_the_cache_size_counts_the_shared_index_once():
+    from srformer.benchmarks.generation import cross_attention_cache_bytes
+
+    model = converted(BUILDERS["bart"](), variant="knn", knn_index="flat", index_min_keys=1)
+    ids, mask = padded_batch(model)
+    with torch.no_grad():
+        encoded = model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+        output = model.generate(encoder_outputs=srformer_outputs(encoded), attention_mask=mask,
+                                generation_config=plain_generation_config(model, max_new_tokens=3,
+                                                                          return_dict_in_generate=True))
+    states = [layer.state for layer in output.past_key_values.cross_attention_cache.layers]
+    assert len(states) == 2 and all(isinstance(state, IndexedKNNState) for state in states)
+    assert states[0].index is states[1].index  # one index for both layers
+    per_layer = sum(state.nbytes() for state in states)
+    expected = per_layer + encoded.numel() * encoded.element_size() + states[0].index.nbytes
+    assert cross_attention_cache_bytes(output.past_key_values, encoded) == expected
+    assert states[0].index.nbytes == int(mask.sum()) * encoded.shape[-1] * 4  # float32 rows of the real tokens
+
+
+def srformer_outputs(encoded: torch.Tensor):
+    from transformers.modeling_outputs import BaseModelOutput
+
+    return BaseModelOutput(last_hidden_state=encoded)
