@@ -169,7 +169,7 @@ def build_encoder_index(
     previous: tuple[torch.Tensor, torch.Tensor] | None = None
     for b in range(batch):
         real = valid[b]
-        rows = states[b][real.to(states.device)]
+        rows = states[b] if bool(real.all()) else states[b][real.to(states.device)]  # no copy when nothing is padded
         if previous is not None and torch.equal(previous[0], real) and torch.equal(previous[1], rows):
             slots.append(slots[-1])  # a beam (or a repeat) of the previous example
             continue
