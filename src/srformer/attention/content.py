@@ -113,6 +113,23 @@ def gather_rows(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     return x.contiguous().view(batch * heads * k, d).index_select(0, rows.reshape(-1)).view(*positions.shape, d)
 
 
+def slot_softmax(queries: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """Each query's softmax over its own slots: ``softmax_s(scale * Q_t . K_s)`` over the unmasked slots.
+
+    Args:
+        queries: (B, H, q, d). keys: (B, H, q, S, d), each query's slot keys. mask: (B, H, q, S) bool, the slots
+            that count. scale: the model's attention scale.
+
+    Returns:
+        (B, H, q, S) in the queries' dtype, zero at masked slots; a row without any unmasked slot (an example without
+        real keys) takes a finite softmax (no NaN in values or gradients), then zeros.
+    """
+    logits = torch.einsum("bhqd,bhqsd->bhqs", queries, keys) * scale
+    some = mask.any(dim=-1, keepdim=True)
+    logits = logits.masked_fill(~mask, float("-inf")).masked_fill(~some, 0.0)
+    return torch.softmax(logits, dim=-1) * some.to(logits.dtype)
+
+
 def content_base_state(keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> ContentState:
     """The :class:`ContentState` fields of a sequence (a subclass's ``init_state`` extends them).
 
@@ -218,11 +235,7 @@ class ContentSparseCrossAttention(SegmentFreeCrossAttention):
         content = self._state(state)
         positions, mask = self.slots(queries, content)
         keys = gather_rows(content.keys, positions).to(queries.dtype)  # (B, H, q, S, d)
-        logits = torch.einsum("bhqd,bhqsd->bhqs", queries, keys) * self.scale
-        # an example without real keys takes a finite softmax (no NaN in values or gradients), then zeros
-        some = mask.any(dim=-1, keepdim=True)
-        logits = logits.masked_fill(~mask, float("-inf")).masked_fill(~some, 0.0)
-        return positions, torch.softmax(logits, dim=-1) * some.to(logits.dtype)
+        return positions, slot_softmax(queries, keys, mask, self.scale)
 
     def probabilities(self, queries: torch.Tensor, state: CrossAttentionState) -> torch.Tensor:
         """The attention weights at encoder positions: each slot's probability added at its position (a position

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 
 from srformer.attention.base import ProjectRows
-from srformer.attention.content import ContentSparseCrossAttention, ContentState, content_base_state
+from srformer.attention.content import ContentSparseCrossAttention, ContentState, content_base_state, slot_softmax
 from srformer.attention.knn_index import INDEX_KINDS, EncoderIndex, build_encoder_index, faiss_available, require_faiss
 from srformer.attention.naive.common import check_call, per_query, softmax_attention
 from srformer.attention.projection import HeadProjection
@@ -293,11 +293,7 @@ class KNNCrossAttention(ContentSparseCrossAttention):
         keys, values = project_rows(positions.view(batch, heads, length * top))
         keys = keys.view(batch, heads, length, top, head_dim).to(queries.dtype)
         values = values.view(batch, heads, length, top, head_dim).to(queries.dtype)
-        mask = found.view(batch, heads, length, top)
-        logits = torch.einsum("bhqd,bhqsd->bhqs", queries, keys) * self.scale
-        some = mask.any(dim=-1, keepdim=True)  # an empty document: a finite softmax, then zeros
-        logits = logits.masked_fill(~mask, float("-inf")).masked_fill(~some, 0.0)
-        probabilities = torch.softmax(logits, dim=-1) * some.to(logits.dtype)
+        probabilities = slot_softmax(queries, keys, found.view(batch, heads, length, top), self.scale)
         return torch.einsum("bhqs,bhqsd->bhqd", probabilities, values), state
 
     @autocast_off
