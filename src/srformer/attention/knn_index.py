@@ -186,7 +186,7 @@ def build_encoder_index(
             examples.append(_ExampleIndex(index, positions, False))
             nbytes += vectors.nbytes
             continue
-        squared = (vectors.astype(np.float64) ** 2).sum(axis=1)
+        squared = np.einsum("ij,ij->i", vectors, vectors, dtype=np.float64)  # float64 sums, no float64 copy
         ceiling = float(squared.max())
         extra = np.sqrt(np.maximum(ceiling - squared, 0.0)).astype(np.float32)[:, None]
         augmented = np.ascontiguousarray(np.concatenate([vectors, extra], axis=1))
