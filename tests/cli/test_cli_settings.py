@@ -151,18 +151,18 @@ def test_window_options_convert_a_plain_model_to_full_attention_over_windows():
 
     import torch
 
-    from srformer.cli.arguments import apply_window_options
+    from srformer.cli.arguments import apply_runtime_options
     from srformer.models import srformer_config_of
     from tests.models.conftest import BUILDERS
 
     options = argparse.Namespace(encoder_window=16, window_overlap=None, window_batch_size=4)
     plain = BUILDERS["t5"]()
-    model = apply_window_options(plain, options)
+    model = apply_runtime_options(plain, options)
     assert srformer_config_of(model).variant == "full" and model.get_encoder().srformer_windows.window == 16
     with torch.no_grad():
         assert model.get_encoder()(input_ids=torch.ones(1, 40, dtype=torch.long)).last_hidden_state.shape == (1, 40, 32)
     unchanged = BUILDERS["t5"]()
-    assert apply_window_options(unchanged, argparse.Namespace(encoder_window=None, window_overlap=None,
+    assert apply_runtime_options(unchanged, argparse.Namespace(encoder_window=None, window_overlap=None,
                                                               window_batch_size=None)) is unchanged
 
 
@@ -171,18 +171,18 @@ def test_index_options_apply_to_a_knn_model_only():
 
     import pytest
 
-    from srformer.cli.arguments import apply_window_options
+    from srformer.cli.arguments import apply_runtime_options
     from srformer.models import srformer_config_of
     from tests.models.conftest import BUILDERS, converted
 
     pytest.importorskip("faiss")
     options = argparse.Namespace(knn_index="ivf", index_probes=4, index_min_keys=None)
-    model = apply_window_options(converted(BUILDERS["bart"](), variant="knn"), options)
+    model = apply_runtime_options(converted(BUILDERS["bart"](), variant="knn"), options)
     config = srformer_config_of(model)
     assert (config.knn_index, config.index_probes) == ("ivf", 4)
-    exact = apply_window_options(model, argparse.Namespace(knn_index="exact"))
+    exact = apply_runtime_options(model, argparse.Namespace(knn_index="exact"))
     assert srformer_config_of(exact).knn_index is None
     with pytest.raises(ValueError, match="knn checkpoint.*'linear'"):
-        apply_window_options(converted(BUILDERS["bart"](), variant="linear"), options)
+        apply_runtime_options(converted(BUILDERS["bart"](), variant="linear"), options)
     with pytest.raises(ValueError, match="knn checkpoint.*plain model"):
-        apply_window_options(BUILDERS["bart"](), options)
+        apply_runtime_options(BUILDERS["bart"](), options)

@@ -184,7 +184,7 @@ def add_generation_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
-def apply_window_options(model, args: argparse.Namespace):
+def apply_runtime_options(model, args: argparse.Namespace):
     """Apply ``--encoder-window``/``--window-overlap``/``--window-batch-size`` to a loaded model: as runtime options
     of a converted model (:func:`srformer.set_runtime_options`), or by converting a plain model to ``full`` with
     them (full attention over chunked encodings); and ``--knn-index``/``--index-min-keys``/``--index-probes`` to a

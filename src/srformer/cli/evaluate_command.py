@@ -8,7 +8,7 @@ from srformer.cli.arguments import (
     CHECKPOINT_HELP,
     add_data_arguments,
     add_generation_arguments,
-    apply_window_options,
+    apply_runtime_options,
 )
 from srformer.cli.data_source import load_data
 from srformer.cli.output_files import check_output_file
@@ -50,7 +50,7 @@ def run(args) -> int:
     output = check_output_file(args.output, "--output")
     predictions_file = check_output_file(args.predictions, "--predictions") if args.predictions else None
     model, tokenizer = load_summarizer(args.checkpoint)
-    model = apply_window_options(model, args)
+    model = apply_runtime_options(model, args)
     run_info = read_run(args.checkpoint) or {}
     pairs = load_data(args, default_split="test")
     if args.max_examples is not None:

@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from srformer.cli.arguments import CHECKPOINT_HELP, add_generation_arguments, apply_window_options
+from srformer.cli.arguments import CHECKPOINT_HELP, add_generation_arguments, apply_runtime_options
 from srformer.evaluation.evaluate import load_summarizer
 from srformer.evaluation.generation import generate_summaries
 from srformer.training.pipeline import read_run
@@ -44,7 +44,7 @@ def _documents(source: str, field: str) -> list[str]:
 
 def run(args) -> int:
     model, tokenizer = load_summarizer(args.checkpoint)  # before reading the input: a missing checkpoint fails fast
-    model = apply_window_options(model, args)
+    model = apply_runtime_options(model, args)
     run_info = read_run(args.checkpoint) or {}
     documents = _documents(args.input, args.document_field)
     result = generate_summaries(
