@@ -103,3 +103,15 @@ def test_linformer_bench_model_accepts_the_longest_encoder_length_of_the_run():
     default = first_cross_attention(build_model("t5-tiny", "linformer", segment_size=None, target_length=16,
                                                 longest_input=512))
     assert default.srformer.key_projection.shape[1] == 4096
+
+
+@pytest.mark.parametrize(("variant", "setting", "value"), [("knn-4", "top_keys", 4),
+                                                            ("srformer-gated-taylor", "feature_map", "taylor")])
+def test_a_named_setting_is_built_with_its_own_module_settings(variant, setting, value):
+    """A bench variant that is a named setting (``knn-4``) runs its variant's module with the setting's values."""
+    model = build_model("t5-tiny", variant, segment_size=8, target_length=16)
+    module = first_cross_attention(model)
+    assert getattr(module.srformer.settings.settings, setting) == value
+    outputs, mask = random_encoder_outputs(BATCH, K, model.config.d_model)
+    with torch.no_grad(), quiet_schedule_warnings():
+        assert generate_fixed(model, outputs, mask, TOKENS).sequences.shape == (BATCH, TOKENS + 1)

@@ -15,6 +15,7 @@ from srformer.benchmarks.records import (
     VARIANT_SPECS,
     BenchRecord,
     RecordError,
+    changes_module_settings,
     read_records_json,
     write_records_json,
 )
@@ -118,4 +119,17 @@ def test_bench_variants_are_derived_from_the_registry():
     assert BENCH_VARIANTS == ("full-sdpa", "full-eager", "segmented", "segmented-lean", "srformer", "srformer-lean",
                               "xl", "longt5", "linear", "window", "strided", "star", "fastformer", "reformer",
                               "routing", "bigbird", "compressive", "adaptive", "bp", "linformer", "performer",
-                              "compressed", "inducing", "block-topk", "srformer-gated", "knn")
+                              "compressed", "inducing", "block-topk", "srformer-gated", "knn",
+                              "srformer-gated-taylor", "knn-4")
+
+
+def test_named_settings_with_their_own_module_settings_are_bench_variants_and_the_ablations_are_not():
+    """``knn-4`` and ``srformer-gated-taylor`` change their module's settings, so they are timed under their own
+    names; the srformer ablations and ``srformer-two-sided`` run srformer's module as it is and get no entry."""
+    own = {name: spec for name, spec in VARIANT_SPECS.items() if spec.setting is not None}
+    assert {name: spec.srformer_variant for name, spec in own.items()} == {
+        "srformer-gated-taylor": "srformer-gated", "knn-4": "knn"}
+    assert all(spec.setting == name for name, spec in own.items())
+    assert not {"ablation-I", "ablation-III", "srformer-two-sided", "srformer-sigma"} & set(VARIANT_SPECS)
+    assert changes_module_settings("knn-4") and not changes_module_settings("knn")
+    assert not changes_module_settings("ablation-III")

@@ -10,7 +10,14 @@ from hypothesis import strategies as st
 
 from srformer.benchmarks.records import BenchRecord, write_records_json
 from srformer.cli.main import main
-from srformer.experiments.pick import CostColumns, load_probe_records, pareto_front, pick_table, write_pick
+from srformer.experiments.pick import (
+    CostColumns,
+    load_probe_records,
+    pareto_front,
+    pick_markdown,
+    pick_table,
+    write_pick,
+)
 
 BUDGET = {"train": {"steps": 100, "min_curriculum_segments": 2}, "segment_sizes": [8],
           "base": {"train": {"steps": 1000, "min_curriculum_segments": 2}}}
@@ -31,17 +38,17 @@ def probe_file(tmp_path, records, name="probe"):
     return folder
 
 
-def bench_file(tmp_path, values: dict[str, tuple[float, float, float]]):
+def bench_file(tmp_path, values: dict[str, tuple[float, float, float]], name="bench.json"):
     """values: bench variant -> (step ms, generate tokens/s, cache bytes)."""
     records = []
     for variant, (step, throughput, cache) in values.items():
-        size = None if variant in ("full-sdpa", "linear", "knn") else 64
+        size = None if variant in ("full-sdpa", "linear", "knn", "knn-4") else 64
         for metric, value, unit in (("cross_attention_step_time", step, "ms"),
                                     ("generate_throughput", throughput, "tokens/s"),
                                     ("cross_attention_cache_bytes", cache, "bytes")):
             records.append(BenchRecord(variant, 4096, size, 8, metric, value, unit, "cpu"))
     records.append(BenchRecord("srformer", 4096, 16, 8, "cross_attention_step_time", 1e6, "ms", "cpu"))  # other s
-    return write_records_json(tmp_path / "bench.json", records)
+    return write_records_json(tmp_path / name, records)
 
 
 PROBE = [record("full", 0, 0.9, 1.0), record("full", 1, 1.0, 1.0),
@@ -74,6 +81,24 @@ def test_costs_are_ratios_to_full_at_the_bench_shape(tmp_path):
     assert rows["ablation-III"]["cost_from_variant"] and rows["ablation-III"]["step_ratio"] == pytest.approx(0.1)
     assert rows["knn-4"]["step_ratio"] is None  # other settings than knn's: not knn's cost
     assert not rows["knn"]["cost_from_variant"] and rows["knn"]["step_ratio"] == pytest.approx(0.5)
+
+
+def test_a_later_bench_run_adds_what_the_first_lacks_against_its_own_full(tmp_path):
+    """knn-4 is only in the second run: its ratios are against the second run's full-sdpa (twice as slow there),
+    while knn, in both, keeps the first run's; the table marks the later run's cells."""
+    later = bench_file(tmp_path, {"full-sdpa": (20.0, 50.0, 6 * 2**20), "knn": (99.0, 1.0, 1.0),
+                                  "knn-4": (8.0, 60.0, 6 * 2**20)}, "later.json")
+    payload = pick_table(load_probe_records([probe_file(tmp_path, PROBE)]), [bench_file(tmp_path, BENCH), later],
+                         WHERE)
+    rows = {row["name"]: row for row in payload["rows"]}
+    assert rows["knn-4"]["step_ratio"] == pytest.approx(0.4) and rows["knn-4"]["bench_run"] == 1
+    assert rows["knn-4"]["generate_ratio"] == pytest.approx(50 / 60)
+    assert rows["knn"]["step_ratio"] == pytest.approx(0.5) and rows["knn"]["bench_run"] == 0
+    table = pick_markdown(payload)
+    assert "0.400 (run 2)" in table and "0.500 |" in table and "run 2: " in table
+    with pytest.raises(ValueError, match="no full-sdpa record"):
+        pick_table(load_probe_records([probe_file(tmp_path, PROBE, "again")]),
+                   [bench_file(tmp_path, BENCH), bench_file(tmp_path, {"knn": (1.0, 1.0, 1.0)}, "bad.json")], WHERE)
 
 
 def test_the_front_holds_the_undominated_mechanisms(tmp_path):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TypeGuard
 
 from srformer.attention.registry import REGISTRY, SEGMENT_FREE_VARIANTS, TABLE1_VARIANTS
+from srformer.config import named_config
 
 
 @dataclass(frozen=True)
@@ -29,12 +30,15 @@ class VariantSpec:
             Converted modules run their own attention (``scaled_dot_product_attention`` on one
             segment) whatever this is; it still selects the decoder self attention.
         lean_cache: the converted model's ``lean_cache`` runtime option.
+        setting: the named setting (:data:`srformer.config.NAMED_SETTINGS`) the model is converted with, where it
+            changes the module's settings (``knn-4``: ``top_keys=4``); None: ``srformer_variant``'s defaults.
     """
 
     name: str
     srformer_variant: str
     attn_implementation: str = "sdpa"
     lean_cache: bool = False
+    setting: str | None = None
 
     @property
     def uses_segments(self) -> bool:
@@ -50,8 +54,10 @@ OWN_ATTENTION_IMPLEMENTATIONS: tuple[str, ...] = ("sdpa", "eager")
 def _bench_specs() -> dict[str, VariantSpec]:
     """Benchmark variants from the registry (:mod:`srformer.attention.registry`), in its order: the
     model's own attention under each of :data:`OWN_ATTENTION_IMPLEMENTATIONS`; every converted variant
-    with the standard cache layout; and ``<name>-lean`` where the lean layout exists and differs from
-    the standard one (a state that grows with the input)."""
+    with the standard cache layout; ``<name>-lean`` where the lean layout exists and differs from
+    the standard one (a state that grows with the input); then every further named setting that changes its
+    module's settings (``knn-4``, ``srformer-gated-taylor``), under its own name. Named settings that change
+    only training or the neuron (the ablations) run their variant's module at its cost and get no entry."""
     specs: dict[str, VariantSpec] = {}
     for name, entry in REGISTRY.items():
         if entry.module is None:
@@ -61,7 +67,20 @@ def _bench_specs() -> dict[str, VariantSpec]:
         specs[name] = VariantSpec(name, name)
         if entry.capabilities.lean_layout and entry.capabilities.state_grows_with_input:
             specs[f"{name}-lean"] = VariantSpec(f"{name}-lean", name, lean_cache=True)
+    for name, entry in REGISTRY.items():
+        for setting in entry.named_settings:
+            if changes_module_settings(setting):
+                specs[setting] = VariantSpec(setting, name, setting=setting)
     return specs
+
+
+def changes_module_settings(setting: str) -> bool:
+    """True when named setting ``setting`` gives its variant's module other settings than the variant's defaults
+    (``knn-4``, ``srformer-gated-taylor``), so that it may cost what its variant does not; False for a variant's
+    own name and for the ablations. Raises ValueError for an unknown name."""
+    config = named_config(setting, segment_size=8, target_length=16)
+    return config.variant != setting and config.settings != named_config(
+        config.variant, segment_size=8, target_length=16).settings
 
 
 #: The specification of every benchmark variant, by name.

@@ -19,7 +19,7 @@ from torch import nn
 from transformers import T5Config, T5ForConditionalGeneration
 
 from srformer.benchmarks.records import VARIANT_SPECS, VariantSpec  # defined with the variant list (registry)
-from srformer.config import SRformerConfig
+from srformer.config import SRformerConfig, named_config
 from srformer.models import cross_attention_modules
 from srformer.models.convert import convert
 from srformer.models.factory import NAMED_CONFIGS
@@ -87,7 +87,8 @@ def build_model(
     """A randomly initialised T5 of ``shape`` with the cross attention of benchmark ``variant``.
 
     ``full*`` variants are the unmodified model; the others are converted with
-    :func:`srformer.models.convert.convert` (``SRformerConfig(variant, segment_size, target_length, lean_cache)``).
+    :func:`srformer.models.convert.convert` (``named_config(setting or variant, segment_size, target_length,
+    lean_cache)``: a named setting such as ``knn-4`` with its own module settings).
 
     Args:
         shape: a key of :data:`MODEL_SHAPES`.
@@ -115,8 +116,8 @@ def build_model(
             raise ValueError(f"Variant {variant!r} needs a segment size.")
         convert(
             model,
-            SRformerConfig(
-                variant=spec.srformer_variant,
+            named_config(
+                spec.setting or spec.srformer_variant,
                 segment_size=segment_size or 1,  # unused by linear attention
                 target_length=target_length,
                 lean_cache=spec.lean_cache,

@@ -10,7 +10,7 @@ def add_parser(subparsers) -> None:
         "pick", help="which cross attention to pick: probe accuracy next to bench cost, with the Pareto front",
         description=(
             "Read `srformer probe` results (off- and on-segment recall accuracy per problem, protocol and "
-            "fine-tuning budget) and one `srformer bench` run (step and generate() time against full attention, "
+            "fine-tuning budget) and `srformer bench` runs (step and generate() time against full attention, "
             "decode state per layer) and write OUTPUT/pick.md, pick.json and pick.png (off-segment accuracy after "
             "conversion against step time, Pareto front marked)."
         ),
@@ -18,7 +18,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--probe", nargs="+", required=True,
                         help="`srformer probe --output` folders or their results.json (a cell found twice: the last "
                              "one counts)")
-    parser.add_argument("--bench", required=True, help="bench.json of `srformer bench` (sections step and generate)")
+    parser.add_argument("--bench", nargs="+", required=True,
+                        help="bench.json of `srformer bench` (sections step and generate); several runs: a setting's "
+                             "cost comes from the first that measured it, as ratios to that run's full-sdpa")
     parser.add_argument("--output", required=True, help="folder for pick.md, pick.json and pick.png")
     parser.add_argument("--encoder-length", type=int, default=4096, help="k of the bench records (default: 4096)")
     parser.add_argument("--segment-size", type=int, default=64, help="s of the bench records (default: 64)")

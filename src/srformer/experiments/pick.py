@@ -6,13 +6,13 @@ of the segmented-to-full off-segment gap it recovers,
 
     gap recovered = (off(setting) - off(segmented)) / (off(full) - off(segmented)),
 
-with ``full`` and ``segmented`` of the same problem, protocol, fine-tuning budget and seeds. Cost comes from one
-``srformer bench`` run (``bench.json``) at one shape (k, s, batch): one decoder layer's cross-attention step time
-and ``generate()`` time as ratios to full attention (``full-sdpa``), and the decode state per decoder layer (the
-cross-attention cache after ``generate()``, divided by the bench model's decoder layers). A named setting that
-runs its variant's module with the variant's own settings (the srformer ablations, ``srformer-two-sided``) costs
-what the variant costs, and the table says so; one that changes the settings (``knn-4``,
-``srformer-gated-taylor``) has no cost unless the bench measured it under its own name.
+with ``full`` and ``segmented`` of the same problem, protocol, fine-tuning budget and seeds. Cost comes from
+``srformer bench`` runs (``bench.json``) at one shape (k, s, batch): one decoder layer's cross-attention step time
+and ``generate()`` time as ratios to full attention (``full-sdpa`` of the same run), and the decode state per
+decoder layer (the cross-attention cache after ``generate()``, divided by the bench model's decoder layers). A
+named setting that runs its variant's module with the variant's own settings (the srformer ablations,
+``srformer-two-sided``) costs what the variant costs, and the table says so; one that changes the settings
+(``knn-4``, ``srformer-gated-taylor``) is a bench variant of its own and has no cost unless a run measured it.
 
 The Pareto front of each quality column: the settings that no other setting beats on both off-segment accuracy
 (higher) and step time (lower). Outputs: ``pick.json``, ``pick.md`` and ``pick.png`` (one panel per ``convert``
@@ -32,7 +32,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from srformer.benchmarks.records import read_records_json  # noqa: E402
+from srformer.benchmarks.records import changes_module_settings, read_records_json  # noqa: E402
 from srformer.benchmarks.variants import t5_config  # noqa: E402
 from srformer.config import NAMED_SETTINGS, named_config  # noqa: E402
 from srformer.evaluation.report import format_table  # noqa: E402
@@ -155,11 +155,8 @@ def _bench_name(name: str) -> tuple[str, bool]:
     module with the same settings under another name)."""
     if name == "full":
         return FULL_BENCH_VARIANT, True
-    config = named_config(name, segment_size=8, target_length=16)
-    if config.variant == name:
-        return name, True
-    plain = named_config(config.variant, segment_size=8, target_length=16)
-    return (config.variant, False) if config.settings == plain.settings else (name, True)
+    variant = named_config(name, segment_size=8, target_length=16).variant
+    return (name, True) if variant == name or changes_module_settings(name) else (variant, False)
 
 
 def _costs(bench_records: Sequence, where: CostColumns) -> dict[str, dict[str, float]]:
@@ -175,8 +172,12 @@ def _costs(bench_records: Sequence, where: CostColumns) -> dict[str, dict[str, f
     return costs
 
 
-def _cost_row(name: str, costs: dict[str, dict[str, float]], decoder_layers: int) -> dict:
+def _cost_row(name: str, runs: Sequence[dict[str, dict[str, float]]], decoder_layers: int) -> dict:
+    """The cost fields of named setting ``name`` from the first bench run (of ``runs``, :func:`_costs` each) that
+    measured its bench variant; its ratios are against that run's own ``full-sdpa``."""
     variant, own = _bench_name(name)
+    run = next((index for index, costs in enumerate(runs) if variant in costs), 0)
+    costs = runs[run]
     full = costs.get(FULL_BENCH_VARIANT, {})
     mine = costs.get(variant, {})
     step = mine.get("cross_attention_step_time")
@@ -188,6 +189,7 @@ def _cost_row(name: str, costs: dict[str, dict[str, float]], decoder_layers: int
     return {
         "bench_variant": variant if mine else None,
         "cost_from_variant": not own,
+        "bench_run": run if mine else None,
         "step_ratio": step / full_step if step and full_step else None,
         "generate_ratio": full_throughput / throughput if throughput and full_throughput else None,
         "state_bytes_per_layer": cache / decoder_layers if cache is not None else None,
@@ -204,8 +206,13 @@ def pareto_front(points: dict[str, tuple[float, float]]) -> list[str]:
     return sorted(front, key=lambda name: clean[name])
 
 
-def pick_table(probe_records: Sequence[dict], bench_json: str | Path, where: CostColumns) -> dict:
+def pick_table(probe_records: Sequence[dict], bench_json: str | Path | Sequence[str | Path],
+               where: CostColumns) -> dict:
     """Join probe quality and bench cost per named setting (rows in registry order).
+
+    ``bench_json`` is one ``bench.json`` or several, each a run with its own ``full-sdpa``: a setting's cost comes
+    from the first run that measured it, its ratios against that run's ``full-sdpa`` (a later run adds settings an
+    earlier one lacks without mixing two runs' timings in one ratio).
 
     Returns:
         ``{"columns": [...], "cost": {...}, "rows": [...], "fronts": {column label: [names]}}``, JSON-ready; a
@@ -218,11 +225,15 @@ def pick_table(probe_records: Sequence[dict], bench_json: str | Path, where: Cos
     if not probe_records:
         raise ValueError("No probe cell records: give `srformer probe` results with at least one finished cell.")
     quality = _quality(probe_records)
-    costs = _costs(read_records_json(bench_json), where)
-    if FULL_BENCH_VARIANT not in costs:
-        raise ValueError(f"{bench_json} has no {FULL_BENCH_VARIANT} record at k={where.encoder_length}, "
-                         f"batch {where.batch_size} on {where.device}: run `srformer bench` with full-sdpa at that "
-                         "shape, or give --encoder-length/--segment-size/--batch-size of the run.")
+    files = [bench_json] if isinstance(bench_json, (str, Path)) else list(bench_json)
+    if not files:
+        raise ValueError("No bench file: give at least one bench.json of `srformer bench`.")
+    runs = [_costs(read_records_json(file), where) for file in files]
+    for file, costs in zip(files, runs, strict=True):
+        if FULL_BENCH_VARIANT not in costs:
+            raise ValueError(f"{file} has no {FULL_BENCH_VARIANT} record at k={where.encoder_length}, "
+                             f"batch {where.batch_size} on {where.device}: run `srformer bench` with full-sdpa at "
+                             "that shape, or give --encoder-length/--segment-size/--batch-size of the run.")
     shape = t5_config(where.shape)
     decoder_layers = shape.num_decoder_layers or shape.num_layers
     columns = sorted(quality, key=lambda c: (c.protocol != "convert", c.length, c.steps, c.n, c.segment_sizes))
@@ -230,14 +241,14 @@ def pick_table(probe_records: Sequence[dict], bench_json: str | Path, where: Cos
     rows = []
     for name in names:
         row = {"name": name, "quality": {c.label: quality[c][name] for c in columns if name in quality[c]}}
-        rows.append(row | _cost_row(name, costs, decoder_layers))
+        rows.append(row | _cost_row(name, runs, decoder_layers))
     fronts = {}
     for column in columns:
         points = {row["name"]: (row["step_ratio"], row["quality"][column.label]["off"]) for row in rows
                   if column.label in row["quality"] and row["step_ratio"] is not None}
         fronts[column.label] = pareto_front(points)
-    return {"columns": [asdict(c) | {"label": c.label, "short": c.short} for c in columns], "cost": asdict(where),
-            "rows": rows, "fronts": fronts}
+    return {"columns": [asdict(c) | {"label": c.label, "short": c.short} for c in columns],
+            "cost": asdict(where) | {"bench_runs": [str(file) for file in files]}, "rows": rows, "fronts": fronts}
 
 
 def _percent(value: float | None) -> str:
@@ -255,11 +266,20 @@ def _quality_cell(entry: dict | None) -> str:
 def _ratio(value: float | None, row: dict) -> str:
     if value is None:
         return "-"
-    return f"{value:.3f}" + (f" (as {row['bench_variant']})" if row["cost_from_variant"] else "")
+    run = f" (run {row['bench_run'] + 1})" if row.get("bench_run") else ""
+    return f"{value:.3f}" + (f" (as {row['bench_variant']})" if row["cost_from_variant"] else "") + run
 
 
 def _bytes(value: float | None) -> str:
     return "-" if value is None else f"{value / 2**20:.2f}"
+
+
+def _runs_note(runs: Sequence[str]) -> str:
+    if len(runs) < 2:
+        return ""
+    later = "; ".join(f"run {index + 1}: {run}" for index, run in enumerate(runs) if index)
+    return (f"; \"(run N)\": measured in a later bench run ({later}), against that run's own {FULL_BENCH_VARIANT}, "
+            f"where run 1 ({runs[0]}) did not measure it")
 
 
 def pick_markdown(payload: dict) -> str:
@@ -286,9 +306,10 @@ def pick_markdown(payload: dict) -> str:
         "cache after generate() per decoder layer (with `lean_cache=True` where a mechanism has that layout: the "
         "encoder output it reads again at each step counts once, shared by the layers), at "
         f"k={cost['encoder_length']}, s={cost['segment_size']}, batch {cost['batch_size']}, {cost['shape']} shape, "
-        f"{cost['device']}; \"(as X)\" is X's measurement, the same "
-        "module with the same settings. Pareto front: no other mechanism is both more accurate off-segment and "
-        "faster per step in that column.\n\nColumns: "
+        f"{cost['device']}; \"(as X)\" is X's measurement, the same module with the same settings"
+        + _runs_note(cost.get("bench_runs", []))
+        + ". Pareto front: no other mechanism is both more accurate off-segment and faster per step in that column."
+        "\n\nColumns: "
         + "; ".join(f"`{short[label]}`: {label}" for label in labels) + "."
     )
     return legend + "\n\n" + format_table(rows, list(rows[0])) + "\n"
