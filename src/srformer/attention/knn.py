@@ -164,18 +164,22 @@ class _SharedIndex:
         if entry is not None:
             states_ref, version, known, mask, index_ref = entry
             index = index_ref()
-            same_mask = (mask is None) == (key_valid is None) and (
-                mask is None or key_valid is None or (mask.shape == key_valid.shape and torch.equal(mask, key_valid))
-            )
             if (
                 index is not None and states_ref() is encoder_states and version == _version(encoder_states)
-                and known == settings and same_mask
+                and known == settings and _same_mask(mask, key_valid)
             ):
                 return index
         index = build_encoder_index(encoder_states, key_valid, *settings)
         mask_copy = None if key_valid is None else key_valid.detach().clone()
         self._entry = (weakref.ref(encoder_states), _version(encoder_states), settings, mask_copy, weakref.ref(index))
         return index
+
+
+def _same_mask(known: torch.Tensor | None, key_valid: torch.Tensor | None) -> bool:
+    """Whether two key masks (None: every key real) are the same mask."""
+    if known is None or key_valid is None:
+        return known is key_valid
+    return known.shape == key_valid.shape and torch.equal(known, key_valid)
 
 
 def _version(tensor: torch.Tensor) -> int:
