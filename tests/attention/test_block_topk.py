@@ -29,10 +29,13 @@ def _left_padded(keys, values, valid, lengths):
 
 
 @pytest.mark.filterwarnings("ignore:An encoder input has")
-@pytest.mark.parametrize("segment_size,top", [(2, 1), (2, 2), (3, 1), (1, 4), (2, 6), (20, 1), (4, 3)])
-def test_matches_the_reference_in_both_paths_paddings_and_a_later_chunk(segment_size, top):
-    """Selections of 1 .. m - 1 segments, more segments than steps (s = 1: m = 13 > T = 6), one segment (s = 20)."""
-    module = _module("block-topk", segment_size, 6, scale=0.5, top_segments=top)
+@pytest.mark.parametrize("segment_size,top,block", [(2, 1, None), (2, 2, None), (3, 1, None), (1, 4, None),
+                                                    (2, 6, None), (20, 1, None), (4, 3, None), (4, 2, 2), (4, 3, 1),
+                                                    (6, 1, 3), (6, 4, 2), (20, 2, 5)])
+def test_matches_the_reference_in_both_paths_paddings_and_a_later_chunk(segment_size, top, block):
+    """Selections of 1 .. m - 1 segments, more segments than steps (s = 1: m = 13 > T = 6), one segment (s = 20);
+    selection blocks smaller than a segment (the last segment's last block short or empty)."""
+    module = _module("block-topk", segment_size, 6, scale=0.5, top_segments=top, block_size=block)
     queries, keys, values, valid = _inputs(5, 3, 13, 9, 4, LENGTHS)
     state = module.init_state(keys, values, valid)
     parallel, final = module(queries, state)
@@ -170,3 +173,61 @@ def test_top_segments_is_checked_and_saved():
     config = named_config("block-topk", segment_size=4, top_segments=5)
     assert config.resolved_top_segments() == 5 and named_config("block-topk").resolved_top_segments() == 3
     assert type(config).from_dict(config.to_dict()) == config
+
+
+def test_a_block_of_one_segment_is_the_default_and_smaller_blocks_choose_differently():
+    """``block_size = s`` is the default layout exactly; ``b = 1`` (each key gated by itself) reads other keys."""
+    queries, keys, values, valid = _inputs(5, 2, 13, 9, 4, LENGTHS, seed=2)
+    default = _module("block-topk", 4, 8, scale=0.5, top_segments=2)
+    expected, _ = default(queries, default.init_state(keys, values, valid))
+    same = _module("block-topk", 4, 8, scale=0.5, top_segments=2, block_size=4)
+    assert torch.equal(same(queries, same.init_state(keys, values, valid))[0], expected)
+    single = _module("block-topk", 4, 8, scale=0.5, top_segments=8, block_size=1)
+    state = single.init_state(keys, values, valid)
+    batch, segments, heads, s, d = state.keys.shape
+    assert torch.equal(state.mean_keys, state.keys.permute(0, 2, 1, 3, 4).reshape(batch, heads, segments * s, d))
+    assert (single(queries, state)[0] - expected).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("top", [6, 7, 40])
+def test_reading_every_other_block_is_full_attention(top):
+    """13 keys in segments of 4 (4, 4, 4, 1 real) cut into blocks of 2: 7 blocks hold a real key, so besides the
+    scheduled segment's there are at most 6, and r >= 6 reads every key."""
+    module = _module("block-topk", 4, 8, scale=0.5, top_segments=top, block_size=2)
+    queries, keys, values, valid = _inputs(5, 2, 13, 8, 4, LENGTHS)
+    output, _ = module(queries, module.init_state(keys, values, valid))
+    full = naive.full_attention(queries, keys, values, valid, SRformerConfig(variant="full"), scale=0.5)
+    assert_exact(output, full, "module vs full")
+
+
+def test_block_size_is_checked_and_saved():
+    for bad in (0, -2, 1.5, "2"):
+        with pytest.raises(ValueError, match="block_size"):
+            named_config("block-topk", segment_size=4, block_size=bad)
+    with pytest.raises(ValueError, match="block_size=3 must divide segment_size=4"):
+        named_config("block-topk", segment_size=4, block_size=3)
+    with pytest.raises(ValueError, match="block_size=8 must divide segment_size=4"):
+        named_config("block-topk", segment_size=4, block_size=8)
+    config = named_config("block-topk", segment_size=8, block_size=2)
+    assert config.resolved_block_size() == 2 and named_config("block-topk", segment_size=8).resolved_block_size() == 8
+    assert type(config).from_dict(config.to_dict()) == config
+    auto = named_config("block-topk", segment_size="auto", target_length=4, block_size=3)
+    assert auto.for_input_length(16).segment_size == 6  # ceil(16 / 4) = 4, rounded up to a multiple of 3
+    assert auto.for_input_length(0).segment_size == auto.placeholder_segment_size() == 3
+    assert named_config("segmented", segment_size="auto", target_length=4).for_input_length(16).segment_size == 4
+    module = build_cross_attention(auto, 4, 0.5)
+    queries, keys, values, valid = _inputs(2, 1, 16, 4, 4, [16, 9])
+    module.adapt_to_input(valid, 16)  # as the converted layer does before it builds a state
+    state = module.init_state(keys, values, valid)
+    assert state.keys.shape[3] == 6 and state.blocks_per_segment == 2
+
+
+def test_attention_weights_with_blocks_are_the_distribution_the_output_is_computed_with():
+    module = _module("block-topk", 4, 8, scale=0.5, top_segments=3, block_size=2)
+    queries, keys, values, valid = _inputs(5, 2, 13, 9, 4, LENGTHS)
+    keys, values, valid = _left_padded(keys, values, valid, LENGTHS)
+    state = module.init_state(keys, values, valid)
+    output, _ = module(queries, state)
+    weights = module.attention_weights(queries, keys, state, valid)
+    assert_exact(torch.matmul(weights, values), output, "A V")
+    assert torch.equal(weights * ~valid[:, None, None, :], torch.zeros_like(weights))

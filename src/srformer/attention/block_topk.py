@@ -64,16 +64,51 @@ class BlockTopkSettings(MechanismSettings):
     """The settings of the ``block-topk`` variant (``SRformerConfig(variant='block-topk', ...)``).
 
     Attributes:
-        top_segments: ``r``, the segments besides ``i(t)`` each query reads, chosen per query and head by
-            ``Q_t . mean(K_{S_j})`` (MoBA's top-k blocks). At least 1. ``r >= m - 1`` reads all ``m`` segments of
-            an example (full attention). None (default): 3.
+        top_segments: ``r``, the blocks besides segment ``i(t)`` each query reads, chosen per query and head by
+            ``Q_t . mean(K_{B_j})`` (MoBA's top-k blocks); a block is a segment unless ``block_size`` is set. At
+            least 1. ``r`` at least the number of other blocks reads all of an example (full attention). None
+            (default): 3.
+        block_size: ``b``, the real (compacted) encoder positions per selection block: each segment is cut into
+            ``s / b`` blocks of ``b``, which are gated and chosen one by one, while the scheduled segment is still
+            read whole. At least 1, and it must divide ``segment_size`` (``"auto"`` is rounded up to a multiple of
+            it). None (default): ``b = s`` (one block per segment, MoBA's layout). A smaller block makes the
+            mean-pooled key a sharper summary and the gates ``s / b`` times as many.
     """
 
-    top_segments: int | None = integer_setting(1, None, "segments read besides the scheduled one")
+    top_segments: int | None = integer_setting(1, None, "blocks read besides the scheduled segment")
+    block_size: int | None = integer_setting(1, None, "encoder positions per selection block")
 
     def resolved_top_segments(self, config: SRformerConfig) -> int:
         """``r``: ``top_segments``, or 3 when it is None."""
         return self.top_segments if self.top_segments is not None else 3
+
+    def resolved_block_size(self, config: SRformerConfig) -> int:
+        """``b``: ``block_size``, or the segment size when it is None (a block is a segment)."""
+        return self.block_size if self.block_size is not None else config.resolved_segment_size()
+
+    def segment_multiple(self) -> int:
+        """``block_size`` (when it is a positive int): ``segment_size="auto"`` is rounded up to a multiple of it."""
+        size = self.block_size
+        return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else 1
+
+    def validate(self, config: SRformerConfig) -> None:
+        """The integer ranges, and ``block_size`` dividing the segment size (``segment_size="auto"`` is rounded up
+        to a multiple of it, :meth:`segment_multiple`).
+
+        Raises:
+            ValueError: naming the setting, for a value out of range or a block size that does not divide the
+                segment size.
+        """
+        super().validate(config)
+        if self.block_size is not None:
+            check_block_size(self.block_size, config.resolved_segment_size())
+
+
+def check_block_size(block_size: int, segment_size: int) -> None:
+    """Raise a ValueError naming ``block_size`` unless it divides ``segment_size`` (blocks tile each segment)."""
+    if segment_size % block_size:
+        raise ValueError(f"block_size={block_size} must divide segment_size={segment_size} (the selection blocks tile "
+                         "each segment): choose a divisor, or leave block_size unset for one block per segment.")
 
 
 @dataclass(kw_only=True)
@@ -81,43 +116,54 @@ class BlockTopkState(SegmentState):
     """The ``block-topk`` state: :class:`~srformer.attention.segmented.SegmentState` plus each segment's mean key.
 
     Attributes:
-        mean_keys: (B, H, M, d) the mean of each segment's real keys (the gates' keys; detached, in float32 or
-            the keys' dtype when wider); zero for a segment without real positions.
+        mean_keys: (B, H, M·n, d) the mean of each selection block's real keys, block ``j`` holding positions
+            ``j·b .. j·b + b - 1`` of the segment-major order (``n = s / b`` blocks per segment; the gates' keys;
+            detached, in float32 or the keys' dtype when wider); zero for a block without real positions.
+        block_real: (B, M·n) bool, True for a block with at least one real position (only those are candidates).
     """
 
     mean_keys: torch.Tensor
+    block_real: torch.Tensor
+
+    @property
+    def blocks_per_segment(self) -> int:
+        """``n = s / b``, the selection blocks of one segment."""
+        return self.mean_keys.shape[2] // self.keys.shape[1]
 
 
-def take_per_head(tensor: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
-    """The segment blocks ``blocks`` chose per query and head, from a segment-major tensor.
+def take_per_head(tensor: torch.Tensor, blocks: torch.Tensor, blocks_per_segment: int = 1) -> torch.Tensor:
+    """The selection blocks ``blocks`` chose per query and head, from a segment-major tensor.
 
-    One ``index_select`` of whole rows from the tensor viewed as ``(B·M·H, s, ...)`` (or ``(B·M, s)``): on the CPU
-    several times faster than advanced indexing with one index tensor per dimension, which it equals. A
-    non-contiguous tensor (not a state built by ``init_state``) takes the advanced-indexing path.
+    Block ``j`` is sub-block ``j % n`` of segment ``j // n`` (``n = blocks_per_segment``, each of ``b = s / n``
+    positions). One ``index_select`` of whole rows from the tensor viewed as ``(B·M·H·n, b, ...)`` (or
+    ``(B·M·n, b)``): on the CPU several times faster than advanced indexing with one index tensor per dimension,
+    which it equals. A non-contiguous tensor (not a state built by ``init_state``) takes the advanced-indexing path.
 
     Args:
         tensor: (B, M, H, s, ...) per head (the state's keys and values) or (B, M, s) shared by the heads (its
             ``segment_valid``, its positions).
-        blocks: (B, H, q, n) long segment indices in ``[0, M - 1]``.
+        blocks: (B, H, q, N) long block indices in ``[0, M·n - 1]``.
+        blocks_per_segment: ``n``, dividing ``s``.
 
     Returns:
-        (B, H, q, n, s, ...): one gather, ``O(n·s·d)`` per query and head.
+        (B, H, q, N, b, ...): one gather, ``O(N·b·d)`` per query and head.
     """
     batch, heads = blocks.shape[0], blocks.shape[1]
-    segments = tensor.shape[1]
+    segments, n = tensor.shape[1], blocks_per_segment
     batch_index = torch.arange(batch, device=blocks.device)[:, None, None, None]
-    rows = batch_index * segments + blocks  # (B, H, q, n) row of (b, segment) in the (B·M, ...) view
     if tensor.dim() == 3:
+        tensor = tensor.unflatten(2, (n, -1))  # (B, M, n, b): a view
         if not tensor.is_contiguous():
-            return tensor[batch_index, blocks]
-        flat = tensor.view(batch * segments, *tensor.shape[2:])
-        return flat.index_select(0, rows.reshape(-1)).view(*blocks.shape, *tensor.shape[2:])
+            return tensor[batch_index, blocks // n, blocks % n]
+        flat = tensor.reshape(batch * segments * n, *tensor.shape[3:])
+        return flat.index_select(0, (batch_index * segments * n + blocks).reshape(-1)).view(*blocks.shape, -1)
     head_index = torch.arange(heads, device=blocks.device)[None, :, None, None]
+    tensor = tensor.unflatten(3, (n, -1))  # (B, M, H, n, b, ...): a view
     if not tensor.is_contiguous():
-        return tensor[batch_index, blocks, head_index]
-    flat = tensor.view(batch * segments * heads, *tensor.shape[3:])
-    picked = flat.index_select(0, (rows * heads + head_index).reshape(-1))
-    return picked.view(*blocks.shape, *tensor.shape[3:])
+        return tensor[batch_index, blocks // n, head_index, blocks % n]
+    flat = tensor.reshape(batch * segments * heads * n, *tensor.shape[4:])
+    rows = ((batch_index * segments + blocks // n) * heads + head_index) * n + blocks % n
+    return flat.index_select(0, rows.reshape(-1)).view(*blocks.shape, *tensor.shape[4:])
 
 
 class BlockTopkCrossAttention(SegmentedCrossAttention):
@@ -132,18 +178,26 @@ class BlockTopkCrossAttention(SegmentedCrossAttention):
         keys, ``O(k·d)`` per head); arguments, errors and empty documents as there (an empty document has one
         segment of zero keys and values: its output is 0)."""
         state = super().init_state(keys, values, key_valid)
+        s = state.keys.shape[3]
+        block = self.settings.resolved_block_size()
+        check_block_size(block, s)
+        batch, segments, heads, _, d = state.keys.shape
+        n = s // block
         wide = accumulation_dtype(state.keys.dtype)
         # the keys are zero at padding, so the sum runs over the real positions only
-        counts = state.segment_valid.sum(dim=-1).clamp(min=1).to(wide)  # (B, M)
-        mean_keys = state.keys.detach().to(wide).sum(dim=3) / counts[:, :, None, None]  # (B, M, H, d)
+        real = state.segment_valid.view(batch, segments, n, block) & (state.lengths > 0)[:, None, None, None]
+        counts = real.sum(dim=-1).clamp(min=1).to(wide)  # (B, M, n)
+        sums = state.keys.detach().to(wide).view(batch, segments, heads, n, block, d).sum(dim=4)  # (B, M, H, n, d)
+        mean_keys = sums / counts[:, :, None, :, None]
         # head-major, so that a step's gates are one batched product with no copy of the mean keys
-        return extend(BlockTopkState, state, mean_keys=mean_keys.transpose(1, 2).contiguous())
+        mean_keys = mean_keys.permute(0, 2, 1, 3, 4).reshape(batch, heads, segments * n, d)
+        return extend(BlockTopkState, state, mean_keys=mean_keys, block_real=real.any(dim=-1).flatten(1))
 
     def select_segments(
         self, queries: torch.Tensor, state: BlockTopkState, segments: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The segments each query reads, per head: ``i(t)``, then the chosen ``R = min(r, M - 1)`` slots in
-        decreasing gate (ties: lower segment first).
+        """The blocks each query reads, per head: the ``n`` blocks of segment ``i(t)``, then the chosen
+        ``R = min(r, M·n - n)`` slots in decreasing gate (ties: lower block first).
 
         Args:
             queries: (B, H, q, d) projected decoder queries.
@@ -151,19 +205,20 @@ class BlockTopkCrossAttention(SegmentedCrossAttention):
             segments: (B, q) long, ``i(t)`` of each query.
 
         Returns:
-            ``(blocks, valid)``: (B, H, q, R + 1) long segment indices and (B, H, q, R + 1) bool, False at slots
-            left empty (an example with fewer than ``r + 1`` segments; the slot's index is then unused).
+            ``(blocks, valid)``: (B, H, q, n + R) long block indices and (B, H, q, n + R) bool, False at slots
+            left empty (an example with fewer than ``r`` other blocks; the slot's index is then unused).
         """
-        mean_keys = state.mean_keys
-        heads, max_segments = queries.shape[1], mean_keys.shape[2]
-        gates = (queries.detach().to(mean_keys.dtype) @ mean_keys.transpose(-1, -2)) * self.scale  # (B, H, q, M)
-        segment = torch.arange(max_segments, device=segments.device)
-        candidate = (segment < state.num_segments[:, None, None]) & (segment != segments[:, :, None])  # (B, q, M)
+        mean_keys, n = state.mean_keys, state.blocks_per_segment
+        heads, max_blocks = queries.shape[1], mean_keys.shape[2]
+        gates = (queries.detach().to(mean_keys.dtype) @ mean_keys.transpose(-1, -2)) * self.scale  # (B, H, q, M·n)
+        block = torch.arange(max_blocks, device=segments.device)
+        candidate = state.block_real[:, None, :] & (block // n != segments[:, :, None])  # (B, q, M·n)
         candidate = candidate[:, None].expand_as(gates)
         # stable descending sort: equal gates keep index order; non-candidates (-inf) sort after every candidate
         order = torch.where(candidate, gates, float("-inf")).sort(dim=-1, descending=True, stable=True).indices
-        chosen = order[..., : min(self.settings.resolved_top_segments(), max_segments - 1)]  # (B, H, q, R)
-        scheduled = segments[:, None, :, None].expand(-1, heads, -1, 1)
+        chosen = order[..., : min(self.settings.resolved_top_segments(), max_blocks - n)]  # (B, H, q, R)
+        scheduled = (segments[:, None, :, None] * n + torch.arange(n, device=segments.device)).expand(
+            -1, heads, -1, -1)
         blocks = torch.cat([scheduled, chosen], dim=-1)
         valid = torch.cat([torch.ones_like(scheduled, dtype=torch.bool), candidate.gather(-1, chosen)], dim=-1)
         return blocks, valid
@@ -171,20 +226,21 @@ class BlockTopkCrossAttention(SegmentedCrossAttention):
     def probabilities(
         self, queries: torch.Tensor, state: BlockTopkState, segments: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The softmax over the real keys of each query's selected segments (:meth:`select_segments`).
+        """The softmax over the real keys of each query's selected blocks (:meth:`select_segments`).
 
         Args:
             queries: (B, H, q, d) projected decoder queries. state: the layer's state.
             segments: (B, q) long, ``i(t)`` of each query.
 
         Returns:
-            ``(probabilities, blocks)``: (B, H, q, R + 1, s) in the queries' dtype, zero at padding and at empty
-            slots; and the (B, H, q, R + 1) long segment of each slot.
+            ``(probabilities, blocks)``: (B, H, q, n + R, b) in the queries' dtype, zero at padding and at empty
+            slots; and the (B, H, q, n + R) long block of each slot.
         """
         blocks, valid = self.select_segments(queries, state, segments)
-        keys = take_per_head(state.keys, blocks).to(queries.dtype)  # (B, H, q, R + 1, s, d)
-        allowed = take_per_head(state.segment_valid, blocks) & valid[..., None]  # (B, H, q, R + 1, s)
-        # (B, H, q, (R + 1)·s, d) @ (B, H, q, d, 1): a batched matrix-vector product, no transposed copy of the keys
+        n = state.blocks_per_segment
+        keys = take_per_head(state.keys, blocks, n).to(queries.dtype)  # (B, H, q, n + R, b, d)
+        allowed = take_per_head(state.segment_valid, blocks, n) & valid[..., None]  # (B, H, q, n + R, b)
+        # (B, H, q, (n + R)·b, d) @ (B, H, q, d, 1): a batched matrix-vector product, no transposed copy of the keys
         logits = (keys.flatten(-3, -2) @ queries.unsqueeze(-1)).squeeze(-1) * self.scale
         logits = logits.masked_fill(~allowed.flatten(-2), float("-inf"))
         # every query has an allowed key: its scheduled segment has one (state invariant)
@@ -193,12 +249,12 @@ class BlockTopkCrossAttention(SegmentedCrossAttention):
     def _attend(
         self, queries: torch.Tensor, state: BlockTopkState, segments: torch.Tensor, dropout: float
     ) -> torch.Tensor:
-        """``A V`` over the selected segments: (B, H, q, d) in the queries' dtype (both paths)."""
+        """``A V`` over the selected blocks: (B, H, q, d) in the queries' dtype (both paths)."""
         probabilities, blocks = self.probabilities(queries, state, segments)
         if dropout > 0.0:
             probabilities = F.dropout(probabilities, p=dropout, training=True)
-        values = take_per_head(state.values, blocks).to(queries.dtype)  # (B, H, q, R + 1, s, d)
-        # (B, H, q, 1, (R + 1)·s) @ (B, H, q, (R + 1)·s, d)
+        values = take_per_head(state.values, blocks, state.blocks_per_segment).to(queries.dtype)  # (B, H, q, n+R, b, d)
+        # (B, H, q, 1, (n + R)·b) @ (B, H, q, (n + R)·b, d)
         return (probabilities.flatten(-2).unsqueeze(-2) @ values.flatten(-3, -2)).squeeze(-2)
 
     def _output(
@@ -216,8 +272,8 @@ class BlockTopkCrossAttention(SegmentedCrossAttention):
         position: int | torch.Tensor,
         project_rows: ProjectRows | None = None,
     ) -> tuple[torch.Tensor, CrossAttentionState]:
-        """Cross attention for one decoder position: the gates of the ``m`` segments, their top ``r``, and one
-        softmax over the ``(r + 1)·s`` gathered keys; no tensor of encoder length is touched, no host sync.
+        """Cross attention for one decoder position: the gates of the ``m·n`` blocks, their top ``r``, and one
+        softmax over the ``s + r·b`` gathered keys; no tensor of encoder length is touched, no host sync.
 
         Args:
             queries: (B, H, 1, d) projected decoder query at ``position``.
@@ -261,7 +317,8 @@ class BlockTopkCrossAttention(SegmentedCrossAttention):
         positions = torch.arange(queries.shape[2], device=queries.device) + start_position
         segments = segment_index(positions, state.num_segments, self.settings.target_length)  # (B, q)
         probabilities, blocks = self.probabilities(queries, state, segments)
-        encoder_positions = take_per_head(state.positions.to(torch.long).view(state.segment_valid.shape), blocks)
+        encoder_positions = take_per_head(state.positions.to(torch.long).view(state.segment_valid.shape), blocks,
+                                          state.blocks_per_segment)
         weights = queries.new_zeros(*queries.shape[:3], keys.shape[2])
         # masked keys have probability exactly 0, so the positions they carry (padding) receive nothing
         weights.scatter_add_(3, encoder_positions.flatten(3), probabilities.flatten(3))
@@ -280,18 +337,23 @@ def block_topk_attention(
     start_position: int = 0,
 ) -> torch.Tensor:
     """Float64 reference: per query and head, softmax over the real positions of segment ``i(t)`` and of the ``r``
-    other segments with the largest ``scale * Q_t . mean(K_{S_j})`` (ties: lower ``j`` first; all of them when
-    there are at most ``r``)."""
+    blocks of other segments with the largest ``scale * Q_t . mean(K_B)`` (ties: the earlier block first; all of
+    them when there are at most ``r``), a block being ``b`` consecutive real positions of one segment (its last
+    block shorter when the segment is)."""
     check_call(settings, parameters, "block-topk")
     s, target, top = settings.resolved_segment_size(), settings.target_length, settings.resolved_top_segments()
+    b = settings.resolved_block_size()
 
     def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
         m = num_segments(len(k), s)
         i = segment_of(t, m, target)
         rows = [segment_rows(j, len(k), s) for j in range(m)]
-        gates = [scale * float(k[segment].mean(dim=0) @ query) for segment in rows]
-        chosen = sorted((j for j in range(m) if j != i), key=lambda j: (-gates[j], j))[:top]
-        read = torch.cat([torch.arange(rows[j].start, rows[j].stop) for j in (i, *chosen)])
+        others = [range(start, min(start + b, segment.stop)) for j, segment in enumerate(rows) if j != i
+                  for start in range(segment.start, segment.stop, b)]  # in position order
+        gates = [scale * float(k[block.start:block.stop].mean(dim=0) @ query) for block in others]
+        chosen = sorted(range(len(others)), key=lambda j: (-gates[j], j))[:top]
+        read = torch.cat([torch.arange(rows[i].start, rows[i].stop)]
+                         + [torch.arange(others[j].start, others[j].stop) for j in chosen])
         return softmax_attention(query, k[read], v[read], scale)
 
     return per_query(queries, keys, values, key_valid, start_position, one_query)
