@@ -27,9 +27,22 @@ The schedule, compaction and segment-major state are those of
 (:class:`BlockTopkState`). The segment blocks are chosen per query *and head*, which the base's
 ``context_blocks`` hooks (one block per query) cannot express, so both paths gather per (query, head):
 ``(B, H, q, r + 1, s, d)`` blocks of keys and values, with no ``q x k`` score matrix. There is no lean layout.
-Cost per head: one step ``O(m·d + m·log m + (r + 1)·s·d)`` (the gates, their sort, the softmax); the parallel
+Cost per head: one step ``O(m·d + m·log r + (r + 1)·s·d)`` (the gates, their top ``r``, the softmax); the parallel
 path the same per query, ``O(q·(m·d + (r + 1)·s·d))``; building the state ``O(k·d)`` (the segment-major copy
 and the means). The state keeps every key and value, ``O(k·d)``.
+
+Selection blocks smaller than a segment (``block_size`` b, beyond MoBA's one block per segment; NSA selects
+blocks of a size of their own). Each segment is cut into ``n = s / b`` blocks of ``b`` real positions, each with
+its own mean key; the scheduled segment is still read whole (its ``n`` blocks), and the ``r`` chosen are blocks of
+other segments::
+
+    O_t = softmax(scale * Q_t K_U^T) V_U,   U = S_{i(t)} ∪ (the r blocks B_j outside S_{i(t)} with the largest
+                                                           scale * Q_t . mean(K_{B_j}); ties: the earlier block)
+
+The mean of ``b`` keys tells more about each of them than the mean of ``s``: with many facts per segment a
+segment's mean says little about any one, while a small block's still points to it. The price is ``k / b`` gates
+instead of ``m``: a step costs ``O((k/b)·d + (k/b)·log r + (s + r·b)·d)``. ``b = s`` is the layout above
+exactly.
 """
 
 from __future__ import annotations
@@ -52,6 +65,7 @@ from srformer.attention.naive.common import (
 )
 from srformer.attention.schedule import segment_index
 from srformer.attention.segmented import SegmentedCrossAttention, SegmentState
+from srformer.attention.selection import top_positions
 from srformer.attention.settings import MechanismSettings, integer_setting
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, extend
 
@@ -161,7 +175,8 @@ def take_per_head(tensor: torch.Tensor, blocks: torch.Tensor, blocks_per_segment
     tensor = tensor.unflatten(3, (n, -1))  # (B, M, H, n, b, ...): a view
     if not tensor.is_contiguous():
         return tensor[batch_index, blocks // n, head_index, blocks % n]
-    flat = tensor.reshape(batch * segments * heads * n, *tensor.shape[4:])
+    # rows of one dimension: index_select on a 2-D view is an order of magnitude faster than on (rows, b, d)
+    flat = tensor.reshape(batch * segments * heads * n, -1)
     rows = ((batch_index * segments + blocks // n) * heads + head_index) * n + blocks % n
     return flat.index_select(0, rows.reshape(-1)).view(*blocks.shape, *tensor.shape[4:])
 
@@ -196,8 +211,9 @@ class BlockTopkCrossAttention(SegmentedCrossAttention):
     def select_segments(
         self, queries: torch.Tensor, state: BlockTopkState, segments: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The blocks each query reads, per head: the ``n`` blocks of segment ``i(t)``, then the chosen
-        ``R = min(r, M·n - n)`` slots in decreasing gate (ties: lower block first).
+        """The blocks each query reads, per head: the ``n`` blocks of segment ``i(t)``, then the ``R = min(r, M·n - n)``
+        candidates of largest gate (ties: the lower block), in ascending block order
+        (:func:`~srformer.attention.selection.top_positions`: ``O(M·n·log R)``, no full sort).
 
         Args:
             queries: (B, H, q, d) projected decoder queries.
@@ -214,9 +230,9 @@ class BlockTopkCrossAttention(SegmentedCrossAttention):
         block = torch.arange(max_blocks, device=segments.device)
         candidate = state.block_real[:, None, :] & (block // n != segments[:, :, None])  # (B, q, M·n)
         candidate = candidate[:, None].expand_as(gates)
-        # stable descending sort: equal gates keep index order; non-candidates (-inf) sort after every candidate
-        order = torch.where(candidate, gates, float("-inf")).sort(dim=-1, descending=True, stable=True).indices
-        chosen = order[..., : min(self.settings.resolved_top_segments(), max_blocks - n)]  # (B, H, q, R)
+        # the R largest gates among the candidates (ties: the lower block), in ascending block order; a slot past
+        # an example's candidates holds a non-candidate, marked invalid below
+        chosen = top_positions(gates, candidate, min(self.settings.resolved_top_segments(), max_blocks - n))
         scheduled = (segments[:, None, :, None] * n + torch.arange(n, device=segments.device)).expand(
             -1, heads, -1, -1)
         blocks = torch.cat([scheduled, chosen], dim=-1)
@@ -240,8 +256,9 @@ class BlockTopkCrossAttention(SegmentedCrossAttention):
         n = state.blocks_per_segment
         keys = take_per_head(state.keys, blocks, n).to(queries.dtype)  # (B, H, q, n + R, b, d)
         allowed = take_per_head(state.segment_valid, blocks, n) & valid[..., None]  # (B, H, q, n + R, b)
-        # (B, H, q, (n + R)·b, d) @ (B, H, q, d, 1): a batched matrix-vector product, no transposed copy of the keys
-        logits = (keys.flatten(-3, -2) @ queries.unsqueeze(-1)).squeeze(-1) * self.scale
+        # per query and head, (n + R)·b keys times one query: an einsum, several times faster than a batch of
+        # matrix-vector products on the CPU, and no transposed copy of the keys
+        logits = torch.einsum("bhqkd,bhqd->bhqk", keys.flatten(-3, -2), queries) * self.scale
         logits = logits.masked_fill(~allowed.flatten(-2), float("-inf"))
         # every query has an allowed key: its scheduled segment has one (state invariant)
         return torch.softmax(logits, dim=-1).view(allowed.shape), blocks

@@ -54,6 +54,7 @@ from srformer.attention.knn_index import INDEX_KINDS, EncoderIndex, build_encode
 from srformer.attention.naive.common import check_call, per_query, softmax_attention
 from srformer.attention.projection import HeadProjection
 from srformer.attention.schedule import real_lengths
+from srformer.attention.selection import top_positions
 from srformer.attention.settings import MechanismSettings, integer_setting
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off
 
@@ -194,31 +195,6 @@ def _version(tensor: torch.Tensor) -> int:
 _SHARED_INDEX = _SharedIndex()
 
 
-def top_positions(scores: torch.Tensor, key_valid: torch.Tensor, width: int) -> torch.Tensor:
-    """The ``width`` encoder positions first in the order (real first, score descending, position ascending), in
-    ascending position order: one ``torch.topk`` for the ``width``-th score ``v``, every position scoring above
-    ``v``, and the earliest of those scoring exactly ``v`` up to ``width`` (``torch.topk`` alone leaves the choice
-    among equal scores unspecified). ``O(k·log width)`` per row.
-
-    Args:
-        scores: (B, H, q, k) selection scores ``Q_t . K_j``, in float32 or wider.
-        key_valid: (B, k) bool, True at real encoder positions.
-        width: how many positions to return, ``<= k``.
-
-    Returns:
-        (B, H, q, width) long in ``[0, k)``, ascending; for an example with ``n`` real keys, ``min(width, n)`` of
-        them are real.
-    """
-    lowest = torch.finfo(scores.dtype).min
-    scores = torch.nan_to_num(scores, nan=lowest, posinf=torch.finfo(scores.dtype).max, neginf=lowest)
-    scores = scores.masked_fill(~key_valid[:, None, None, :], float("-inf"))  # below every real key
-    cut = torch.topk(scores, width, dim=-1).values[..., -1:]
-    above, at = scores > cut, scores == cut
-    chosen = above | (at & (at.cumsum(-1) <= width - above.sum(-1, keepdim=True)))  # exactly width per row
-    index = torch.arange(scores.shape[-1], device=scores.device).expand(scores.shape)
-    return torch.topk(index.masked_fill(~chosen, scores.shape[-1]), width, dim=-1, largest=False).values
-
-
 class KNNCrossAttention(ContentSparseCrossAttention):
     """The ``knn`` variant for one decoder layer (see the module docstring and
     :class:`~srformer.attention.content.ContentSparseCrossAttention`).
@@ -330,7 +306,7 @@ class KNNCrossAttention(ContentSparseCrossAttention):
         with torch.no_grad(), torch.autocast(device_type=queries.device.type, enabled=False):
             wide = accumulation_dtype(torch.promote_types(queries.dtype, content.keys.dtype))
             scores = torch.matmul(queries.detach().to(wide), content.keys.detach().to(wide).transpose(-1, -2))
-            positions = top_positions(scores, content.key_valid, width)
+            positions = top_positions(scores, content.key_valid[:, None, None, :], width)
         batch, heads, length, _ = positions.shape
         valid = content.key_valid[:, None, None, :].expand(batch, heads, length, -1)
         return positions, valid.gather(-1, positions)

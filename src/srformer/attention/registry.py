@@ -564,7 +564,8 @@ _ENTRIES: tuple[Mechanism, ...] = (
     ),
     Mechanism(
         name="block-topk",
-        doc="Softmax over segment i(t) and the r other segments with the largest q·mean(K_j), per query and head.",
+        doc="Softmax over segment i(t) and the r other segments (or blocks of block_size) with the largest "
+        "q·mean(K_j), per query and head.",
         citation="Lu et al. 2025, MoBA: Mixture of Block Attention for Long-Context LLMs (gate by q·mean-pooled "
         "block keys, top-k blocks); Yuan et al. 2025, Native Sparse Attention (its selection branch: top-n blocks)",
         module="srformer.attention.block_topk.BlockTopkCrossAttention",
@@ -576,9 +577,10 @@ _ENTRIES: tuple[Mechanism, ...] = (
             segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
             has_softmax_part=True, recurrent_term=False, global_term=True,
         ),
-        step_cost="O(m·d + m·log m + (r + 1)·s·d)",
-        build_cost="O(k·d) (segment-major copy of keys/values, the segments' mean keys)",
-        state_size="2·k·d + m·d (keys and values, segment-major; the mean keys)",
+        step_cost="O(m·d + m·log r + (r + 1)·s·d); with blocks of b: O((k/b)·d + (k/b)·log r + (s + r·b)·d)",
+        build_cost="O(k·d) (segment-major copy of keys/values, the blocks' mean keys)",
+        state_size="2·k·d + (k/b)·d (keys and values, segment-major; the mean keys, b = s by default)",
+        named_settings={"block-topk-b4": {"block_size": 4, "top_segments": 16}},
     ),
     Mechanism(
         name="srformer-gated",
