@@ -164,10 +164,9 @@ class SRformerConfig:
             raise TypeError(f"SRformerConfig got an unexpected keyword argument {unknown[0]!r}.")
         self._check_shared()
         set_field(self, "settings", self._variant_settings(settings, keywords))
-        # with segment_size="auto" the mechanism settings are checked here as for the placeholder size, and again for
-        # each input's own s when it is resolved (for_input_length)
-        self.settings.validate(
-            self if self.segment_size != AUTO else replace(self, segment_size=self.placeholder_segment_size()))
+        # with segment_size="auto" the mechanism settings are checked here as for s = 2 tokens, and again for each
+        # input's own s when it is resolved (for_input_length)
+        self.settings.validate(self if self.segment_size != AUTO else replace(self, segment_size=2))
         # ``full`` has no module of its own, so the runtime option has nothing to act on there
         if self.lean_cache and self.variant not in LEAN_VARIANTS and REGISTRY[self.variant].module is not None:
             raise ValueError(
@@ -313,25 +312,15 @@ class SRformerConfig:
     def for_input_length(self, longest: int) -> SRformerConfig:
         """This config with ``segment_size="auto"`` resolved for a batch whose longest real input has ``longest``
         tokens: ``s = max(1, ceil(longest / target_length))``, so that the input has at most ``target_length``
-        segments and every segment is attended by the schedule (``docs/long-inputs.md``), rounded up to a multiple of
-        the mechanism's :meth:`~srformer.attention.settings.MechanismSettings.segment_multiple` (``block-topk``'s
-        ``block_size``). Unchanged for an int ``segment_size``.
+        segments and every segment is attended by the schedule (``docs/long-inputs.md``). Unchanged for an int
+        ``segment_size``.
 
         Raises:
             ValueError: if a mechanism setting that must be at least ``s`` (``window_size``) is smaller.
         """
         if self.segment_size != AUTO:
             return self
-        return replace(self, segment_size=self._round_segment_size(-(-max(0, longest) // self.target_length)))
-
-    def placeholder_segment_size(self) -> int:
-        """The segment size (tokens) a ``segment_size="auto"`` config is checked with, and runs with until it meets
-        an input: 2, rounded up as :meth:`for_input_length` rounds."""
-        return self._round_segment_size(2)
-
-    def _round_segment_size(self, size: int) -> int:
-        multiple = self.settings.segment_multiple()
-        return -(-max(1, size) // multiple) * multiple
+        return replace(self, segment_size=max(1, -(-max(0, longest) // self.target_length)))
 
     def same_model(self, other: SRformerConfig) -> bool:
         """True if ``other`` describes the same model, ignoring the :data:`RUNTIME_OPTIONS` (``strict_schedule``,

@@ -31,10 +31,12 @@ def _left_padded(keys, values, valid, lengths):
 @pytest.mark.filterwarnings("ignore:An encoder input has")
 @pytest.mark.parametrize("segment_size,top,block", [(2, 1, None), (2, 2, None), (3, 1, None), (1, 4, None),
                                                     (2, 6, None), (20, 1, None), (4, 3, None), (4, 2, 2), (4, 3, 1),
-                                                    (6, 1, 3), (6, 4, 2), (20, 2, 5)])
+                                                    (6, 1, 3), (6, 4, 2), (20, 2, 5), (6, 2, 4), (5, 3, 2),
+                                                    (3, 2, 8)])
 def test_matches_the_reference_in_both_paths_paddings_and_a_later_chunk(segment_size, top, block):
     """Selections of 1 .. m - 1 segments, more segments than steps (s = 1: m = 13 > T = 6), one segment (s = 20);
-    selection blocks smaller than a segment (the last segment's last block short or empty)."""
+    selection blocks smaller than a segment (the last segment's last block short or empty), blocks that do not
+    divide the segment (each segment's last block shorter), a block larger than the segment (one per segment)."""
     module = _module("block-topk", segment_size, 6, scale=0.5, top_segments=top, block_size=block)
     queries, keys, values, valid = _inputs(5, 3, 13, 9, 4, LENGTHS)
     state = module.init_state(keys, values, valid)
@@ -204,22 +206,14 @@ def test_block_size_is_checked_and_saved():
     for bad in (0, -2, 1.5, "2"):
         with pytest.raises(ValueError, match="block_size"):
             named_config("block-topk", segment_size=4, block_size=bad)
-    with pytest.raises(ValueError, match="block_size=3 must divide segment_size=4"):
-        named_config("block-topk", segment_size=4, block_size=3)
-    with pytest.raises(ValueError, match="block_size=8 must divide segment_size=4"):
-        named_config("block-topk", segment_size=4, block_size=8)
-    config = named_config("block-topk", segment_size=8, block_size=2)
-    assert config.resolved_block_size() == 2 and named_config("block-topk", segment_size=8).resolved_block_size() == 8
+    config = named_config("block-topk", segment_size=8, block_size=3)
+    assert config.resolved_block_size() == 3 and named_config("block-topk", segment_size=8).resolved_block_size() == 8
+    assert named_config("block-topk", segment_size=4, block_size=9).resolved_block_size() == 4  # one per segment
     assert type(config).from_dict(config.to_dict()) == config
-    auto = named_config("block-topk", segment_size="auto", target_length=4, block_size=3)
-    assert auto.for_input_length(16).segment_size == 6  # ceil(16 / 4) = 4, rounded up to a multiple of 3
-    assert auto.for_input_length(0).segment_size == auto.placeholder_segment_size() == 3
-    assert named_config("segmented", segment_size="auto", target_length=4).for_input_length(16).segment_size == 4
-    module = build_cross_attention(auto, 4, 0.5)
-    queries, keys, values, valid = _inputs(2, 1, 16, 4, 4, [16, 9])
-    module.adapt_to_input(valid, 16)  # as the converted layer does before it builds a state
-    state = module.init_state(keys, values, valid)
-    assert state.keys.shape[3] == 6 and state.blocks_per_segment == 2
+    module = _module("block-topk", 8, 8, top_segments=2, block_size=3)
+    state = module.init_state(*_inputs(2, 2, 13, 4, 4, [13, 7])[1:])
+    assert state.blocks_per_segment == 3  # 3 + 3 + 2 positions
+    assert state.block_real.tolist() == [[True] * 5 + [False], [True] * 3 + [False] * 3]  # 13 = 8 + 5, 7
 
 
 def test_attention_weights_with_blocks_are_the_distribution_the_output_is_computed_with():

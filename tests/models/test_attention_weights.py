@@ -118,11 +118,15 @@ def reference_weights(name: str, queries, keys, mask, scale: float) -> torch.Ten
         segments = [real[j * s:(j + 1) * s] for j in range(m)]
         for t in range(q):
             i = min(t * m // target, m - 1)
-            if variant == "block-topk":  # per head: i and the r = 3 others of largest q . mean key (ties: lower j)
+            if variant == "block-topk":  # per head: i and the r other blocks (default: segments) of largest
+                # q . mean key (ties: the earlier block); a block is block_size positions of one segment
+                top, size = settings.get("top_segments", 3), settings.get("block_size", s)
+                others = [segment[start:start + size] for j, segment in enumerate(segments) if j != i
+                          for start in range(0, len(segment), size)]
                 for h in range(heads):
-                    gates = [float(scale * keys[b, h, segment].mean(dim=0) @ queries[b, h, t]) for segment in segments]
-                    chosen = sorted((j for j in range(m) if j != i), key=lambda j: (-gates[j], j))[:3]
-                    read = sum((segments[j] for j in (i, *chosen)), [])
+                    gates = [float(scale * keys[b, h, block].mean(dim=0) @ queries[b, h, t]) for block in others]
+                    chosen = sorted(range(len(others)), key=lambda j: (-gates[j], j))[:top]
+                    read = segments[i] + sum((others[j] for j in chosen), [])
                     weights[b, h, t, read] = torch.softmax(scale * keys[b, h, read] @ queries[b, h, t], dim=0)
                 continue
             attended = segments[i] + (segments[i - 1] if variant in ("xl", "compressive") and i > 0 else [])

@@ -121,9 +121,8 @@ class CrossAttentionMechanism(nn.Module):
         ``segment_size="auto"`` the settings in use (``.settings``) hold the segment size of the last input, set by
         :meth:`adapt_to_input` whenever a state is built; ``.configured`` keeps ``config`` itself."""
         self.configured = config
-        # until the first input: the size the settings were checked with (SRformerConfig.__init__)
-        self.settings = (config if config.segment_size != "auto"
-                         else replace(config, segment_size=config.placeholder_segment_size()))
+        # until the first input: s = 2 tokens, as the settings were checked with (SRformerConfig.__init__)
+        self.settings = config if config.segment_size != "auto" else replace(config, segment_size=2)
 
     def adapt_to_input(self, key_valid: torch.Tensor | None, key_length: int) -> None:
         """Resolve ``segment_size="auto"`` for a batch whose real encoder positions are ``key_valid`` ((B, k) bool, or

@@ -32,9 +32,9 @@ path the same per query, ``O(q·(m·d + (r + 1)·s·d))``; building the state ``
 and the means). The state keeps every key and value, ``O(k·d)``.
 
 Selection blocks smaller than a segment (``block_size`` b, beyond MoBA's one block per segment; NSA selects
-blocks of a size of their own). Each segment is cut into ``n = s / b`` blocks of ``b`` real positions, each with
-its own mean key; the scheduled segment is still read whole (its ``n`` blocks), and the ``r`` chosen are blocks of
-other segments::
+blocks of a size of their own). Each segment is cut into ``n = ceil(s / b)`` blocks of ``b`` real positions (the
+last one shorter when ``b`` does not divide ``s``), each with its own mean key; the scheduled segment is still
+read whole (its ``n`` blocks), and the ``r`` chosen are blocks of other segments::
 
     O_t = softmax(scale * Q_t K_U^T) V_U,   U = S_{i(t)} ∪ (the r blocks B_j outside S_{i(t)} with the largest
                                                            scale * Q_t . mean(K_{B_j}); ties: the earlier block)
@@ -83,10 +83,10 @@ class BlockTopkSettings(MechanismSettings):
             least 1. ``r`` at least the number of other blocks reads all of an example (full attention). None
             (default): 3.
         block_size: ``b``, the real (compacted) encoder positions per selection block: each segment is cut into
-            ``s / b`` blocks of ``b``, which are gated and chosen one by one, while the scheduled segment is still
-            read whole. At least 1, and it must divide ``segment_size`` (``"auto"`` is rounded up to a multiple of
-            it). None (default): ``b = s`` (one block per segment, MoBA's layout). A smaller block makes the
-            mean-pooled key a sharper summary and the gates ``s / b`` times as many.
+            ``n = ceil(s / b)`` blocks of ``b`` (its last block shorter when ``b`` does not divide ``s``), which are
+            gated and chosen one by one, while the scheduled segment is still read whole. At least 1; a block size
+            of ``s`` or more is one block per segment. None (default): ``b = s`` (MoBA's layout). A smaller block
+            makes the mean-pooled key a sharper summary and the gates ``n`` times as many.
     """
 
     top_segments: int | None = integer_setting(1, None, "blocks read besides the scheduled segment")
@@ -97,32 +97,10 @@ class BlockTopkSettings(MechanismSettings):
         return self.top_segments if self.top_segments is not None else 3
 
     def resolved_block_size(self, config: SRformerConfig) -> int:
-        """``b``: ``block_size``, or the segment size when it is None (a block is a segment)."""
-        return self.block_size if self.block_size is not None else config.resolved_segment_size()
-
-    def segment_multiple(self) -> int:
-        """``block_size`` (when it is a positive int): ``segment_size="auto"`` is rounded up to a multiple of it."""
-        size = self.block_size
-        return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else 1
-
-    def validate(self, config: SRformerConfig) -> None:
-        """The integer ranges, and ``block_size`` dividing the segment size (``segment_size="auto"`` is rounded up
-        to a multiple of it, :meth:`segment_multiple`).
-
-        Raises:
-            ValueError: naming the setting, for a value out of range or a block size that does not divide the
-                segment size.
-        """
-        super().validate(config)
-        if self.block_size is not None:
-            check_block_size(self.block_size, config.resolved_segment_size())
-
-
-def check_block_size(block_size: int, segment_size: int) -> None:
-    """Raise a ValueError naming ``block_size`` unless it divides ``segment_size`` (blocks tile each segment)."""
-    if segment_size % block_size:
-        raise ValueError(f"block_size={block_size} must divide segment_size={segment_size} (the selection blocks tile "
-                         "each segment): choose a divisor, or leave block_size unset for one block per segment.")
+        """``b``: ``block_size`` (at most the segment size: a block never spans two segments), or the segment size
+        when it is None (a block is a segment)."""
+        s = config.resolved_segment_size()
+        return min(self.block_size, s) if self.block_size is not None else s
 
 
 @dataclass(kw_only=True)
@@ -130,9 +108,10 @@ class BlockTopkState(SegmentState):
     """The ``block-topk`` state: :class:`~srformer.attention.segmented.SegmentState` plus each segment's mean key.
 
     Attributes:
-        mean_keys: (B, H, M·n, d) the mean of each selection block's real keys, block ``j`` holding positions
-            ``j·b .. j·b + b - 1`` of the segment-major order (``n = s / b`` blocks per segment; the gates' keys;
-            detached, in float32 or the keys' dtype when wider); zero for a block without real positions.
+        mean_keys: (B, H, M·n, d), built as a transposed view of a (B, H, d, M·n) tensor: the mean of each
+            selection block's real keys, block ``j`` holding positions ``(j % n)·b ..`` (at most ``b``, within the
+            segment) of segment ``j // n`` (``n = ceil(s / b)`` blocks per segment; the gates' keys; detached, in
+            float32 or the keys' dtype when wider); zero for a block without real positions.
         block_real: (B, M·n) bool, True for a block with at least one real position (only those are candidates).
     """
 
@@ -141,44 +120,72 @@ class BlockTopkState(SegmentState):
 
     @property
     def blocks_per_segment(self) -> int:
-        """``n = s / b``, the selection blocks of one segment."""
+        """``n = ceil(s / b)``, the selection blocks of one segment."""
         return self.mean_keys.shape[2] // self.keys.shape[1]
 
 
-def take_per_head(tensor: torch.Tensor, blocks: torch.Tensor, blocks_per_segment: int = 1) -> torch.Tensor:
-    """The selection blocks ``blocks`` chose per query and head, from a segment-major tensor.
+def take_blocks(
+    tensor: torch.Tensor, blocks: torch.Tensor, blocks_per_segment: int, block_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The positions of the selection blocks ``blocks`` chose per query and head, from a segment-major tensor.
 
-    Block ``j`` is sub-block ``j % n`` of segment ``j // n`` (``n = blocks_per_segment``, each of ``b = s / n``
-    positions). One ``index_select`` of whole rows from the tensor viewed as ``(B·M·H·n, b, ...)`` (or
-    ``(B·M·n, b)``): on the CPU several times faster than advanced indexing with one index tensor per dimension,
-    which it equals. A non-contiguous tensor (not a state built by ``init_state``) takes the advanced-indexing path.
+    Block ``j`` is positions ``(j % n)·b .. (j % n)·b + b - 1`` of segment ``j // n`` (``n = blocks_per_segment``,
+    ``b = block_size``); a position past the segment's end (the last block of a segment when ``b`` does not divide
+    ``s``) is returned as the segment's last row and marked outside. One ``index_select`` of rows from the tensor
+    viewed as ``(B·M·H·s, ...)`` (or ``(B·M·s,)``), of whole blocks where they tile the segments: on the CPU several
+    times faster than advanced indexing with one index tensor per dimension, which it equals. A non-contiguous
+    tensor (not a state built by ``init_state``) takes the advanced-indexing path.
 
     Args:
         tensor: (B, M, H, s, ...) per head (the state's keys and values) or (B, M, s) shared by the heads (its
             ``segment_valid``, its positions).
         blocks: (B, H, q, N) long block indices in ``[0, M·n - 1]``.
-        blocks_per_segment: ``n``, dividing ``s``.
+        blocks_per_segment: ``n = ceil(s / b)``.
+        block_size: ``b``, at most ``s``.
 
     Returns:
-        (B, H, q, N, b, ...): one gather, ``O(N·b·d)`` per query and head.
+        ``(rows, inside)``: (B, H, q, N, b, ...) gathered, ``O(N·b·d)`` per query and head; (B, H, q, N, b) bool,
+        False at positions past a segment's end.
     """
     batch, heads = blocks.shape[0], blocks.shape[1]
-    segments, n = tensor.shape[1], blocks_per_segment
+    shared = tensor.dim() == 3
+    segments, s = tensor.shape[1], tensor.shape[2 if shared else 3]
+    segment = blocks // blocks_per_segment
+    offset = (blocks % blocks_per_segment) * block_size
+    position = offset[..., None] + torch.arange(block_size, device=blocks.device)  # (B, H, q, N, b)
+    inside = position < s
+    if s % block_size == 0 and tensor.is_contiguous():  # blocks tile the segments: one index per block, not per row
+        return _take_whole_blocks(tensor, blocks, blocks_per_segment), inside
+    position = position.clamp(max=s - 1)
+    batch_index = torch.arange(batch, device=blocks.device)[:, None, None, None, None]
+    segment = segment[..., None]
+    if shared:
+        if not tensor.is_contiguous():
+            return tensor[batch_index, segment, position], inside
+        rows = (batch_index * segments + segment) * s + position
+        return tensor.reshape(-1).index_select(0, rows.reshape(-1)).view(position.shape), inside
+    head_index = torch.arange(heads, device=blocks.device)[None, :, None, None, None]
+    if not tensor.is_contiguous():
+        return tensor[batch_index, segment, head_index, position], inside
+    # rows of one dimension: index_select on a 2-D view is an order of magnitude faster than on (rows, b, d)
+    flat = tensor.reshape(batch * segments * heads * s, -1)
+    rows = ((batch_index * segments + segment) * heads + head_index) * s + position
+    return flat.index_select(0, rows.reshape(-1)).view(*position.shape, *tensor.shape[4:]), inside
+
+
+def _take_whole_blocks(tensor: torch.Tensor, blocks: torch.Tensor, n: int) -> torch.Tensor:
+    """:func:`take_blocks` for blocks that tile the segments (``b·n = s``) of a contiguous tensor: one row of the
+    tensor viewed as ``(B·M·H·n, b·...)`` (or ``(B·M·n, b)``) per block."""
+    batch, heads = blocks.shape[0], blocks.shape[1]
+    segments = tensor.shape[1]
     batch_index = torch.arange(batch, device=blocks.device)[:, None, None, None]
     if tensor.dim() == 3:
-        tensor = tensor.unflatten(2, (n, -1))  # (B, M, n, b): a view
-        if not tensor.is_contiguous():
-            return tensor[batch_index, blocks // n, blocks % n]
-        flat = tensor.reshape(batch * segments * n, *tensor.shape[3:])
+        flat = tensor.reshape(batch * segments * n, -1)
         return flat.index_select(0, (batch_index * segments * n + blocks).reshape(-1)).view(*blocks.shape, -1)
     head_index = torch.arange(heads, device=blocks.device)[None, :, None, None]
-    tensor = tensor.unflatten(3, (n, -1))  # (B, M, H, n, b, ...): a view
-    if not tensor.is_contiguous():
-        return tensor[batch_index, blocks // n, head_index, blocks % n]
-    # rows of one dimension: index_select on a 2-D view is an order of magnitude faster than on (rows, b, d)
-    flat = tensor.reshape(batch * segments * heads * n, -1)
+    flat = tensor.reshape(batch * segments * heads * n, -1)  # 2-D: index_select is far faster than on (rows, b, d)
     rows = ((batch_index * segments + blocks // n) * heads + head_index) * n + blocks % n
-    return flat.index_select(0, rows.reshape(-1)).view(*blocks.shape, *tensor.shape[4:])
+    return flat.index_select(0, rows.reshape(-1)).view(*blocks.shape, -1, *tensor.shape[4:])
 
 
 class BlockTopkCrossAttention(SegmentedCrossAttention):
@@ -193,19 +200,21 @@ class BlockTopkCrossAttention(SegmentedCrossAttention):
         keys, ``O(k·d)`` per head); arguments, errors and empty documents as there (an empty document has one
         segment of zero keys and values: its output is 0)."""
         state = super().init_state(keys, values, key_valid)
-        s = state.keys.shape[3]
+        batch, segments, heads, s, d = state.keys.shape
         block = self.settings.resolved_block_size()
-        check_block_size(block, s)
-        batch, segments, heads, _, d = state.keys.shape
-        n = s // block
+        n = -(-s // block)
+        spare = n * block - s  # positions past the segment's end in its last block: padded, never real
         wide = accumulation_dtype(state.keys.dtype)
         # the keys are zero at padding, so the sum runs over the real positions only
-        real = state.segment_valid.view(batch, segments, n, block) & (state.lengths > 0)[:, None, None, None]
+        real = F.pad(state.segment_valid, (0, spare)).view(batch, segments, n, block)
+        real = real & (state.lengths > 0)[:, None, None, None]  # an empty document has no real block
         counts = real.sum(dim=-1).clamp(min=1).to(wide)  # (B, M, n)
-        sums = state.keys.detach().to(wide).view(batch, segments, heads, n, block, d).sum(dim=4)  # (B, M, H, n, d)
+        padded = F.pad(state.keys.detach().to(wide), (0, 0, 0, spare))  # (B, M, H, n·b, d), a temporary copy
+        sums = padded.view(batch, segments, heads, n, block, d).sum(dim=4)  # (B, M, H, n, d)
         mean_keys = sums / counts[:, :, None, :, None]
-        # head-major, so that a step's gates are one batched product with no copy of the mean keys
-        mean_keys = mean_keys.permute(0, 2, 1, 3, 4).reshape(batch, heads, segments * n, d)
+        # head-major and stored transposed, (B, H, d, M·n) in memory: a step's gates are one batched product with
+        # the blocks as the contiguous dimension, a third faster than with the transposed view
+        mean_keys = mean_keys.permute(0, 2, 4, 1, 3).reshape(batch, heads, d, segments * n).transpose(-1, -2)
         return extend(BlockTopkState, state, mean_keys=mean_keys, block_real=real.any(dim=-1).flatten(1))
 
     def select_segments(
@@ -226,7 +235,8 @@ class BlockTopkCrossAttention(SegmentedCrossAttention):
         """
         mean_keys, n = state.mean_keys, state.blocks_per_segment
         heads, max_blocks = queries.shape[1], mean_keys.shape[2]
-        gates = (queries.detach().to(mean_keys.dtype) @ mean_keys.transpose(-1, -2)) * self.scale  # (B, H, q, M·n)
+        # the scale on the (q, d) queries rather than on the (q, M·n) gates
+        gates = (queries.detach().to(mean_keys.dtype) * self.scale) @ mean_keys.transpose(-1, -2)  # (B, H, q, M·n)
         block = torch.arange(max_blocks, device=segments.device)
         candidate = state.block_real[:, None, :] & (block // n != segments[:, :, None])  # (B, q, M·n)
         candidate = candidate[:, None].expand_as(gates)
@@ -253,9 +263,10 @@ class BlockTopkCrossAttention(SegmentedCrossAttention):
             slots; and the (B, H, q, n + R) long block of each slot.
         """
         blocks, valid = self.select_segments(queries, state, segments)
-        n = state.blocks_per_segment
-        keys = take_per_head(state.keys, blocks, n).to(queries.dtype)  # (B, H, q, n + R, b, d)
-        allowed = take_per_head(state.segment_valid, blocks, n) & valid[..., None]  # (B, H, q, n + R, b)
+        n, b = state.blocks_per_segment, self.settings.resolved_block_size()
+        keys = take_blocks(state.keys, blocks, n, b)[0].to(queries.dtype)  # (B, H, q, n + R, b, d)
+        real, inside = take_blocks(state.segment_valid, blocks, n, b)
+        allowed = real & inside & valid[..., None]  # (B, H, q, n + R, b)
         # per query and head, (n + R)·b keys times one query: an einsum, several times faster than a batch of
         # matrix-vector products on the CPU, and no transposed copy of the keys
         logits = torch.einsum("bhqkd,bhqd->bhqk", keys.flatten(-3, -2), queries) * self.scale
@@ -270,7 +281,8 @@ class BlockTopkCrossAttention(SegmentedCrossAttention):
         probabilities, blocks = self.probabilities(queries, state, segments)
         if dropout > 0.0:
             probabilities = F.dropout(probabilities, p=dropout, training=True)
-        values = take_per_head(state.values, blocks, state.blocks_per_segment).to(queries.dtype)  # (B, H, q, n+R, b, d)
+        n, b = state.blocks_per_segment, self.settings.resolved_block_size()
+        values = take_blocks(state.values, blocks, n, b)[0].to(queries.dtype)  # (B, H, q, n + R, b, d)
         # (B, H, q, 1, (n + R)·b) @ (B, H, q, (n + R)·b, d)
         return (probabilities.flatten(-2).unsqueeze(-2) @ values.flatten(-3, -2)).squeeze(-2)
 
@@ -334,8 +346,8 @@ class BlockTopkCrossAttention(SegmentedCrossAttention):
         positions = torch.arange(queries.shape[2], device=queries.device) + start_position
         segments = segment_index(positions, state.num_segments, self.settings.target_length)  # (B, q)
         probabilities, blocks = self.probabilities(queries, state, segments)
-        encoder_positions = take_per_head(state.positions.to(torch.long).view(state.segment_valid.shape), blocks,
-                                          state.blocks_per_segment)
+        encoder_positions = take_blocks(state.positions.to(torch.long).view(state.segment_valid.shape), blocks,
+                                        state.blocks_per_segment, self.settings.resolved_block_size())[0]
         weights = queries.new_zeros(*queries.shape[:3], keys.shape[2])
         # masked keys have probability exactly 0, so the positions they carry (padding) receive nothing
         weights.scatter_add_(3, encoder_positions.flatten(3), probabilities.flatten(3))

@@ -61,11 +61,6 @@ class MechanismSettings:
             if bounds is not None:
                 require_setting(f.name, getattr(self, f.name), *bounds)
 
-    def segment_multiple(self) -> int:
-        """The number ``segment_size="auto"`` is rounded up to a multiple of (``block-topk``'s ``block_size``, which
-        must divide the segment size); 1 here. Called before :meth:`validate`, so it must accept a bad value."""
-        return 1
-
     def to_dict(self) -> dict[str, Any]:
         """Plain-JSON form: ``{name: value}`` for every setting, None where not given."""
         return asdict(self)
