@@ -3,7 +3,7 @@
 A probe run writes ``results.json`` when its whole grid is done; a grid run in pieces across sessions has finished
 cells before that. This collects every ``cells/*/*/*/cell.json`` of the run (the ``full`` bases' cells included),
 adds the share of the segmented-to-full gap each recovers, and writes ``{"records": [...]}``, the form
-``srformer pick`` reads.
+``srformer pick`` reads, and its tables next to it (``OUTPUT.md``, as the probe's ``results.md``).
 
 Usage: python scripts/collect_probe_cells.py RUN_DIR OUTPUT.json [PROTOCOL ...]
 
@@ -17,6 +17,7 @@ import json
 import sys
 from pathlib import Path
 
+from srformer.probe.report import results_markdown
 from srformer.probe.runner import add_gap_recovered
 
 
@@ -39,8 +40,11 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     records = collect(Path(argv[0]), argv[2:] or None)
-    Path(argv[1]).write_text(json.dumps({"records": records}, indent=2) + "\n")
-    print(f"{len(records)} cells -> {argv[1]}")
+    output = Path(argv[1])
+    output.write_text(json.dumps({"records": records}, indent=2) + "\n")
+    table = output.with_suffix(".md")
+    table.write_text(results_markdown(records, f"Collected from the finished cells of `{Path(argv[0]).name}`."))
+    print(f"{len(records)} cells -> {output}, {table}")
     return 0
 
 

@@ -140,13 +140,15 @@ def _quality(records: Sequence[dict]) -> dict[QualityColumn, dict[str, dict]]:
                 "on": sum(by_seed[s]["on_token_accuracy"] for s in seeds) / len(seeds),
                 "off_by_seed": [by_seed[s]["off_token_accuracy"] for s in seeds],
             }
-        full, segmented = table[column].get("full"), table[column].get("segmented")
+        full, segmented = names.get("full", {}), names.get("segmented", {})
         for entry in table[column].values():
             entry["gap_recovered"] = None
-            if full and segmented and full["seeds"] == segmented["seeds"] == entry["seeds"]:
-                gap = full["off"] - segmented["off"]
-                if gap > 0:
-                    entry["gap_recovered"] = (entry["off"] - segmented["off"]) / gap
+            # against full and segmented of the entry's own seeds: the mean over the same draws
+            if all(seed in full and seed in segmented for seed in entry["seeds"]):
+                full_off = sum(full[s]["off_token_accuracy"] for s in entry["seeds"]) / len(entry["seeds"])
+                segmented_off = sum(segmented[s]["off_token_accuracy"] for s in entry["seeds"]) / len(entry["seeds"])
+                if full_off > segmented_off:
+                    entry["gap_recovered"] = (entry["off"] - segmented_off) / (full_off - segmented_off)
     return table
 
 

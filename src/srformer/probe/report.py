@@ -158,6 +158,25 @@ def write_report(payload: Mapping, output: str | Path) -> list[Path]:
     output = Path(output)
     records = payload["records"]
     settings = payload["settings"]
+    wall = f"Grid wall time: {payload.get('seconds', 0.0):.0f} s (cells found finished are not re-timed)."
+    (output / "results.md").write_text(results_markdown(records, wall))
+    written = [output / "results.md"]
+    recall = [r for r in records if r["task"] == "recall"]
+    if recall:
+        length = max(settings["lengths"])
+        size = settings["size"] if settings["size"] in settings["recall_sizes"] else settings["recall_sizes"][0]
+        written.append(plot_recall(records, output / "recall_vs_n.png", axis="n", fixed={"length": length},
+                                   title=f"recall, k={length}"))
+        written.append(plot_recall(records, output / "recall_vs_length.png", axis="length", fixed={"n": size},
+                                   title=f"recall, n={size}"))
+    if any(r.get("diagnostics") for r in records):
+        written.append(plot_recurrent_term(records, output / "recurrent_term.png"))
+    return written
+
+
+def results_markdown(records: Sequence[Mapping], footer: str) -> str:
+    """The text of ``results.md``: one table per protocol and, for cells with ``diagnostics_eval``, the recurrent
+    term table, then ``footer`` (the grid's wall time, or where the cells were collected from)."""
     parts = [
         "# Long-range probe (synthetic diagnostics)",
         "",
@@ -191,17 +210,5 @@ def write_report(payload: Mapping, output: str | Path) -> list[Path]:
             recurrent_term_table(records),
             "",
         ]
-    parts.append(f"Grid wall time: {payload.get('seconds', 0.0):.0f} s (cells found finished are not re-timed).")
-    (output / "results.md").write_text("\n".join(parts) + "\n")
-    written = [output / "results.md"]
-    recall = [r for r in records if r["task"] == "recall"]
-    if recall:
-        length = max(settings["lengths"])
-        size = settings["size"] if settings["size"] in settings["recall_sizes"] else settings["recall_sizes"][0]
-        written.append(plot_recall(records, output / "recall_vs_n.png", axis="n", fixed={"length": length},
-                                   title=f"recall, k={length}"))
-        written.append(plot_recall(records, output / "recall_vs_length.png", axis="length", fixed={"n": size},
-                                   title=f"recall, n={size}"))
-    if any(r.get("diagnostics") for r in records):
-        written.append(plot_recurrent_term(records, output / "recurrent_term.png"))
-    return written
+    parts.append(footer)
+    return "\n".join(parts) + "\n"
