@@ -105,7 +105,8 @@ class BlockTopkSettings(MechanismSettings):
 
 @dataclass(kw_only=True)
 class BlockTopkState(SegmentState):
-    """The ``block-topk`` state: :class:`~srformer.attention.segmented.SegmentState` plus each segment's mean key.
+    """The ``block-topk`` state: :class:`~srformer.attention.segmented.SegmentState` plus each selection block's mean
+    key.
 
     Attributes:
         mean_keys: (B, H, M·n, d), built as a transposed view of a (B, H, d, M·n) tensor: the mean of each
@@ -150,7 +151,6 @@ def take_blocks(
     batch, heads = blocks.shape[0], blocks.shape[1]
     shared = tensor.dim() == 3
     segments, s = tensor.shape[1], tensor.shape[2 if shared else 3]
-    segment = blocks // blocks_per_segment
     offset = (blocks % blocks_per_segment) * block_size
     position = offset[..., None] + torch.arange(block_size, device=blocks.device)  # (B, H, q, N, b)
     inside = position < s
@@ -158,7 +158,7 @@ def take_blocks(
         return _take_whole_blocks(tensor, blocks, blocks_per_segment), inside
     position = position.clamp(max=s - 1)
     batch_index = torch.arange(batch, device=blocks.device)[:, None, None, None, None]
-    segment = segment[..., None]
+    segment = (blocks // blocks_per_segment)[..., None]
     if shared:
         if not tensor.is_contiguous():
             return tensor[batch_index, segment, position], inside
