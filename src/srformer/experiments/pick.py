@@ -32,7 +32,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from srformer.benchmarks.records import changes_module_settings, read_records_json  # noqa: E402
+from srformer.benchmarks.records import VARIANT_SPECS, read_records_json  # noqa: E402
 from srformer.benchmarks.variants import t5_config  # noqa: E402
 from srformer.config import NAMED_SETTINGS, named_config  # noqa: E402
 from srformer.evaluation.report import format_table  # noqa: E402
@@ -157,8 +157,9 @@ def _bench_name(name: str) -> tuple[str, bool]:
     module with the same settings under another name)."""
     if name == "full":
         return FULL_BENCH_VARIANT, True
-    variant = named_config(name, segment_size=8, target_length=16).variant
-    return (name, True) if variant == name or changes_module_settings(name) else (variant, False)
+    if name in VARIANT_SPECS:  # a variant, or a named setting with module settings of its own (``knn-4``)
+        return name, True
+    return named_config(name, segment_size=8, target_length=16).variant, False
 
 
 def _costs(bench_records: Sequence, where: CostColumns) -> dict[str, dict[str, float]]:
