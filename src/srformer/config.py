@@ -38,7 +38,7 @@ from srformer.attention.settings import MechanismSettings
 __all__ = [
     "ABLATIONS", "LEAN_VARIANTS", "NAMED_SETTINGS", "SEGMENT_FREE", "SEGMENT_FREE_VARIANTS", "VARIANTS",
     "NEURONS", "RUNTIME_OPTIONS", "SRformerConfig", "check_variant_settings", "check_window_settings",
-    "named_config", "setting_label", "setting_types",
+    "named_config", "setting_label", "setting_types", "settings_suffix",
 ]
 
 
@@ -444,6 +444,16 @@ def setting_label(name: str, settings: dict | None = None) -> str:
     if not settings:
         return name
     return f"{name} ({', '.join(f'{key}={value}' for key, value in sorted(settings.items()))})"
+
+
+def settings_suffix(settings: Mapping | None = None, base_settings: Mapping | None = None) -> str:
+    """The folder-name suffix of a grid cell run with extra settings (``srformer compare`` / ``srformer probe
+    --setting``): ``"@NAME=VALUE+..."`` (sorted by name), then the ``full`` base's settings of a converted cell as
+    ``base.NAME=VALUE``; ``""`` when there are none, so that a cell of the named setting as registered keeps its
+    plain key. Cells of other settings never share a folder (a model, a record) with it."""
+    parts = [f"{key}={value}" for key, value in sorted((settings or {}).items())]
+    parts += [f"base.{key}={value}" for key, value in sorted((base_settings or {}).items())]
+    return "@" + "+".join(parts) if parts else ""
 
 
 def check_variant_settings(

@@ -47,6 +47,22 @@ def test_a_variant_without_a_finished_cell_is_named(probe_run):
         find_cells([probe_run], ["full", "block-topk"])
 
 
+def test_the_registered_settings_cell_wins_over_one_with_extra_settings(probe_run, tmp_path):
+    import shutil
+
+    plain = probe_run / "cells" / "convert" / "recall-n2-k32" / "linear-seed0"
+    run = tmp_path / "run"
+    shutil.copytree(plain, run / "cells" / "convert" / "recall-n2-k32" / "linear-seed0")
+    explored = run / "cells" / "convert" / "recall-n2-k32" / "linear-seed0@kv_clamp=5.0"
+    shutil.copytree(plain, explored)
+    record = json.loads((explored / "cell.json").read_text())
+    (explored / "cell.json").write_text(json.dumps({**record, "settings": {"kv_clamp": 5.0}}))
+    assert find_cells([run], ["linear"])["linear"].name == "linear-seed0"
+    shutil.rmtree(run / "cells" / "convert" / "recall-n2-k32" / "linear-seed0")
+    assert find_cells([run], ["linear"])["linear"] == explored  # the only cell there
+    assert find_cells([run, probe_run], ["linear"])["linear"] == plain  # a later run wins
+
+
 def test_the_command_writes_its_outputs(probe_run, tmp_path):
     assert main(["long-probe", "--runs", str(probe_run), "--variants", "linear", "--lengths", "48", "--examples",
                  "2", "--output", str(tmp_path)]) == 0

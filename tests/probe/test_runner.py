@@ -139,16 +139,55 @@ def test_a_changed_setting_reruns_only_its_named_settings_cells_and_old_records_
     changed_settings = replace(settings, variant_settings={"window": {"window_size": 16}})
     payload = runner.run_probe(tmp_path, changed_settings)
     again = _mtimes(tmp_path)
-    assert {key for key in first if again[key] != first[key]} == {
-        f"cells/{protocol}/recall-n2-k32/window-s8-seed0/cell.json" for protocol in ("scratch", "convert")}
+    own = {f"cells/{protocol}/recall-n2-k32/window-s8-seed0@window_size=16/cell.json"
+           for protocol in ("scratch", "convert")}
+    # the window cells of the new setting have folders of their own: the registered setting's cells are kept
+    assert set(again) == set(first) | own and all(again[key] == first[key] for key in first)
     assert [c.resolved_window_size() for c in configs] == [16, 16]  # the setting reached both window cells' configs
     settings_of = {r["key"]: r.get("settings") for r in payload["records"]}
-    assert settings_of["scratch/recall-n2-k32/window-s8-seed0"] == {"window_size": 16}
+    assert settings_of["scratch/recall-n2-k32/window-s8-seed0@window_size=16"] == {"window_size": 16}
     assert settings_of["scratch/recall-n2-k32/full-seed0"] is None  # the reused record of before the option
     assert "| window (window_size=16) |" in (tmp_path / "results.md").read_text()
     configs.clear()
     runner.run_probe(tmp_path, changed_settings)
-    assert _mtimes(tmp_path) == again and configs == []
+    runner.run_probe(tmp_path, settings)
+    assert _mtimes(tmp_path) == again and configs == []  # both settings' cells are reused
+
+
+def test_a_cell_saved_under_its_plain_key_with_settings_is_moved_to_its_own_folder(tmp_path, monkeypatch):
+    """Before cells of extra settings had folders of their own, they were saved under the plain key (and the base
+    of extra ``full`` settings under the plain base folder): such a finished run is moved, not trained again."""
+    from srformer.probe import runner
+    from srformer.probe.training import ModelShape
+
+    tiny = ModelShape(d_model=16, d_ff=32, num_layers=1, num_decoder_layers=1, num_heads=2, d_kv=8)
+    settings = ProbeSettings(tasks=("recall",), recall_sizes=(2,), lengths=(32,), segment_sizes=(8,),
+                             variants=("full", "window"), steps=2, finetune_steps=2, batch_size=2,
+                             curriculum_start=32, eval_examples=2, shape=tiny, progress=False, workers=1,
+                             variant_settings={"full": {"kv_clamp": 5.0}, "window": {"window_size": 16}})
+    runner.run_probe(tmp_path, settings)
+    folders = sorted(p.parent.relative_to(tmp_path).as_posix() for p in (tmp_path / "cells").rglob("cell.json"))
+    assert folders == ["cells/convert/recall-n2-k32/full-seed0@kv_clamp=5.0+base.kv_clamp=5.0",
+                       "cells/convert/recall-n2-k32/window-s8-seed0@window_size=16+base.kv_clamp=5.0",
+                       "cells/scratch/recall-n2-k32/full-seed0@kv_clamp=5.0",
+                       "cells/scratch/recall-n2-k32/window-s8-seed0@window_size=16"]
+    assert [p.name for p in (tmp_path / "bases").iterdir()] == ["recall-n2-k32-seed0@kv_clamp=5.0"]
+    for folder in [*folders, "bases/recall-n2-k32-seed0@kv_clamp=5.0"]:
+        (tmp_path / folder).rename(tmp_path / folder.split("@")[0])  # the layout of before
+    monkeypatch.setattr(runner, "train_model", lambda *args, **kwargs: pytest.fail("a finished cell was retrained"))
+    payload = runner.run_probe(tmp_path, settings)
+    assert sorted(r["key"].split("@")[0] for r in payload["records"]) == sorted(
+        f.removeprefix("cells/").split("@")[0] for f in folders)
+    assert sorted(p.parent.relative_to(tmp_path).as_posix() for p in (tmp_path / "cells").rglob("cell.json")) == folders
+    assert [p.name for p in (tmp_path / "bases").iterdir()] == ["recall-n2-k32-seed0@kv_clamp=5.0"]
+    # a plain-key record of other settings is not taken: it stays where it is, and the cell is trained anew
+    monkeypatch.undo()
+    plain = tmp_path / "cells" / "scratch" / "recall-n2-k32" / "window-s8-seed0"
+    (tmp_path / folders[3]).rename(plain)
+    record = json.loads((plain / "cell.json").read_text())
+    (plain / "cell.json").write_text(json.dumps({**record, "settings": {"window_size": 12}}))
+    runner.run_probe(tmp_path, settings)
+    assert (plain / "cell.json").is_file() and (tmp_path / folders[3] / "cell.json").is_file()
 
 
 def test_a_cell_finished_without_diagnostics_is_measured_from_its_saved_model(tmp_path):

@@ -38,7 +38,14 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from srformer.config import NAMED_SETTINGS, SEGMENT_FREE, VARIANTS, check_variant_settings, named_config
+from srformer.config import (
+    NAMED_SETTINGS,
+    SEGMENT_FREE,
+    VARIANTS,
+    check_variant_settings,
+    named_config,
+    settings_suffix,
+)
 from srformer.data.pairs import SummaryPair
 from srformer.evaluation.reading import lead_sentences, reading_check
 from srformer.evaluation.report import write_metrics_json
@@ -242,9 +249,7 @@ def run_compare(
 def cell_directory(cell: Cell, settings: dict) -> str:
     """The folder name of ``cell`` run with extra ``settings``: its key, followed by ``@NAME=VALUE+...`` (sorted)
     when there are settings, so that a cell of other settings never reuses this one's model."""
-    if not settings:
-        return cell.key
-    return cell.key + "@" + "+".join(f"{key}={value}" for key, value in sorted(settings.items()))
+    return cell.key + settings_suffix(settings)
 
 
 def _spec(settings: CompareSettings, model: str, name: str, segment_size: int | None, extra: dict) -> RunSpec:

@@ -74,17 +74,22 @@ class LongProbeSettings:
 
 def find_cells(runs: Sequence[str | Path], variants: Sequence[str]) -> dict[str, Path]:
     """The finished ``recall`` cells (converted and fine-tuned, seed 0) of ``variants`` in ``runs``: name ->
-    cell folder (holding ``cell.json`` and ``model.pt``).
+    cell folder (holding ``cell.json`` and ``model.pt``). A later run wins over an earlier one; within a run, the
+    cell of the named setting as registered wins over a cell run with extra ``--setting`` values.
 
     Raises:
         FileNotFoundError: for a variant with no finished cell, naming the runs searched.
     """
     found: dict[str, Path] = {}
     for run in runs:
+        in_run: dict[str, tuple[bool, Path]] = {}
         for record_file in sorted(Path(run).glob("cells/convert/recall-*/*/cell.json")):
             record = json.loads(record_file.read_text())
             if record["name"] in variants and record["seed"] == 0 and (record_file.parent / "model.pt").is_file():
-                found[record["name"]] = record_file.parent
+                plain = not record.get("settings")
+                if record["name"] not in in_run or plain:
+                    in_run[record["name"]] = (plain, record_file.parent)
+        found.update({name: folder for name, (_, folder) in in_run.items()})
     missing = [name for name in variants if name not in found]
     if missing:
         raise FileNotFoundError(

@@ -11,8 +11,10 @@ Protocols:
 
 A finished cell writes ``cell.json`` and is skipped on a re-run with the same budget
 (:func:`cell_budget`) and the same extra settings of its named setting (``variant_settings``, ``srformer probe
---setting``; recorded as ``settings``, empty when none; a record without the entry was made with none); the
-``scratch`` full-attention model is saved
+--setting``; recorded as ``settings``, empty when none; a record without the entry was made with none). A cell
+run with extra settings has a folder of its own (:func:`cell_folder`: its key and ``@NAME=VALUE+...``), so that
+exploring a setting never overwrites the cell of the named setting as registered; the same holds for a base
+trained with extra ``full`` settings. The ``scratch`` full-attention model is saved
 (``bases/<problem>-seed<seed>/model.pt``, a state dict) for the ``convert`` cells. Every cell also keeps its
 trained (converted) model's state dict next to its record (``cells/<key>/model.pt``, about 1.5 MB at t5-tiny's
 shape), so that a finished cell can be analysed again (for example the recurrent-term diagnostics) without
@@ -32,7 +34,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from srformer.config import NAMED_SETTINGS, SEGMENT_FREE, check_variant_settings, named_config
+from srformer.config import NAMED_SETTINGS, SEGMENT_FREE, check_variant_settings, named_config, settings_suffix
 from srformer.evaluation.report import write_metrics_json
 from srformer.models.convert import convert
 from srformer.probe.metrics import gap_recovered, score
@@ -215,8 +217,26 @@ def cell_settings(cell: ProbeCell, settings: ProbeSettings) -> dict:
     return json.loads(json.dumps(own))
 
 
-def _base_dir(output: Path, cell: ProbeCell) -> Path:
-    return output / "bases" / f"{cell.problem}-seed{cell.seed}"
+def cell_folder(cell: ProbeCell, settings: ProbeSettings) -> str:
+    """The folder of ``cell`` under ``cells/``: its key, followed by :func:`~srformer.config.settings_suffix` of
+    its extra settings (:func:`cell_settings`; nothing when none, the folder of a grid without ``--setting``)."""
+    extra = cell_settings(cell, settings)
+    return cell.key + settings_suffix(extra["settings"], extra.get("base_settings"))
+
+
+def _base_dir(output: Path, cell: ProbeCell, settings: ProbeSettings) -> Path:
+    base = f"{cell.problem}-seed{cell.seed}"
+    return output / "bases" / (base + settings_suffix(settings.variant_settings.get("full")))
+
+
+def _adopt(folder: Path, legacy: Path, record_name: str, wanted: dict) -> None:
+    """Move a cell (or base) saved by an older version under its plain key to ``folder``, its own folder now, when
+    its record was made with the extra settings ``wanted``: a finished run is kept, not trained again."""
+    if folder == legacy or (folder / record_name).exists() or not (legacy / record_name).is_file():
+        return
+    if same_cell_settings(json.loads((legacy / record_name).read_text()), wanted):
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        legacy.rename(folder)
 
 
 def base_of(cell: ProbeCell) -> ProbeCell:
@@ -226,14 +246,21 @@ def base_of(cell: ProbeCell) -> ProbeCell:
 
 def _base_ready(cell: ProbeCell, settings: ProbeSettings, output: Path) -> bool:
     """Whether the base of a ``convert`` cell is saved with the grid's budget and the ``full`` settings."""
-    return ((_base_dir(output, cell) / "model.pt").is_file()
-            and _saved(_base_dir(output, cell) / "budget.json", cell_budget(settings, "scratch"),
-                       cell_settings(base_of(cell), settings)) is not None)
+    _adopt_base(cell, settings, output)
+    base = _base_dir(output, cell, settings)
+    return ((base / "model.pt").is_file() and _saved(base / "budget.json", cell_budget(settings, "scratch"),
+                                                     cell_settings(base_of(cell), settings)) is not None)
 
 
-def _forget_base(cell: ProbeCell, output: Path) -> None:
+def _adopt_base(cell: ProbeCell, settings: ProbeSettings, output: Path) -> None:
+    """:func:`_adopt` for the base of a ``convert`` cell."""
+    _adopt(_base_dir(output, cell, settings), output / "bases" / f"{cell.problem}-seed{cell.seed}", "budget.json",
+           cell_settings(base_of(cell), settings))
+
+
+def _forget_base(cell: ProbeCell, settings: ProbeSettings, output: Path) -> None:
     """Drop the record of a ``convert`` cell's base cell, so that running it trains (and saves) the base again."""
-    (output / "cells" / base_of(cell).key / "cell.json").unlink(missing_ok=True)
+    (output / "cells" / cell_folder(base_of(cell), settings) / "cell.json").unlink(missing_ok=True)
 
 
 def _train_settings(settings: ProbeSettings, protocol: str) -> TrainSettings:
@@ -311,9 +338,11 @@ def run_cell(cell: ProbeCell, settings: ProbeSettings, output: Path) -> dict:
     ``diagnostics`` (the training-time measurements of :func:`~srformer.probe.training.train_model`) and
     ``diagnostics_eval`` (:func:`~srformer.probe.training.diagnose` on the first :data:`DIAGNOSTIC_EXAMPLES`
     held-out evaluation examples, after training); otherwise ``[]`` and None."""
-    record_file = output / "cells" / cell.key / "cell.json"
+    folder = cell_folder(cell, settings)
+    record_file = output / "cells" / folder / "cell.json"
     budget = cell_budget(settings, cell.protocol)
     extra = cell_settings(cell, settings)
+    _adopt(record_file.parent, output / "cells" / cell.key, "cell.json", extra)
     saved = _saved(record_file, budget, extra)
     spec = TaskSpec(cell.task, cell.n)
     segment_size, target_length = cell_shape(cell, settings)
@@ -337,14 +366,15 @@ def run_cell(cell: ProbeCell, settings: ProbeSettings, output: Path) -> dict:
         model = convert(build_model(vocabulary, settings.shape, cell.seed), config)
     else:
         if not _base_ready(cell, settings, output):
-            _forget_base(cell, output)
+            _forget_base(cell, settings, output)
             run_cell(base_of(cell), settings, output)
         model = build_model(vocabulary, settings.shape, cell.seed)
-        model.load_state_dict(torch.load(_base_dir(output, cell) / "model.pt", weights_only=True, map_location="cpu"))
+        model.load_state_dict(torch.load(_base_dir(output, cell, settings) / "model.pt", weights_only=True,
+                                         map_location="cpu"))
         model = convert(model, config)
     _move(model, settings.device)
     train = _train_settings(settings, cell.protocol)
-    bar = tqdm(total=train.steps, desc=cell.key, unit="step", leave=False, disable=not settings.progress)
+    bar = tqdm(total=train.steps, desc=folder, unit="step", leave=False, disable=not settings.progress)
 
     def on_step(step: int, loss: float, length: int) -> None:
         bar.update(1)
@@ -356,9 +386,10 @@ def run_cell(cell: ProbeCell, settings: ProbeSettings, output: Path) -> dict:
                           diagnostics_every=settings.diagnostics_every)
     bar.close()
     if cell.protocol == "scratch" and cell.name == "full":
-        _base_dir(output, cell).mkdir(parents=True, exist_ok=True)
-        torch.save(_cpu_state(model), _base_dir(output, cell) / "model.pt")
-        write_metrics_json(_base_dir(output, cell) / "budget.json", {"budget": budget, **extra})
+        base = _base_dir(output, cell, settings)
+        base.mkdir(parents=True, exist_ok=True)
+        torch.save(_cpu_state(model), base / "model.pt")
+        write_metrics_json(base / "budget.json", {"budget": budget, **extra})
     record_file.parent.mkdir(parents=True, exist_ok=True)
     torch.save(_cpu_state(model), record_file.parent / "model.pt")
     examples = generate_examples(spec, vocabulary, count=settings.eval_examples, length=cell.length,
@@ -371,7 +402,7 @@ def run_cell(cell: ProbeCell, settings: ProbeSettings, output: Path) -> dict:
     diagnostics_eval = (diagnose(model, examples[:DIAGNOSTIC_EXAMPLES], vocabulary)
                         if settings.diagnostics_every else None)
     record = {
-        **asdict(cell), "key": cell.key, "target_length": target_length, "chance": vocabulary.chance(cell.task),
+        **asdict(cell), "key": folder, "target_length": target_length, "chance": vocabulary.chance(cell.task),
         "metrics": metrics, "train_seconds": summary["seconds"], "final_loss": summary["final_loss"],
         "steps": train.steps, "eval_seconds": eval_seconds, "budget": budget, **extra,
         "diagnostics": summary["diagnostics"], "diagnostics_eval": diagnostics_eval,
@@ -482,6 +513,9 @@ def run_probe(output_dir: str | Path, settings: ProbeSettings | None = None) -> 
     output = Path(output_dir)
     output.mkdir(parents=True, exist_ok=True)
     cells = grid_cells(settings)
+    for cell in cells:  # a base saved by an older version in the plain folder, with the grid's full settings
+        if cell.protocol == "convert":
+            _adopt_base(cell, settings, output)
     workers = min(worker_count(settings), len(cells))
     started = time.perf_counter()
     results: dict[ProbeCell, dict] = {}
@@ -496,7 +530,7 @@ def run_probe(output_dir: str | Path, settings: ProbeSettings | None = None) -> 
         threads = max(1, available_cores() // workers)
         for cell in cells:  # a base to train again is trained once, in the first phase, not by every convert cell
             if cell.protocol == "convert" and not _base_ready(cell, settings, output):
-                _forget_base(cell, output)
+                _forget_base(cell, settings, output)
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker, initargs=(threads,)) as pool:
             first, waiting = _phases(cells)
