@@ -92,3 +92,53 @@ def test_an_input_too_large_for_memory_is_refused_before_encoding(monkeypatch):
     with torch.no_grad(), pytest.raises(MemoryError, match="'full'"):
         model.get_encoder()(input_ids=torch.ones(1, 100, dtype=torch.long))
     assert not calls  # refused before any window was encoded
+
+
+def test_beams_multiply_the_estimate_except_a_shared_index():
+    model_config = BUILDERS["t5"]().config
+    one = estimate_decode_memory(SRformerConfig("full"), model_config, 2, 1000, torch.float32)
+    four = estimate_decode_memory(SRformerConfig("full"), model_config, 2, 1000, torch.float32, beams=4)
+    assert (four.encoder_output, four.states, four.transient) == (
+        4 * one.encoder_output, 4 * one.states, 4 * one.transient)
+    indexed = SRformerConfig("knn", knn_index="flat", index_min_keys=1)
+    one = estimate_decode_memory(indexed, model_config, 2, 1000, torch.float32)
+    four = estimate_decode_memory(indexed, model_config, 2, 1000, torch.float32, beams=4)
+    assert four.states == one.states and four.encoder_output == 4 * one.encoder_output  # the beams share the index
+    for bad in ({"beams": 0}, {"batch": 0}, {"input_length": 0}):
+        arguments = {"batch": 2, "input_length": 1000, "beams": 1, **bad}
+        with pytest.raises(ValueError, match=f"`{next(iter(bad))}` must be at least 1"):
+            estimate_decode_memory(SRformerConfig("full"), model_config, dtype=torch.float32, **arguments)
+
+
+def test_cuda_memory_the_caching_allocator_holds_unused_counts_as_available(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (1_000, 10_000))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 5_000)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 3_000)
+    assert memory_estimate.available_memory(torch.device("cuda")) == 3_000
+
+
+@pytest.mark.parametrize("variant", ["segmented", "knn"])
+def test_generation_refuses_beams_whose_copies_would_not_fit_before_copying(monkeypatch, variant):
+    model = converted(BUILDERS["bart"](dtype=torch.float32), variant=variant, segment_size=8, encoder_window=32)
+    model.eval()
+    ids = torch.randint(3, 50, (1, 100), generator=torch.Generator().manual_seed(0))
+    config = SRformerConfig.from_dict(model.config.srformer)
+    alone = estimate_decode_memory(config, model.config, 1, 100, torch.float32).total
+    beams = estimate_decode_memory(config, model.config, 1, 100, torch.float32, beams=4).total
+    assert beams > alone
+    monkeypatch.setattr(memory_estimate, "available_memory", lambda device: (alone + beams) // 2)
+    generation = {"max_new_tokens": 3, "do_sample": False,
+                  "decoder_start_token_id": model.config.decoder_start_token_id}
+    assert model.generate(ids, num_beams=1, **generation).shape[0] == 1  # one copy fits
+    expanded = []
+    real = type(model).__mro__[2]._expand_inputs_for_generation  # transformers' own, after srformer's check
+    monkeypatch.setattr(type(model).__mro__[2], "_expand_inputs_for_generation",
+                        lambda *a, **k: expanded.append(k["expand_size"]) or real(*a, **k))
+    with pytest.raises(MemoryError, match="with 4 beams .* fewer beams"):
+        model.generate(ids, num_beams=4, **generation)
+    with pytest.raises(MemoryError, match="with 4 beams"):
+        model.generate(ids, do_sample=True, num_return_sequences=4, max_new_tokens=3)
+    assert not expanded  # refused before the encoder output was copied
+    monkeypatch.setattr(memory_estimate, "available_memory", lambda device: beams)
+    assert model.generate(ids, num_beams=4, **generation).shape[0] == 1
+    assert expanded == [4]

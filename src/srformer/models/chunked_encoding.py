@@ -296,6 +296,31 @@ def chunked_class(encoder_class: type) -> type:
     return type(name, (ChunkedEncoderMixin, encoder_class), {"__module__": __name__})
 
 
+def check_expanded_memory(model: nn.Module, encoder_hidden_states: torch.Tensor, beams: int) -> None:
+    """Refuse, before ``generate`` copies the encoder output ``beams`` times (``max(num_beams,
+    num_return_sequences)``), a chunked input whose generation state would then not fit
+    (:func:`srformer.models.memory_estimate.check_decode_memory` with the beams; the chunked encoder checked the
+    input alone). Nothing is checked with a gradient, for one copy, or for an input that fit one window.
+
+    Args:
+        model: an encoder-decoder model whose encoder has chunked encoding (:func:`install_windows`).
+        encoder_hidden_states: the encoder output, (B, k, d_model).
+        beams: copies of each input generation will decode.
+
+    Raises:
+        MemoryError: as :func:`~srformer.models.memory_estimate.check_decode_memory`, naming the beams.
+    """
+    encoder = model_encoder(model)
+    windows = getattr(encoder, "srformer_windows", None)
+    config = getattr(encoder, "srformer_config", None)
+    if (beams <= 1 or windows is None or config is None or torch.is_grad_enabled()
+            or encoder_hidden_states.shape[1] <= windows.window):
+        return
+    batch, length = encoder_hidden_states.shape[:2]
+    check_decode_memory(config, getattr(model, "config", None), batch, length, encoder_hidden_states.dtype,
+                        encoder_hidden_states.device, beams)
+
+
 def model_encoder(model: nn.Module) -> nn.Module | None:
     """The encoder of an encoder-decoder ``model`` (``model.get_encoder()``), or None for a model without one (a
     decoder stack saved alone: transformers' ``get_encoder`` then returns the model itself)."""

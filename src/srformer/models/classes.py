@@ -44,6 +44,7 @@ from transformers import (
 from srformer.config import SRformerConfig
 from srformer.models.chunked_encoding import (
     ChunkedEncoderMixin,
+    check_expanded_memory,
     chunked_class,
     model_encoder,
     resolve_window_settings,
@@ -114,6 +115,19 @@ class SRformerModelMixin(_MixinBase):
     def _init_weights(self, module: nn.Module) -> None:
         if not initialize_srformer_module(module):
             super()._init_weights(module)
+
+    def _expand_inputs_for_generation(
+        self, expand_size: int = 1, is_encoder_decoder: bool = False, input_ids: Any = None, **model_kwargs: Any
+    ) -> Any:
+        """transformers' copying of the inputs and encoder output for beams (or several returned sequences), after
+        refusing a chunked input whose generation state would then not fit
+        (:func:`~srformer.models.chunked_encoding.check_expanded_memory`; ``MemoryError``)."""
+        encoder_outputs = model_kwargs.get("encoder_outputs")
+        if expand_size > 1 and encoder_outputs is not None:
+            check_expanded_memory(self, encoder_outputs[0], expand_size)
+        return super()._expand_inputs_for_generation(
+            expand_size=expand_size, is_encoder_decoder=is_encoder_decoder, input_ids=input_ids, **model_kwargs
+        )
 
 
 # ---------------------------------------------------------------------------------------------- configs

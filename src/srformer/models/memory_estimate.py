@@ -1,19 +1,24 @@
 """How much memory generation from an input of a given length needs, estimated before anything is allocated, and a
 clear refusal when it cannot fit (instead of the operating system's out-of-memory kill).
 
-The estimate (bytes) for a batch of ``B`` inputs of ``k`` tokens, ``L`` decoder layers, ``H`` heads of ``d``:
+The estimate (bytes) for a batch of ``B`` inputs of ``k`` tokens decoded with ``b`` beams (or ``b`` returned
+sequences each; transformers copies the encoder output ``b`` times), ``L`` decoder layers, ``H`` heads of ``d``, with
+``B' = B * b``:
 
-- the joined encoder output, ``B * k * d_model`` elements;
+- the joined encoder output, ``B' * k * d_model`` elements;
 - per layer, a state that holds encoder-length tensors (the registry's ``state_grows_with_input``: ``full``, ``knn``,
   ``block-topk``, ``segmented`` and ``srformer`` without ``lean_cache``, ...): keys and values,
-  ``2 * B * H * k * d`` elements (an upper bound for the mechanisms that compress them), plus for ``srformer``
+  ``2 * B' * H * k * d`` elements (an upper bound for the mechanisms that compress them), plus for ``srformer``
   the ``m * d * d`` float32 RAF readouts per head (``m = ceil(k / s)``);
 - per layer, a fixed-size state (``lean_cache=True``, ``linear``, ...): nothing that grows with ``k`` (its
   ``O(H * d^2)`` numbers are left out);
-- one layer's projected keys and values while its state is built, ``2 * B * H * k * d`` elements;
+- one layer's projected keys and values while its state is built, ``2 * B' * H * k * d`` elements;
 - ``knn`` searching an index (``knn_index`` set, an input of at least ``index_min_keys`` tokens): no per-layer
-  state, one float32 index of ``B * k * (d_model + 1)`` numbers, and two float32 copies of one example's rows while it
-  is built.
+  state, one float32 index of ``B * k * (d_model + 1)`` numbers (the beams of an input share it), and two float32
+  copies of one example's rows while it is built.
+
+Two checks use it: the chunked encoder's, before a long input is encoded (``b = 1``: the beams are not known yet),
+and the converted model's, when ``generate`` copies the encoder output for its beams (``b`` known).
 
 See ``docs/long-inputs.md``.
 """
@@ -51,18 +56,27 @@ class DecodeMemory:
 
 
 def estimate_decode_memory(
-    config: SRformerConfig, model_config: Any, batch: int, input_length: int, dtype: torch.dtype
+    config: SRformerConfig, model_config: Any, batch: int, input_length: int, dtype: torch.dtype, beams: int = 1
 ) -> DecodeMemory:
-    """The memory generation needs beyond the weights for ``batch`` inputs of ``input_length`` tokens (module
-    docstring).
+    """The memory generation needs beyond the weights for ``batch`` inputs of ``input_length`` tokens decoded with
+    ``beams`` copies each (module docstring).
 
     Args:
         config: the SRformer settings (variant, ``lean_cache``, ``segment_size``).
         model_config: the Hugging Face config (``d_model``, decoder layers, heads, head_dim).
-        batch: inputs (times beams) in tokens' batch.
+        batch: distinct inputs in the batch.
         input_length: ``k``, encoder tokens.
         dtype: dtype of the encoder output and projections.
+        beams: copies of each input's encoder output that generation decodes (``max(num_beams,
+            num_return_sequences)``, transformers' expansion); 1 for greedy decoding.
+
+    Raises:
+        ValueError: for ``batch``, ``input_length`` or ``beams`` below 1.
     """
+    for name, value in (("batch", batch), ("input_length", input_length), ("beams", beams)):
+        if value < 1:
+            raise ValueError(f"`{name}` must be at least 1, got {value}.")
+    distinct, batch = batch, batch * beams
     d_model = int(model_config.d_model)
     layers = int(getattr(model_config, "num_decoder_layers", None) or model_config.decoder_layers)
     heads = int(getattr(model_config, "num_heads", None) or model_config.decoder_attention_heads)
@@ -73,7 +87,7 @@ def estimate_decode_memory(
     if config.variant == "knn" and config.knn_index is not None and input_length >= config.resolved_index_min_keys():
         # one float32 index of the encoder output for all layers (plus a column for ivf), no per-layer keys; the
         # build copies one example's rows twice
-        index = batch * input_length * (d_model + 1) * 4
+        index = distinct * input_length * (d_model + 1) * 4
         return DecodeMemory(batch * input_length * d_model * element, index, 2 * input_length * (d_model + 1) * 4)
     grows = entry.capabilities.state_grows_with_input and not (config.lean_cache and entry.capabilities.lean_layout)
     per_layer = keys_values if grows else 0
@@ -85,10 +99,12 @@ def estimate_decode_memory(
 
 
 def available_memory(device: torch.device) -> int | None:
-    """Bytes that can still be allocated on ``device``: free CUDA memory, or ``MemAvailable`` of
+    """Bytes that can still be allocated on ``device``: free CUDA memory plus what torch's caching allocator holds
+    unused (reserved, not allocated: torch reuses it before asking the driver), or ``MemAvailable`` of
     ``/proc/meminfo`` on a Linux CPU; None where neither is known."""
     if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return int(torch.cuda.mem_get_info(device)[0]) + max(0, int(cached))
     if device.type != "cpu":
         return None
     try:
@@ -102,9 +118,10 @@ def available_memory(device: torch.device) -> int | None:
 
 def check_decode_memory(
     config: SRformerConfig, model_config: Any, batch: int, input_length: int, dtype: torch.dtype,
-    device: torch.device,
+    device: torch.device, beams: int = 1,
 ) -> None:
-    """Refuse, before encoding, an input whose generation state cannot fit in the memory left on ``device``.
+    """Refuse an input whose generation state cannot fit in the memory left on ``device``: before encoding (the
+    chunked encoder, ``beams`` 1), and again before generation copies the encoder output for its ``beams``.
 
     Raises:
         MemoryError: when :func:`estimate_decode_memory` exceeds :func:`available_memory`; the message gives both
@@ -113,13 +130,15 @@ def check_decode_memory(
     available = available_memory(device)
     if available is None:
         return
-    estimate = estimate_decode_memory(config, model_config, batch, input_length, dtype)
+    estimate = estimate_decode_memory(config, model_config, batch, input_length, dtype, beams)
     if estimate.total <= available:
         return
+    copies = f" with {beams} beams (or returned sequences) each" if beams > 1 else ""
+    fewer = ", fewer beams" if beams > 1 else ""
     raise MemoryError(
-        f"Generating from {batch} input(s) of {input_length:,} tokens with variant {config.variant!r} needs about "
-        f"{estimate.total:,} bytes ({estimate.encoder_output:,} encoder output, {estimate.states:,} cross-attention "
-        f"states, {estimate.transient:,} while a state is built), but {available:,} bytes are available on "
-        f"{device}. Use a mechanism whose state does not grow with the input (lean_cache=True with srformer, "
-        "segmented or linear), fewer inputs per batch, or a shorter input."
+        f"Generating from {batch} input(s) of {input_length:,} tokens{copies} with variant {config.variant!r} "
+        f"needs about {estimate.total:,} bytes ({estimate.encoder_output:,} encoder output, {estimate.states:,} "
+        f"cross-attention states, {estimate.transient:,} while a state is built), but {available:,} bytes are "
+        f"available on {device}. Use a mechanism whose state does not grow with the input (lean_cache=True with "
+        f"srformer, segmented or linear), fewer inputs per batch{fewer}, or a shorter input."
     )
