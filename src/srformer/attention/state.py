@@ -164,6 +164,18 @@ def extend(cls: type[S], state: CrossAttentionState, **extra: Any) -> S:
     return cls(**values, **extra)
 
 
+def reorder_rows(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``tensor.index_select(0, index)`` with ``tensor``'s strides: ``index_select`` returns a contiguous tensor
+    (and is the faster gather for one), while indexing keeps the layout of a dense non-contiguous one, such as a
+    transposed view kept so that a later matmul reads it in the order it wants.
+
+    Args:
+        tensor: (B, ...) any tensor with the batch on axis 0.
+        index: (B',) long, rows of ``tensor`` in the new order.
+    """
+    return tensor.index_select(0, index) if tensor.is_contiguous() else tensor[index]
+
+
 class _PresentedTensor:
     """The ``keys`` or ``values`` attribute of an :class:`SRformerCacheLayer`: read, the layer's
     ``_presented(name)``; assigned, None is accepted (transformers' base classes assign it on construction and
@@ -275,8 +287,9 @@ class SRformerCacheLayer(DynamicLayer):
         return self.state
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        """Reorder every state tensor for beam search."""
-        self.set_state(self.held_state().map_batch(lambda x: x.index_select(0, beam_idx.to(x.device))))
+        """Reorder every state tensor for beam search, keeping each tensor's memory layout (a state may hold a
+        transposed view on purpose, such as ``block-topk``'s mean keys; :func:`reorder_rows`)."""
+        self.set_state(self.held_state().map_batch(lambda x: reorder_rows(x, beam_idx.to(x.device))))
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         """Repeat every state tensor ``repeats`` times along the batch axis."""
