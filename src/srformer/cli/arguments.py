@@ -103,7 +103,8 @@ def add_variant_settings_argument(parser: argparse.ArgumentParser) -> None:
                         help="an SRformerConfig setting, repeatable: without a prefix for every variant of the run "
                              "(e.g. --setting kv_clamp=10), with one for that named setting only (e.g. --setting "
                              "window:window_size=96 --setting srformer-surrogate:raf_surrogate_slope=4); it wins over "
-                             "the named setting's own value and is recorded with every result")
+                             "the named setting's own value and is recorded with every result; cells with settings get "
+                             "folders of their own (cells/KEY@NAME=VALUE), so the registered setting's stay")
 
 
 def parse_variant_settings(values: list[str], variants: Sequence[str]) -> dict[str, dict]:
