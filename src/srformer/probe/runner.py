@@ -231,8 +231,9 @@ def _base_dir(output: Path, cell: ProbeCell, settings: ProbeSettings) -> Path:
 
 def _adopt(folder: Path, legacy: Path, record_name: str, wanted: dict) -> None:
     """Move a cell (or base) saved by an older version under its plain key to ``folder``, its own folder now, when
-    its record was made with the extra settings ``wanted``: a finished run is kept, not trained again."""
-    if folder == legacy or (folder / record_name).exists() or not (legacy / record_name).is_file():
+    its record was made with the extra settings ``wanted``: a finished run is kept, not trained again. A ``folder``
+    that already exists (even unfinished) is left as it is."""
+    if folder == legacy or folder.exists() or not (legacy / record_name).is_file():
         return
     if same_cell_settings(json.loads((legacy / record_name).read_text()), wanted):
         folder.parent.mkdir(parents=True, exist_ok=True)
