@@ -129,7 +129,10 @@ def reference_weights(name: str, queries, keys, mask, scale: float) -> torch.Ten
                     read = segments[i] + sum((others[j] for j in chosen), [])
                     weights[b, h, t, read] = torch.softmax(scale * keys[b, h, read] @ queries[b, h, t], dim=0)
                 continue
-            attended = segments[i] + (segments[i - 1] if variant in ("xl", "compressive") and i > 0 else [])
+            if variant == "quest":  # 16 leaves of 16 besides the segment: every real key of these inputs
+                attended = real
+            else:
+                attended = segments[i] + (segments[i - 1] if variant in ("xl", "compressive") and i > 0 else [])
             if variant == "window":  # w = 3s real positions starting at i*s + floor(s/2) - floor(w/2), cut at the ends
                 start = i * s + s // 2 - (3 * s) // 2
                 attended = real[max(start, 0):start + 3 * s]

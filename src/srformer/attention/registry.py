@@ -606,6 +606,29 @@ _ENTRIES: tuple[Mechanism, ...] = (
         named_settings={"srformer-gated-taylor": {"feature_map": "taylor", "feature_dim": 4}},
     ),
     Mechanism(
+        name="quest",
+        doc="Softmax over segment i(t) and the r leaves of b positions (per query and head) with the largest Quest "
+        "bound sum_c max(q_c·min_c K, q_c·max_c K), optionally chosen within the p best groups of g leaves; "
+        "long inputs read the chosen rows of the encoder output (rows_min_keys).",
+        citation="Tang, Zhao, Zhu, Xiao, Kasikci & Han 2024, Quest: Query-Aware Sparsity for Efficient Long-Context "
+        "LLM Inference, Sec. 3 (per-page min/max keys bound q·k; top-k pages); beyond it: the scheduled segment "
+        "read exactly and a second level of blocks (NSA, Yuan et al. 2025; InfLLM, Xiao et al. 2024)",
+        module="srformer.attention.quest.QuestCrossAttention",
+        state="srformer.attention.quest.QuestState",
+        lean_state=None,
+        settings="srformer.attention.quest.QuestSettings",
+        reference_path=f"{_NAIVE}.quest_attention",
+        capabilities=Capabilities(
+            segment_free=False, lean_layout=False, state_grows_with_input=True, training_time_saving=True,
+            has_softmax_part=True, recurrent_term=False, global_term=True,
+        ),
+        step_cost="O((k/b)·d + (s + r·b)·d); with groups of g leaves: O((k/(g·b))·d + p·g·d + (s + r·b)·d); "
+        "reading encoder rows: O((s + r·b)·D + D·d)",
+        build_cost="O(k·d) (keys/values compacted, the leaves' and groups' min/max keys); reading encoder rows: the "
+        "keys projected once, chunk by chunk, for the bounds",
+        state_size="2·k·d + 2·(k/b)·d (keys and values, the leaves' bounds); reading encoder rows: 2·(k/b)·d",
+    ),
+    Mechanism(
         name="knn",
         doc="Unlimiformer top-k attention: each query and head takes the softmax over the K = top_keys real keys "
         "with the largest Q·K (exact search; ties to the earlier position; all keys when K >= n). With knn_index, "

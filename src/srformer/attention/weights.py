@@ -46,8 +46,8 @@ encoder positions per query and head. An SRformer layer's output is not one such
   ``phi(Q_t) . phi(K_j) / (phi(Q_t) . sum_l phi(K_l) + eps)``, for which ``O = A V`` exactly; they are
   non-negative and sum to ``S / (S + eps)`` with ``S = phi(Q_t) . sum_l phi(K_l)`` (1 up to ``eps / S``).
 
-* A module that defines ``attention_weights`` gives its own: ``block-topk`` (the softmax over its segment and
-  the top-r segments it selected for that query and head, ``O = A V`` exactly), ``knn`` (the softmax over the
+* A module that defines ``attention_weights`` gives its own: ``block-topk`` and ``quest`` (the softmax over its
+  segment and the blocks it selected for that query and head, ``O = A V`` exactly), ``knn`` (the softmax over the
   top-k keys, as ``reformer`` and ``routing``), ``srformer-gated`` (its output is ``g A V`` plus the normalised
   memory: ``A`` is the softmax over the scheduled segment, ``g`` the share of the shared normaliser it holds).
 
@@ -211,10 +211,12 @@ def cross_attention_weights(
     if isinstance(attention, LinearCrossAttention):
         assert isinstance(state, LinearState), type(state)
         return linear_weights(queries, keys, state, key_valid, attention.settings.norm_eps)
-    assert isinstance(attention, SegmentedCrossAttention), type(attention)  # every segment-free module is above
+    own_weights = getattr(attention, "attention_weights", None)
+    if not isinstance(attention, SegmentedCrossAttention):  # every other segment-free module is above
+        assert own_weights is not None, type(attention)  # a module outside both families gives its own (quest)
+        return own_weights(queries, keys, state, key_valid, start_position=start_position)
     if not attention.has_softmax:  # srformer's ablation I: no softmax term, the output is O_R alone
         return queries.new_zeros(*queries.shape[:3], keys.shape[2])
-    own_weights = getattr(attention, "attention_weights", None)
     if own_weights is not None:  # a segment-based module whose choice of keys the block hooks cannot express
         return own_weights(queries, keys, state, key_valid, start_position=start_position)
     assert isinstance(state, SegmentState | LeanSegmentState), type(state)

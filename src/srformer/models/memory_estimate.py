@@ -16,6 +16,9 @@ sequences each; transformers copies the encoder output ``b`` times), ``L`` decod
 - ``knn`` searching an index (``knn_index`` set, an input of at least ``index_min_keys`` tokens): no per-layer
   state, one float32 index of ``B * k * (d_model + 1)`` numbers (the beams of an input share it), and two float32
   copies of one example's rows while it is built.
+- ``quest`` reading rows of the encoder output (an input of at least ``rows_min_keys`` tokens): per layer, the
+  float32 minimum and maximum key of each leaf (and group) of each head, ``2 * B' * H * (k/b + k/(g·b)) * d``
+  numbers, and the compaction order; while it is built, the keys of 4,096 positions at a time.
 
 Two checks use it: the chunked encoder's, before a long input is encoded (``b = 1``: the beams are not known yet),
 and the converted model's, when ``generate`` copies the encoder output for its beams (``b`` known).
@@ -31,6 +34,7 @@ from typing import Any
 
 import torch
 
+from srformer.attention.quest import BOUNDS_CHUNK
 from srformer.attention.registry import REGISTRY
 from srformer.config import SRformerConfig
 
@@ -89,6 +93,16 @@ def estimate_decode_memory(
         # build copies one example's rows twice
         index = distinct * input_length * (d_model + 1) * 4
         return DecodeMemory(batch * input_length * d_model * element, index, 2 * input_length * (d_model + 1) * 4)
+    if config.variant == "quest" and input_length >= config.resolved_rows_min_keys():
+        # reading rows of the encoder output: per layer the leaves' and groups' float32 min/max keys and the
+        # compaction order; the build projects BOUNDS_CHUNK positions of keys at a time
+        leaf = config.resolved_leaf_size()
+        leaves = -(-input_length // leaf)
+        groups = 0 if config.group_size is None else -(-leaves // config.group_size)
+        wide = max(element, 4)
+        bounds = 2 * batch * heads * (leaves + groups) * head_dim * wide + batch * leaves * leaf * 8
+        chunk = batch * BOUNDS_CHUNK * (heads * head_dim * (element + wide) + d_model * element)
+        return DecodeMemory(batch * input_length * d_model * element, layers * bounds, chunk)
     grows = entry.capabilities.state_grows_with_input and not (config.lean_cache and entry.capabilities.lean_layout)
     per_layer = keys_values if grows else 0
     if grows and entry.capabilities.recurrent_term and config.recurrence:

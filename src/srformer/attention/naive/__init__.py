@@ -3,7 +3,7 @@
 One module per family (``common``: schedule and per-query driver; ``softmax``; ``linear``; ``srformer``;
 ``content``: the content-based sparse attentions;
 ``sparse``: ``bigbird``, ``compressive``, ``adaptive`` and ``bp``;
-``summary``: the segment-free summaries of the encoder);
+``summary``: the segment-free summaries of the encoder; ``quest``);
 every reference is re-exported here.
 
 Each function here computes one mechanism's output one example, one head and one decoder query at
@@ -62,6 +62,7 @@ from srformer.attention.naive.content import (
     routing_attention,
 )
 from srformer.attention.naive.linear import FASTFORMER_PARAMETERS, fastformer_attention, linear_attention
+from srformer.attention.naive.quest import quest_attention
 from srformer.attention.naive.softmax import (
     full_attention,
     longt5_attention,
@@ -119,6 +120,7 @@ __all__ = [
     "num_segments",
     "per_query",
     "performer_attention",
+    "quest_attention",
     "raf_fire",
     "reformer_attention",
     "routing_attention",

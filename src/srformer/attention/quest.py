@@ -1,0 +1,590 @@
+"""Query-aware block selection by key bounds (Tang, Zhao, Zhu, Xiao, Kasikci & Han 2024, Quest: Query-Aware Sparsity
+for Efficient Long-Context LLM Inference, Sec. 3), as decoder cross attention, with a second level of blocks (the
+hierarchical selection of Native Sparse Attention, Yuan et al. 2025, and of InfLLM, Xiao et al. 2024, by Quest's
+bound instead of a pooled key): the ``quest`` variant.
+
+Quest keeps, per block of keys (a "page"), the element-wise minimum and maximum of its keys, and scores a block for
+query ``q`` by an upper bound of ``q . k`` over every key ``k`` of the block: a block holding one key that matches
+the query scores at least that key's product, whatever its other keys are (a block's mean key, MoBA's and
+``block-topk``'s gate, dilutes that key among the others). As cross attention the keys are fixed before decoding
+starts, so the bounds are built once per input. Per example, over its ``n`` real encoder positions in order
+(padding removed), per head and per decoder query ``Q_t``::
+
+    leaf j      = positions j·b .. min((j + 1)·b, n) - 1                 (b = leaf_size)
+    group G     = leaves G·g .. (G + 1)·g - 1                            (g = group_size)
+    u(Q_t, X)   = sum_c max(Q_tc · min_{x in X} K_xc, Q_tc · max_{x in X} K_xc)   >= Q_t . K_x for every x in X
+    candidate   = a leaf with a real position outside segment i(t); a group holding a candidate leaf
+    groups(t)   = the p candidate groups of largest u (ties: the earlier group)        (p = top_groups)
+    leaves(t)   = the r candidate leaves of those groups of largest u (ties: the earlier leaf)  (r = top_leaves)
+    U           = S_{i(t)} ∪ (the positions of leaves(t))
+    O_t         = softmax(scale · Q_t K_U^T) V_U
+
+one softmax over segment ``i(t)`` (the schedule of Sec. 3.1, read exactly, as ``segmented`` and ``block-topk``
+read it) and the chosen leaves' positions, each position once (a chosen leaf's positions inside ``S_{i(t)}`` are
+read as part of the segment). With ``group_size`` None there is one level: the ``r`` candidate leaves of largest
+``u`` among all of them (Quest itself). ``r`` at least the number of candidate leaves (and ``p`` at least the
+number of groups) reads every real position: full attention. Since ``m`` and ``n`` vary per example, that clamp is
+the documented behaviour, not an error.
+
+* **Selection**: bounds are computed in float32 or wider with autocast off from detached queries and keys; the
+  choice is a hard top-k (:func:`~srformer.attention.selection.top_positions`) without gradient; the gradient flows
+  through the softmax over the chosen positions. The model's scale is positive and does not change the order.
+* **Padding**: positions are compacted (each example's real positions first, in order), so leaves and segments
+  hold real positions only and an example's output depends on its own real keys only.
+* **Empty memory**: an example without real keys has output 0.
+
+Costs per head and decoder step, ``k`` keys, ``L = k/b`` leaves, ``G = L/g`` groups: the group bounds ``O(G·d)``,
+the leaf bounds of the chosen groups ``O(p·g·d)``, the softmax over ``s + r·b`` keys ``O((s + r·b)·d)``; one level:
+``O(L·d + (s + r·b)·d)``. Building: one pass over the keys for the bounds, ``O(k·d)``. The standard state keeps the
+keys and values (compacted) plus ``2·(L + G)·d`` bounds.
+
+**Reading rows from the encoder output** (``rows_min_keys``): generation from an input of at least
+``rows_min_keys`` real tokens keeps no keys or values per layer, only the bounds and the compaction order (the
+layer's keys are projected once, chunk by chunk, for the bounds, and dropped). A step then reads the ``s + r·b``
+chosen rows ``h_x`` of the encoder output, which ``generate()`` keeps anyway, through the layer's projections
+without projecting them (the absorbed form, exact up to rounding)::
+
+    Q_t . K_x = (W_k^T Q_t) . h_x + Q_t . b_k       (the second term is the same for every x: the softmax drops it)
+    sum_x a_x V_x = W_v (sum_x a_x h_x) + b_v        (the a_x sum to 1)
+
+``O((s + r·b)·D + D·d)`` per head and step (``D = d_model``) instead of projecting the rows, ``O((s + r·b)·D·d)``.
+Memory per layer: ``2·(L + G)·d`` float32 bounds per head instead of ``2·k·d`` keys and values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+from torch.nn import functional as F
+
+from srformer.attention.base import CrossAttentionMechanism, ProjectRows
+from srformer.attention.content import gather_rows, slot_softmax
+from srformer.attention.projection import HeadProjection
+from srformer.attention.schedule import compaction_order, num_segments, real_lengths, segment_index
+from srformer.attention.selection import top_positions
+from srformer.attention.settings import MechanismSettings, integer_setting
+from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off
+
+if TYPE_CHECKING:  # srformer.config imports the attention registry
+    from srformer.config import SRformerConfig
+
+#: ``b`` when ``leaf_size`` is None (Quest's page of 16 tokens).
+DEFAULT_LEAF_SIZE = 16
+#: ``r`` when ``top_leaves`` is None.
+DEFAULT_TOP_LEAVES = 16
+#: ``p`` when ``top_groups`` is None.
+DEFAULT_TOP_GROUPS = 16
+#: The shortest input (real tokens) whose generation reads rows of the encoder output, when ``rows_min_keys`` is
+#: None.
+DEFAULT_ROWS_MIN_KEYS = 16384
+#: Encoder positions projected at a time when the bounds are built from the encoder output.
+BOUNDS_CHUNK = 4096
+#: Elements of gathered leaf bounds per chunk of queries in the parallel path (bounds its memory).
+_GATHER_BUDGET = 1 << 24
+
+
+@dataclass(frozen=True)
+class QuestSettings(MechanismSettings):
+    """The settings of the ``quest`` variant (``SRformerConfig(variant='quest', ...)``; None: the default named).
+
+    Attributes:
+        leaf_size: ``b``, real encoder positions per leaf (Quest's page), the unit a query reads besides its
+            segment. At least 1. None: 16.
+        top_leaves: ``r``, the leaves each query reads per head besides its segment. At least 1. None: 16.
+        group_size: ``g``, leaves per group, the first level of the selection (groups of ``g·b`` positions are
+            scored first, then the leaves of the ``p`` best). At least 1. None (default): one level, every leaf
+            scored (Quest itself).
+        top_groups: ``p``, the groups whose leaves are scored. At least 1. None: 16. Unused without ``group_size``.
+        rows_min_keys: the shortest input (real tokens, the longest of the batch) whose generation keeps no keys or
+            values per layer and reads the chosen rows of the encoder output (module docstring). None: 16,384. A
+            runtime option; 1 reads rows for every input.
+    """
+
+    leaf_size: int | None = integer_setting(1, None, "encoder positions per leaf")
+    top_leaves: int | None = integer_setting(1, None, "leaves read besides the scheduled segment")
+    group_size: int | None = integer_setting(1, None, "leaves per group")
+    top_groups: int | None = integer_setting(1, None, "groups whose leaves are scored")
+    rows_min_keys: int | None = integer_setting(1, None, "the shortest input that reads encoder rows")
+
+    runtime: ClassVar[tuple[str, ...]] = ("rows_min_keys",)
+
+    def resolved_leaf_size(self, config: SRformerConfig) -> int:
+        """``b``: ``leaf_size``, or 16."""
+        return self.leaf_size if self.leaf_size is not None else DEFAULT_LEAF_SIZE
+
+    def resolved_top_leaves(self, config: SRformerConfig) -> int:
+        """``r``: ``top_leaves``, or 16."""
+        return self.top_leaves if self.top_leaves is not None else DEFAULT_TOP_LEAVES
+
+    def resolved_top_groups(self, config: SRformerConfig) -> int:
+        """``p``: ``top_groups``, or 16."""
+        return self.top_groups if self.top_groups is not None else DEFAULT_TOP_GROUPS
+
+    def resolved_rows_min_keys(self, config: SRformerConfig) -> int:
+        """``rows_min_keys``, or 16,384."""
+        return self.rows_min_keys if self.rows_min_keys is not None else DEFAULT_ROWS_MIN_KEYS
+
+
+@dataclass(kw_only=True)
+class QuestBoundsState(CrossAttentionState):
+    """What both layouts of ``quest`` keep for the selection. ``num_segments`` is ``m = ceil(n / s)``.
+
+    Shapes: B = batch (times beams), H = heads, d = head_dim, N = ``L·b`` compacted rows (the padded encoder length
+    rounded up to whole leaves), L leaves, G groups (0 without ``group_size``).
+
+    Attributes:
+        positions: (B, N) long, the encoder position of each compacted row (an example's real positions first, in
+            order; 0 past its length).
+        leaf_low, leaf_high: (B, H, L, d) the element-wise minimum and maximum of each leaf's real keys (float32
+            or wider, detached); 0 for a leaf without real positions.
+        leaf_real: (B, L) bool, True for a leaf with a real position.
+        group_low, group_high: (B, H, G, d), the same per group.
+        group_real: (B, G) bool.
+    """
+
+    positions: torch.Tensor
+    leaf_low: torch.Tensor
+    leaf_high: torch.Tensor
+    leaf_real: torch.Tensor
+    group_low: torch.Tensor
+    group_high: torch.Tensor
+    group_real: torch.Tensor
+
+    def anchors(self) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: D102 - see the base class
+        return self.leaf_low, self.positions
+
+
+@dataclass(kw_only=True)
+class QuestState(QuestBoundsState):
+    """The standard layout: the bounds plus every key and value, compacted.
+
+    Attributes:
+        keys, values: (B, H, N, d) projected keys and values in compacted order (zero past an example's length),
+            contiguous.
+    """
+
+    keys: torch.Tensor
+    values: torch.Tensor
+
+    def anchors(self) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: D102 - see the base class
+        return self.keys, self.values
+
+    def encoder_keys(self, encoder_length: int) -> torch.Tensor:
+        """The keys in encoder order, (B, H, k, d), zero at padded positions (one scatter, at each call)."""
+        return self._in_encoder_order(self.keys, encoder_length)
+
+    def encoder_values(self, encoder_length: int) -> torch.Tensor:
+        """The values in encoder order, as :meth:`encoder_keys`."""
+        return self._in_encoder_order(self.values, encoder_length)
+
+    def _in_encoder_order(self, rows: torch.Tensor, encoder_length: int) -> torch.Tensor:
+        batch, heads, _, d = rows.shape
+        # rows past an example's length are zero and carry position 0: adding them changes nothing
+        index = self.positions[:, None, :, None].expand(-1, heads, -1, d)
+        return rows.new_zeros(batch, heads, encoder_length, d).scatter_add_(2, index, rows)
+
+
+class EncoderRows:
+    """The encoder output a :class:`QuestRowsState` reads its rows from, and the layer's projections: shared by the
+    layers (not a tensor field, so beam reordering never copies it; the state's ``slot`` maps its rows).
+
+    Attributes:
+        states: (B0, k, D) the encoder output of the batch the state was built for (held, not copied).
+        projection: the layer's key/value projections per head.
+    """
+
+    def __init__(self, states: torch.Tensor, projection: HeadProjection) -> None:
+        self.states = states
+        self.projection = projection
+
+
+@dataclass(kw_only=True)
+class QuestRowsState(QuestBoundsState):
+    """The layout that reads rows of the encoder output (an input of at least ``rows_min_keys`` tokens): the bounds
+    and the compaction order only, no keys or values.
+
+    Attributes:
+        slot: (B,) long, each row's example in :attr:`encoder` (reordered with the beams like every tensor field).
+        encoder: the encoder output and the layer's projections (:class:`EncoderRows`).
+    """
+
+    slot: torch.Tensor
+    encoder: EncoderRows
+
+    is_lean: ClassVar[bool] = True
+    reads_encoder_rows: ClassVar[bool] = True
+
+
+def key_bounds(
+    keys: torch.Tensor, real: torch.Tensor, size: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The element-wise minimum and maximum of the real keys of each block of ``size`` consecutive rows.
+
+    Args:
+        keys: (B, H, n, d) in compacted order, ``n`` a multiple of ``size``.
+        real: (B, n) bool, True at real rows.
+        size: rows per block.
+
+    Returns:
+        ``(low, high, block_real)``: (B, H, n / size, d) each, 0 for a block without real rows; (B, n / size) bool.
+    """
+    batch, heads, n, d = keys.shape
+    mask = ~real[:, None, :, None]
+    low = keys.masked_fill(mask, float("inf")).view(batch, heads, n // size, size, d).amin(dim=3)
+    high = keys.masked_fill(mask, float("-inf")).view(batch, heads, n // size, size, d).amax(dim=3)
+    block_real = real.view(batch, n // size, size).any(dim=-1)
+    empty = ~block_real[:, None, :, None]
+    return low.masked_fill(empty, 0.0), high.masked_fill(empty, 0.0), block_real
+
+
+def group_bounds(
+    low: torch.Tensor, high: torch.Tensor, leaf_real: torch.Tensor, group: int | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The bounds of groups of ``group`` consecutive leaves from the leaves' bounds ((B, H, L, d) each, (B, L)
+    bool); empty (G = 0) tensors when ``group`` is None."""
+    batch, heads, leaves, d = low.shape
+    if group is None:
+        return low.new_zeros(batch, heads, 0, d), high.new_zeros(batch, heads, 0, d), leaf_real[:, :0]
+    spare = -(-leaves // group) * group - leaves
+    empty = ~F.pad(leaf_real, (0, spare))[:, None, :, None]
+    padded_low = F.pad(low, (0, 0, 0, spare)).masked_fill(empty, float("inf"))
+    padded_high = F.pad(high, (0, 0, 0, spare)).masked_fill(empty, float("-inf"))
+    groups = (leaves + spare) // group
+    group_low = padded_low.view(batch, heads, groups, group, d).amin(dim=3)
+    group_high = padded_high.view(batch, heads, groups, group, d).amax(dim=3)
+    group_real = F.pad(leaf_real, (0, spare)).view(batch, groups, group).any(dim=-1)
+    none = ~group_real[:, None, :, None]
+    return group_low.masked_fill(none, 0.0), group_high.masked_fill(none, 0.0), group_real
+
+
+def upper_bound(queries: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
+    """Quest's bound ``sum_c max(q_c·low_c, q_c·high_c)`` of every query against every block.
+
+    Args:
+        queries: (B, H, q, d). low, high: (B, H, n, d) (shared by the queries) or (B, H, q, n, d) (per query).
+
+    Returns:
+        (B, H, q, n).
+    """
+    positive, negative = queries.clamp(min=0), queries.clamp(max=0)
+    if low.dim() == 4:
+        return positive @ high.transpose(-1, -2) + negative @ low.transpose(-1, -2)
+    return torch.einsum("bhqd,bhqnd->bhqn", positive, high) + torch.einsum("bhqd,bhqnd->bhqn", negative, low)
+
+
+class QuestCrossAttention(CrossAttentionMechanism):
+    """The ``quest`` variant for one decoder layer (module docstring); arguments as
+    :class:`~srformer.attention.base.CrossAttentionMechanism`."""
+
+    variants = ("quest",)
+
+    # ------------------------------------------------------------------ state
+    def _bounds_fields(self, keys: torch.Tensor, lengths: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The bound fields of compacted ``keys`` ((B, H, N, d), N a multiple of ``b``)."""
+        b = self.settings.resolved_leaf_size()
+        real = torch.arange(keys.shape[2], device=keys.device)[None, :] < lengths[:, None]
+        wide = keys.detach().to(accumulation_dtype(keys.dtype))
+        low, high, leaf_real = key_bounds(wide, real, b)
+        group_low, group_high, group_real = group_bounds(low, high, leaf_real, self.settings.group_size)
+        return {"leaf_low": low, "leaf_high": high, "leaf_real": leaf_real, "group_low": group_low,
+                "group_high": group_high, "group_real": group_real}
+
+    def _schedule(self, key_valid: torch.Tensor | None, batch: int, length: int,
+                  device: torch.device) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """``(lengths, order, N)``: real lengths (B,), the compaction order (B, k) and the compacted rows ``N``."""
+        lengths, padded = real_lengths(key_valid, batch, length, device)
+        if padded and key_valid is not None:
+            order = compaction_order(key_valid.to(device=device, dtype=torch.bool))
+        else:
+            order = torch.arange(length, device=device).expand(batch, -1)
+        b = self.settings.resolved_leaf_size()
+        return lengths, order, max(1, -(-length // b)) * b
+
+    def _base_fields(self, lengths: torch.Tensor, order: torch.Tensor, rows: int) -> dict[str, torch.Tensor]:
+        s = self.settings.resolved_segment_size()
+        inside = torch.arange(order.shape[1], device=order.device)[None, :] < lengths[:, None]
+        positions = F.pad(order.masked_fill(~inside, 0), (0, rows - order.shape[1]))
+        return {"lengths": lengths, "num_segments": num_segments(lengths, s).clamp(min=1),
+                "last_segment": torch.full_like(lengths, -1), "positions": positions.contiguous()}
+
+    @autocast_off
+    def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> QuestState:
+        """The standard state: keys and values compacted, and the leaves' and groups' bounds (``O(k·d)``).
+
+        Args:
+            keys, values: (B, H, k, d) projected encoder keys and values.
+            key_valid: (B, k) bool, True at real positions; None when nothing is padded.
+
+        Returns:
+            A :class:`QuestState`; an example without real keys has output 0.
+        """
+        batch, heads, length, d = keys.shape
+        lengths, order, rows = self._schedule(key_valid, batch, length, keys.device)
+        base = self._base_fields(lengths, order, rows)
+        index = order[:, None, :, None].expand(-1, heads, -1, d)
+        real = (torch.arange(length, device=keys.device)[None, :] < lengths[:, None])[:, None, :, None]
+        spare = rows - length
+        compact_keys = F.pad(torch.gather(keys, 2, index) * real.to(keys.dtype), (0, 0, 0, spare)).contiguous()
+        compact_values = F.pad(torch.gather(values, 2, index) * real.to(values.dtype), (0, 0, 0, spare)).contiguous()
+        return QuestState(**base, **self._bounds_fields(compact_keys, lengths), keys=compact_keys,
+                          values=compact_values)
+
+    @autocast_off
+    def indexed_state(
+        self, encoder_states: torch.Tensor, key_valid: torch.Tensor | None, projection: HeadProjection
+    ) -> QuestRowsState | None:
+        """The state that reads rows of the encoder output, for a batch whose longest input has at least
+        ``rows_min_keys`` real tokens; None otherwise (the standard state is built). The keys are projected
+        :data:`BOUNDS_CHUNK` compacted positions at a time for the bounds and dropped: ``O(chunk·H·d)`` transient
+        memory.
+
+        Args:
+            encoder_states: (B, k, D) the encoder output.
+            key_valid: (B, k) bool, True at real positions, or None.
+            projection: the layer's key/value projections per head.
+        """
+        batch, length, width = encoder_states.shape
+        lengths, order, rows = self._schedule(key_valid, batch, length, encoder_states.device)
+        if batch == 0 or int(lengths.max()) < self.settings.resolved_rows_min_keys():
+            return None
+        b = self.settings.resolved_leaf_size()
+        chunk = -(-BOUNDS_CHUNK // b) * b
+        padded_order = F.pad(order, (0, rows - length))
+        parts: list[dict[str, torch.Tensor]] = []
+        with torch.no_grad():
+            for start in range(0, rows, chunk):
+                stop = min(rows, start + chunk)
+                index = padded_order[:, start:stop]
+                hidden = torch.gather(encoder_states.detach(), 1, index[:, :, None].expand(-1, -1, width))
+                keys = torch.einsum("bnD,hdD->bhnd", hidden.to(projection.key_weight.dtype), projection.key_weight)
+                if projection.key_bias is not None:
+                    keys = keys + projection.key_bias[None, :, None, :]
+                real = (torch.arange(start, stop, device=keys.device)[None, :] < lengths[:, None])
+                wide = keys.to(accumulation_dtype(keys.dtype))
+                low, high, leaf_real = key_bounds(wide, real, b)
+                parts.append({"low": low, "high": high, "real": leaf_real})
+        low = torch.cat([p["low"] for p in parts], dim=2)
+        high = torch.cat([p["high"] for p in parts], dim=2)
+        leaf_real = torch.cat([p["real"] for p in parts], dim=1)
+        group_low, group_high, group_real = group_bounds(low, high, leaf_real, self.settings.group_size)
+        return QuestRowsState(
+            **self._base_fields(lengths, order, rows), leaf_low=low, leaf_high=high, leaf_real=leaf_real,
+            group_low=group_low, group_high=group_high, group_real=group_real,
+            slot=torch.arange(batch, device=encoder_states.device), encoder=EncoderRows(encoder_states, projection),
+        )
+
+    def lean(self, state: CrossAttentionState) -> CrossAttentionState:
+        """No lean layout (long inputs read encoder rows instead: ``rows_min_keys``).
+
+        Raises:
+            ValueError: always.
+        """
+        raise ValueError("The lean cache layout is not implemented for variant 'quest'; long inputs read rows of "
+                         "the encoder output instead (the `rows_min_keys` setting).")
+
+    # ------------------------------------------------------------------ selection
+    def _segments(self, state: QuestBoundsState, start_position: int | torch.Tensor, count: int) -> torch.Tensor:
+        """``i(t)`` of ``count`` positions from ``start_position``: (B, q) long."""
+        positions = torch.arange(count, device=state.lengths.device) + start_position
+        return segment_index(positions, state.num_segments, self.settings.target_length)
+
+    def select(
+        self, queries: torch.Tensor, state: QuestBoundsState, segments: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The compacted rows each query reads per head: its segment's ``s`` rows, then the ``r·b`` rows of its
+        chosen leaves (module docstring).
+
+        Args:
+            queries: (B, H, q, d) projected decoder queries.
+            state: either layout.
+            segments: (B, q) long, ``i(t)`` of each query.
+
+        Returns:
+            ``(rows, allowed)``: (B, H, q, s + R·b) long compacted rows and bool, False at a row that is not read
+            (past the example's length, a chosen leaf's row inside the segment, an empty slot); ``R = min(r, ...)``.
+        """
+        s, b = self.settings.resolved_segment_size(), self.settings.resolved_leaf_size()
+        leaves = state.leaf_low.shape[2]
+        lengths = state.lengths[:, None]  # (B, 1)
+        segment_start = segments * s  # (B, q)
+        segment_stop = torch.minimum(segment_start + s, lengths)
+        # candidates: leaves with a real row outside the segment
+        leaf_start = torch.arange(leaves, device=segments.device) * b
+        leaf_stop = torch.minimum(leaf_start + b, lengths)  # (B, L)
+        within = (leaf_start >= segment_start[..., None]) & (leaf_stop[:, None, :] <= segment_stop[..., None])
+        candidate = state.leaf_real[:, None, :] & ~within  # (B, q, L)
+        chosen, valid = self._choose_leaves(queries, state, candidate)
+        heads = queries.shape[1]
+        segment_rows = segment_start[..., None] + torch.arange(s, device=segments.device)  # (B, q, s)
+        segment_ok = segment_rows < segment_stop[..., None]
+        leaf_rows = chosen[..., None] * b + torch.arange(b, device=segments.device)  # (B, H, q, R, b)
+        start = segment_start[:, None, :, None, None]
+        in_segment = (leaf_rows >= start) & (leaf_rows < start + s)
+        leaf_ok = valid[..., None] & (leaf_rows < lengths[:, None, :, None, None]) & ~in_segment
+        rows = torch.cat([segment_rows[:, None].expand(-1, heads, -1, -1), leaf_rows.flatten(-2)], dim=-1)
+        allowed = torch.cat([segment_ok[:, None].expand(-1, heads, -1, -1), leaf_ok.flatten(-2)], dim=-1)
+        limit = state.positions.shape[1] - 1
+        return rows.clamp(max=limit), allowed & (rows <= limit)
+
+    def _choose_leaves(
+        self, queries: torch.Tensor, state: QuestBoundsState, candidate: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``R`` leaves of each query and head ((B, H, q, R) long, ascending) and which of them count (bool),
+        given the candidate leaves (B, q, L) bool."""
+        r, group = self.settings.resolved_top_leaves(), self.settings.group_size
+        batch, heads, count, _ = queries.shape
+        leaves = state.leaf_low.shape[2]
+        with torch.no_grad(), torch.autocast(device_type=queries.device.type, enabled=False):
+            wide = queries.detach().to(state.leaf_low.dtype)
+            expanded = candidate[:, None].expand(batch, heads, count, leaves)
+            if group is None:
+                bounds = upper_bound(wide, state.leaf_low, state.leaf_high)  # (B, H, q, L)
+                chosen = top_positions(bounds, expanded, min(r, leaves))
+                return chosen, expanded.gather(-1, chosen)
+            groups = state.group_low.shape[2]
+            spare = groups * group - leaves
+            group_candidate = F.pad(candidate, (0, spare)).view(batch, count, groups, group).any(dim=-1)
+            group_candidate = group_candidate[:, None].expand(batch, heads, count, groups)
+            group_scores = upper_bound(wide, state.group_low, state.group_high)  # (B, H, q, G)
+            top = top_positions(group_scores, group_candidate, min(self.settings.resolved_top_groups(), groups))
+            top_valid = group_candidate.gather(-1, top)  # (B, H, q, P)
+            leaf = (top[..., None] * group + torch.arange(group, device=top.device)).flatten(-2)  # (B, H, q, P·g)
+            leaf_valid = (top_valid[..., None] & (leaf.view(*top.shape, group) < leaves)).flatten(-2)
+            leaf = leaf.clamp(max=leaves - 1)
+            leaf_valid = leaf_valid & expanded.gather(-1, leaf)
+            # the chosen groups' leaf bounds, gathered per query: chunks of queries bound the memory
+            width = leaf.shape[-1]
+            step = max(1, _GATHER_BUDGET // max(1, batch * heads * width * wide.shape[-1]))
+            scores = torch.cat([
+                upper_bound(wide[:, :, i:i + step], gather_rows(state.leaf_low, leaf[:, :, i:i + step]),
+                            gather_rows(state.leaf_high, leaf[:, :, i:i + step]))
+                for i in range(0, count, step)
+            ], dim=2)
+            pick = top_positions(scores, leaf_valid, min(r, width))
+            return leaf.gather(-1, pick), leaf_valid.gather(-1, pick)
+
+    # ------------------------------------------------------------------ reading
+    def _probabilities(
+        self, queries: torch.Tensor, state: QuestState, segments: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(rows, probabilities)``: the compacted rows read (B, H, q, S) and their softmax weights (B, H, q, S)
+        in the queries' dtype, zero at rows not read."""
+        rows, allowed = self.select(queries, state, segments)
+        keys = gather_rows(state.keys, rows).to(queries.dtype)  # (B, H, q, S, d)
+        return rows, slot_softmax(queries, keys, allowed, self.scale)
+
+    def _read(
+        self, queries: torch.Tensor, state: QuestState, segments: torch.Tensor, dropout: float
+    ) -> torch.Tensor:
+        rows, probabilities = self._probabilities(queries, state, segments)
+        if dropout > 0.0:
+            probabilities = F.dropout(probabilities, p=dropout, training=True)
+        values = gather_rows(state.values, rows).to(queries.dtype)
+        return torch.einsum("bhqs,bhqsd->bhqd", probabilities, values)
+
+    def forward(
+        self, queries: torch.Tensor, state: CrossAttentionState, *, start_position: int | torch.Tensor = 0,
+        dropout: float = 0.0,
+    ) -> tuple[torch.Tensor, CrossAttentionState]:
+        """Cross attention for ``q`` consecutive decoder positions (training, teacher forcing).
+
+        Args:
+            queries: (B, H, q, d) projected decoder queries at positions ``start_position ..``.
+            state: a :class:`QuestState` from :meth:`init_state`.
+            start_position: absolute decoder position of the first query (an int or a 0-d long tensor).
+            dropout: attention-probability dropout (training only).
+
+        Returns:
+            ``(output, state)``: (B, H, q, d) in the queries' dtype, and the state after the last position.
+
+        Raises:
+            ValueError: for a state of another class.
+        """
+        state = self._standard(state)
+        segments = self._segments(state, start_position, queries.shape[2])
+        output = self._read(queries, state, segments, dropout)
+        return output, replace(state, last_segment=segments[:, -1] if queries.shape[2] else state.last_segment)
+
+    def step(
+        self, queries: torch.Tensor, state: CrossAttentionState, *, position: int | torch.Tensor,
+        project_rows: ProjectRows | None = None,
+    ) -> tuple[torch.Tensor, CrossAttentionState]:
+        """One decoder position: the same output as :meth:`forward` there. From a :class:`QuestRowsState` the chosen
+        rows are read from the encoder output in the absorbed form (module docstring).
+
+        Args:
+            queries: (B, H, 1, d) projected decoder query at ``position``.
+            state: either layout. position: absolute decoder position ``t``. project_rows: unused.
+
+        Returns:
+            ``(output, state)``: (B, H, 1, d) in the queries' dtype, and the updated state.
+
+        Raises:
+            ValueError: for a state of another class.
+        """
+        if not isinstance(state, QuestBoundsState):
+            raise ValueError(f"{type(self).__name__} cannot step a {type(state).__name__}; build it with init_state().")
+        segments = self._segments(state, position, 1)
+        if isinstance(state, QuestRowsState):
+            output = self._read_encoder_rows(queries, state, segments)
+        else:
+            output = self._read(queries, self._standard(state), segments, 0.0)
+        return output, replace(state, last_segment=segments[:, -1])
+
+    def _read_encoder_rows(
+        self, queries: torch.Tensor, state: QuestRowsState, segments: torch.Tensor
+    ) -> torch.Tensor:
+        """The output from rows of the encoder output: ``W_v (sum_x a_x h_x) + b_v`` with
+        ``a = softmax(scale · (W_k^T Q_t) . h_x)`` over the chosen rows (B, H, q, d)."""
+        rows, allowed = self.select(queries, state, segments)
+        batch, heads, count, width = rows.shape
+        encoder, projection = state.encoder.states, state.encoder.projection
+        length, hidden_size = encoder.shape[1], encoder.shape[2]
+        positions = state.positions.gather(1, rows.reshape(batch, -1)).view(batch, heads, count, width)
+        flat = (state.slot[:, None, None, None] * length + positions).reshape(-1)
+        hidden = encoder.reshape(-1, hidden_size).index_select(0, flat).view(batch, heads, count, width, hidden_size)
+        wide = accumulation_dtype(torch.promote_types(queries.dtype, encoder.dtype))
+        hidden = hidden.to(wide)
+        hidden_queries = projection.hidden_queries(queries).to(wide)  # (B, H, q, D)
+        logits = torch.einsum("bhqD,bhqsD->bhqs", hidden_queries, hidden) * self.scale
+        some = allowed.any(dim=-1, keepdim=True)
+        logits = logits.masked_fill(~allowed, float("-inf")).masked_fill(~some, 0.0)
+        probabilities = torch.softmax(logits, dim=-1) * some.to(logits.dtype)
+        mixed = torch.einsum("bhqs,bhqsD->bhqD", probabilities, hidden)
+        output = torch.einsum("bhqD,hdD->bhqd", mixed, projection.value_weight.to(wide))
+        if projection.value_bias is not None:
+            output = output + projection.value_bias.to(wide)[None, :, None, :] * some.to(wide)
+        return output.to(queries.dtype)
+
+    def _standard(self, state: CrossAttentionState) -> QuestState:
+        if not isinstance(state, QuestState):
+            raise ValueError(
+                f"{type(self).__name__} needs a QuestState (from init_state) here, got a {type(state).__name__}."
+            )
+        return state
+
+    def attention_weights(
+        self, queries: torch.Tensor, keys: torch.Tensor, state: CrossAttentionState, key_valid: torch.Tensor | None,
+        *, start_position: int | torch.Tensor = 0,
+    ) -> torch.Tensor:
+        """The softmax weights at the encoder positions, for ``output_attentions``: ``O = A V`` exactly.
+
+        Args:
+            queries: (B, H, q, d) projected decoder queries at positions ``start_position ..``.
+            keys: (B, H, k, d) projected keys in encoder order (only ``k`` is read).
+            state: a :class:`QuestState`. key_valid: unused (the state holds the real positions).
+            start_position: absolute decoder position of the first query.
+
+        Returns:
+            (B, H, q, k) in the queries' dtype; rows sum to 1 over the read positions, all-zero rows for an empty
+            document.
+        """
+        state = self._standard(state)
+        segments = self._segments(state, start_position, queries.shape[2])
+        rows, probabilities = self._probabilities(queries, state, segments)
+        batch, heads, count, width = rows.shape
+        positions = state.positions.gather(1, rows.reshape(batch, -1)).view(batch, heads, count, width)
+        weights = queries.new_zeros(batch, heads, count, keys.shape[2])
+        return weights.scatter_add_(3, positions, probabilities)

@@ -1,0 +1,202 @@
+"""The ``quest`` variant: segment ``i(t)`` and the ``r`` leaves of largest Quest bound (optionally within the ``p``
+best groups of leaves), per query and head, in one softmax. What the shared matrices over ``NAMED_SETTINGS`` do not
+cover (they run ``quest`` at its defaults, which read every key of their tiny inputs): small budgets against the
+float64 reference in both paths, a later chunk and both paddings; the bound; the reductions to full attention;
+the tie rule; the state that reads rows of the encoder output, through ``generate()`` with beams; settings."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import srformer
+from srformer.attention import naive
+from srformer.attention.quest import QuestRowsState, QuestState, key_bounds, upper_bound
+from srformer.config import SRformerConfig, named_config
+from srformer.models.memory_estimate import estimate_decode_memory
+from tests.attention.test_srformer import _incremental, _inputs
+from tests.attention.test_variants import _module, _reference
+from tests.models.conftest import BUILDERS, converted, padded_batch, plain_generation_config
+from tests.tolerance import assert_exact
+
+LENGTHS = [23, 13, 8, 5, 1, 0]  # several leaves and groups, one leaf, one key, an empty document
+
+
+def _left_padded(keys, values, valid, lengths):
+    k = valid.shape[1]
+    roll = [k - n for n in lengths]
+    return (
+        torch.stack([torch.roll(keys[b], r, dims=1) for b, r in enumerate(roll)]),
+        torch.stack([torch.roll(values[b], r, dims=1) for b, r in enumerate(roll)]),
+        torch.stack([torch.roll(valid[b], r) for b, r in enumerate(roll)]),
+    )
+
+
+@pytest.mark.filterwarnings("ignore:An encoder input has")
+@pytest.mark.parametrize("segment_size,leaf,top,group,groups", [
+    (2, 2, 1, None, None), (3, 2, 2, None, None), (4, 3, 2, None, None), (1, 1, 3, None, None),
+    (5, 4, 1, None, None), (20, 2, 2, None, None), (3, 2, 2, 2, 1), (2, 3, 2, 2, 2), (4, 2, 3, 3, 1),
+    (2, 1, 4, 4, 2), (6, 4, 1, 1, 2), (3, 5, 2, 8, 1),
+])
+def test_matches_the_reference_in_both_paths_paddings_and_a_later_chunk(segment_size, leaf, top, group, groups):
+    """One level and two; leaves smaller than, equal to, not dividing and larger than the segment; one group per
+    leaf and one group for every leaf; more segments than steps (s = 1)."""
+    module = _module("quest", segment_size, 6, scale=0.5, leaf_size=leaf, top_leaves=top, group_size=group,
+                     top_groups=groups)
+    queries, keys, values, valid = _inputs(6, 3, 23, 9, 4, LENGTHS)
+    state = module.init_state(keys, values, valid)
+    parallel, final = module(queries, state)
+    assert_exact(parallel, _reference(module, queries, keys, values, valid), "parallel")
+    later, _ = module(queries[:, :, 4:], state, start_position=4)
+    assert_exact(later, _reference(module, queries[:, :, 4:], keys, values, valid, start_position=4), "later chunk")
+    incremental, final_incremental = _incremental(module, queries, state)
+    assert_exact(incremental, parallel, "incremental")
+    assert torch.equal(final.last_segment, final_incremental.last_segment)
+    left_keys, left_values, left = _left_padded(keys, values, valid, LENGTHS)
+    assert_exact(module(queries, module.init_state(left_keys, left_values, left))[0], parallel, "left padding")
+    assert parallel[-1].abs().max() == 0  # the empty document: an empty memory
+
+
+@pytest.mark.parametrize("group,groups", [(None, None), (2, 50), (100, 1)])
+def test_a_budget_of_every_leaf_is_full_attention(group, groups):
+    """``r`` at least the number of leaves (and ``p`` at least the number of groups): every real key once."""
+    module = _module("quest", 3, 8, scale=0.5, leaf_size=2, top_leaves=12, group_size=group, top_groups=groups)
+    queries, keys, values, valid = _inputs(6, 2, 23, 8, 4, LENGTHS)
+    output, _ = module(queries, module.init_state(keys, values, valid))
+    assert_exact(output, naive.full_attention(queries, keys, values, valid, SRformerConfig("full"), scale=0.5),
+                 "every leaf read")
+
+
+def test_a_small_budget_is_not_full_attention_and_groups_change_the_choice():
+    queries, keys, values, valid = _inputs(6, 2, 23, 8, 4, LENGTHS)
+    full = naive.full_attention(queries, keys, values, valid, SRformerConfig("full"), scale=0.5)
+    outputs = []
+    for group, groups in ((None, None), (2, 1)):
+        module = _module("quest", 3, 8, scale=0.5, leaf_size=2, top_leaves=1, group_size=group, top_groups=groups)
+        outputs.append(module(queries, module.init_state(keys, values, valid))[0])
+        assert (outputs[-1][0] - full[0]).abs().max() > 1e-3
+    assert (outputs[0][0] - outputs[1][0]).abs().max() > 1e-6
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 5), st.integers(0, 2**31 - 1))
+def test_the_bound_is_at_least_every_product_and_attained_by_a_one_key_block(size, dims, seed):
+    """``sum_c max(q_c·min_c, q_c·max_c) >= q . k`` for every key of the block (Quest, Sec. 3), with equality for
+    a block of one key."""
+    generator = torch.Generator().manual_seed(seed)
+    keys = torch.randn(1, 1, 4 * size, dims, generator=generator, dtype=torch.float64)
+    query = torch.randn(1, 1, 3, dims, generator=generator, dtype=torch.float64)
+    low, high, _ = key_bounds(keys, torch.ones(1, 4 * size, dtype=torch.bool), size)
+    bounds = upper_bound(query, low, high)  # (1, 1, 3, 4)
+    products = (query @ keys.transpose(-1, -2)).view(1, 1, 3, 4, size)
+    assert (bounds[..., None] >= products - 1e-12).all()
+    if size == 1:
+        assert torch.allclose(bounds, products[..., 0])
+
+
+def test_equal_bounds_choose_the_earlier_leaf():
+    """Two leaves outside the segment with the same keys (so the same bound): the earlier one is read."""
+    keys = torch.zeros(1, 1, 6, 2, dtype=torch.float64)
+    keys[0, 0, 2:4] = torch.tensor([1.0, 0.0])
+    keys[0, 0, 4:6] = torch.tensor([1.0, 0.0])
+    values = torch.zeros_like(keys)
+    values[0, 0, 2:4, 0] = 1.0
+    values[0, 0, 4:6, 1] = 1.0
+    queries = torch.tensor([[[[1.0, 0.0]]]], dtype=torch.float64)
+    module = _module("quest", 2, 8, head_dim=2, leaf_size=2, top_leaves=1)
+    output, _ = module(queries, module.init_state(keys, values, None))  # t = 0 reads segment 0 (positions 0-1)
+    assert output[0, 0, 0, 0] > 0 and output[0, 0, 0, 1] == 0
+    assert_exact(output, _reference(module, queries, keys, values, None), "tie")
+
+
+def test_one_matching_key_is_found_where_a_mean_key_misses_it():
+    """The reason for the bound: one key that matches the query among keys that point away. Its leaf's mean
+    key points away (``block-topk``'s gate misses it); its bound does not."""
+    keys = torch.zeros(1, 1, 12, 2, dtype=torch.float64)
+    keys[0, 0, 4:8, 1] = 1.0  # leaf 1: a plain match for the query's second channel
+    keys[0, 0, 8:12, 0] = -3.0  # leaf 2: three keys far from the query, one that matches it strongly
+    keys[0, 0, 11] = torch.tensor([0.0, 4.0])
+    values = torch.eye(12, 2, dtype=torch.float64)[None, None]
+    queries = torch.tensor([[[[0.0, 1.0]]]], dtype=torch.float64)
+    module = _module("quest", 4, 8, head_dim=2, leaf_size=4, top_leaves=1)
+    state = module.init_state(keys, values, None)
+    rows, allowed = module.select(queries, state, torch.zeros(1, 1, dtype=torch.long))
+    assert set(rows[allowed].tolist()) == {0, 1, 2, 3, 8, 9, 10, 11}
+    block = _module("block-topk", 4, 8, head_dim=2, top_segments=1)
+    blocks, _ = block.select_segments(queries, block.init_state(keys, values, None), torch.zeros(1, 1,
+                                                                                              dtype=torch.long))
+    assert blocks[0, 0, 0].tolist() == [0, 1]  # the mean key picks leaf 1
+
+
+def test_gradient_reaches_the_read_keys_only():
+    module = _module("quest", 3, 8, scale=0.5, leaf_size=2, top_leaves=1)
+    queries, keys, values, valid = _inputs(1, 1, 12, 1, 4, [12])
+    keys.requires_grad_(True)
+    values.requires_grad_(True)
+    output, _ = module(queries, module.init_state(keys, values, valid))
+    output.sum().backward()
+    rows, allowed = module.select(queries, module.init_state(keys.detach(), values.detach(), valid),
+                                  torch.zeros(1, 1, dtype=torch.long))
+    read = set(rows[allowed].tolist())
+    touched = {j for j in range(12) if values.grad[0, 0, j].abs().sum() > 0}
+    assert touched == read and len(read) == 5  # the segment's 3 keys and one leaf of 2
+
+
+def test_attention_weights_are_the_distribution_the_output_is_computed_with():
+    module = _module("quest", 3, 8, scale=0.5, leaf_size=2, top_leaves=2, group_size=2, top_groups=1)
+    queries, keys, values, valid = _inputs(6, 2, 23, 8, 4, LENGTHS)
+    state = module.init_state(keys, values, valid)
+    weights = module.attention_weights(queries, keys, state, valid, start_position=0)
+    assert_exact(weights @ values, module(queries, state)[0], "A V")
+    assert (weights[:, :, :, :][~valid[:, None, None, :].expand_as(weights)] == 0).all()
+
+
+@pytest.mark.parametrize("family", ["t5", "bart"])
+def test_generate_reading_encoder_rows_equals_the_standard_state(family):
+    """Greedy and beam search from the state that reads rows of the encoder output (``rows_min_keys=1``) give the
+    standard state's tokens and scores (the absorbed form is exact up to rounding); the state keeps no keys."""
+    model = converted(BUILDERS[family](), variant="quest", segment_size=4, target_length=8, leaf_size=2,
+                      top_leaves=2, group_size=2, top_groups=2)
+    ids, mask = padded_batch(model)
+    states = []
+    for beams in (1, 3):
+        config = plain_generation_config(model, max_new_tokens=8, num_beams=beams, output_scores=True,
+                                         return_dict_in_generate=True)
+        with torch.no_grad():
+            srformer.set_runtime_options(model, rows_min_keys=None)
+            standard = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+            srformer.set_runtime_options(model, rows_min_keys=1)
+            rows = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+            states.append(type(rows.past_key_values.cross_attention_cache.layers[0].state))
+        assert torch.equal(rows.sequences, standard.sequences)
+        for a, b in zip(rows.scores, standard.scores, strict=True):
+            finite = torch.isfinite(b)
+            assert torch.equal(finite, torch.isfinite(a))
+            assert (a[finite] - b[finite]).abs().max().item() <= 1e-4
+    assert states == [QuestRowsState, QuestRowsState]
+
+
+def test_short_inputs_keep_the_standard_state():
+    model = converted(BUILDERS["t5"](), variant="quest", segment_size=4, target_length=8)
+    ids, mask = padded_batch(model)
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, return_dict_in_generate=True,
+                             generation_config=plain_generation_config(model, max_new_tokens=2))
+    assert type(out.past_key_values.cross_attention_cache.layers[0].state) is QuestState
+
+
+def test_settings_defaults_bad_values_and_the_memory_estimate():
+    config = named_config("quest")
+    assert (config.resolved_leaf_size(), config.resolved_top_leaves(), config.group_size,
+            config.resolved_top_groups(), config.resolved_rows_min_keys()) == (16, 16, None, 16, 16384)
+    for name in ("leaf_size", "top_leaves", "group_size", "top_groups", "rows_min_keys"):
+        with pytest.raises(ValueError, match=name):
+            SRformerConfig(variant="quest", **{name: 0})
+    model_config = BUILDERS["t5"]().config
+    standard = estimate_decode_memory(SRformerConfig("quest", rows_min_keys=10**6), model_config, 1, 65536,
+                                      torch.float32)
+    rows = estimate_decode_memory(SRformerConfig("quest"), model_config, 1, 65536, torch.float32)
+    assert rows.states < standard.states / 4
+    assert rows.transient < standard.transient
