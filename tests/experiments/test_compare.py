@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from srformer.cli.main import main
 from srformer.experiments import compare as compare_module
@@ -266,3 +267,46 @@ def test_a_changed_setting_reruns_only_its_named_settings_cells(tmp_path, monkey
     compare_module.run_compare(tmp_path, pairs, pairs, wide)
     compare_module.run_compare(tmp_path, pairs, pairs, plain)  # the cell without settings is still there
     assert trained == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not DATA.is_dir(), reason="needs the shared xsum_sample data")
+def test_zero_finetuning_steps_score_the_converted_base_as_it_is(tmp_path, monkeypatch):
+    """convert+0: every cell is the base converted, saved and scored with no optimizer step (no checkpoint, the
+    base's weights), its record says 0 steps, and a re-run reuses it."""
+    from safetensors.torch import load_file
+
+    out = tmp_path / "cmp"
+    args = ["compare", "--train-data", str(DATA / "train.jsonl"), "--test-data", str(DATA / "validation.jsonl"),
+            "--output", str(out), *TINY]
+    args[args.index("--finetune-steps") + 1] = "0"
+    args[args.index("--variants") + 1: args.index("--ablations")] = ["full", "srformer"]
+    args[args.index("--seeds") + 1: args.index("--variants")] = ["0"]
+    args[args.index("--segment-sizes") + 1: args.index("--seeds")] = ["8"]
+    args[args.index("--ablations") + 1: args.index("--ablations") + 2] = []
+    assert main(args) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert sorted(cell["key"] for cell in results["cells"]) == ["full-seed0", "srformer-s8-seed0"]
+    base = load_file(out / "base" / "model.safetensors")
+    for cell in results["cells"]:
+        folder = out / "cells" / cell["key"]
+        assert cell["finetune_steps"] == 0 and cell["finetune_seconds"] == 0.0
+        assert json.loads((folder / "training_summary.json").read_text())["steps"] == 0
+        assert not (folder / "checkpoint").exists() and cell["metrics"]["num_examples"] == 5
+        weights = load_file(folder / "model.safetensors")
+        assert all(torch.equal(weights[key], base[key]) for key in base.keys() & weights.keys())
+        assert all(".raf." in key for key in weights.keys() - base.keys())
+    assert "0 fine-tuning steps" in (out / "results.md").read_text()
+    monkeypatch.setattr(compare_module, "convert_stage", lambda *a, **k: pytest.fail("a finished cell was redone"))
+    assert main(args) == 0
+
+
+def test_a_zero_step_conversion_never_overwrites_a_fine_tuned_run(tmp_path):
+    from srformer.config import named_config
+    from srformer.experiments.stages import convert_stage
+    from srformer.training.pipeline import RunSpec
+
+    spec = RunSpec(model="t5-tiny", srformer=named_config("full", segment_size=8, target_length=8))
+    (tmp_path / "training_summary.json").write_text(json.dumps({"steps": 2, "seconds": 1.0}))
+    with pytest.raises(ValueError, match="fine-tuned for 2 steps.*choose another output directory"):
+        convert_stage(spec, [], tmp_path, seed=0)

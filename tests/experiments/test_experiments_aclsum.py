@@ -29,3 +29,22 @@ def test_tiny_aclsum_comparison_writes_results_and_skips_finished_stages(tmp_pat
     again = run_aclsum_comparison(tmp_path, settings)
     assert (tmp_path / "srformer" / "test_metrics.json").stat().st_mtime_ns == stamp
     assert again == rows
+
+
+@pytest.mark.slow
+def test_zero_finetuning_steps_score_the_converted_base_model(tmp_path):
+    """convert+0: each variant is the base converted and scored with no optimizer step (no checkpoint; the full
+    variant keeps the base's weights exactly)."""
+    from safetensors.torch import load_file
+
+    settings = ComparisonSettings(
+        base_steps=3, finetune_steps=0, max_test_examples=3, max_new_tokens=8, max_source_length=64,
+        segment_size=16, target_length=32, max_target_length=32, vocab_size=400, batch_size=4, progress=False,
+        variants=("full", "srformer"),
+    )
+    rows = run_aclsum_comparison(tmp_path, settings)
+    assert [(r["variant"], r["finetune_steps"], r["finetune_seconds"]) for r in rows] == [
+        ("full", 0, 0.0), ("srformer", 0, 0.0)]
+    assert not (tmp_path / "full" / "checkpoint").exists()
+    base, full = (load_file(tmp_path / folder / "model.safetensors") for folder in ("base", "full"))
+    assert base.keys() == full.keys() and all((base[key] == full[key]).all() for key in base)

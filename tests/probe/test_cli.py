@@ -99,9 +99,36 @@ def test_quick_probe_writes_well_formed_outputs(tmp_path, capsys):
     assert "cells; results in" in capsys.readouterr().out
 
 
+@pytest.mark.slow
+def test_quick_probe_with_zero_finetuning_steps_scores_the_converted_models(tmp_path):
+    """convert+0 end to end: the convert cells are scored straight after conversion, recorded with 0 steps, and
+    recognised as finished on a re-run."""
+    output = tmp_path / "probe"
+    argv = ["probe", "--quick", "--tasks", "recall", "--finetune-steps", "0", "--output", str(output), "--no-progress"]
+    assert main(argv) == 0
+    records = json.loads((output / "results.json").read_text())["records"]
+    converted = [r for r in records if r["protocol"] == "convert"]
+    assert len(converted) == len(records) // 2 == len(QUICK["variants"]) * len(QUICK["recall_sizes"]) * len(
+        QUICK["lengths"])
+    for record in converted:
+        assert record["steps"] == 0 and record["budget"]["train"]["steps"] == 0 and record["final_loss"] is None
+        assert record["train_seconds"] == 0.0 and record["diagnostics"] == []
+        assert record["metrics"]["examples"] == QUICK["eval_examples"]
+    assert all(r["steps"] == QUICK["steps"] for r in records if r["protocol"] == "scratch")
+    assert "## Protocol: convert" in (output / "results.md").read_text()
+    before = {p: p.stat().st_mtime_ns for p in (output / "cells").rglob("cell.json")}
+    assert main(argv) == 0
+    assert {p: p.stat().st_mtime_ns for p in (output / "cells").rglob("cell.json")} == before
+
+
 def test_probe_rejects_bad_grid(tmp_path, capsys):
     assert main(["probe", "--quick", "--output", str(tmp_path), "--steps", "0"]) == 2
     assert "steps" in capsys.readouterr().err
+
+
+def test_probe_rejects_negative_finetuning_steps(tmp_path, capsys):
+    assert main(["probe", "--quick", "--output", str(tmp_path), "--finetune-steps", "-1"]) == 2
+    assert "finetune_steps must be >= 0, got -1" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv,expected", [([], 2), (["--min-curriculum-segments", "1"], 1),

@@ -375,3 +375,33 @@ def test_records_made_before_the_floor_are_reused_only_without_a_floor(tmp_path,
     trained.clear()
     runner.run_probe(tmp_path, _tiny_grid())
     assert _mtimes(tmp_path) == again and trained == []
+
+
+def test_zero_finetuning_steps_score_the_converted_base_as_it_is(tmp_path, monkeypatch):
+    """convert+0: every converted model is scored straight after conversion, with the base's weights (a new
+    mechanism's own parameters, SRformer's RAF, are added; nothing else changes), and a re-run reuses the cells."""
+    import torch
+
+    from srformer.probe import runner
+
+    settings = _tiny_grid(variants=("full", "segmented", "srformer"), finetune_steps=0)
+    records = runner.run_probe(tmp_path, settings)["records"]
+    converted = {r["name"]: r for r in records if r["protocol"] == "convert"}
+    assert sorted(converted) == ["full", "segmented", "srformer"]
+    base = torch.load(tmp_path / "bases" / "recall-n2-k32-seed0" / "model.pt", weights_only=True)
+    for name, record in converted.items():
+        assert record["steps"] == 0 and record["final_loss"] is None and record["diagnostics"] == []
+        assert record["budget"]["train"]["steps"] == 0 and record["budget"]["train"]["warmup"] == 0
+        state = torch.load(tmp_path / "cells" / record["key"] / "model.pt", weights_only=True)
+        assert base.keys() <= state.keys() and all(torch.equal(state[key], base[key]) for key in base)
+        added = state.keys() - base.keys()
+        assert (name == "srformer") == bool(added) and all(".raf." in key for key in added)
+    assert converted["srformer"]["diagnostics_eval"] is not None  # measured on held-out examples, no training
+    scratch_full = next(r for r in records if r["protocol"] == "scratch" and r["name"] == "full")
+    assert converted["full"]["metrics"] == scratch_full["metrics"]  # the base itself, scored on the same examples
+    first = _mtimes(tmp_path)
+    monkeypatch.setattr(runner, "train_model", lambda *args, **kwargs: pytest.fail("a finished cell was retrained"))
+    runner.run_probe(tmp_path, settings)
+    assert _mtimes(tmp_path) == first
+    with pytest.raises(ValueError, match=r"ProbeSettings\.finetune_steps must be >= 0, got -1"):
+        _tiny_grid(finetune_steps=-1)

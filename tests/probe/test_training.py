@@ -150,8 +150,28 @@ def test_stepwise_prediction_through_the_cache_equals_teacher_forcing(variant):
 
 def test_bad_budget_is_rejected():
     with pytest.raises(ValueError, match="steps"):
-        train_model(build_model(VOCAB, TINY, seed=0), TaskSpec("copy", 1), VOCAB, TrainSettings(steps=0),
+        train_model(build_model(VOCAB, TINY, seed=0), TaskSpec("copy", 1), VOCAB, TrainSettings(steps=-1),
                     length=8, segment_size=4, target_length=2, seed=0)
+    with pytest.raises(ValueError, match="batch_size"):
+        train_model(build_model(VOCAB, TINY, seed=0), TaskSpec("copy", 1), VOCAB, TrainSettings(steps=0, batch_size=0),
+                    length=8, segment_size=4, target_length=2, seed=0)
+
+
+def test_zero_steps_leave_the_model_as_it_is(monkeypatch):
+    """convert+0: no optimizer, no forward pass, the weights and the mode unchanged; warm-up ``min(50, 0 // 10)``
+    is 0 and no schedule is built."""
+    model = _srformer()
+    model.eval()
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    monkeypatch.setattr(torch.optim, "AdamW", lambda *a, **k: pytest.fail("an optimizer was built"))
+    monkeypatch.setattr(type(model), "forward", lambda *a, **k: pytest.fail("a forward pass was run"))
+    settings = TrainSettings(steps=0, batch_size=2, warmup=min(50, 0 // 10), curriculum_start=0)
+    summary = train_model(model, TaskSpec("recall", 2), VOCAB, settings, length=48, segment_size=8, target_length=6,
+                          seed=0, on_step=lambda *a: pytest.fail("a step was reported"), diagnostics_every=1)
+    assert summary == {"steps": 0, "seconds": 0.0, "final_loss": None, "diagnostics": []}
+    assert not model.training
+    after = model.state_dict()
+    assert after.keys() == before.keys() and all(torch.equal(after[name], before[name]) for name in before)
 
 
 def _srformer(seed: int = 0):

@@ -44,3 +44,17 @@ def test_invalid_values_raise_naming_the_field(kwargs, field):
 
 def test_zero_grad_norm_disables_clipping_and_is_valid():
     assert TrainingSettings(max_grad_norm=0.0, time_budget_seconds=5).max_grad_norm == 0.0
+
+
+def test_zero_finetuning_steps_are_allowed_and_negative_ones_are_named():
+    """``finetune_steps = 0`` ("convert+0") scores a converted model without fine-tuning, in every settings class
+    that shares :class:`FineTuning`; a negative value raises naming the class and the setting."""
+    from srformer.experiments.aclsum import ComparisonSettings
+    from srformer.experiments.compare import CompareSettings
+    from srformer.probe.runner import ProbeSettings
+    from srformer.training.settings_base import FineTuning
+
+    for settings_class in (FineTuning, ProbeSettings, CompareSettings, ComparisonSettings):
+        assert settings_class(finetune_steps=0).finetune_steps == 0
+        with pytest.raises(ValueError, match=rf"{settings_class.__name__}\.finetune_steps must be >= 0, got -1"):
+            settings_class(finetune_steps=-1)

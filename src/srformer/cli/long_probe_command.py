@@ -12,14 +12,16 @@ def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "long-probe", help="score finished recall probe cells on inputs far longer than they were trained on",
         description=(
-            "Take the finished recall cells (convert protocol, seed 0) of `srformer probe` runs, encode longer "
-            "held-out documents in windows of the trained length, and score off- and on-segment recall at each "
-            "length without further training. Writes OUTPUT/long_probe.json (resumable), long_probe.md and "
-            "long_probe.png. Synthetic."
+            "Take the finished recall cells (convert protocol, of each --seeds seed) of `srformer probe` runs, "
+            "encode longer held-out documents in windows of the trained length, and score off- and on-segment "
+            "recall at each length without further training. Writes OUTPUT/long_probe.json (one row per cell, "
+            "length and seed; resumable), long_probe.md and long_probe.png (the mean over the seeds). Synthetic."
         ),
     )
     parser.add_argument("--runs", nargs="+", required=True, help="`srformer probe --output` folders")
     parser.add_argument("--variants", nargs="+", required=True, help="named settings whose cells are scored")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None,
+                        help="probe seeds whose cells are scored (default 0); the table shows their mean")
     parser.add_argument("--output", required=True, help="output folder (finished lengths there are kept)")
     parser.add_argument("--lengths", type=int, nargs="+", default=None,
                         help="test input lengths in tokens (default 2048 4096 8192 16384)")
@@ -40,8 +42,9 @@ def run(args) -> int:
     options = {name: getattr(args, name)
                for name in ("encoder_window", "examples", "batch_size", "knn_index", "index_probes")
                if getattr(args, name) is not None}
-    if args.lengths:
-        options["lengths"] = tuple(args.lengths)
+    for name in ("lengths", "seeds"):
+        if getattr(args, name):
+            options[name] = tuple(getattr(args, name))
     settings = LongProbeSettings(runs=tuple(args.runs), variants=tuple(args.variants), **options)
     run_long_probe(settings, args.output, log=lambda line: print(line, file=sys.stderr, flush=True))
     written = write_long_probe(args.output)

@@ -7,7 +7,8 @@ Protocol (mirrors the paper, which converts a pretrained full-attention model an
    weights can be downloaded; pass a hub id or local checkpoint as ``model`` to start from one).
 2. Convert a copy of the base model to each variant and fine-tune each for the same number of
    steps with the same data order and seed (``full`` is fine-tuned too, so every variant gets the
-   same budget).
+   same budget). With ``finetune_steps = 0`` ("convert+0") each converted model is scored as it is, with no
+   optimizer step.
 3. Generate summaries for the ACLSum test split and score them with ROUGE; time the decoding.
 
 Every stage is resumable: a finished stage is skipped, an interrupted one resumes from its
@@ -24,7 +25,7 @@ from srformer.config import SRformerConfig
 from srformer.data.pairs import load_aclsum
 from srformer.evaluation.report import format_table, write_metrics_json
 from srformer.experiments.plots import plot_variant_comparison
-from srformer.experiments.stages import evaluate_stage, stage_training, train_stage
+from srformer.experiments.stages import convert_stage, evaluate_stage, stage_training, train_stage
 from srformer.training.pipeline import RunSpec
 from srformer.training.settings import TrainingSettings
 from srformer.training.settings_base import BaseModelBudget, Decoding, Seed, SummaryShapes
@@ -102,10 +103,13 @@ def run_aclsum_comparison(output_dir: str | Path, settings: ComparisonSettings |
     for number, variant in enumerate(settings.variants, start=2):
         run_dir = output / variant
         print(f"[{number}/{1 + len(settings.variants)}] {variant}: convert the base model, fine-tune -> {run_dir}")
-        summary = train_stage(
-            spec(str(base_dir), variant), train_pairs, run_dir,
-            training(settings.finetune_steps, settings.finetune_learning_rate),
-        )
+        if settings.finetune_steps == 0:  # convert+0: the converted model is scored as it is
+            summary = convert_stage(spec(str(base_dir), variant), train_pairs, run_dir, seed=settings.seed)
+        else:
+            summary = train_stage(
+                spec(str(base_dir), variant), train_pairs, run_dir,
+                training(settings.finetune_steps, settings.finetune_learning_rate),
+            )
         metrics, _ = evaluate_stage(
             run_dir, test_pairs, max_source_length=settings.max_source_length,
             max_new_tokens=settings.max_new_tokens, num_beams=settings.num_beams,
@@ -117,6 +121,7 @@ def run_aclsum_comparison(output_dir: str | Path, settings: ComparisonSettings |
                 "segment_size": metrics["segment_size"] or "-",
                 **{key: metrics[key] for key in ("rouge1", "rouge2", "rougeL", "rougeLsum")},
                 "rouge1_ci": "{:.2f}-{:.2f}".format(*metrics["rouge_ci"]["rouge1"]),
+                "finetune_steps": summary.get("steps"),
                 "finetune_seconds": summary.get("seconds"),
                 "decode_seconds": metrics["seconds"],
                 "tokens_per_second": metrics["tokens_per_second"],

@@ -10,7 +10,9 @@ Protocol (the paper converts a pretrained full-attention model and fine-tunes it
 2. Cells. Every named setting (a variant, an ablation or the Eq. 10 mix, see
    :data:`srformer.config.NAMED_SETTINGS`) is converted from the same base and fine-tuned for
    ``finetune_steps`` steps, once per segment size and seed (``full`` and ``linear`` do not depend on
-   the segment size and run once per seed). The seed sets the fine-tuning data order, dropout and
+   the segment size and run once per seed). With ``finetune_steps = 0`` ("convert+0") each converted model is
+   saved and scored straight after conversion, with no optimizer step
+   (:func:`~srformer.experiments.stages.convert_stage`). The seed sets the fine-tuning data order, dropout and
    the initialisation of new parameters (RAF); the base model is shared by all seeds, as the
    paper's pretrained checkpoint is.
 3. Every cell generates summaries for the test pairs, which are scored with ROUGE (rouge-score).
@@ -51,7 +53,7 @@ from srformer.evaluation.reading import lead_sentences, reading_check
 from srformer.evaluation.report import write_metrics_json
 from srformer.evaluation.rouge import ROUGE_KEYS, RougeResult, score_summaries
 from srformer.experiments.compare_report import write_report
-from srformer.experiments.stages import evaluate_stage, same_decoding, stage_training, train_stage
+from srformer.experiments.stages import convert_stage, evaluate_stage, same_decoding, stage_training, train_stage
 from srformer.experiments.statistics import paired_difference, seed_spread
 from srformer.models.factory import NAMED_CONFIGS
 from srformer.training.pipeline import RunSpec
@@ -168,7 +170,9 @@ class CellResult:
     ``distinct_outputs``, the number of different summaries over the test documents (a model that
     ignores its input writes one summary for every document, whatever its ROUGE), and ``reading``, the reading
     check (:func:`srformer.evaluation.reading.reading_check`: distinct fraction, copy rate, lead-3 ROUGE), or None
-    for a record written before the check existed whose predictions are gone."""
+    for a record written before the check existed whose predictions are gone; ``finetune_steps``, the optimizer
+    steps the cell's model was fine-tuned for (0 for a converted model scored as it is; None in a record written
+    before the entry existed)."""
 
     cell: Cell
     metrics: dict
@@ -177,6 +181,7 @@ class CellResult:
     distinct_outputs: int = 0
     settings: dict = field(default_factory=dict)
     reading: dict | None = None
+    finetune_steps: int | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -188,6 +193,7 @@ class CellResult:
             "distinct_outputs": self.distinct_outputs,
             "settings": self.settings,
             "reading": self.reading,
+            "finetune_steps": self.finetune_steps,
         }
 
 
@@ -280,20 +286,23 @@ def _run_cell(
             metrics.get("num_examples") == len(test_pairs)
             and "distinct_outputs" in saved
             and same_settings(saved, extra)
+            and saved.get("finetune_steps", settings.finetune_steps) == settings.finetune_steps
             and same_decoding(metrics, num_beams=settings.num_beams, max_new_tokens=settings.max_new_tokens,
                               no_repeat_ngram_size=settings.no_repeat_ngram_size)
         ):
             reading = saved.get("reading") or _saved_reading(run_dir, test_pairs)
             result = CellResult(cell, metrics, saved["finetune_seconds"], saved["per_document"],
-                                saved["distinct_outputs"], extra, reading)
+                                saved["distinct_outputs"], extra, reading, saved.get("finetune_steps"))
             if reading is not None and saved.get("reading") is None:  # an older record: add the check it lacked
                 write_metrics_json(result_file, result.to_dict())
             return result
     # Otherwise training and decoding are each skipped when already done (with these settings).
-    summary = train_stage(
-        _spec(settings, base_model, cell.name, cell.segment_size, extra), train_pairs, run_dir,
-        _training(settings, settings.finetune_steps, settings.finetune_learning_rate, cell.seed),
-    )
+    spec = _spec(settings, base_model, cell.name, cell.segment_size, extra)
+    if settings.finetune_steps == 0:  # convert+0: the converted model is scored as it is
+        summary = convert_stage(spec, train_pairs, run_dir, seed=cell.seed)
+    else:
+        summary = train_stage(spec, train_pairs, run_dir,
+                              _training(settings, settings.finetune_steps, settings.finetune_learning_rate, cell.seed))
     metrics, predictions = evaluate_stage(
         run_dir, test_pairs, max_source_length=settings.max_source_length, max_new_tokens=settings.max_new_tokens,
         num_beams=settings.num_beams, batch_size=settings.eval_batch_size, source_prefix=settings.source_prefix,
@@ -302,7 +311,7 @@ def _run_cell(
     per_document = score_summaries(predictions, [p.summary for p in test_pairs]).per_document
     reading = metrics.get("reading") or reading_check(predictions, [p.document for p in test_pairs])
     result = CellResult(cell, metrics, float(summary.get("seconds", 0.0)), per_document, len(set(predictions)),
-                        extra, reading)
+                        extra, reading, int(summary.get("steps", settings.finetune_steps)))
     write_metrics_json(result_file, result.to_dict())
     return result
 

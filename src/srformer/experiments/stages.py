@@ -1,4 +1,5 @@
-"""Resumable stages shared by the experiments: fine-tune a run, evaluate a run."""
+"""Resumable stages shared by the experiments: fine-tune a run (or, for zero fine-tuning steps, convert it), evaluate
+a run."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from srformer.data.pairs import SummaryPair
 from srformer.evaluation.evaluate import evaluate_summarizer, load_summarizer
 from srformer.evaluation.report import write_metrics_json
 from srformer.training.checkpoint import find_checkpoint
-from srformer.training.pipeline import RunSpec, train_summarizer
+from srformer.training.pipeline import RunSpec, convert_summarizer, differing_run_settings, read_run, train_summarizer
 from srformer.training.settings import TrainingSettings
 
 
@@ -38,6 +39,37 @@ def train_stage(spec: RunSpec, pairs: Sequence[SummaryPair], output: Path, setti
         if summary.get("steps", 0) >= settings.max_steps:
             return summary
     train_summarizer(spec, pairs, output, settings, resume=find_checkpoint(output) is not None)
+    return json.loads(summary_file.read_text())
+
+
+def convert_stage(spec: RunSpec, pairs: Sequence[SummaryPair], output: Path, *, seed: int) -> dict:
+    """The zero-step stage ("convert+0"): convert ``spec`` into ``output`` and save it with no fine-tuning
+    (:func:`~srformer.training.pipeline.convert_summarizer`), unless ``output`` already holds this conversion (a
+    ``training_summary.json`` of 0 steps, the saved model and a run file of the same settings).
+
+    Returns:
+        The run's ``training_summary.json`` (``"steps": 0``, ``"seconds": 0.0``, ``"final_loss": None``).
+
+    Raises:
+        ValueError: ``output`` holds a run fine-tuned for one or more steps, a training checkpoint, or a conversion
+            of other settings (model, variant, lengths): it is never overwritten (choose another output directory).
+    """
+    summary_file = output / "training_summary.json"
+    if summary_file.is_file():
+        summary = json.loads(summary_file.read_text())
+        if summary.get("steps", 0) != 0:
+            raise ValueError(
+                f"{output} holds a run fine-tuned for {summary['steps']} steps; a zero-step conversion "
+                "(finetune_steps=0) is not written over it: choose another output directory."
+            )
+        previous = read_run(output)
+        if (output / "config.json").is_file() and previous is not None:
+            differing = differing_run_settings(previous, spec)
+            if differing:
+                raise ValueError(f"{output} holds a zero-step conversion with other {', '.join(differing)}: choose "
+                                 "another output directory.")
+            return summary
+    convert_summarizer(spec, pairs, output, seed=seed)
     return json.loads(summary_file.read_text())
 
 

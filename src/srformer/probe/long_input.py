@@ -6,12 +6,14 @@ input length, e.g. k = 512), gives each model chunked encoding with windows of t
 of longer inputs (default 2,048 to 16,384 tokens: the same number of facts spread through more filler). Each
 cell keeps the segment size it was trained with, so a longer input has more segments than the schedule's target
 length: the segments the schedule skips are read through the mechanism's global or recurrent term only, or not at
-all. Off- and on-segment token accuracy per length are written to ``long_probe.json``, ``long_probe.md`` and
-``long_probe.png``; finished (cell, length) pairs are kept, so a rerun resumes.
+all. The cells of every seed asked for (``--seeds``, default 0) are scored on the same documents. Off- and
+on-segment token accuracy per length and seed are written to ``long_probe.json``; ``long_probe.md`` and
+``long_probe.png`` show the mean over the seeds. Finished (cell, length, seed) rows are kept, so a rerun resumes.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 import warnings
@@ -29,6 +31,7 @@ from srformer.probe.metrics import score
 from srformer.probe.report import plt
 from srformer.probe.tasks import ProbeVocabulary, TaskSpec, generate_examples
 from srformer.probe.training import ModelShape, build_model, predict, predict_stepwise
+from srformer.training.settings_base import MAX_SEED
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,8 @@ class LongProbeSettings:
         runs: ``srformer probe --output`` folders whose ``cells/convert/recall-*`` cells are scored; a cell found
             in several (the same key) is taken from the last.
         variants: the named settings to score (their cells must be finished).
+        seeds: the probe seeds whose cells are scored (each ``0 <= seed <=`` :data:`MAX_SEED`, at least one); every
+            cell of every seed must be finished.
         lengths: test input lengths in tokens.
         encoder_window: tokens per encoder window; None: the window the cell was trained with (its
             ``encoder_window`` setting), else its trained input length.
@@ -53,6 +58,7 @@ class LongProbeSettings:
 
     runs: tuple[str, ...]
     variants: tuple[str, ...]
+    seeds: tuple[int, ...] = (0,)
     lengths: tuple[int, ...] = (2048, 4096, 8192, 16384)
     encoder_window: int | None = None
     examples: int = 128
@@ -63,6 +69,10 @@ class LongProbeSettings:
     def __post_init__(self) -> None:
         if not self.runs or not self.variants:
             raise ValueError("`runs` and `variants` must each name at least one.")
+        if not self.seeds or any(isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED
+                                 for seed in self.seeds):
+            raise ValueError(f"`seeds` must name at least one seed, each an int in [0, {MAX_SEED}], "
+                             f"got {self.seeds!r}.")
         if self.knn_index is not None and any(named_config(name).variant != "knn" for name in self.variants):
             raise ValueError("`knn_index` applies to knn cells only: give --variants knn (or knn-4).")
         if any(not isinstance(n, int) or n < 1 for n in self.lengths) or not self.lengths:
@@ -72,20 +82,21 @@ class LongProbeSettings:
                 raise ValueError(f"`{name}` must be a positive int, got {getattr(self, name)!r}.")
 
 
-def find_cells(runs: Sequence[str | Path], variants: Sequence[str]) -> dict[str, Path]:
-    """The finished ``recall`` cells (converted and fine-tuned, seed 0) of ``variants`` in ``runs``: name ->
-    cell folder (holding ``cell.json`` and ``model.pt``). A later run wins over an earlier one; within a run, the
-    cell of the named setting as registered wins over a cell run with extra ``--setting`` values.
+def find_cells(runs: Sequence[str | Path], variants: Sequence[str], *, seed: int) -> dict[str, Path]:
+    """The finished ``recall`` cells (``convert`` protocol, fine-tuned for any number of steps, 0 included) of
+    ``variants`` and probe seed ``seed`` in ``runs``: name -> cell folder (holding ``cell.json`` and ``model.pt``). A
+    later run wins over an earlier one; within a run, the cell of the named setting as registered wins over a cell
+    run with extra ``--setting`` values.
 
     Raises:
-        FileNotFoundError: for a variant with no finished cell, naming the runs searched.
+        FileNotFoundError: for a variant with no finished cell of ``seed``, naming the seed and the runs searched.
     """
     found: dict[str, Path] = {}
     for run in runs:
         in_run: dict[str, tuple[bool, Path]] = {}
         for record_file in sorted(Path(run).glob("cells/convert/recall-*/*/cell.json")):
             record = json.loads(record_file.read_text())
-            if record["name"] in variants and record["seed"] == 0 and (record_file.parent / "model.pt").is_file():
+            if record["name"] in variants and record["seed"] == seed and (record_file.parent / "model.pt").is_file():
                 plain = not record.get("settings")
                 if record["name"] not in in_run or plain:
                     in_run[record["name"]] = (plain, record_file.parent)
@@ -93,8 +104,8 @@ def find_cells(runs: Sequence[str | Path], variants: Sequence[str]) -> dict[str,
     missing = [name for name in variants if name not in found]
     if missing:
         raise FileNotFoundError(
-            f"No finished recall cell (convert protocol, seed 0, with model.pt) for {missing} in {list(runs)}: run "
-            "`srformer probe --tasks recall --protocols convert` for them first."
+            f"No finished recall cell (convert protocol, seed {seed}, with model.pt) for {missing} in {list(runs)}: "
+            f"run `srformer probe --tasks recall --protocols convert --seeds {seed}` for them first."
         )
     return found
 
@@ -123,27 +134,30 @@ def _model(cell: Path, record: dict, encoder_window: int, settings: LongProbeSet
 
 def run_long_probe(settings: LongProbeSettings, output: str | Path, *,
                    log: Callable[[str], None] = print) -> list[dict]:
-    """Score every (variant, length) not yet in ``output/long_probe.json``; returns every record of the file.
+    """Score every (variant, length, seed) of ``settings`` not yet in ``output/long_probe.json``; returns every
+    record of the file. Each record holds its ``seed``; a record without one (written before seeds were scored)
+    counts as seed 0. Every seed's cell is scored on the same documents.
 
     Raises:
-        FileNotFoundError: as :func:`find_cells`.
+        FileNotFoundError: as :func:`find_cells`, for the first seed with a missing cell (before anything is scored).
     """
     folder = Path(output)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "long_probe.json"
     payload = json.loads(path.read_text()) if path.exists() else {"records": []}
     records: list[dict] = payload["records"]
-    done = {(r["name"], r["length"]) for r in records}
-    cells = find_cells(settings.runs, settings.variants)
+    done = {(r["name"], r["length"], r.get("seed", 0)) for r in records}
+    cells = {seed: find_cells(settings.runs, settings.variants, seed=seed) for seed in settings.seeds}
     read = predict if settings.knn_index is None else predict_stepwise
-    for name in settings.variants:
+    for name, seed in itertools.product(settings.variants, settings.seeds):
         label = _label(name, settings)
-        todo = [n for n in settings.lengths if (label, n) not in done]
+        todo = [n for n in settings.lengths if (label, n, seed) not in done]
         if not todo:
             continue
-        record = json.loads((cells[name] / "cell.json").read_text())
+        cell = cells[seed][name]
+        record = json.loads((cell / "cell.json").read_text())
         window = settings.encoder_window or record.get("settings", {}).get("encoder_window") or record["length"]
-        model, vocabulary = _model(cells[name], record, window, settings)
+        model, vocabulary = _model(cell, record, window, settings)
         segment_size = record["segment_size"] or min(record["budget"]["segment_sizes"])
         spec = TaskSpec("recall", record["n"])
         for length in todo:
@@ -158,13 +172,13 @@ def run_long_probe(settings: LongProbeSettings, output: str | Path, *,
             metrics = score(predictions, examples, segment_size=segment_size,
                             target_length=record["target_length"])
             model.eval()  # predict() leaves the model in training mode
-            row = {"name": label, "length": length, "knn_index": settings.knn_index,
+            row = {"name": label, "length": length, "seed": seed, "knn_index": settings.knn_index,
                    "trained_length": record["length"], "segment_size": segment_size,
                    "encoder_window": window, "finetune_steps": record["budget"]["train"]["steps"],
                    "cell": record["key"], "metrics": metrics, "seconds": time.perf_counter() - started}
             records.append(row)
             path.write_text(json.dumps(payload, indent=2))
-            log(f"long-probe: {label} at {length:,} tokens: off {_pct(metrics['off_token_accuracy'])}, "
+            log(f"long-probe: {label} (seed {seed}) at {length:,} tokens: off {_pct(metrics['off_token_accuracy'])}, "
                 f"on {_pct(metrics['on_token_accuracy'])} ({row['seconds']:.0f} s)")
     path.write_text(json.dumps(payload, indent=2))
     return records
@@ -174,38 +188,69 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}"
 
 
+def _by_cell(records: Sequence[dict]) -> dict[tuple[str, int], list[dict]]:
+    """The records of each (name, length), one per seed in seed order (a record without ``seed`` is seed 0; of two
+    records of the same seed the later one counts)."""
+    rows: dict[tuple[str, int, int], dict] = {(r["name"], r["length"], r.get("seed", 0)): r for r in records}
+    cells: dict[tuple[str, int], list[dict]] = {}
+    for (name, length, _), record in sorted(rows.items(), key=lambda item: item[0][2]):
+        cells.setdefault((name, length), []).append(record)
+    return cells
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    """The mean of the values that exist (None when none does)."""
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
+def _seed_figure(rows: Sequence[dict], key: str) -> str:
+    """``metrics[key]`` of a cell's seeds in %: the mean over the seeds, followed by the per-seed values in
+    parentheses (seed order) when there are two or more seeds and they differ at the printed precision, e.g.
+    ``99.2 (98.9, 99.5)``; ``-`` for a value that does not exist."""
+    values = [r["metrics"][key] for r in rows]
+    mean = _pct(_mean(values))
+    each = [_pct(v) for v in values]
+    return mean if len(set(each)) < 2 else f"{mean} ({', '.join(each)})"
+
+
 def long_probe_table(records: Sequence[dict]) -> str:
-    """The Markdown report: off-segment / on-segment token accuracy (%) per variant and test length."""
+    """The Markdown report: off-segment / on-segment token accuracy (%) per variant and test length, the mean over
+    the seeds present in each cell with the per-seed values in parentheses where they differ
+    (:func:`_seed_figure`); a row's name is followed by its fine-tuning steps (0: scored as converted)."""
     lengths = sorted({r["length"] for r in records})
     names = list(dict.fromkeys(r["name"] for r in records))
-    by_key = {(r["name"], r["length"]): r for r in records}
+    by_cell = _by_cell(records)
+    seeds = sorted({r.get("seed", 0) for r in records})
     first = records[0] if records else {}
     lines = [
         "# Recall at inputs longer than training (synthetic)",
         "",
-        f"Each model was converted and fine-tuned on recall at {first.get('trained_length', '?')} tokens (segment "
-        f"size {first.get('segment_size', '?')}), then scored without further training on longer documents (the "
-        "same 256 stored facts in more filler), encoded in windows of "
-        + " or ".join(f"{w:,}" for w in sorted({r.get("encoder_window", 0) for r in records})) + " tokens. Rows "
-        "marked with an index search it one decoder position at a time, as generate() does; the others are "
-        "teacher-forced in one pass. Cells: off-segment / on-segment token accuracy in %.",
+        f"Each model was converted and fine-tuned (for the steps in parentheses; 0: none, scored as converted) on "
+        f"recall at {first.get('trained_length', '?')} tokens (segment size {first.get('segment_size', '?')}), then "
+        "scored without further training on longer documents (the same 256 stored facts in more filler), encoded "
+        "in windows of " + " or ".join(f"{w:,}" for w in sorted({r.get("encoder_window", 0) for r in records}))
+        + " tokens. Rows marked with an index search it one decoder position at a time, as generate() does; the "
+        "others are teacher-forced in one pass. Cells: off-segment / on-segment token accuracy in %, the mean over "
+        f"the probe seeds present (seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}), with the "
+        "per-seed values in parentheses where there are two or more and they differ.",
         "",
         "| mechanism (fine-tuning steps) | " + " | ".join(f"{n:,}" for n in lengths) + " |",
         "|---|" + "---|" * len(lengths),
     ]
     for name in names:
-        steps = next(r["finetune_steps"] for r in records if r["name"] == name)
+        steps = ", ".join(str(n) for n in sorted({int(r["finetune_steps"]) for r in records if r["name"] == name}))
         cells = []
         for n in lengths:
-            r = by_key.get((name, n))
-            cells.append("-" if r is None else f"{_pct(r['metrics']['off_token_accuracy'])} / "
-                                                f"{_pct(r['metrics']['on_token_accuracy'])}")
+            rows = by_cell.get((name, n))
+            cells.append("-" if rows is None else f"{_seed_figure(rows, 'off_token_accuracy')} / "
+                                                   f"{_seed_figure(rows, 'on_token_accuracy')}")
         lines.append(f"| {name} ({steps}) | " + " | ".join(cells) + " |")
-    on = [next((by_key[(name, n)]["metrics"]["on_positions"] for name in names if (name, n) in by_key), 0)
+    on = [next((by_cell[(name, n)][0]["metrics"]["on_positions"] for name in names if (name, n) in by_cell), 0)
           for n in lengths]
-    off = [next((by_key[(name, n)]["metrics"]["off_positions"] for name in names if (name, n) in by_key), 0)
+    off = [next((by_cell[(name, n)][0]["metrics"]["off_positions"] for name in names if (name, n) in by_cell), 0)
            for n in lengths]
-    lines += ["", "Scored positions per length (on-segment / off-segment): "
+    lines += ["", "Scored positions per length and seed (on-segment / off-segment): "
               + ", ".join(f"{n:,}: {a} / {b}" for n, a, b in zip(lengths, on, off, strict=True))
               + ". A longer input has more segments but the schedule still reads one per decoder step, so few "
               "queried facts lie on the scheduled segment and the on-segment figures rest on a handful of answers."]
@@ -213,12 +258,15 @@ def long_probe_table(records: Sequence[dict]) -> str:
 
 
 def plot_long_probe(records: Sequence[dict], path: str | Path) -> Path:
-    """Off-segment accuracy against test length (log axis), one line per variant."""
+    """Off-segment accuracy (the mean over the seeds present) against test length (log axis), one line per
+    variant."""
     path = Path(path)
+    by_cell = _by_cell(records)
     fig, ax = plt.subplots(figsize=(8.5, 4.5))
     for index, name in enumerate(dict.fromkeys(r["name"] for r in records)):
-        rows = sorted((r for r in records if r["name"] == name), key=lambda r: r["length"])
-        ax.plot([r["length"] for r in rows], [100 * (r["metrics"]["off_token_accuracy"] or 0) for r in rows],
+        lengths = sorted(n for label, n in by_cell if label == name)
+        means = [_mean([r["metrics"]["off_token_accuracy"] for r in by_cell[(name, n)]]) for n in lengths]
+        ax.plot(lengths, [100 * (m or 0) for m in means],
                 "os^vD<>"[index % 7] + "-", color=plt.get_cmap("tab20")(index % 20), label=name)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("test input length (tokens)")

@@ -7,7 +7,10 @@ Protocols:
 - ``convert`` (the paper's protocol, Sec. 4.1): the ``scratch`` full-attention model of the same task,
   size, length and seed is the base; it is converted to every variant (``full`` included, as the
   control that just trains longer) and fine-tuned for ``finetune_steps`` steps at the final length.
-  Every variant gets the same fine-tuning budget.
+  Every variant gets the same fine-tuning budget. With ``finetune_steps = 0`` ("convert+0") every converted model
+  is scored straight after conversion: no optimizer step, its record has ``"steps": 0`` and ``"final_loss": None``
+  (its :func:`cell_budget` differs from a fine-tuned cell's, so the two are never taken for each other; as for any
+  other budget change, the cell is run again in the same folder, so give a zero-step grid its own output).
 
 A finished cell writes ``cell.json`` and is skipped on a re-run with the same budget
 (:func:`cell_budget`) and the same extra settings of its named setting (``variant_settings``, ``srformer probe
@@ -61,7 +64,8 @@ class ProbeSettings(FineTuning, PeakLearningRate, SeedGrid):
     per scratch cell: 30 cells, under 30 minutes on 2 CPU cores with two workers (docs/probe.md, "Default grid").
 
     Inherited (:mod:`srformer.training.settings_base`): ``batch_size``, ``progress``, ``finetune_steps`` (of a
-    ``convert`` cell), ``finetune_learning_rate`` (:class:`~srformer.training.settings_base.FineTuning`);
+    ``convert`` cell; 0 scores the converted model without fine-tuning), ``finetune_learning_rate``
+    (:class:`~srformer.training.settings_base.FineTuning`);
     ``learning_rate`` (of a ``scratch`` cell, :class:`~srformer.training.settings_base.PeakLearningRate`); ``seeds``
     (model initialisation and data-stream seeds, :class:`~srformer.training.settings_base.SeedGrid`).
 

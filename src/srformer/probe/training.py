@@ -98,7 +98,7 @@ class TrainSettings:
     """Budget of one training (or fine-tuning) run.
 
     Args:
-        steps: optimizer steps.
+        steps: optimizer steps (>= 0; 0 = no training: :func:`train_model` leaves the model as it is).
         batch_size: examples per step.
         learning_rate: peak AdamW learning rate.
         warmup: warm-up steps (linear), then linear decay to 10% of the peak.
@@ -203,16 +203,23 @@ def train_model(
         ``{"steps", "seconds", "final_loss", "diagnostics"}``: ``final_loss`` is the mean loss of the last 50
         steps; ``diagnostics`` a list of ``{"step", "loss", "length", "layers"}`` (``layers``: one dict per
         recurrent layer, :meth:`~srformer.evaluation.recurrent_term.RecurrentTermMonitor.report`), empty when
-        nothing was measured. ``seconds`` includes the measurements.
+        nothing was measured. ``seconds`` includes the measurements. With ``steps = 0`` nothing is run: no
+        optimizer, no forward pass, the model's weights and mode are left as they are, and the result is
+        ``{"steps": 0, "seconds": 0.0, "final_loss": None, "diagnostics": []}``.
 
     Raises:
-        ValueError: if ``steps`` or ``batch_size`` is not positive, ``diagnostics_every`` is negative, or
-            ``min_curriculum_segments`` is below 1.
+        ValueError: if ``steps`` is negative, ``batch_size`` is not positive, ``diagnostics_every`` is negative,
+            or ``min_curriculum_segments`` is below 1.
     """
-    if settings.steps < 1 or settings.batch_size < 1:
-        raise ValueError(f"steps and batch_size must be positive, got {settings.steps} and {settings.batch_size}.")
+    if settings.steps < 0:
+        raise ValueError(f"`steps` must be >= 0 (0 = no training), got {settings.steps}.")
+    if settings.batch_size < 1:
+        raise ValueError(f"`batch_size` must be >= 1, got {settings.batch_size}.")
     if diagnostics_every < 0:
         raise ValueError(f"`diagnostics_every` must be >= 0 (0 disables), got {diagnostics_every}.")
+    schedule = curriculum_lengths(settings, spec, vocabulary, length=length, segment_size=segment_size)
+    if not schedule:  # steps = 0: the model is scored as it is
+        return {"steps": 0, "seconds": 0.0, "final_loss": None, "diagnostics": []}
     monitored = diagnostics_every > 0 and bool(recurrent_layers(model))
     diagnostics: list[dict] = []
     decay: list[torch.nn.Parameter] = []
@@ -227,8 +234,7 @@ def train_model(
     model.train()
     losses: list[float] = []
     started = time.perf_counter()
-    for step, current in enumerate(curriculum_lengths(settings, spec, vocabulary, length=length,
-                                                      segment_size=segment_size)):
+    for step, current in enumerate(schedule):
         examples = batch_examples(spec, vocabulary, seed=seed, step=step, batch_size=settings.batch_size,
                                   length=current, segment_size=segment_size, target_length=target_length)
         measure = monitored and (step % diagnostics_every == 0 or step == settings.steps - 1)

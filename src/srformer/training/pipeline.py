@@ -25,7 +25,7 @@ from srformer.data.pairs import SummaryPair
 from srformer.models.convert import convert, is_converted, srformer_config_of
 from srformer.models.factory import load_model, load_tokenizer
 from srformer.training.distributed import check_backend, check_mixed_precision, process_state
-from srformer.training.loop import TrainingResult, refuse_to_overwrite, train
+from srformer.training.loop import SUMMARY_NAME, TrainingResult, refuse_to_overwrite, train
 from srformer.training.settings import TrainingSettings
 
 RUN_FILE = "srformer_run.json"
@@ -262,3 +262,44 @@ def train_summarizer(
     if state.is_main_process:
         warn_single_segment_documents(features, spec)
     return train(model, tokenizer, features, output, settings, resume=resume)
+
+
+def convert_summarizer(
+    spec: RunSpec, train_pairs: Sequence[SummaryPair], output_dir: str | os.PathLike, *, seed: int = 0
+) -> TrainingResult:
+    """The zero-step counterpart of :func:`train_summarizer` ("convert+0"): convert ``spec.model`` to
+    ``spec.srformer`` and save it into ``output_dir`` as a finished run is saved, with no optimizer step.
+
+    ``output_dir`` ends up holding the converted model (``save_pretrained``), its tokenizer, the run file and
+    ``training_summary.json`` with ``"steps": 0``, ``"seconds": 0.0`` and ``"final_loss": None``; there is no
+    checkpoint. Only the main process writes; under several processes the others wait for it.
+
+    Args:
+        spec: the run.
+        train_pairs: training texts (only used to train a tokenizer for a named config).
+        output_dir: where the converted model is saved.
+        seed: seed of the initialisation of new parameters (RAF weights) and of a named config's weights.
+
+    Returns:
+        A :class:`~srformer.training.loop.TrainingResult` of 0 steps.
+
+    Raises:
+        ValueError: bad shapes (:func:`check_shapes`); ``output_dir`` holds a training checkpoint (it is never
+            overwritten: choose another output directory); ``spec.model`` is an SRformer model of other settings
+            (:func:`prepare_model`).
+    """
+    check_shapes(spec)
+    output = Path(output_dir)
+    refuse_to_overwrite(output, resume=False)
+    state = process_state()
+    if state.is_main_process:
+        model, tokenizer = prepare_model(spec, train_pairs, seed=seed)
+        output.mkdir(parents=True, exist_ok=True)
+        tokenizer.save_pretrained(output)
+        (output / RUN_FILE).write_text(json.dumps(spec.to_dict(), indent=2))
+        model.save_pretrained(output)
+        summary = {"steps": 0, "seconds": 0.0, "final_loss": None, "tokens_seen": 0, "input_tokens": 0,
+                   "target_tokens": 0, "epochs": 0.0, "stopped_by": "max_steps"}
+        (output / SUMMARY_NAME).write_text(json.dumps(summary, indent=2))
+    state.wait_for_everyone()
+    return TrainingResult(steps=0, seconds=0.0, final_loss=None)

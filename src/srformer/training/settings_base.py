@@ -148,7 +148,8 @@ class FineTuning(Batching):
     """The budget of the fine-tuning stage of a converted model (with :class:`Batching`).
 
     Attributes:
-        finetune_steps: Optimizer steps of fine-tuning every converted model (>= 1).
+        finetune_steps: Optimizer steps of fine-tuning every converted model (>= 0; 0 = "convert+0": the converted
+            model is scored straight after conversion, with no optimizer step).
         finetune_learning_rate: Peak AdamW learning rate of fine-tuning (> 0).
     """
 
@@ -157,7 +158,7 @@ class FineTuning(Batching):
 
     def validate(self) -> None:
         super().validate()
-        require_int(self._owner, "finetune_steps", self.finetune_steps, 1)
+        require_int(self._owner, "finetune_steps", self.finetune_steps, 0)
         require_float(self._owner, "finetune_learning_rate", self.finetune_learning_rate, minimum=0.0, strict=True)
 
 
