@@ -137,23 +137,24 @@ class QuestBoundsState(CrossAttentionState):
     Attributes:
         positions: (B, N) long, the encoder position of each compacted row (an example's real positions first, in
             order; 0 past its length).
-        leaf_low, leaf_high: (B, H, L, d) the element-wise minimum and maximum of each leaf's real keys (float32
-            or wider, detached); 0 for a leaf without real positions.
+        leaf_bounds: (B, H, L, 2d): per leaf, the element-wise maximum then the element-wise minimum of its real
+            keys (float32 or wider, detached; 0 for a leaf without real positions), so that a query's bound is one
+            product with ``[max(Q, 0), min(Q, 0)]`` (:func:`bound_features`). Without groups it is stored as a
+            transposed view of a (B, H, 2d, L) tensor (the leaves contiguous for the step's one matrix product);
+            with groups as rows (gathered per query).
         leaf_real: (B, L) bool, True for a leaf with a real position.
-        group_low, group_high: (B, H, G, d), the same per group.
+        group_bounds: (B, H, G, 2d), the same per group, a transposed view of a (B, H, 2d, G) tensor.
         group_real: (B, G) bool.
     """
 
     positions: torch.Tensor
-    leaf_low: torch.Tensor
-    leaf_high: torch.Tensor
+    leaf_bounds: torch.Tensor
     leaf_real: torch.Tensor
-    group_low: torch.Tensor
-    group_high: torch.Tensor
+    group_bounds: torch.Tensor
     group_real: torch.Tensor
 
     def anchors(self) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: D102 - see the base class
-        return self.leaf_low, self.positions
+        return self.leaf_bounds, self.positions
 
 
 @dataclass(kw_only=True)
@@ -259,19 +260,29 @@ def group_bounds(
     return group_low.masked_fill(none, 0.0), group_high.masked_fill(none, 0.0), group_real
 
 
+def bound_features(queries: torch.Tensor) -> torch.Tensor:
+    """``[max(Q, 0), min(Q, 0)]``: (B, H, q, d) -> (B, H, q, 2d), whose product with a block's ``[high, low]`` is
+    Quest's bound ``sum_c max(q_c·low_c, q_c·high_c)`` (``high >= low``)."""
+    return torch.cat([queries.clamp(min=0), queries.clamp(max=0)], dim=-1)
+
+
 def upper_bound(queries: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
     """Quest's bound ``sum_c max(q_c·low_c, q_c·high_c)`` of every query against every block.
 
     Args:
-        queries: (B, H, q, d). low, high: (B, H, n, d) (shared by the queries) or (B, H, q, n, d) (per query).
+        queries: (B, H, q, d). low, high: (B, H, n, d) each.
 
     Returns:
         (B, H, q, n).
     """
-    positive, negative = queries.clamp(min=0), queries.clamp(max=0)
-    if low.dim() == 4:
-        return positive @ high.transpose(-1, -2) + negative @ low.transpose(-1, -2)
-    return torch.einsum("bhqd,bhqnd->bhqn", positive, high) + torch.einsum("bhqd,bhqnd->bhqn", negative, low)
+    return bound_features(queries) @ torch.cat([high, low], dim=-1).transpose(-1, -2)
+
+
+def _stacked(low: torch.Tensor, high: torch.Tensor, transposed: bool) -> torch.Tensor:
+    """``[high, low]`` (B, H, n, 2d), as a transposed view of a contiguous (B, H, 2d, n) tensor if ``transposed``."""
+    if transposed:
+        return torch.cat([high, low], dim=-1).transpose(-1, -2).contiguous().transpose(-1, -2)
+    return torch.cat([high, low], dim=-1).contiguous()
 
 
 class QuestCrossAttention(CrossAttentionMechanism):
@@ -287,9 +298,16 @@ class QuestCrossAttention(CrossAttentionMechanism):
         real = torch.arange(keys.shape[2], device=keys.device)[None, :] < lengths[:, None]
         wide = keys.detach().to(accumulation_dtype(keys.dtype))
         low, high, leaf_real = key_bounds(wide, real, b)
-        group_low, group_high, group_real = group_bounds(low, high, leaf_real, self.settings.group_size)
-        return {"leaf_low": low, "leaf_high": high, "leaf_real": leaf_real, "group_low": group_low,
-                "group_high": group_high, "group_real": group_real}
+        return self._stacked_bounds(low, high, leaf_real)
+
+    def _stacked_bounds(
+        self, low: torch.Tensor, high: torch.Tensor, leaf_real: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        """The state's bound fields from the leaves' minimum and maximum keys ((B, H, L, d) each, (B, L) bool)."""
+        group = self.settings.group_size
+        group_low, group_high, group_real = group_bounds(low, high, leaf_real, group)
+        return {"leaf_bounds": _stacked(low, high, group is None), "leaf_real": leaf_real,
+                "group_bounds": _stacked(group_low, group_high, True), "group_real": group_real}
 
     def _schedule(self, key_valid: torch.Tensor | None, batch: int, length: int,
                   device: torch.device) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -368,10 +386,8 @@ class QuestCrossAttention(CrossAttentionMechanism):
         low = torch.cat([p["low"] for p in parts], dim=2)
         high = torch.cat([p["high"] for p in parts], dim=2)
         leaf_real = torch.cat([p["real"] for p in parts], dim=1)
-        group_low, group_high, group_real = group_bounds(low, high, leaf_real, self.settings.group_size)
         return QuestRowsState(
-            **self._base_fields(lengths, order, rows), leaf_low=low, leaf_high=high, leaf_real=leaf_real,
-            group_low=group_low, group_high=group_high, group_real=group_real,
+            **self._base_fields(lengths, order, rows), **self._stacked_bounds(low, high, leaf_real),
             slot=torch.arange(batch, device=encoder_states.device), encoder=EncoderRows(encoder_states, projection),
         )
 
@@ -406,7 +422,7 @@ class QuestCrossAttention(CrossAttentionMechanism):
             (past the example's length, a chosen leaf's row inside the segment, an empty slot); ``R = min(r, ...)``.
         """
         s, b = self.settings.resolved_segment_size(), self.settings.resolved_leaf_size()
-        leaves = state.leaf_low.shape[2]
+        leaves = state.leaf_bounds.shape[2]
         lengths = state.lengths[:, None]  # (B, 1)
         segment_start = segments * s  # (B, q)
         segment_stop = torch.minimum(segment_start + s, lengths)
@@ -435,19 +451,19 @@ class QuestCrossAttention(CrossAttentionMechanism):
         given the candidate leaves (B, q, L) bool."""
         r, group = self.settings.resolved_top_leaves(), self.settings.group_size
         batch, heads, count, _ = queries.shape
-        leaves = state.leaf_low.shape[2]
+        leaves = state.leaf_bounds.shape[2]
         with torch.no_grad(), torch.autocast(device_type=queries.device.type, enabled=False):
-            wide = queries.detach().to(state.leaf_low.dtype)
+            features = bound_features(queries.detach().to(state.leaf_bounds.dtype))  # (B, H, q, 2d)
             expanded = candidate[:, None].expand(batch, heads, count, leaves)
             if group is None:
-                bounds = upper_bound(wide, state.leaf_low, state.leaf_high)  # (B, H, q, L)
+                bounds = features @ state.leaf_bounds.transpose(-1, -2)  # (B, H, q, L)
                 chosen = top_positions(bounds, expanded, min(r, leaves))
                 return chosen, expanded.gather(-1, chosen)
-            groups = state.group_low.shape[2]
+            groups = state.group_bounds.shape[2]
             spare = groups * group - leaves
             group_candidate = F.pad(candidate, (0, spare)).view(batch, count, groups, group).any(dim=-1)
             group_candidate = group_candidate[:, None].expand(batch, heads, count, groups)
-            group_scores = upper_bound(wide, state.group_low, state.group_high)  # (B, H, q, G)
+            group_scores = features @ state.group_bounds.transpose(-1, -2)  # (B, H, q, G)
             top = top_positions(group_scores, group_candidate, min(self.settings.resolved_top_groups(), groups))
             top_valid = group_candidate.gather(-1, top)  # (B, H, q, P)
             leaf = (top[..., None] * group + torch.arange(group, device=top.device)).flatten(-2)  # (B, H, q, P·g)
@@ -456,10 +472,10 @@ class QuestCrossAttention(CrossAttentionMechanism):
             leaf_valid = leaf_valid & expanded.gather(-1, leaf)
             # the chosen groups' leaf bounds, gathered per query: chunks of queries bound the memory
             width = leaf.shape[-1]
-            step = max(1, _GATHER_BUDGET // max(1, batch * heads * width * wide.shape[-1]))
+            step = max(1, _GATHER_BUDGET // max(1, batch * heads * width * features.shape[-1]))
             scores = torch.cat([
-                upper_bound(wide[:, :, i:i + step], gather_rows(state.leaf_low, leaf[:, :, i:i + step]),
-                            gather_rows(state.leaf_high, leaf[:, :, i:i + step]))
+                torch.einsum("bhqe,bhqne->bhqn", features[:, :, i:i + step],
+                             gather_rows(state.leaf_bounds, leaf[:, :, i:i + step]))
                 for i in range(0, count, step)
             ], dim=2)
             pick = top_positions(scores, leaf_valid, min(r, width))
