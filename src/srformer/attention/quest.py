@@ -11,18 +11,29 @@ starts, so the bounds are built once per input. Per example, over its ``n`` real
 (padding removed), per head and per decoder query ``Q_t``::
 
     leaf j      = positions j·b .. min((j + 1)·b, n) - 1                 (b = leaf_size)
-    group G     = leaves G·g .. (G + 1)·g - 1                            (g = group_size)
+    group G     = leaves π(G·g) .. π((G + 1)·g - 1)                      (g = group_size, π: leaves by similarity)
     u(Q_t, X)   = sum_c max(Q_tc · min_{x in X} K_xc, Q_tc · max_{x in X} K_xc)   >= Q_t . K_x for every x in X
-    candidate   = a leaf with a real position outside segment i(t); a group holding a candidate leaf
-    groups(t)   = the p candidate groups of largest u (ties: the earlier group)        (p = top_groups)
-    leaves(t)   = the r candidate leaves of those groups of largest u (ties: the earlier leaf)  (r = top_leaves)
+    candidate   = a leaf with a real position outside segment i(t)
+    groups(t)   = the p groups with a real leaf of largest u (ties: the earlier group)       (p = top_groups)
+    leaves(t)   = the r candidate leaves of those groups of largest u (ties: the earlier in π)  (r = top_leaves)
     U           = S_{i(t)} ∪ (the positions of leaves(t))
     O_t         = softmax(scale · Q_t K_U^T) V_U
 
 one softmax over segment ``i(t)`` (the schedule of Sec. 3.1, read exactly, as ``segmented`` and ``block-topk``
 read it) and the chosen leaves' positions, each position once (a chosen leaf's positions inside ``S_{i(t)}`` are
 read as part of the segment). With ``group_size`` None there is one level: the ``r`` candidate leaves of largest
-``u`` among all of them (Quest itself). ``r`` at least the number of candidate leaves (and ``p`` at least the
+``u`` among all of them (Quest itself).
+
+**Groups of similar leaves.** A group's bound is the envelope of its leaves' boxes, so it is only as tight as its
+leaves are alike: groups of consecutive leaves hold unrelated keys and their bounds say little (measured on the
+recall probe). Since the keys are fixed before decoding, each head's leaves are ordered once per input by a
+principal-direction tree over their box centres ``(min + max) / 2`` (a PCA tree; Sproull 1991, Verma, Kpotufe &
+Dasgupta 2009): the leaves, padded to ``g·2^D`` slots, are split in halves ``D`` times, each node along its own
+principal direction (4 power iterations from a fixed seeded vector, on the centres less the node's mean, over its
+real leaves), each half keeping the leaves below or above the median projection (a stable sort; empty slots last).
+``π`` is the resulting order and the groups are its consecutive runs of ``g``. The choice of groups is an
+approximation (a group chosen first need not hold the leaf of largest bound); within the chosen groups, leaves are
+ranked by their own bounds. ``r`` at least the number of candidate leaves (and ``p`` at least the
 number of groups) reads every real position: full attention. Since ``m`` and ``n`` vary per example, that clamp is
 the documented behaviour, not an error.
 
@@ -35,7 +46,8 @@ the documented behaviour, not an error.
 
 Costs per head and decoder step, ``k`` keys, ``L = k/b`` leaves, ``G = L/g`` groups: the group bounds ``O(G·d)``,
 the leaf bounds of the chosen groups ``O(p·g·d)``, the softmax over ``s + r·b`` keys ``O((s + r·b)·d)``; one level:
-``O(L·d + (s + r·b)·d)``. Building: one pass over the keys for the bounds, ``O(k·d)``. The standard state keeps the
+``O(L·d + (s + r·b)·d)``. Building: one pass over the keys for the bounds, ``O(k·d)``, and with groups the tree,
+``O(L·d·log(L/g))``. The standard state keeps the
 keys and values (compacted) plus ``2·(L + G)·d`` bounds.
 
 **Reading rows from the encoder output** (``rows_min_keys``): generation from an input of at least
@@ -143,13 +155,17 @@ class QuestBoundsState(CrossAttentionState):
             transposed view of a (B, H, 2d, L) tensor (the leaves contiguous for the step's one matrix product);
             with groups as rows (gathered per query).
         leaf_real: (B, L) bool, True for a leaf with a real position.
-        group_bounds: (B, H, G, 2d), the same per group, a transposed view of a (B, H, 2d, G) tensor.
-        group_real: (B, G) bool.
+        leaf_order: (B, H, G·g) long, ``π``: the leaves of group ``G`` are ``leaf_order[..., G·g:(G + 1)·g]``;
+            values ``>= L`` are empty slots. (B, H, 0) without groups.
+        group_bounds: (B, H, G, 2d), the same as ``leaf_bounds`` per group, a transposed view of a (B, H, 2d, G)
+            tensor.
+        group_real: (B, H, G) bool, True for a group with a real leaf.
     """
 
     positions: torch.Tensor
     leaf_bounds: torch.Tensor
     leaf_real: torch.Tensor
+    leaf_order: torch.Tensor
     group_bounds: torch.Tensor
     group_real: torch.Tensor
 
@@ -240,24 +256,79 @@ def key_bounds(
     return low.masked_fill(empty, 0.0), high.masked_fill(empty, 0.0), block_real
 
 
+#: Power iterations per node of the leaves' tree.
+_POWER_ITERATIONS = 4
+
+
+def start_direction(dim: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The fixed start of every power iteration: a seeded standard normal vector (d,)."""
+    return torch.randn(dim, generator=torch.Generator().manual_seed(0), dtype=torch.float64).to(dtype=dtype,
+                                                                                              device=device)
+
+
+def similarity_order(centres: torch.Tensor, real: torch.Tensor, group: int) -> torch.Tensor:
+    """``π``: each head's leaves ordered by a principal-direction tree over their centres (module docstring).
+
+    Args:
+        centres: (B, H, L, d) the leaves' box centres (float32 or wider).
+        real: (B, L) bool, True for a leaf with a real position (the others are empty slots).
+        group: ``g``, leaves per group: the tree splits until its nodes hold ``g`` slots.
+
+    Returns:
+        (B, H, g·2^D) long, leaf indices (values ``>= L`` are empty slots), ``2^D`` the groups.
+    """
+    batch, heads, leaves, d = centres.shape
+    depth = max(0, -(-leaves // group) - 1).bit_length()
+    slots = group << depth
+    points = F.pad(centres, (0, 0, 0, slots - leaves))
+    full = F.pad(real, (0, slots - leaves))[:, None, :].expand(batch, heads, slots)
+    order = torch.arange(slots, device=centres.device).expand(batch, heads, slots)
+    start = start_direction(d, centres.dtype, centres.device)
+    for level in range(depth):
+        nodes, size = 1 << level, slots >> level
+        members = points.gather(2, order[..., None].expand(-1, -1, -1, d)).view(batch, heads, nodes, size, d)
+        present = full.gather(2, order).view(batch, heads, nodes, size)
+        weight = present[..., None].to(points.dtype)
+        mean = (members * weight).sum(dim=3, keepdim=True) / weight.sum(dim=3, keepdim=True).clamp(min=1)
+        centred = (members - mean) * weight
+        direction = start.expand(batch, heads, nodes, d)
+        for _ in range(_POWER_ITERATIONS):
+            direction = torch.einsum("bhnsd,bhns->bhnd", centred, torch.einsum("bhnsd,bhnd->bhns", centred, direction))
+            direction = direction / direction.norm(dim=-1, keepdim=True).clamp(min=torch.finfo(points.dtype).tiny)
+        projection = torch.einsum("bhnsd,bhnd->bhns", centred, direction).masked_fill(~present, float("inf"))
+        ranks = torch.argsort(projection, dim=-1, stable=True)
+        order = order.reshape(batch, heads, nodes, size).gather(-1, ranks).view(batch, heads, slots)
+    return order
+
+
 def group_bounds(
     low: torch.Tensor, high: torch.Tensor, leaf_real: torch.Tensor, group: int | None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The bounds of groups of ``group`` consecutive leaves from the leaves' bounds ((B, H, L, d) each, (B, L)
-    bool); empty (G = 0) tensors when ``group`` is None."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The leaves' order ``π`` and the bounds of groups of ``group`` consecutive leaves in it, from the leaves'
+    bounds ((B, H, L, d) each, (B, L) bool).
+
+    Returns:
+        ``(order, low, high, real)``: (B, H, G·g) long; (B, H, G, d) each, 0 for a group without a real leaf;
+        (B, H, G) bool. Empty (G = 0) tensors when ``group`` is None.
+    """
     batch, heads, leaves, d = low.shape
     if group is None:
-        return low.new_zeros(batch, heads, 0, d), high.new_zeros(batch, heads, 0, d), leaf_real[:, :0]
-    spare = -(-leaves // group) * group - leaves
-    empty = ~F.pad(leaf_real, (0, spare))[:, None, :, None]
-    padded_low = F.pad(low, (0, 0, 0, spare)).masked_fill(empty, float("inf"))
-    padded_high = F.pad(high, (0, 0, 0, spare)).masked_fill(empty, float("-inf"))
-    groups = (leaves + spare) // group
-    group_low = padded_low.view(batch, heads, groups, group, d).amin(dim=3)
-    group_high = padded_high.view(batch, heads, groups, group, d).amax(dim=3)
-    group_real = F.pad(leaf_real, (0, spare)).view(batch, groups, group).any(dim=-1)
-    none = ~group_real[:, None, :, None]
-    return group_low.masked_fill(none, 0.0), group_high.masked_fill(none, 0.0), group_real
+        empty = low.new_zeros(batch, heads, 0, d)
+        return (torch.zeros(batch, heads, 0, dtype=torch.long, device=low.device), empty, empty,
+                leaf_real.new_zeros(batch, heads, 0))
+    order = similarity_order((low + high) / 2, leaf_real, group)
+    slots = order.shape[-1]
+    groups = slots // group
+    index = order.clamp(max=leaves - 1)
+    present = (order < leaves) & leaf_real[:, None, :].expand(-1, heads, -1).gather(2, index)
+    absent = ~present[..., None]
+    gathered = index[..., None].expand(-1, -1, -1, d)
+    group_low = low.gather(2, gathered).masked_fill(absent, float("inf")).view(batch, heads, groups, group, d)
+    group_high = high.gather(2, gathered).masked_fill(absent, float("-inf")).view(batch, heads, groups, group, d)
+    group_real = present.view(batch, heads, groups, group).any(dim=-1)
+    none = ~group_real[..., None]
+    return (order, group_low.amin(dim=3).masked_fill(none, 0.0), group_high.amax(dim=3).masked_fill(none, 0.0),
+            group_real)
 
 
 def bound_features(queries: torch.Tensor) -> torch.Tensor:
@@ -305,8 +376,8 @@ class QuestCrossAttention(CrossAttentionMechanism):
     ) -> dict[str, torch.Tensor]:
         """The state's bound fields from the leaves' minimum and maximum keys ((B, H, L, d) each, (B, L) bool)."""
         group = self.settings.group_size
-        group_low, group_high, group_real = group_bounds(low, high, leaf_real, group)
-        return {"leaf_bounds": _stacked(low, high, group is None), "leaf_real": leaf_real,
+        order, group_low, group_high, group_real = group_bounds(low, high, leaf_real, group)
+        return {"leaf_bounds": _stacked(low, high, group is None), "leaf_real": leaf_real, "leaf_order": order,
                 "group_bounds": _stacked(group_low, group_high, True), "group_real": group_real}
 
     def _schedule(self, key_valid: torch.Tensor | None, batch: int, length: int,
@@ -460,14 +531,14 @@ class QuestCrossAttention(CrossAttentionMechanism):
                 chosen = top_positions(bounds, expanded, min(r, leaves))
                 return chosen, expanded.gather(-1, chosen)
             groups = state.group_bounds.shape[2]
-            spare = groups * group - leaves
-            group_candidate = F.pad(candidate, (0, spare)).view(batch, count, groups, group).any(dim=-1)
-            group_candidate = group_candidate[:, None].expand(batch, heads, count, groups)
             group_scores = features @ state.group_bounds.transpose(-1, -2)  # (B, H, q, G)
-            top = top_positions(group_scores, group_candidate, min(self.settings.resolved_top_groups(), groups))
-            top_valid = group_candidate.gather(-1, top)  # (B, H, q, P)
-            leaf = (top[..., None] * group + torch.arange(group, device=top.device)).flatten(-2)  # (B, H, q, P·g)
-            leaf_valid = (top_valid[..., None] & (leaf.view(*top.shape, group) < leaves)).flatten(-2)
+            group_real = state.group_real[:, :, None, :].expand(batch, heads, count, groups)
+            top = top_positions(group_scores, group_real, min(self.settings.resolved_top_groups(), groups))
+            top_valid = group_real.gather(-1, top)  # (B, H, q, P)
+            slot = (top[..., None] * group + torch.arange(group, device=top.device)).flatten(-2)  # (B, H, q, P·g)
+            order = state.leaf_order[:, :, None, :].expand(batch, heads, count, -1)
+            leaf = order.gather(-1, slot)
+            leaf_valid = (top_valid[..., None].expand(*top.shape, group).flatten(-2)) & (leaf < leaves)
             leaf = leaf.clamp(max=leaves - 1)
             leaf_valid = leaf_valid & expanded.gather(-1, leaf)
             # the chosen groups' leaf bounds, gathered per query: chunks of queries bound the memory

@@ -47,6 +47,8 @@ LONG_INPUT_VARIANTS: dict[str, dict[str, Any]] = {
     "knn-flat": {"variant": "knn", "knn_index": "flat", "index_min_keys": 1},
     "knn-ivf": {"variant": "knn", "knn_index": "ivf", "index_min_keys": 1},
     "block-topk": {"variant": "block-topk"},
+    "block-topk-b4": {"variant": "block-topk", "block_size": 4, "top_segments": 16},
+    "quest": {"variant": "quest"},
     "segmented": {"variant": "segmented"},
     "segmented-lean": {"variant": "segmented", "lean_cache": True},
     "srformer": {"variant": "srformer"},
