@@ -129,7 +129,7 @@ def reference_weights(name: str, queries, keys, mask, scale: float) -> torch.Ten
                     read = segments[i] + sum((others[j] for j in chosen), [])
                     weights[b, h, t, read] = torch.softmax(scale * keys[b, h, read] @ queries[b, h, t], dim=0)
                 continue
-            if variant == "quest":  # 16 leaves of 16 besides the segment: every real key of these inputs
+            if variant == "quest":  # 16 leaves of 16 (quest-tree: 64 of 2) besides the segment: every real key here
                 attended = real
             else:
                 attended = segments[i] + (segments[i - 1] if variant in ("xl", "compressive") and i > 0 else [])

@@ -41,8 +41,9 @@ def test_parallel_equals_incremental_and_padding_does_not_matter(family, name):
 FORWARD_EQUAL = {"srformer-surrogate": "srformer"}
 #: Named settings that read every real key of these inputs (at most 24 tokens), so full attention by definition:
 #: ``knn`` at its default 32 top keys (``top_keys >= n``), ``block-topk-b4`` with 16 blocks of 4 besides its
-#: segment, ``quest`` with 16 leaves of 16; ``knn-4`` and ``block-topk`` are the guards against a fallback there.
-FULL_AT_THESE_LENGTHS = ("knn", "block-topk-b4", "quest")
+#: segment, ``quest`` with 16 leaves of 16 and ``quest-tree`` with 64 of 2; ``knn-4`` and ``block-topk`` are the
+#: guards against a fallback there.
+FULL_AT_THESE_LENGTHS = ("knn", "block-topk-b4", "quest", "quest-tree")
 
 
 @pytest.mark.parametrize("name", NAMES)
