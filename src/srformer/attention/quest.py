@@ -549,22 +549,32 @@ class QuestCrossAttention(CrossAttentionMechanism):
             groups = state.group_bounds.shape[2]
             group_scores = features @ state.group_bounds.transpose(-1, -2)  # (B, H, q, G)
             group_real = state.group_real[:, :, None, :].expand(batch, heads, count, groups)
-            top = top_positions(group_scores, group_real, min(self.settings.resolved_top_groups(), groups))
+            chosen_groups = min(self.settings.resolved_top_groups(), groups)
+            top = top_positions(group_scores, group_real, chosen_groups)
             top_valid = group_real.gather(-1, top)  # (B, H, q, P)
-            slot = (top[..., None] * group + torch.arange(group, device=top.device)).flatten(-2)  # (B, H, q, P·g)
             order = state.leaf_order[:, :, None, :].expand(batch, heads, count, -1)
-            leaf = order.gather(-1, slot)
-            leaf_valid = (top_valid[..., None].expand(*top.shape, group).flatten(-2)) & (leaf < leaves)
+            if 2 * chosen_groups >= groups:
+                # half the groups or more: every leaf's bound in one product (in the groups' order, as the
+                # gathered path ranks them), those outside the chosen groups masked; the same choice, cheaper
+                chosen = torch.zeros_like(group_real).scatter_(-1, top, top_valid)
+                slot_valid = chosen[..., None].expand(-1, -1, -1, -1, group).flatten(-2)  # (B, H, q, G·g)
+                leaf, width = order, order.shape[-1]
+                scores = features @ state.leaf_bounds.transpose(-1, -2)  # (B, H, q, G·g)
+            else:
+                slot = (top[..., None] * group + torch.arange(group, device=top.device)).flatten(-2)  # (B, H, q, P·g)
+                leaf = order.gather(-1, slot)
+                slot_valid = top_valid[..., None].expand(*top.shape, group).flatten(-2)
+                # the chosen groups' leaf bounds, whole groups gathered per query: chunks of queries bound the memory
+                width = leaf.shape[-1]
+                step = max(1, _GATHER_BUDGET // max(1, batch * heads * width * features.shape[-1]))
+                scores = torch.cat([
+                    torch.einsum("bhqe,bhqne->bhqn", features[:, :, i:i + step],
+                                 _group_rows(state.leaf_bounds, top[:, :, i:i + step], group))
+                    for i in range(0, count, step)
+                ], dim=2)
+            leaf_valid = slot_valid & (leaf < leaves)
             leaf = leaf.clamp(max=leaves - 1)
             leaf_valid = leaf_valid & expanded.gather(-1, leaf)
-            # the chosen groups' leaf bounds, whole groups gathered per query: chunks of queries bound the memory
-            width = leaf.shape[-1]
-            step = max(1, _GATHER_BUDGET // max(1, batch * heads * width * features.shape[-1]))
-            scores = torch.cat([
-                torch.einsum("bhqe,bhqne->bhqn", features[:, :, i:i + step],
-                             _group_rows(state.leaf_bounds, top[:, :, i:i + step], group))
-                for i in range(0, count, step)
-            ], dim=2)
             pick = top_positions(scores, leaf_valid, min(r, width))
             return leaf.gather(-1, pick), leaf_valid.gather(-1, pick)
 

@@ -49,6 +49,7 @@ LONG_INPUT_VARIANTS: dict[str, dict[str, Any]] = {
     "block-topk": {"variant": "block-topk"},
     "block-topk-b4": {"variant": "block-topk", "block_size": 4, "top_segments": 16},
     "quest": {"variant": "quest"},
+    "quest-tree": {"variant": "quest", "leaf_size": 2, "top_leaves": 64, "group_size": 16, "top_groups": 64},
     "segmented": {"variant": "segmented"},
     "segmented-lean": {"variant": "segmented", "lean_cache": True},
     "srformer": {"variant": "srformer"},

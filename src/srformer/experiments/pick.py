@@ -17,12 +17,21 @@ named setting that runs its variant's module with the variant's own settings (th
 The Pareto front of each quality column: the settings that no other setting beats on both off-segment accuracy
 (higher) and step time (lower). Outputs: ``pick.json``, ``pick.md`` and ``pick.png`` (one panel per ``convert``
 column: off-segment accuracy against the step-time ratio, the front marked).
+
+Long-input columns, when given (both synthetic: recall of probe models, timings of random weights): off-segment
+token accuracy of ``srformer long-probe`` (``long_probe.json``) at each long input length, one column per length
+and fine-tuning budget (the mean over the seeds present), and ``srformer long-bench``'s milliseconds per generated
+token (``long_input.json``, decode records) at each length, with that time as a multiple of ``segmented``'s at the
+same length in the same file. Rows are matched by mechanism name; a mechanism these files measure that is no named
+setting (``knn`` searching a faiss index: long-probe's ``knn (ivf, 32 probes)`` and long-bench's ``knn-ivf``; a
+``-lean`` layout) is an extra row with only the long-input columns.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,12 +41,15 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from srformer.attention.knn import DEFAULT_INDEX_PROBES  # noqa: E402
+from srformer.benchmarks.long_input import LONG_INPUT_VARIANTS  # noqa: E402
 from srformer.benchmarks.records import VARIANT_SPECS, read_records_json  # noqa: E402
 from srformer.benchmarks.variants import t5_config  # noqa: E402
 from srformer.config import NAMED_SETTINGS, named_config  # noqa: E402
 from srformer.evaluation.report import format_table  # noqa: E402
 
-__all__ = ["CostColumns", "QualityColumn", "load_probe_records", "pareto_front", "pick_table", "write_pick"]
+__all__ = ["CostColumns", "LongRecallColumn", "QualityColumn", "load_long_bench", "load_long_probe_records",
+           "load_probe_records", "parse_length", "pareto_front", "pick_table", "write_pick"]
 
 FULL_BENCH_VARIANT = "full-sdpa"
 """The bench variant every cost ratio is taken against: the unmodified model with PyTorch's SDPA."""
