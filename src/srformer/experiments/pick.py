@@ -212,6 +212,200 @@ def _cost_row(name: str, runs: Sequence[dict[str, dict[str, float]]], decoder_la
     }
 
 
+def parse_length(text: str) -> int:
+    """An input length in tokens: ``16384``, ``16k`` (16 x 1024) or ``1M`` (2**20).
+
+    Raises:
+        ValueError: not a positive number of tokens.
+    """
+    clean = text.strip().replace(",", "").replace("_", "")
+    scale = {"k": 2**10, "m": 2**20}.get(clean[-1:].lower(), 1)
+    digits = clean[:-1] if scale > 1 else clean
+    if not digits.isdigit() or int(digits) < 1:
+        raise ValueError(f"{text!r} is not an input length: give tokens, e.g. 16384, 16k or 1M (k = 1024 tokens).")
+    return int(digits) * scale
+
+
+def length_label(tokens: int) -> str:
+    """A short input length: ``16k`` for 16,384 tokens (k = 1024), ``1M`` for 2**20, else the number."""
+    if tokens % 2**20 == 0:
+        return f"{tokens // 2**20}M"
+    return f"{tokens // 2**10}k" if tokens % 2**10 == 0 else f"{tokens:,}"
+
+
+@dataclass(frozen=True, order=True)
+class LongRecallColumn:
+    """One long-input recall column: ``srformer long-probe`` scores at input ``length`` (tokens) of models converted
+    and fine-tuned for ``steps`` at ``trained_length`` tokens, encoded in windows of ``encoder_window`` tokens (0:
+    not recorded)."""
+
+    trained_length: int
+    encoder_window: int
+    steps: int
+    length: int
+
+    def label(self, with_training_shape: bool = False) -> str:
+        """``recall 16k (convert+400)``; with ``with_training_shape`` (columns of several trained lengths or windows
+        in one table) ``recall 16k (k512 w256, convert+400)``."""
+        shape = f"k{self.trained_length} w{self.encoder_window}, " if with_training_shape else ""
+        return f"recall {length_label(self.length)} ({shape}convert+{self.steps})"
+
+
+def time_label(tokens: int) -> str:
+    """The heading of the long-bench column at ``tokens``: ``ms/token 256k (× segmented)``."""
+    return f"ms/token {length_label(tokens)} (× segmented)"
+
+
+def load_long_probe_records(paths: Iterable[str | Path]) -> list[dict]:
+    """Records of ``srformer long-probe`` runs: each path a ``long_probe.json`` or a folder holding one. A record
+    without ``seed`` is seed 0; one found twice (same name, length, seed, fine-tuning steps, trained length and
+    encoder window) keeps the last path's.
+
+    Raises:
+        FileNotFoundError: a path has no ``long_probe.json``.
+        ValueError: a file is not a long-probe result (no ``records`` list).
+    """
+    found: dict[tuple, dict] = {}
+    for path in map(Path, paths):
+        file = path / "long_probe.json" if path.is_dir() else path
+        if not file.is_file():
+            raise FileNotFoundError(f"{path}: no long_probe.json there; give a `srformer long-probe --output` folder "
+                                    "or its long_probe.json.")
+        payload = json.loads(file.read_text())
+        if not isinstance(payload, dict) or not isinstance(payload.get("records"), list):
+            raise ValueError(f"{file} is not a `srformer long-probe` long_probe.json (it has no `records` list).")
+        for record in payload["records"]:
+            column = _long_recall_column(record)
+            found[(record["name"], record.get("seed", 0), column)] = record
+    return list(found.values())
+
+
+def load_long_bench(paths: Iterable[str | Path]) -> list[dict]:
+    """``srformer long-bench`` runs, in order: each path a ``long_input.json`` or a folder holding one. Returns
+    ``{"file", "settings", "records"}`` per run.
+
+    Raises:
+        FileNotFoundError: a path has no ``long_input.json``.
+        ValueError: a file is not a long-bench result (no ``records`` list).
+    """
+    runs = []
+    for path in map(Path, paths):
+        file = path / "long_input.json" if path.is_dir() else path
+        if not file.is_file():
+            raise FileNotFoundError(f"{path}: no long_input.json there; give a `srformer long-bench --output` folder "
+                                    "or its long_input.json.")
+        payload = json.loads(file.read_text())
+        if not isinstance(payload, dict) or not isinstance(payload.get("records"), list):
+            raise ValueError(f"{file} is not a `srformer long-bench` long_input.json (it has no `records` list).")
+        runs.append({"file": str(file), "settings": payload.get("settings", {}), "records": payload["records"]})
+    return runs
+
+
+def _long_recall_column(record: dict) -> LongRecallColumn:
+    return LongRecallColumn(int(record.get("trained_length") or 0), int(record.get("encoder_window") or 0),
+                            int(record["finetune_steps"]), int(record["length"]))
+
+
+_INDEXED = re.compile(r"(?P<base>.+) \((?P<index>flat|ivf)(?:, (?P<probes>\d+) probes)?\)")
+"""A long-probe row of a mechanism searching a faiss index: ``knn (ivf, 32 probes)``, ``knn (flat)``."""
+
+
+def _index_row(base: str, index: str, probes: int | None) -> str:
+    """The row of ``base`` searching a faiss ``index``: ``knn (ivf index)`` (the default probes) or
+    ``knn (ivf index, 4 probes)``."""
+    other = probes is not None and probes != DEFAULT_INDEX_PROBES
+    return f"{base} ({index} index{f', {probes} probes' if other else ''})"
+
+
+def _long_probe_row(name: str) -> tuple[str, str]:
+    """The row of a long-probe record name and the named setting it extends (itself when it is one)."""
+    match = _INDEXED.fullmatch(name)
+    if match is None:
+        return name, name
+    probes = int(match["probes"]) if match["probes"] else None
+    return _index_row(match["base"], match["index"], probes), match["base"]
+
+
+def _long_bench_row(variant: str) -> tuple[str, str]:
+    """The row of a long-bench variant and the named setting it extends: a named setting is its own row;
+    ``knn-ivf`` is ``knn (ivf index)``, ``srformer-lean`` is ``srformer (lean_cache=True)``."""
+    if variant in NAMED_SETTINGS:
+        return variant, variant
+    options = LONG_INPUT_VARIANTS.get(variant, {})
+    base = options.get("variant", variant)
+    if options.get("knn_index"):
+        return _index_row(base, options["knn_index"], options.get("index_probes")), base
+    if options.get("lean_cache"):
+        return f"{base} (lean_cache=True)", base
+    return variant, variant
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
+def _long_recall(records: Sequence[dict], lengths: Sequence[int] | None
+                 ) -> tuple[list[LongRecallColumn], dict[str, dict[LongRecallColumn, dict]], dict[str, str]]:
+    """The recall columns (sorted), per row and column the mean off/on accuracy over seeds with the seeds, and each
+    row's named setting."""
+    cells: dict[str, dict[LongRecallColumn, dict[int, dict]]] = {}
+    bases: dict[str, str] = {}
+    for record in records:
+        if lengths is not None and int(record["length"]) not in lengths:
+            continue
+        row, base = _long_probe_row(record["name"])
+        bases.setdefault(row, base)
+        by_seed = cells.setdefault(row, {}).setdefault(_long_recall_column(record), {})
+        by_seed[int(record.get("seed", 0))] = record["metrics"]
+    table: dict[str, dict[LongRecallColumn, dict]] = {}
+    for row, columns in cells.items():
+        table[row] = {}
+        for column, by_seed in columns.items():
+            seeds = sorted(by_seed)
+            table[row][column] = {
+                "seeds": seeds,
+                "off": _mean([by_seed[s].get("off_token_accuracy") for s in seeds]),
+                "on": _mean([by_seed[s].get("on_token_accuracy") for s in seeds]),
+                "off_by_seed": [by_seed[s].get("off_token_accuracy") for s in seeds],
+            }
+    return sorted({c for columns in table.values() for c in columns}), table, bases
+
+
+def _long_times(runs: Sequence[dict], lengths: Sequence[int] | None
+                ) -> tuple[list[int], dict[str, dict[int, dict]], dict[str, str]]:
+    """The long-bench lengths (sorted), per row and length the decode time per token of the first run that measured
+    it (a refused record only where no run measured it) with its ratio to that run's ``segmented`` at that length,
+    and each row's named setting."""
+    times: dict[str, dict[int, dict]] = {}
+    bases: dict[str, str] = {}
+    for index, run in enumerate(runs):
+        decode = {}
+        for record in run["records"]:
+            if record.get("kind") == "decode" and (lengths is None or int(record["length"]) in lengths):
+                decode[(record["variant"], int(record["length"]))] = record
+        for (variant, length), record in decode.items():
+            row, base = _long_bench_row(variant)
+            bases.setdefault(row, base)
+            refused = bool(record.get("refused"))
+            ms = None if refused else 1000 * float(record["seconds_per_token"])
+            segmented = decode.get(("segmented", length))
+            segmented_ms = (None if segmented is None or segmented.get("refused")
+                            else 1000 * float(segmented["seconds_per_token"]))
+            entry = {"variant": variant, "bench_file": index, "refused": refused, "ms_per_token": ms,
+                     "segmented_ratio": ms / segmented_ms if ms is not None and segmented_ms else None,
+                     "estimated_bytes": record.get("estimated_bytes") if refused else None}
+            current = times.setdefault(row, {}).get(length)
+            if current is None or (current["refused"] and not refused):
+                times[row][length] = entry
+    return sorted({n for row in times.values() for n in row}), times, bases
+
+
+_NO_COST = {"bench_variant": None, "cost_from_variant": False, "bench_run": None, "step_ratio": None,
+            "generate_ratio": None, "state_bytes_per_layer": None, "lean_state_bytes_per_layer": None}
+"""The cost fields of a row that only the long-input files measure."""
+
+
 def pareto_front(points: dict[str, tuple[float, float]]) -> list[str]:
     """The names whose ``(cost, quality)`` no other point dominates (cost no higher and quality no lower, one of
     them strictly), in ascending cost. Points with a NaN are left out."""
@@ -222,20 +416,31 @@ def pareto_front(points: dict[str, tuple[float, float]]) -> list[str]:
 
 
 def pick_table(probe_records: Sequence[dict], bench_json: str | Path | Sequence[str | Path],
-               where: CostColumns) -> dict:
-    """Join probe quality and bench cost per named setting (rows in registry order).
+               where: CostColumns, *, long_probe_records: Sequence[dict] = (),
+               long_bench: Sequence[str | Path] = (), long_lengths: Sequence[int] | None = None) -> dict:
+    """Join probe quality and bench cost per named setting (rows in registry order), and the long-input columns.
 
     ``bench_json`` is one ``bench.json`` or several, each a run with its own ``full-sdpa``: a setting's cost comes
     from the first run that measured it, its ratios against that run's ``full-sdpa`` (a later run adds settings an
     earlier one lacks without mixing two runs' timings in one ratio).
 
+    ``long_probe_records`` (:func:`load_long_probe_records`) give a recall column per input length and fine-tuning
+    budget; ``long_bench`` (``long_input.json`` files) a time-per-token column per input length, from the first file
+    that measured the variant at that length, as a multiple of that file's ``segmented``. ``long_lengths``: the
+    input lengths (tokens) of both kinds of column (None: every length present). A mechanism they measure that is
+    no named setting (:func:`_long_probe_row`, :func:`_long_bench_row`) is an extra row after its named setting's,
+    with only the long-input columns.
+
     Returns:
-        ``{"columns": [...], "cost": {...}, "rows": [...], "fronts": {column label: [names]}}``, JSON-ready; a
-        row holds ``name``, ``quality`` (per column label: off, on, seeds, gap_recovered; absent when not
-        measured) and the cost fields of :func:`_cost_row`.
+        ``{"columns": [...], "cost": {...}, "long_input": {...}, "rows": [...], "fronts": {column label:
+        [names]}}``, JSON-ready; a row holds ``name``, ``quality`` (per column label: off, on, seeds,
+        gap_recovered; absent when not measured), the cost fields of :func:`_cost_row`, ``long_recall`` (per recall
+        column label: off, on, seeds, off_by_seed), ``long_time`` (per time column label: ms_per_token,
+        segmented_ratio, variant, bench_file, refused, estimated_bytes) and ``long_input_only`` (an extra row).
 
     Raises:
-        ValueError: no probe record, or the bench file has no ``full-sdpa`` record at ``where``.
+        ValueError: no probe record, the bench file has no ``full-sdpa`` record at ``where``, or a length of
+            ``long_lengths`` is in no long-input file.
     """
     if not probe_records:
         raise ValueError("No probe cell records: give `srformer probe` results with at least one finished cell.")
@@ -252,18 +457,48 @@ def pick_table(probe_records: Sequence[dict], bench_json: str | Path | Sequence[
     shape = t5_config(where.shape)
     decoder_layers = shape.num_decoder_layers or shape.num_layers
     columns = sorted(quality, key=lambda c: (c.protocol != "convert", c.length, c.steps, c.n, c.segment_sizes))
-    names = [name for name in NAMED_SETTINGS if any(name in quality[c] for c in columns)]
+    long_runs = load_long_bench(long_bench)
+    if long_lengths is not None:
+        present = {int(r["length"]) for r in long_probe_records} | {
+            int(r["length"]) for run in long_runs for r in run["records"] if r.get("kind") == "decode"}
+        absent = [n for n in long_lengths if n not in present]
+        if absent:
+            raise ValueError(f"Long-input length(s) {absent} are in no --long-probe or --long-bench file; they hold "
+                             f"{', '.join(str(n) for n in sorted(present)) or 'none'}.")
+    recall_columns, recall, recall_bases = _long_recall(long_probe_records, long_lengths)
+    time_lengths, times, time_bases = _long_times(long_runs, long_lengths)
+    several = len({(c.trained_length, c.encoder_window) for c in recall_columns}) > 1
+    recall_labels = {c: c.label(several) for c in recall_columns}
+
+    def long_fields(name: str) -> dict:
+        return {"long_recall": {recall_labels[c]: entry for c, entry in recall.get(name, {}).items()},
+                "long_time": {time_label(n): entry for n, entry in sorted(times.get(name, {}).items())}}
+
+    names = [name for name in NAMED_SETTINGS
+             if any(name in quality[c] for c in columns) or name in recall or name in times]
+    bases = time_bases | recall_bases
+    extras = [name for name in bases if name not in NAMED_SETTINGS]
     rows = []
     for name in names:
         row = {"name": name, "quality": {c.label: quality[c][name] for c in columns if name in quality[c]}}
-        rows.append(row | _cost_row(name, runs, decoder_layers))
+        rows.append(row | _cost_row(name, runs, decoder_layers) | long_fields(name) | {"long_input_only": False})
+        for extra in (e for e in extras if bases[e] == name):
+            rows.append({"name": extra, "quality": {}} | _NO_COST | long_fields(extra) | {"long_input_only": True})
+    for extra in (e for e in extras if bases[e] not in names):
+        rows.append({"name": extra, "quality": {}} | _NO_COST | long_fields(extra) | {"long_input_only": True})
     fronts = {}
     for column in columns:
         points = {row["name"]: (row["step_ratio"], row["quality"][column.label]["off"]) for row in rows
                   if column.label in row["quality"] and row["step_ratio"] is not None}
         fronts[column.label] = pareto_front(points)
+    long_input = {
+        "recall_columns": [asdict(c) | {"label": recall_labels[c]} for c in recall_columns],
+        "time_columns": [{"length": n, "label": time_label(n)} for n in time_lengths],
+        "bench_files": [{"file": run["file"], "settings": run["settings"]} for run in long_runs],
+    }
     return {"columns": [asdict(c) | {"label": c.label, "short": c.short} for c in columns],
-            "cost": asdict(where) | {"bench_runs": [str(file) for file in files]}, "rows": rows, "fronts": fronts}
+            "cost": asdict(where) | {"bench_runs": [str(file) for file in files]}, "long_input": long_input,
+            "rows": rows, "fronts": fronts}
 
 
 def _percent(value: float | None) -> str:
@@ -297,11 +532,69 @@ def _runs_note(runs: Sequence[str]) -> str:
             f"where run 1 ({runs[0]}) did not measure it")
 
 
+def _long_recall_cell(entry: dict | None) -> str:
+    if entry is None:
+        return "-"
+    seeds = f" [{len(entry['seeds'])} seeds]" if len(entry["seeds"]) > 1 else ""
+    return f"{_percent(entry['off'])}{seeds}"
+
+
+def _long_time_cell(entry: dict | None) -> str:
+    if entry is None:
+        return "-"
+    where = f" (file {entry['bench_file'] + 1})" if entry["bench_file"] else ""
+    if entry["refused"] or entry["ms_per_token"] is None:
+        return "refused" + where
+    ratio = "" if entry["segmented_ratio"] is None else f" ({entry['segmented_ratio']:.2f})"
+    return f"{entry['ms_per_token']:,.1f}{ratio}{where}"
+
+
+def _long_legend(long_input: dict) -> str:
+    """The legend of the long-input columns (empty without them)."""
+    recall, time = long_input.get("recall_columns", []), long_input.get("time_columns", [])
+    if not recall and not time:
+        return ""
+    parts = []
+    if recall:
+        trained = sorted({(c["trained_length"], c["encoder_window"]) for c in recall})
+        shapes = " or ".join(f"trained at k={k or '?'}, read in encoder windows of {w or '?'} tokens"
+                             for k, w in trained)
+        several = (" (`k512 w256` in a heading: the trained length and window of that column)"
+                   if len(trained) > 1 else "")
+        parts.append(
+            f"`{recall[0]['label']}` and the like: off-segment token accuracy in % of `srformer long-probe` at that "
+            f"input length (k = 1024 tokens) of the models converted and fine-tuned for the steps after `convert+` "
+            f"at a shorter length ({shapes}{several}), not trained further: the mean over the probe seeds present, "
+            "\"[N seeds]\" when more than one")
+    if time:
+        files = long_input.get("bench_files", [])
+        described = "; ".join(
+            f"{'file ' + str(index + 1) + ': ' if len(files) > 1 else ''}{f['file']} (random-weight "
+            f"{f['settings'].get('shape', '?')}, {f['settings'].get('new_tokens', '?')} new tokens, segment size "
+            f"{f['settings'].get('segment_size', '?')})" for index, f in enumerate(files))
+        parts.append(
+            f"`{time[0]['label']}` and the like: milliseconds per generated token of `srformer long-bench` at that "
+            "input length (batch 1, greedy, from a chunked encoding), and in brackets that time as a multiple of "
+            "`segmented`'s at the same length in the same file; \"refused\": the variant's memory estimate "
+            f"exceeded the run's budget, so it was not run; from {described}"
+            + ("; \"(file N)\": from a later file, where no earlier one measured it" if len(files) > 1 else ""))
+    return (
+        "\n\nLong-input columns (synthetic recall and random-weight timings: no measure of quality or speed on real "
+        "text or trained weights): " + "; ".join(parts) + ". A row with only long-input columns is a mechanism "
+        "those files measure that is no named setting: `knn (ivf index)` and `knn (flat index)` are `knn` searching "
+        "a faiss index (long-probe's `knn (ivf, 32 probes)`, long-bench's `knn-ivf`), `X (lean_cache=True)` is X "
+        "with the lean decode state; \"-\": not measured."
+    )
+
+
 def pick_markdown(payload: dict) -> str:
     """The table of :func:`pick_table` in Markdown, with a legend."""
     cost = payload["cost"]
     labels = [c["label"] for c in payload["columns"]]
     short = {c["label"]: c["short"] for c in payload["columns"]}
+    long_input = payload.get("long_input", {})
+    recall_labels = [c["label"] for c in long_input.get("recall_columns", [])]
+    time_labels = [c["label"] for c in long_input.get("time_columns", [])]
     rows = []
     for row in payload["rows"]:
         fronts = [short[label] for label in labels if row["name"] in payload["fronts"].get(label, [])]
@@ -313,6 +606,8 @@ def pick_markdown(payload: dict) -> str:
             "decode state per layer (MiB)": _bytes(row["state_bytes_per_layer"]),
             "lean_cache=True (MiB)": _bytes(row.get("lean_state_bytes_per_layer")),
             "on the Pareto front of": ", ".join(fronts) or "-",
+            **{label: _long_recall_cell(row.get("long_recall", {}).get(label)) for label in recall_labels},
+            **{label: _long_time_cell(row.get("long_time", {}).get(label)) for label in time_labels},
         })
     legend = (
         "Quality cells: off-segment / on-segment token accuracy in % (synthetic recall, mean over seeds), the share "
@@ -326,6 +621,7 @@ def pick_markdown(payload: dict) -> str:
         + ". Pareto front: no other mechanism is both more accurate off-segment and faster per step in that column."
         "\n\nColumns: "
         + "; ".join(f"`{short[label]}`: {label}" for label in labels) + "."
+        + _long_legend(long_input)
     )
     return legend + "\n\n" + format_table(rows, list(rows[0])) + "\n"
 
