@@ -1,4 +1,4 @@
-"""Diagnostics of the SRformer recurrent term ``O_R`` (issue 9, item 3): does the RAF neuron fire, what does it
+"""Diagnostics of the SRformer recurrent term ``O_R``: does the RAF neuron fire, what does it
 throw away, how large is ``O_R`` next to ``O_S``, and do ``W``, leak and threshold receive gradients?
 
 :class:`RecurrentTermMonitor` attaches one :class:`LayerRecord` to every
