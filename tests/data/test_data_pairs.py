@@ -295,3 +295,52 @@ def test_hub_missing_field_names_row(monkeypatch):
         r"\['text', 'summary'\]",
     ):
         load_pairs("xsum", split="test")
+
+
+_COMPRESSORS = {".gz": "gzip", ".bz2": "bz2", ".xz": "lzma"}
+
+
+def _compress(path: Path, suffix: str) -> Path:
+    import importlib
+
+    target = path.with_name(path.name + suffix)
+    with importlib.import_module(_COMPRESSORS[suffix]).open(target, "wb") as handle:
+        handle.write(path.read_bytes())
+    path.unlink()
+    return target
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".bz2", ".xz"])
+@pytest.mark.parametrize("kind", ["jsonl", "json", "csv"])
+def test_compressed_files_read_as_their_plain_form(tmp_path, kind, suffix):
+    records = [{"document": "first document", "summary": "first"}, {"document": "second one", "summary": "second"}]
+    plain = tmp_path / f"data.{kind}"
+    if kind == "jsonl":
+        write_jsonl(plain, records)
+    elif kind == "json":
+        plain.write_text(json.dumps(records), encoding="utf-8")
+    else:
+        write_csv(plain, ["document", "summary"], [[r["document"], r["summary"]] for r in records])
+    expected = load_pairs(plain)
+    compressed = _compress(plain, suffix)
+    assert load_pairs(compressed) == expected
+    assert load_pairs(compressed, max_examples=1) == expected[:1]
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".xz"])
+def test_compressed_files_keep_line_numbered_errors(tmp_path, suffix):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"document": "a", "summary": "b"}\n{"document": "c"\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"line 2: malformed JSON"):
+        load_pairs(_compress(path, suffix))
+    raw = tmp_path / "latin.csv"
+    raw.write_bytes("document,summary\nok,fine\ncaf\xe9,bad\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"line 3: not valid UTF-8"):
+        load_pairs(_compress(raw, suffix))
+
+
+def test_an_unknown_format_inside_a_compression_is_named(tmp_path):
+    path = tmp_path / "data.txt"
+    path.write_text("hello\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"unsupported file extension '\.txt\.gz'.*compressed"):
+        load_pairs(_compress(path, ".gz"))

@@ -16,18 +16,25 @@ command line rather than a programmer.
 
 from __future__ import annotations
 
+import bz2
 import csv
+import gzip
+import io
 import json
+import lzma
 import os
 import re
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 #: File extensions :func:`load_pairs` reads, lower case, with the dot.
 SUPPORTED_EXTENSIONS: tuple[str, ...] = (".jsonl", ".json", ".csv")
+
+#: Compressed forms read as their plain form (``train.jsonl.gz`` is read as ``train.jsonl``), by their last suffix.
+COMPRESSIONS: dict[str, Any] = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
 
 #: Extensions that mark a source as a file path (never a hub name) even when it does not exist.
 _FILE_LIKE_EXTENSIONS = frozenset(
@@ -232,11 +239,31 @@ def _looks_like_file_path(text: str) -> bool:
     return "\\" in text or text.count("/") > 1
 
 
+def data_extension(path: Path) -> str:
+    """The format's extension of a data file, lower-case: ``.jsonl`` for ``train.jsonl`` and for
+    ``train.jsonl.gz`` (a compressed file is named by its plain form plus one of :data:`COMPRESSIONS`)."""
+    suffixes = [suffix.lower() for suffix in path.suffixes]
+    if len(suffixes) >= 2 and suffixes[-1] in COMPRESSIONS:
+        return suffixes[-2]
+    return suffixes[-1] if suffixes else ""
+
+
+def _open_bytes(path: Path) -> IO[bytes]:
+    """``path`` opened for reading bytes, decompressed when its last suffix is one of :data:`COMPRESSIONS`."""
+    opener = COMPRESSIONS.get(path.suffix.lower())
+    return cast(IO[bytes], opener(path, "rb")) if opener is not None else path.open("rb")
+
+
+def _open_text(path: Path) -> IO[str]:
+    """``path`` as UTF-8 text (a leading BOM dropped, newlines untranslated, as the csv module wants)."""
+    return io.TextIOWrapper(_open_bytes(path), encoding="utf-8-sig", newline="")
+
+
 def _load_file(
     path: Path, document_field: str, summary_field: str, max_examples: int | None
 ) -> list[SummaryPair]:
     """Read a local file of examples; see :func:`load_pairs` for arguments and errors."""
-    extension = path.suffix.lower()
+    extension = data_extension(path)
     if extension == ".jsonl":
         records = _iter_json_lines(path)
     elif extension == ".json":
@@ -245,8 +272,9 @@ def _load_file(
         records = _iter_csv_rows(path)
     else:
         raise ValueError(
-            f"{path}: unsupported file extension {path.suffix!r}; use one of "
-            f"{', '.join(SUPPORTED_EXTENSIONS)} (for a hub dataset pass its name, e.g. 'xsum')"
+            f"{path}: unsupported file extension {''.join(path.suffixes[-2:])!r}; use one of "
+            f"{', '.join(SUPPORTED_EXTENSIONS)}, plain or compressed ({', '.join(COMPRESSIONS)}; e.g. "
+            "train.jsonl.gz) (for a hub dataset pass its name, e.g. 'xsum')"
         )
     pairs: list[SummaryPair] = []
     for location, record in records:
@@ -270,7 +298,7 @@ def _iter_json_lines(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     Raises:
         ValueError: a line is not valid UTF-8, not valid JSON or not a JSON object.
     """
-    with path.open("rb") as handle:
+    with _open_bytes(path) as handle:
         for line_no, raw in enumerate(handle, start=1):
             try:
                 line = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
@@ -307,7 +335,7 @@ def _not_utf8_message(path: Path, line_no: int, raw: bytes, exc: UnicodeDecodeEr
 
 def _undecodable_line(path: Path, exc: UnicodeDecodeError) -> ValueError:
     """A ValueError naming the first line of ``path`` that is not UTF-8 (``exc`` came from a text reader)."""
-    with path.open("rb") as handle:
+    with _open_bytes(path) as handle:
         for line_no, raw in enumerate(handle, start=1):
             try:
                 raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
@@ -326,7 +354,8 @@ def _iter_json_file(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
         ValueError: the file is neither a JSON list of objects nor valid JSON lines.
     """
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        with _open_text(path) as handle:
+            text = handle.read()
     except UnicodeDecodeError as exc:
         raise _undecodable_line(path, exc) from exc
     try:
@@ -366,7 +395,7 @@ def _iter_csv_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     """
     skipped: list[str] = []
     try:
-        with path.open(encoding="utf-8-sig", newline="") as handle:
+        with _open_text(path) as handle:
             reader = csv.DictReader(handle, strict=True)
             rows = enumerate(reader, start=1)
             first_line = 1
