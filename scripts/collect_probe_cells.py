@@ -1,6 +1,6 @@
 """Write a ``srformer probe`` run's finished cells into one ``results.json``, without the training-time diagnostics.
 
-A probe run writes ``results.json`` when its whole grid is done; a grid run in pieces across sessions has finished
+A probe run writes ``results.json`` when its whole grid is done; a grid run in several invocations has finished
 cells before that. This collects every ``cells/*/*/*/cell.json`` of the run (the ``full`` bases' cells included),
 adds the share of the segmented-to-full gap each recovers, and writes ``{"records": [...]}``, the form
 ``srformer pick`` reads, and its tables next to it (``OUTPUT.md``, as the probe's ``results.md``).
