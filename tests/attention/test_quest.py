@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import srformer
 from srformer.attention import naive
-from srformer.attention.quest import QuestRowsState, QuestState, key_bounds, upper_bound
+from srformer.attention.quest import QuestRowsState, QuestState, key_bounds, outward_half, upper_bound
 from srformer.config import SRformerConfig, named_config
 from srformer.models.memory_estimate import estimate_decode_memory
 from tests.attention.test_srformer import _incremental, _inputs
@@ -200,3 +200,29 @@ def test_settings_defaults_bad_values_and_the_memory_estimate():
     rows = estimate_decode_memory(SRformerConfig("quest"), model_config, 1, 65536, torch.float32)
     assert rows.states < standard.states / 4
     assert rows.transient < standard.transient
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.floats(1e-3, 1e3))
+def test_half_bounds_are_rounded_outward_and_still_bound(seed, spread):
+    """The rows layout keeps grouped leaves' bounds in float16: each maximum rounded up, each minimum down."""
+    generator = torch.Generator().manual_seed(seed)
+    low = torch.randn(2, 3, 5, 4, generator=generator) * spread
+    high = low + torch.rand(2, 3, 5, 4, generator=generator) * spread
+    bounds = torch.cat([high, low], dim=-1)
+    half = outward_half(bounds)
+    assert half.dtype == torch.float16
+    assert (half[..., :4].float() >= high).all() and (half[..., 4:].float() <= low).all()
+    assert (half.float() - bounds).abs().max() <= 2e-3 * bounds.abs().max() + 1e-7
+    beyond = bounds.clone()
+    beyond[0, 0, 0, 0] = 1e6
+    assert outward_half(beyond).dtype == torch.float32  # beyond float16's range: kept as it is
+
+
+def test_the_rows_state_keeps_half_the_leaf_bytes_and_the_estimate_says_so():
+    model_config = BUILDERS["t5"]().config
+    tree = named_config("quest-tree", segment_size=64, target_length=128)
+    flat = named_config("quest", segment_size=64, target_length=128, leaf_size=2)
+    k = 262144
+    grouped, single = (estimate_decode_memory(c, model_config, 1, k, torch.float32).states for c in (tree, flat))
+    assert grouped < 0.6 * single

@@ -60,7 +60,10 @@ without projecting them (the absorbed form, exact up to rounding)::
     sum_x a_x V_x = W_v (sum_x a_x h_x) + b_v        (the a_x sum to 1)
 
 ``O((s + r·b)·D + D·d)`` per head and step (``D = d_model``) instead of projecting the rows, ``O((s + r·b)·D·d)``.
-Memory per layer: ``2·(L + G)·d`` float32 bounds per head instead of ``2·k·d`` keys and values.
+Memory per layer: ``2·(L + G)·d`` bounds per head instead of ``2·k·d`` keys and values; with groups the leaves'
+bounds are kept in float16, each maximum rounded up and each minimum rounded down (:func:`outward_half`: still
+upper bounds, half the memory), so a near-tie between two leaves may be settled otherwise than by the standard
+state's float32 bounds.
 """
 
 from __future__ import annotations
@@ -350,6 +353,26 @@ def upper_bound(queries: torch.Tensor, low: torch.Tensor, high: torch.Tensor) ->
     return bound_features(queries) @ torch.cat([high, low], dim=-1).transpose(-1, -2)
 
 
+def outward_half(bounds: torch.Tensor) -> torch.Tensor:
+    """``[high, low]`` bounds (..., 2d) in float16, each maximum rounded up and each minimum rounded down, so that
+    they still bound every key (half the memory of float32). Unchanged (float32 or wider) when a value lies beyond
+    float16's range (65,504).
+
+    Args:
+        bounds: (..., 2d), the maxima in the first ``d`` columns and the minima in the last ``d``.
+    """
+    if bounds.numel() == 0 or bounds.abs().max() > torch.finfo(torch.float16).max:
+        return bounds
+    d = bounds.shape[-1] // 2
+    half = bounds.to(torch.float16)
+    up = torch.nextafter(half, torch.full_like(half, float("inf")))
+    down = torch.nextafter(half, torch.full_like(half, float("-inf")))
+    is_high = torch.arange(2 * d, device=bounds.device) < d
+    raised = torch.where(half.to(bounds.dtype) < bounds, up, half)
+    lowered = torch.where(half.to(bounds.dtype) > bounds, down, half)
+    return torch.where(is_high, raised, lowered).contiguous()
+
+
 def _group_rows(bounds: torch.Tensor, groups: torch.Tensor, size: int) -> torch.Tensor:
     """The rows of whole groups: ``bounds`` (B, H, G·g, e) in the groups' order, ``groups`` (B, H, q, P) long ->
     (B, H, q, P·g, e), one ``index_select`` of ``g·e``-wide rows (far faster on the CPU than one per leaf)."""
@@ -384,15 +407,18 @@ class QuestCrossAttention(CrossAttentionMechanism):
         return self._stacked_bounds(low, high, leaf_real)
 
     def _stacked_bounds(
-        self, low: torch.Tensor, high: torch.Tensor, leaf_real: torch.Tensor
+        self, low: torch.Tensor, high: torch.Tensor, leaf_real: torch.Tensor, compact: bool = False
     ) -> dict[str, torch.Tensor]:
-        """The state's bound fields from the leaves' minimum and maximum keys ((B, H, L, d) each, (B, L) bool)."""
+        """The state's bound fields from the leaves' minimum and maximum keys ((B, H, L, d) each, (B, L) bool);
+        ``compact``: the leaves' bounds in float16 rounded outward (:func:`outward_half`) where groups are used."""
         group = self.settings.group_size
         order, group_low, group_high, group_real = group_bounds(low, high, leaf_real, group)
         leaf_bounds = _stacked(low, high, group is None)
         if group is not None:  # in the groups' order: a chosen group's leaves are one contiguous block
             index = order.clamp(max=low.shape[2] - 1)[..., None].expand(-1, -1, -1, leaf_bounds.shape[-1])
             leaf_bounds = leaf_bounds.gather(2, index).masked_fill((order >= low.shape[2])[..., None], 0.0)
+            if compact:
+                leaf_bounds = outward_half(leaf_bounds)
         return {"leaf_bounds": leaf_bounds, "leaf_real": leaf_real, "leaf_order": order,
                 "group_bounds": _stacked(group_low, group_high, True), "group_real": group_real}
 
@@ -474,7 +500,7 @@ class QuestCrossAttention(CrossAttentionMechanism):
         high = torch.cat([p["high"] for p in parts], dim=2)
         leaf_real = torch.cat([p["real"] for p in parts], dim=1)
         return QuestRowsState(
-            **self._base_fields(lengths, order, rows), **self._stacked_bounds(low, high, leaf_real),
+            **self._base_fields(lengths, order, rows), **self._stacked_bounds(low, high, leaf_real, compact=True),
             slot=torch.arange(batch, device=encoder_states.device), encoder=EncoderRows(encoder_states, projection),
         )
 
@@ -540,7 +566,8 @@ class QuestCrossAttention(CrossAttentionMechanism):
         batch, heads, count, _ = queries.shape
         leaves = state.leaf_real.shape[1]
         with torch.no_grad(), torch.autocast(device_type=queries.device.type, enabled=False):
-            features = bound_features(queries.detach().to(state.leaf_bounds.dtype))  # (B, H, q, 2d)
+            wide = (state.leaf_bounds if group is None else state.group_bounds).dtype  # leaves may be float16
+            features = bound_features(queries.detach().to(wide))  # (B, H, q, 2d)
             expanded = candidate[:, None].expand(batch, heads, count, leaves)
             if group is None:
                 bounds = features @ state.leaf_bounds.transpose(-1, -2)  # (B, H, q, L)
@@ -559,7 +586,7 @@ class QuestCrossAttention(CrossAttentionMechanism):
                 chosen = torch.zeros_like(group_real).scatter_(-1, top, top_valid)
                 slot_valid = chosen[..., None].expand(-1, -1, -1, -1, group).flatten(-2)  # (B, H, q, G·g)
                 leaf, width = order, order.shape[-1]
-                scores = features @ state.leaf_bounds.transpose(-1, -2)  # (B, H, q, G·g)
+                scores = features @ state.leaf_bounds.to(features.dtype).transpose(-1, -2)  # (B, H, q, G·g)
             else:
                 slot = (top[..., None] * group + torch.arange(group, device=top.device)).flatten(-2)  # (B, H, q, P·g)
                 leaf = order.gather(-1, slot)
@@ -569,7 +596,7 @@ class QuestCrossAttention(CrossAttentionMechanism):
                 step = max(1, _GATHER_BUDGET // max(1, batch * heads * width * features.shape[-1]))
                 scores = torch.cat([
                     torch.einsum("bhqe,bhqne->bhqn", features[:, :, i:i + step],
-                                 _group_rows(state.leaf_bounds, top[:, :, i:i + step], group))
+                                 _group_rows(state.leaf_bounds, top[:, :, i:i + step], group).to(features.dtype))
                     for i in range(0, count, step)
                 ], dim=2)
             leaf_valid = slot_valid & (leaf < leaves)

@@ -17,8 +17,9 @@ sequences each; transformers copies the encoder output ``b`` times), ``L`` decod
   state, one float32 index of ``B * k * (d_model + 1)`` numbers (the beams of an input share it), and two float32
   copies of one example's rows while it is built.
 - ``quest`` reading rows of the encoder output (an input of at least ``rows_min_keys`` tokens): per layer, the
-  float32 minimum and maximum key of each leaf (and group) of each head, ``2 * B' * H * (k/b + k/(g·b)) * d``
-  numbers, and the compaction order; while it is built, the keys of 4,096 positions at a time.
+  minimum and maximum key of each leaf (float16 with groups, else float32) and group (float32) of each head,
+  ``2 * B' * H * (k/b + k/(g·b)) * d`` numbers, and the compaction order; while it is built, the keys of 4,096
+  positions at a time.
 
 Two checks use it: the chunked encoder's, before a long input is encoded (``b = 1``: the beams are not known yet),
 and the converted model's, when ``generate`` copies the encoder output for its beams (``b`` known).
@@ -100,7 +101,8 @@ def estimate_decode_memory(
         leaves = -(-input_length // leaf)
         groups = 0 if config.group_size is None else -(-leaves // config.group_size)
         wide = max(element, 4)
-        bounds = 2 * batch * heads * (leaves + groups) * head_dim * wide + batch * leaves * leaf * 8
+        leaf_bytes = 2 if config.group_size is not None else wide  # grouped leaves' bounds: float16
+        bounds = 2 * batch * heads * (leaves * leaf_bytes + groups * wide) * head_dim + batch * leaves * leaf * 8
         chunk = batch * BOUNDS_CHUNK * (heads * head_dim * (element + wide) + d_model * element)
         return DecodeMemory(batch * input_length * d_model * element, layers * bounds, chunk)
     grows = entry.capabilities.state_grows_with_input and not (config.lean_cache and entry.capabilities.lean_layout)
