@@ -31,7 +31,11 @@ principal-direction tree over their box centres ``(min + max) / 2`` (a PCA tree;
 Dasgupta 2009): the leaves, padded to ``g·2^D`` slots, are split in halves ``D`` times, each node along its own
 principal direction (4 power iterations from a fixed seeded vector, on the centres less the node's mean, over its
 real leaves), each half keeping the leaves below or above the median projection (a stable sort; empty slots last).
-``π`` is the resulting order and the groups are its consecutive runs of ``g``. The choice of groups is an
+``π`` is the resulting order and the groups are its consecutive runs of ``g``. An example's real leaves come first
+and empty slots sort last, so an example batched with longer ones keeps all its leaves in the first node until the
+nodes are the size of its own tree: its order depends on its own keys only (up to exact ties between projections).
+The named setting ``quest-tree`` (leaves of 2, ``r = 64``, groups of 16, ``p = 64``) is the one chosen on the
+recall probe (``docs/mechanisms.md``). The choice of groups is an
 approximation (a group chosen first need not hold the leaf of largest bound); within the chosen groups, leaves are
 ranked by their own bounds. ``r`` at least the number of candidate leaves (and ``p`` at least the
 number of groups) reads every real position: full attention. Since ``m`` and ``n`` vary per example, that clamp is
