@@ -38,7 +38,12 @@ def test_matches_the_reference_in_both_paths_paddings_and_a_later_chunk(segment_
     selection blocks smaller than a segment (the last segment's last block short or empty), blocks that do not
     divide the segment (each segment's last block shorter), a block larger than the segment (one per segment)."""
     module = _module("block-topk", segment_size, 6, scale=0.5, top_segments=top, block_size=block)
-    queries, keys, values, valid = _inputs(5, 3, 13, 9, 4, LENGTHS)
+    check_against_the_reference(module, *_inputs(5, 3, 13, 9, 4, LENGTHS), LENGTHS)
+
+
+def check_against_the_reference(module, queries, keys, values, valid, lengths) -> None:
+    """The module against its float64 reference in the parallel path and a later chunk (from position 4),
+    incremental == parallel, left padding == right padding, and an empty last document's output 0."""
     state = module.init_state(keys, values, valid)
     parallel, final = module(queries, state)
     assert_exact(parallel, _reference(module, queries, keys, values, valid), "parallel")
@@ -47,7 +52,7 @@ def test_matches_the_reference_in_both_paths_paddings_and_a_later_chunk(segment_
     incremental, final_incremental = _incremental(module, queries, state)
     assert_exact(incremental, parallel, "incremental")
     assert torch.equal(final.last_segment, final_incremental.last_segment)
-    left_keys, left_values, left = _left_padded(keys, values, valid, LENGTHS)
+    left_keys, left_values, left = _left_padded(keys, values, valid, lengths)
     assert_exact(module(queries, module.init_state(left_keys, left_values, left))[0], parallel, "left padding")
     assert parallel[-1].abs().max() == 0  # the empty document: an empty memory
 

@@ -16,22 +16,13 @@ from srformer.attention import naive
 from srformer.attention.quest import QuestRowsState, QuestState, key_bounds, outward_half, upper_bound
 from srformer.config import SRformerConfig, named_config
 from srformer.models.memory_estimate import estimate_decode_memory
-from tests.attention.test_srformer import _incremental, _inputs
+from tests.attention.test_block_topk import check_against_the_reference
+from tests.attention.test_srformer import _inputs
 from tests.attention.test_variants import _module, _reference
 from tests.models.conftest import BUILDERS, converted, padded_batch, plain_generation_config
 from tests.tolerance import assert_exact
 
 LENGTHS = [23, 13, 8, 5, 1, 0]  # several leaves and groups, one leaf, one key, an empty document
-
-
-def _left_padded(keys, values, valid, lengths):
-    k = valid.shape[1]
-    roll = [k - n for n in lengths]
-    return (
-        torch.stack([torch.roll(keys[b], r, dims=1) for b, r in enumerate(roll)]),
-        torch.stack([torch.roll(values[b], r, dims=1) for b, r in enumerate(roll)]),
-        torch.stack([torch.roll(valid[b], r) for b, r in enumerate(roll)]),
-    )
 
 
 @pytest.mark.filterwarnings("ignore:An encoder input has")
@@ -45,18 +36,7 @@ def test_matches_the_reference_in_both_paths_paddings_and_a_later_chunk(segment_
     leaf and one group for every leaf; more segments than steps (s = 1)."""
     module = _module("quest", segment_size, 6, scale=0.5, leaf_size=leaf, top_leaves=top, group_size=group,
                      top_groups=groups)
-    queries, keys, values, valid = _inputs(6, 3, 23, 9, 4, LENGTHS)
-    state = module.init_state(keys, values, valid)
-    parallel, final = module(queries, state)
-    assert_exact(parallel, _reference(module, queries, keys, values, valid), "parallel")
-    later, _ = module(queries[:, :, 4:], state, start_position=4)
-    assert_exact(later, _reference(module, queries[:, :, 4:], keys, values, valid, start_position=4), "later chunk")
-    incremental, final_incremental = _incremental(module, queries, state)
-    assert_exact(incremental, parallel, "incremental")
-    assert torch.equal(final.last_segment, final_incremental.last_segment)
-    left_keys, left_values, left = _left_padded(keys, values, valid, LENGTHS)
-    assert_exact(module(queries, module.init_state(left_keys, left_values, left))[0], parallel, "left padding")
-    assert parallel[-1].abs().max() == 0  # the empty document: an empty memory
+    check_against_the_reference(module, *_inputs(6, 3, 23, 9, 4, LENGTHS), LENGTHS)
 
 
 @pytest.mark.parametrize("group,groups", [(None, None), (2, 50), (100, 1)])

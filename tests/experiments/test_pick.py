@@ -151,7 +151,7 @@ def test_pareto_front_members_are_undominated_and_the_rest_dominated(points):
 
 
 def test_bad_input_names_the_fix(tmp_path):
-    with pytest.raises(FileNotFoundError, match="no probe results.json"):
+    with pytest.raises(FileNotFoundError, match="no results.json"):
         load_probe_records([tmp_path / "missing"])
     (tmp_path / "other.json").write_text("[]")
     with pytest.raises(ValueError, match="not a `srformer probe` results.json"):

@@ -112,6 +112,25 @@ def _column(record: dict) -> QualityColumn:
                          int(record["n"]), tuple(budget["segment_sizes"]), int(floor))
 
 
+
+def _result_records(paths: Iterable[str | Path], name: str, command: str) -> list[dict]:
+    """The ``records`` of each path's ``name`` file (a path is the file or the folder holding it), in order.
+
+    Raises:
+        FileNotFoundError: a path has no such file, naming the command that writes it.
+        ValueError: a file without a ``records`` list.
+    """
+    records: list[dict] = []
+    for path in map(Path, paths):
+        file = path / name if path.is_dir() else path
+        if not file.is_file():
+            raise FileNotFoundError(f"{path}: no {name} there; give a `{command} --output` folder or its {name}.")
+        payload = json.loads(file.read_text())
+        if not isinstance(payload, dict) or not isinstance(payload.get("records"), list):
+            raise ValueError(f"{file} is not a `{command}` {name} (it has no `records` list).")
+        records += payload["records"]
+    return records
+
 def load_probe_records(paths: Iterable[str | Path]) -> list[dict]:
     """Cell records of ``srformer probe`` runs: each path a ``results.json`` or a run directory holding one.
     A cell found twice (same key and column) keeps the last path's record.
@@ -121,17 +140,9 @@ def load_probe_records(paths: Iterable[str | Path]) -> list[dict]:
         ValueError: a file is not a probe result (no ``records`` list).
     """
     found: dict[tuple, dict] = {}
-    for path in map(Path, paths):
-        file = path / "results.json" if path.is_dir() else path
-        if not file.is_file():
-            raise FileNotFoundError(f"{path}: no probe results.json there; give a `srformer probe --output` folder "
-                                    "or its results.json.")
-        payload = json.loads(file.read_text())
-        if not isinstance(payload, dict) or not isinstance(payload.get("records"), list):
-            raise ValueError(f"{file} is not a `srformer probe` results.json (it has no `records` list).")
-        for record in payload["records"]:
-            if not record.get("settings"):  # a named setting run with extra --setting values is another mechanism
-                found[(record["key"], _column(record))] = record
+    for record in _result_records(paths, "results.json", "srformer probe"):
+        if not record.get("settings"):  # a named setting run with extra --setting values is another mechanism
+            found[(record["key"], _column(record))] = record
     return list(found.values())
 
 
@@ -266,17 +277,9 @@ def load_long_probe_records(paths: Iterable[str | Path]) -> list[dict]:
         ValueError: a file is not a long-probe result (no ``records`` list).
     """
     found: dict[tuple, dict] = {}
-    for path in map(Path, paths):
-        file = path / "long_probe.json" if path.is_dir() else path
-        if not file.is_file():
-            raise FileNotFoundError(f"{path}: no long_probe.json there; give a `srformer long-probe --output` folder "
-                                    "or its long_probe.json.")
-        payload = json.loads(file.read_text())
-        if not isinstance(payload, dict) or not isinstance(payload.get("records"), list):
-            raise ValueError(f"{file} is not a `srformer long-probe` long_probe.json (it has no `records` list).")
-        for record in payload["records"]:
-            column = _long_recall_column(record)
-            found[(record["name"], record.get("seed", 0), column)] = record
+    for record in _result_records(paths, "long_probe.json", "srformer long-probe"):
+        column = _long_recall_column(record)
+        found[(record["name"], record.get("seed", 0), column)] = record
     return list(found.values())
 
 
