@@ -503,8 +503,19 @@ class QuestCrossAttention(CrossAttentionMechanism):
         low = torch.cat([p["low"] for p in parts], dim=2)
         high = torch.cat([p["high"] for p in parts], dim=2)
         leaf_real = torch.cat([p["real"] for p in parts], dim=1)
+        del parts
+        # one head at a time (heads are independent): the tree's and the float16 conversion's temporaries are one
+        # head's, not every head's
+        heads = [self._stacked_bounds(low[:, h:h + 1], high[:, h:h + 1], leaf_real, compact=True)
+                 for h in range(low.shape[1])]
+        del low, high
+        fields = {name: torch.cat([head[name] for head in heads], dim=1) for name in ("leaf_bounds", "leaf_order",
+                                                                                     "group_bounds", "group_real")}
+        fields["group_bounds"] = fields["group_bounds"].transpose(-1, -2).contiguous().transpose(-1, -2)
+        if self.settings.group_size is None:  # the leaves' bounds stay transposed (see QuestBoundsState)
+            fields["leaf_bounds"] = fields["leaf_bounds"].transpose(-1, -2).contiguous().transpose(-1, -2)
         return QuestRowsState(
-            **self._base_fields(lengths, order, rows), **self._stacked_bounds(low, high, leaf_real, compact=True),
+            **self._base_fields(lengths, order, rows), **fields, leaf_real=leaf_real,
             slot=torch.arange(batch, device=encoder_states.device), encoder=EncoderRows(encoder_states, projection),
         )
 
