@@ -102,7 +102,7 @@ def test_derived_tuples_follow_the_capabilities():
     )
     assert SEGMENT_SOFTMAX_VARIANTS == (
         "segmented", "srformer", "xl", "longt5", "window", "strided", "star", "bigbird", "compressive", "adaptive",
-        "bp", "block-topk", "srformer-gated",
+        "bp", "block-topk", "srformer-gated", "quest",
     )
     assert set(with_capability("segment_free", False)) | set(SEGMENT_FREE_VARIANTS) == set(REGISTRY)
     with pytest.raises(ValueError, match="Unknown capability"):

@@ -119,8 +119,8 @@ def test_bench_variants_are_derived_from_the_registry():
     assert BENCH_VARIANTS == ("full-sdpa", "full-eager", "segmented", "segmented-lean", "srformer", "srformer-lean",
                               "xl", "longt5", "linear", "window", "strided", "star", "fastformer", "reformer",
                               "routing", "bigbird", "compressive", "adaptive", "bp", "linformer", "performer",
-                              "compressed", "inducing", "block-topk", "srformer-gated", "knn",
-                              "block-topk-b4", "srformer-gated-taylor", "knn-4")
+                              "compressed", "inducing", "block-topk", "srformer-gated", "quest", "knn",
+                              "block-topk-b4", "srformer-gated-taylor", "quest-tree", "knn-4")
 
 
 def test_named_settings_with_their_own_module_settings_are_bench_variants_and_the_ablations_are_not():
@@ -128,7 +128,8 @@ def test_named_settings_with_their_own_module_settings_are_bench_variants_and_th
     names; the srformer ablations and ``srformer-two-sided`` run srformer's module as it is and get no entry."""
     own = {name: spec for name, spec in VARIANT_SPECS.items() if spec.setting is not None}
     assert {name: spec.srformer_variant for name, spec in own.items()} == {
-        "block-topk-b4": "block-topk", "srformer-gated-taylor": "srformer-gated", "knn-4": "knn"}
+        "block-topk-b4": "block-topk", "srformer-gated-taylor": "srformer-gated", "quest-tree": "quest",
+        "knn-4": "knn"}
     assert all(spec.setting == name for name, spec in own.items())
     assert not {"ablation-I", "ablation-III", "srformer-two-sided", "srformer-sigma"} & set(VARIANT_SPECS)
     assert changes_module_settings("knn-4") and not changes_module_settings("knn")
