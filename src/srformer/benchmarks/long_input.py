@@ -35,7 +35,7 @@ from srformer.attention.knn_index import faiss_available
 from srformer.benchmarks.memory import CHILD_ENVIRONMENT
 from srformer.benchmarks.plots import plt
 from srformer.benchmarks.variants import MODEL_SHAPES
-from srformer.config import check_window_settings
+from srformer.config import NAMED_SETTINGS, check_window_settings
 from srformer.models.memory_estimate import available_memory
 
 #: The variants of the long-input benchmark: a name and its :class:`~srformer.config.SRformerConfig` settings
@@ -47,9 +47,9 @@ LONG_INPUT_VARIANTS: dict[str, dict[str, Any]] = {
     "knn-flat": {"variant": "knn", "knn_index": "flat", "index_min_keys": 1},
     "knn-ivf": {"variant": "knn", "knn_index": "ivf", "index_min_keys": 1},
     "block-topk": {"variant": "block-topk"},
-    "block-topk-b4": {"variant": "block-topk", "block_size": 4, "top_segments": 16},
+    "block-topk-b4": dict(NAMED_SETTINGS["block-topk-b4"]),
     "quest": {"variant": "quest"},
-    "quest-tree": {"variant": "quest", "leaf_size": 2, "top_leaves": 64, "group_size": 16, "top_groups": 64},
+    "quest-tree": dict(NAMED_SETTINGS["quest-tree"]),
     "segmented": {"variant": "segmented"},
     "segmented-lean": {"variant": "segmented", "lean_cache": True},
     "srformer": {"variant": "srformer"},
