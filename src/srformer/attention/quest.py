@@ -84,7 +84,7 @@ from srformer.attention.projection import HeadProjection
 from srformer.attention.schedule import compaction_order, num_segments, real_lengths, segment_index
 from srformer.attention.selection import top_positions
 from srformer.attention.settings import MechanismSettings, integer_setting
-from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off
+from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, rows_in_encoder_order
 
 if TYPE_CHECKING:  # srformer.config imports the attention registry
     from srformer.config import SRformerConfig
@@ -197,18 +197,13 @@ class QuestState(QuestBoundsState):
         return self.keys, self.values
 
     def encoder_keys(self, encoder_length: int) -> torch.Tensor:
-        """The keys in encoder order, (B, H, k, d), zero at padded positions (one scatter, at each call)."""
-        return self._in_encoder_order(self.keys, encoder_length)
+        """The keys in encoder order, (B, H, k, d), zero at padded positions (one scatter, at each call; rows past
+        an example's length are zero and carry position 0)."""
+        return rows_in_encoder_order(self.keys, self.positions, encoder_length)
 
     def encoder_values(self, encoder_length: int) -> torch.Tensor:
         """The values in encoder order, as :meth:`encoder_keys`."""
-        return self._in_encoder_order(self.values, encoder_length)
-
-    def _in_encoder_order(self, rows: torch.Tensor, encoder_length: int) -> torch.Tensor:
-        batch, heads, _, d = rows.shape
-        # rows past an example's length are zero and carry position 0: adding them changes nothing
-        index = self.positions[:, None, :, None].expand(-1, heads, -1, d)
-        return rows.new_zeros(batch, heads, encoder_length, d).scatter_add_(2, index, rows)
+        return rows_in_encoder_order(self.values, self.positions, encoder_length)
 
 
 class EncoderRows:
@@ -388,11 +383,9 @@ def _group_rows(bounds: torch.Tensor, groups: torch.Tensor, size: int) -> torch.
     return picked.view(*groups.shape[:3], groups.shape[3] * size, width)
 
 
-def _stacked(low: torch.Tensor, high: torch.Tensor, transposed: bool) -> torch.Tensor:
-    """``[high, low]`` (B, H, n, 2d), as a transposed view of a contiguous (B, H, 2d, n) tensor if ``transposed``."""
-    if transposed:
-        return torch.cat([high, low], dim=-1).transpose(-1, -2).contiguous().transpose(-1, -2)
-    return torch.cat([high, low], dim=-1).contiguous()
+def _transposed(rows: torch.Tensor) -> torch.Tensor:
+    """``rows`` (..., n, e) as a transposed view of a contiguous (..., e, n) tensor."""
+    return rows.transpose(-1, -2).contiguous().transpose(-1, -2)
 
 
 class QuestCrossAttention(CrossAttentionMechanism):
@@ -402,29 +395,45 @@ class QuestCrossAttention(CrossAttentionMechanism):
     variants = ("quest",)
 
     # ------------------------------------------------------------------ state
-    def _bounds_fields(self, keys: torch.Tensor, lengths: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The bound fields of compacted ``keys`` ((B, H, N, d), N a multiple of ``b``)."""
-        b = self.settings.resolved_leaf_size()
-        real = torch.arange(keys.shape[2], device=keys.device)[None, :] < lengths[:, None]
-        wide = keys.detach().to(accumulation_dtype(keys.dtype))
-        low, high, leaf_real = key_bounds(wide, real, b)
-        return self._stacked_bounds(low, high, leaf_real)
+    def _leaf_bounds(
+        self, keys: torch.Tensor, lengths: torch.Tensor, start: int = 0
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:func:`key_bounds` of compacted ``keys`` (B, H, n, d) holding rows ``start .. start + n - 1`` (``n`` a
+        multiple of ``b``), in float32 or wider and detached."""
+        rows = torch.arange(start, start + keys.shape[2], device=keys.device)
+        real = rows[None, :] < lengths[:, None]
+        return key_bounds(keys.detach().to(accumulation_dtype(keys.dtype)), real, self.settings.resolved_leaf_size())
 
     def _stacked_bounds(
         self, low: torch.Tensor, high: torch.Tensor, leaf_real: torch.Tensor, compact: bool = False
     ) -> dict[str, torch.Tensor]:
         """The state's bound fields from the leaves' minimum and maximum keys ((B, H, L, d) each, (B, L) bool);
-        ``compact``: the leaves' bounds in float16 rounded outward (:func:`outward_half`) where groups are used."""
+        ``compact``: the leaves' bounds in float16 rounded outward (:func:`outward_half`) where groups are used.
+        Built one head at a time (heads are independent): the tree's and the float16 conversion's temporaries are
+        one head's, not every head's."""
+        group = self.settings.group_size
+        heads = [self._head_bounds(low[:, h:h + 1], high[:, h:h + 1], leaf_real, compact) for h in range(low.shape[1])]
+        fields = {name: torch.cat([head[name] for head in heads], dim=1) for name in heads[0]}
+        # the leaves contiguous along the last axis where a step multiplies every one of them (see QuestBoundsState)
+        fields["group_bounds"] = _transposed(fields["group_bounds"])
+        if group is None:
+            fields["leaf_bounds"] = _transposed(fields["leaf_bounds"])
+        return {**fields, "leaf_real": leaf_real}
+
+    def _head_bounds(
+        self, low: torch.Tensor, high: torch.Tensor, leaf_real: torch.Tensor, compact: bool
+    ) -> dict[str, torch.Tensor]:
+        """:meth:`_stacked_bounds` of one head's (or a few heads') ``low``/``high`` ((B, h, L, d) each), as rows."""
         group = self.settings.group_size
         order, group_low, group_high, group_real = group_bounds(low, high, leaf_real, group)
-        leaf_bounds = _stacked(low, high, group is None)
+        leaf_bounds = torch.cat([high, low], dim=-1)
         if group is not None:  # in the groups' order: a chosen group's leaves are one contiguous block
             index = order.clamp(max=low.shape[2] - 1)[..., None].expand(-1, -1, -1, leaf_bounds.shape[-1])
             leaf_bounds = leaf_bounds.gather(2, index).masked_fill((order >= low.shape[2])[..., None], 0.0)
             if compact:
                 leaf_bounds = outward_half(leaf_bounds)
-        return {"leaf_bounds": leaf_bounds, "leaf_real": leaf_real, "leaf_order": order,
-                "group_bounds": _stacked(group_low, group_high, True), "group_real": group_real}
+        return {"leaf_bounds": leaf_bounds, "leaf_order": order,
+                "group_bounds": torch.cat([group_high, group_low], dim=-1), "group_real": group_real}
 
     def _schedule(self, key_valid: torch.Tensor | None, batch: int, length: int,
                   device: torch.device) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -463,8 +472,8 @@ class QuestCrossAttention(CrossAttentionMechanism):
         spare = rows - length
         compact_keys = F.pad(torch.gather(keys, 2, index) * real.to(keys.dtype), (0, 0, 0, spare)).contiguous()
         compact_values = F.pad(torch.gather(values, 2, index) * real.to(values.dtype), (0, 0, 0, spare)).contiguous()
-        return QuestState(**base, **self._bounds_fields(compact_keys, lengths), keys=compact_keys,
-                          values=compact_values)
+        return QuestState(**base, **self._stacked_bounds(*self._leaf_bounds(compact_keys, lengths)),
+                          keys=compact_keys, values=compact_values)
 
     @autocast_off
     def indexed_state(
@@ -487,7 +496,7 @@ class QuestCrossAttention(CrossAttentionMechanism):
         b = self.settings.resolved_leaf_size()
         chunk = -(-BOUNDS_CHUNK // b) * b
         padded_order = F.pad(order, (0, rows - length))
-        parts: list[dict[str, torch.Tensor]] = []
+        parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         with torch.no_grad():
             for start in range(0, rows, chunk):
                 stop = min(rows, start + chunk)
@@ -496,26 +505,12 @@ class QuestCrossAttention(CrossAttentionMechanism):
                 keys = torch.einsum("bnD,hdD->bhnd", hidden.to(projection.key_weight.dtype), projection.key_weight)
                 if projection.key_bias is not None:
                     keys = keys + projection.key_bias[None, :, None, :]
-                real = (torch.arange(start, stop, device=keys.device)[None, :] < lengths[:, None])
-                wide = keys.to(accumulation_dtype(keys.dtype))
-                low, high, leaf_real = key_bounds(wide, real, b)
-                parts.append({"low": low, "high": high, "real": leaf_real})
-        low = torch.cat([p["low"] for p in parts], dim=2)
-        high = torch.cat([p["high"] for p in parts], dim=2)
-        leaf_real = torch.cat([p["real"] for p in parts], dim=1)
-        del parts
-        # one head at a time (heads are independent): the tree's and the float16 conversion's temporaries are one
-        # head's, not every head's
-        heads = [self._stacked_bounds(low[:, h:h + 1], high[:, h:h + 1], leaf_real, compact=True)
-                 for h in range(low.shape[1])]
-        del low, high
-        fields = {name: torch.cat([head[name] for head in heads], dim=1) for name in ("leaf_bounds", "leaf_order",
-                                                                                     "group_bounds", "group_real")}
-        fields["group_bounds"] = fields["group_bounds"].transpose(-1, -2).contiguous().transpose(-1, -2)
-        if self.settings.group_size is None:  # the leaves' bounds stay transposed (see QuestBoundsState)
-            fields["leaf_bounds"] = fields["leaf_bounds"].transpose(-1, -2).contiguous().transpose(-1, -2)
+                parts.append(self._leaf_bounds(keys, lengths, start))
+        lows, highs, reals = zip(*parts, strict=True)
+        low, high, leaf_real = torch.cat(lows, dim=2), torch.cat(highs, dim=2), torch.cat(reals, dim=1)
+        del parts, lows, highs
         return QuestRowsState(
-            **self._base_fields(lengths, order, rows), **fields, leaf_real=leaf_real,
+            **self._base_fields(lengths, order, rows), **self._stacked_bounds(low, high, leaf_real, compact=True),
             slot=torch.arange(batch, device=encoder_states.device), encoder=EncoderRows(encoder_states, projection),
         )
 

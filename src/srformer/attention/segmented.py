@@ -29,7 +29,7 @@ from srformer.attention.base import CrossAttentionMechanism, ProjectBlock, Proje
 from srformer.attention.layout import block_index, segment_major, segment_order, take_blocks
 from srformer.attention.registry import mechanism
 from srformer.attention.schedule import num_segments, real_lengths, segment_index, tracing
-from srformer.attention.state import CrossAttentionState, autocast_off
+from srformer.attention.state import CrossAttentionState, autocast_off, rows_in_encoder_order
 
 
 @dataclass(kw_only=True)
@@ -73,8 +73,7 @@ class SegmentState(CrossAttentionState):
         batch, max_segments, heads, s, d = blocks.shape
         rows = blocks.permute(0, 2, 1, 3, 4).reshape(batch, heads, max_segments * s, d)
         # slots past an example's real positions hold zero rows and position 0, so adding them changes nothing
-        index = self.positions.to(torch.long)[:, None, :, None].expand(-1, heads, -1, d)
-        return rows.new_zeros(batch, heads, encoder_length, d).scatter_add_(2, index, rows)
+        return rows_in_encoder_order(rows, self.positions, encoder_length)
 
 
 @dataclass(kw_only=True)

@@ -146,6 +146,23 @@ class CrossAttentionState:
         return total
 
 
+def rows_in_encoder_order(rows: torch.Tensor, positions: torch.Tensor, encoder_length: int) -> torch.Tensor:
+    """Per-head rows of a state's own layout moved back to encoder order, zero where no row lands (padding).
+
+    Args:
+        rows: (B, H, n, d), row ``j`` of an example holding encoder position ``positions[:, j]``; rows past an
+            example's real positions must be zero (they carry some position and are added there).
+        positions: (B, n) integer encoder positions.
+        encoder_length: ``k``.
+
+    Returns:
+        (B, H, k, d): one scatter, ``O(n·d)`` per head.
+    """
+    batch, heads, _, d = rows.shape
+    index = positions.to(torch.long)[:, None, :, None].expand(-1, heads, -1, d)
+    return rows.new_zeros(batch, heads, encoder_length, d).scatter_add_(2, index, rows)
+
+
 S = TypeVar("S", bound=CrossAttentionState)
 
 
