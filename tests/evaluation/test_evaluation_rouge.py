@@ -19,9 +19,13 @@ def test_split_sentences_keeps_closing_quotes_and_decimals():
     assert split_sentences(text) == ['He said "stop."', "Then he left.", "Pi is 3.14 today."]
 
 
-def test_split_sentences_prefers_newlines():
+def test_split_sentences_ends_a_sentence_at_every_line_break():
     text = "first line. still first\n\n  second line  \n"
-    assert split_sentences(text) == ["first line. still first", "second line"]
+    assert split_sentences(text) == ["first line.", "still first", "second line"]
+
+
+def test_split_sentences_keeps_abbreviations():
+    assert split_sentences("Dr. Smith came, e.g. on foot. He left.") == ["Dr. Smith came, e.g. on foot.", "He left."]
 
 
 def test_split_sentences_empty():

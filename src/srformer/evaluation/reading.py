@@ -9,8 +9,8 @@ summary for every document. ROUGE against the references cannot tell; these chec
   all outputs; words as ``rouge_score`` tokenizes them: lower-cased alphanumeric runs, no stemming). A generic
   output reuses few of its document's 3-grams; an extractive one reuses most;
 * **lead-3 ROUGE**: ROUGE-1/2/L F1 (x 100) of each output against the first three sentences of its own source
-  (:func:`srformer.evaluation.rouge.split_sentences`), the classic extractive baseline's text. An output about
-  its document overlaps its lead; a generic one overlaps every lead a little.
+  (:func:`srformer.evaluation.baselines.lead_sentences`, pysbd sentences), the classic extractive baseline's
+  text. An output about its document overlaps its lead; a generic one overlaps every lead a little.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from typing import Any
 
 from rouge_score import tokenizers
 
-from srformer.evaluation.rouge import score_summaries, split_sentences
+from srformer.evaluation.baselines import lead_sentences
+from srformer.evaluation.rouge import score_summaries
 
 __all__ = ["LEAD_ROUGE_KEYS", "copy_counts", "lead_sentences", "reading_check"]
 
@@ -28,11 +29,6 @@ __all__ = ["LEAD_ROUGE_KEYS", "copy_counts", "lead_sentences", "reading_check"]
 LEAD_ROUGE_KEYS: tuple[str, ...] = ("rouge1", "rouge2", "rougeL")
 
 _WORDS = tokenizers.DefaultTokenizer(use_stemmer=False)
-
-
-def lead_sentences(document: str, count: int = 3) -> str:
-    """The first ``count`` sentences of ``document`` (:func:`split_sentences`), one per line."""
-    return "\n".join(split_sentences(document)[:count])
 
 
 def _ngrams(words: Sequence[str], n: int) -> list[tuple[str, ...]]:

@@ -10,63 +10,32 @@ come from :class:`rouge_score.scoring.BootstrapAggregator`. What it adds is
 Sentence splitting
 ------------------
 ``rougeLsum`` (summary-level LCS) treats each line of a text as one sentence. The usual recipe
-(Hugging Face examples) splits sentences with nltk's punkt model, but that model has to be
-downloaded at run time and this project must work offline. :func:`split_sentences` therefore
-uses a simple, deterministic rule instead: texts that already contain newlines are taken to be
-one sentence per line (the layout of CNN/DailyMail highlights and of most reference files);
-other texts are split after ``.``, ``!`` or ``?`` (optionally followed by a closing quote or
-bracket) followed by whitespace. Abbreviations such as "e.g. this" are split too; the effect on
-``rougeLsum`` is small and, above all, identical for every system being compared.
+(Hugging Face examples) splits sentences with nltk's punkt model, which has to be downloaded at run
+time; this project must work offline, so :func:`split_sentences` is pysbd's rule-based segmenter
+(:mod:`srformer.data.sentences`): a line break always ends a sentence, and abbreviations, decimals and
+closing quotes do not. The same split serves every system being compared and the lead and oracle
+baselines (:mod:`srformer.evaluation.baselines`).
 """
 
 from __future__ import annotations
 
 import collections
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from rouge_score import rouge_scorer, scoring
 
+from srformer.data.sentences import split_sentences
+
 __all__ = ["ROUGE_KEYS", "RougeResult", "score_summaries", "split_sentences"]
 
 ROUGE_KEYS: tuple[str, ...] = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 """The ROUGE variants computed by :func:`score_summaries`, in reporting order."""
 
-# A sentence ends at . ! or ?, optionally followed by one closing quote/bracket, and the split
-# happens on the whitespace after it. Python's ``re`` needs fixed-width look-behinds, hence the
-# two alternatives.
-_SENTENCE_BOUNDARY = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"'\)\]]))\s+")
-
 # Bootstrap samples hold only F1, so the aggregator is fed a one-field record.
 _F1 = collections.namedtuple("_F1", ["fmeasure"])
-
-
-def split_sentences(text: str) -> list[str]:
-    """Split a text into sentences, one string per sentence.
-
-    If ``text`` contains a newline it is split on newlines (each line is one sentence, empty or
-    whitespace-only lines are dropped). Otherwise it is split with a regular expression after
-    sentence-final punctuation (``.``, ``!``, ``?``, optionally followed by a closing quote or
-    bracket) that is followed by whitespace. nltk's punkt model is not used because it has to be
-    downloaded, which is impossible offline (see the module docstring).
-
-    Args:
-        text: The text to split.
-
-    Returns:
-        The sentences, each stripped of surrounding whitespace, in order; ``[]`` for an empty or
-        whitespace-only text.
-
-    Raises:
-        TypeError: If ``text`` is not a ``str``.
-    """
-    if not isinstance(text, str):
-        raise TypeError(f"text must be a str, got {type(text).__name__}")
-    pieces = text.splitlines() if "\n" in text else _SENTENCE_BOUNDARY.split(text.strip())
-    return [piece.strip() for piece in pieces if piece.strip()]
 
 
 @dataclass

@@ -49,7 +49,8 @@ from srformer.config import (
     settings_suffix,
 )
 from srformer.data.pairs import SummaryPair
-from srformer.evaluation.reading import lead_sentences, reading_check
+from srformer.evaluation.baselines import BASELINE_NAMES, baseline_scores, lead_sentences, word_count
+from srformer.evaluation.reading import reading_check
 from srformer.evaluation.report import write_metrics_json
 from srformer.evaluation.rouge import ROUGE_KEYS, RougeResult, score_summaries
 from srformer.experiments.compare_report import write_report
@@ -172,7 +173,9 @@ class CellResult:
     check (:func:`srformer.evaluation.reading.reading_check`: distinct fraction, copy rate, lead-3 ROUGE), or None
     for a record written before the check existed whose predictions are gone; ``finetune_steps``, the optimizer
     steps the cell's model was fine-tuned for (0 for a converted model scored as it is; None in a record written
-    before the entry existed)."""
+    before the entry existed); ``baselines``, the length baselines of the cell's own outputs
+    (:func:`length_baselines`: per-document output words and the per-document ROUGE of the length-matched lead and
+    the length-capped oracle), or None for a record whose predictions are gone."""
 
     cell: Cell
     metrics: dict
@@ -182,6 +185,7 @@ class CellResult:
     settings: dict = field(default_factory=dict)
     reading: dict | None = None
     finetune_steps: int | None = None
+    baselines: dict | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -194,6 +198,7 @@ class CellResult:
             "settings": self.settings,
             "reading": self.reading,
             "finetune_steps": self.finetune_steps,
+            "baselines": self.baselines,
         }
 
 
@@ -246,7 +251,8 @@ def run_compare(
         overall.update(1)
     overall.close()
 
-    payload = summarize(results, settings, lead=lead_baseline(test_pairs))
+    lead_length = float(np.mean([word_count(lead_sentences(pair.document)) for pair in test_pairs]))
+    payload = summarize(results, settings, lead=lead_baseline(test_pairs), lead_words=lead_length)
     write_metrics_json(output / "results.json", payload)
     write_report(payload, output)
     return payload
@@ -290,10 +296,13 @@ def _run_cell(
             and same_decoding(metrics, num_beams=settings.num_beams, max_new_tokens=settings.max_new_tokens,
                               no_repeat_ngram_size=settings.no_repeat_ngram_size)
         ):
-            reading = saved.get("reading") or _saved_reading(run_dir, test_pairs)
+            predictions = saved_predictions(run_dir, test_pairs)
+            reading = saved.get("reading") or (
+                reading_check(predictions, [p.document for p in test_pairs]) if predictions else None)
+            baselines = saved.get("baselines") or (length_baselines(test_pairs, predictions) if predictions else None)
             result = CellResult(cell, metrics, saved["finetune_seconds"], saved["per_document"],
-                                saved["distinct_outputs"], extra, reading, saved.get("finetune_steps"))
-            if reading is not None and saved.get("reading") is None:  # an older record: add the check it lacked
+                                saved["distinct_outputs"], extra, reading, saved.get("finetune_steps"), baselines)
+            if (reading, baselines) != (saved.get("reading"), saved.get("baselines")):  # add what an old record lacked
                 write_metrics_json(result_file, result.to_dict())
             return result
     # Otherwise training and decoding are each skipped when already done (with these settings).
@@ -311,21 +320,29 @@ def _run_cell(
     per_document = score_summaries(predictions, [p.summary for p in test_pairs]).per_document
     reading = metrics.get("reading") or reading_check(predictions, [p.document for p in test_pairs])
     result = CellResult(cell, metrics, float(summary.get("seconds", 0.0)), per_document, len(set(predictions)),
-                        extra, reading, int(summary.get("steps", settings.finetune_steps)))
+                        extra, reading, int(summary.get("steps", settings.finetune_steps)),
+                        length_baselines(test_pairs, predictions))
     write_metrics_json(result_file, result.to_dict())
     return result
 
 
-def _saved_reading(run_dir: Path, test_pairs: Sequence[SummaryPair]) -> dict | None:
-    """The reading check of a finished cell recorded before the check existed, from its saved
-    ``test_predictions.jsonl`` (None when that file is missing or holds another number of predictions)."""
+def saved_predictions(run_dir: Path, test_pairs: Sequence[SummaryPair]) -> list[str] | None:
+    """A finished cell's saved ``test_predictions.jsonl`` (None when that file is missing or holds another number of
+    predictions than ``test_pairs``)."""
     predictions_file = run_dir / "test_predictions.jsonl"
     if not predictions_file.is_file():
         return None
     predictions = [json.loads(line)["prediction"] for line in predictions_file.read_text().splitlines() if line]
-    if len(predictions) != len(test_pairs):
-        return None
-    return reading_check(predictions, [p.document for p in test_pairs])
+    return predictions if len(predictions) == len(test_pairs) else None
+
+
+def length_baselines(test_pairs: Sequence[SummaryPair], predictions: Sequence[str]) -> dict:
+    """The baselines of the length of a cell's own outputs (:mod:`srformer.evaluation.baselines`):
+    ``{"words": per-document output words, LEAD_MATCHED: per-document ROUGE, ORACLE_CAPPED: per-document ROUGE}``,
+    the lead cut to each output's word count and the greedy oracle capped at it."""
+    rows = baseline_scores([p.document for p in test_pairs], [p.summary for p in test_pairs], predictions)
+    return {"words": [word_count(text) for text in predictions],
+            LEAD_MATCHED: rows[LEAD_MATCHED], ORACLE_CAPPED: rows[ORACLE_CAPPED]}
 
 
 def same_settings(record: dict, settings: dict) -> bool:
@@ -350,10 +367,13 @@ def _mean_reading(members: Sequence[CellResult]) -> dict | None:
 LEAD = "lead-3"
 """Name of the baseline row whose summary of a document is its first three sentences."""
 
+LEAD_MATCHED, ORACLE_CAPPED = BASELINE_NAMES[1], BASELINE_NAMES[2]
+"""Names of the length baselines of a cell's outputs: the lead cut to its length, the oracle capped at it."""
+
 
 def lead_baseline(test_pairs: Sequence[SummaryPair]) -> dict[str, list[float]]:
     """Per-document ROUGE F1 (x 100, keys :data:`~srformer.evaluation.rouge.ROUGE_KEYS`) of the lead-3 baseline:
-    each document's first three sentences (:func:`~srformer.evaluation.reading.lead_sentences`, from the whole
+    each document's first three sentences (:func:`~srformer.evaluation.baselines.lead_sentences`, from the whole
     document, not the model's truncated source) scored against its reference summary, in ``test_pairs`` order.
 
     Raises:
@@ -361,12 +381,29 @@ def lead_baseline(test_pairs: Sequence[SummaryPair]) -> dict[str, list[float]]:
     """
     if not test_pairs:
         raise ValueError("lead_baseline needs at least one test pair.")
-    predictions = [lead_sentences(pair.document) for pair in test_pairs]
-    return score_summaries(predictions, [pair.summary for pair in test_pairs]).per_document
+    return baseline_scores([pair.document for pair in test_pairs], [pair.summary for pair in test_pairs])[LEAD]
+
+
+def _group_baselines(members: Sequence[CellResult], documents: dict[str, list[float]]) -> dict | None:
+    """A group's length baselines over its seeds: mean output words, each baseline's mean ROUGE (its per-document
+    scores averaged over seeds first), and the paired difference of the group's pooled per-document ROUGE-1/2/L
+    to the length-matched lead (``minus_lead_matched``). None unless every member has them."""
+    if not members or any(r.baselines is None for r in members):
+        return None
+    found = [r.baselines for r in members if r.baselines is not None]
+    out: dict = {"words": float(np.mean([np.mean(b["words"]) for b in found]))}
+    for name in (LEAD_MATCHED, ORACLE_CAPPED):
+        pooled = {key: np.mean([b[name][key] for b in found], axis=0) for key in ROUGE_KEYS}
+        out[name] = {key: float(np.mean(values)) for key, values in pooled.items()}
+        if name == LEAD_MATCHED:
+            out["minus_lead_matched"] = {key: paired_difference(documents[key], pooled[key].tolist()).to_dict()
+                                         for key in ("rouge1", "rouge2", "rougeL")}
+    return out
 
 
 def summarize(
-    results: Sequence[CellResult], settings: CompareSettings, lead: dict[str, list[float]] | None = None
+    results: Sequence[CellResult], settings: CompareSettings, lead: dict[str, list[float]] | None = None,
+    lead_words: float | None = None,
 ) -> dict:
     """Aggregate finished cells: seed spread per (name, segment size), a pooled bootstrap interval
     over documents (per-document F1 averaged over seeds, rouge-score's BootstrapAggregator), and
@@ -379,6 +416,7 @@ def summarize(
         lead: per-document scores of the lead-3 baseline (:func:`lead_baseline`) on the same test documents, or
             None for no baseline row. With it, ``lead3`` holds its means and interval, and ``paired`` compares
             ``srformer`` with it at every segment size (``"other": "lead-3"``).
+        lead_words: the lead-3 texts' mean length in words, recorded in ``lead3`` (``"words"``) when given.
 
     Returns:
         ``{"settings", "cells", "groups", "paired", "lead3"}`` (JSON-ready; ``lead3`` is None without ``lead``).
@@ -408,6 +446,7 @@ def summarize(
             "decode_seconds": float(np.mean([r.metrics["seconds"] for r in members])),
             "distinct_outputs": float(np.mean([r.distinct_outputs for r in members])),
             "reading": _mean_reading(members),
+            "baselines": _group_baselines(members, documents),
             "num_documents": len(documents["rouge1"]),
         })
 
@@ -423,6 +462,7 @@ def summarize(
             **{key: float(np.mean(lead[key])) for key in ROUGE_KEYS},
             "rouge_ci": {key: [interval[key][0], interval[key][2]] for key in ROUGE_KEYS},
             "num_documents": len(lead["rouge1"]),
+            **({"words": lead_words} if lead_words is not None else {}),
         }
 
     paired = []

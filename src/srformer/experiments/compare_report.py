@@ -55,6 +55,41 @@ def _lead3(group: dict) -> str:
     return "-" if not reading else f"{reading['lead3_rouge1']:.2f}"
 
 
+def _words(group: dict) -> str:
+    """Mean output length in words (over documents and seeds), or "-" without the length baselines."""
+    baselines = group.get("baselines")
+    return "-" if not baselines else f"{baselines['words']:.0f}"
+
+
+def _baseline_rouge1(group: dict, name: str) -> str:
+    """ROUGE-1 of a length baseline of the group's own outputs (``name``: lead matched or oracle capped)."""
+    baselines = group.get("baselines")
+    return "-" if not baselines else f"{baselines[name]['rouge1']:.2f}"
+
+
+def _minus_lead(group: dict, key: str = "rouge1") -> str:
+    """The group's paired difference to its length-matched lead, ``mean (low to high)`` with ``*`` when the 95%
+    interval excludes 0."""
+    baselines = group.get("baselines")
+    if not baselines:
+        return "-"
+    diff = baselines["minus_lead_matched"][key]
+    mark = " *" if diff["low"] > 0 or diff["high"] < 0 else ""
+    return f"{diff['mean']:+.2f} ({diff['low']:+.2f} to {diff['high']:+.2f}){mark}"
+
+
+def length_baseline_columns(group: dict) -> dict[str, str]:
+    """The length-baseline columns of a table row: output words, the length-matched lead's ROUGE-1, the paired
+    difference to it, and the length-capped oracle's ROUGE-1."""
+    return {
+        "words": _words(group),
+        "lead (length-matched) ROUGE-1": _baseline_rouge1(group, "lead (length-matched)"),
+        "this − matched lead, ROUGE-1 (95% CI)": _minus_lead(group),
+        "this − matched lead, ROUGE-2": _minus_lead(group, "rouge2"),
+        "oracle (length-capped) ROUGE-1": _baseline_rouge1(group, "oracle (length-capped)"),
+    }
+
+
 def _paired(payload: dict, other: str, size: int | None) -> dict | None:
     for row in payload["paired"]:
         if row["other"] == other and row["segment_size"] == size:
@@ -98,7 +133,10 @@ def _lead3_row(payload: dict, size: int) -> dict | None:
         "srformer − this, ROUGE-2": _delta_other(payload, lead["name"], size, "rouge2"),
         "srformer − this, ROUGE-L": _delta_other(payload, lead["name"], size, "rougeL"),
         "docs srformer better / worse": wins,
-        "distinct outputs": "-", "copied 3-grams": "100%", "lead-3 ROUGE-1": "100.00", "decode s": 0.0,
+        "distinct outputs": "-", "copied 3-grams": "100%", "lead-3 ROUGE-1": "100.00",
+        "words": f"{lead['words']:.0f}" if "words" in lead else "-",
+        "lead (length-matched) ROUGE-1": "-", "this − matched lead, ROUGE-1 (95% CI)": "-",
+        "this − matched lead, ROUGE-2": "-", "oracle (length-capped) ROUGE-1": "-", "decode s": 0.0,
     }
 
 
@@ -142,6 +180,7 @@ def table2(payload: dict) -> str:
                 "distinct outputs": _distinct(group),
                 "copied 3-grams": _copy_rate(group),
                 "lead-3 ROUGE-1": _lead3(group),
+                **length_baseline_columns(group),
                 "decode s": group["decode_seconds"],
             })
         lead_row = _lead3_row(payload, size)
@@ -189,6 +228,7 @@ def table3(payload: dict) -> str:
             "distinct outputs": _distinct(group),
             "copied 3-grams": _copy_rate(group),
             "lead-3 ROUGE-1": _lead3(group),
+            **length_baseline_columns(group),
         })
     if not rows:
         return ""
