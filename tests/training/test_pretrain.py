@@ -72,6 +72,55 @@ def test_examples_follow_the_curriculum_and_the_mix():
     assert {only_copy.example(i)[0] for i in range(16)} == {"copy"}
 
 
+def test_sentence_objectives_use_the_sentence_starts():
+    # 4 documents of sentences [5-token sentences with distinct tokens], the sentence starts every 5 tokens
+    documents = [list(range(3 + 100 * d, 63 + 100 * d)) for d in range(4)]
+    starts = [list(range(0, 60, 5)) for _ in documents]
+    mix = recipe(max_source_length=48, curriculum_start=48, max_target_length=24,
+                 objective_mix={"cued": 1.0, "gap": 1.0, "reorder": 1.0})
+    examples = PretrainExamples(documents, mix, max_steps=4, examples_per_step=10, seed=3, sentinel_ids=SENTINELS,
+                                eos_id=1, sentence_starts=starts)
+    seen = set()
+    for index in range(len(examples)):
+        objective, example = examples.example(index)
+        seen.add(objective)
+        source, target = example["input_ids"][:-1], example["labels"][:-1]
+        assert len(example["input_ids"]) <= 48 and len(example["labels"]) <= 24
+        if objective == "cued":
+            cue = source[:source.index(SENTINELS[0])]
+            assert (cue[0] - 3) % 5 == 0 or cue[0] == source[source.index(SENTINELS[0]) + 1]  # a sentence start
+            assert target[0] == cue[-1] + 1  # the sentence goes on after its cue
+        elif objective == "gap":
+            assert SENTINELS[1] in source and target
+        else:
+            assert objective == "reorder" and set(target) <= set(source)
+    assert seen == {"cued", "gap", "reorder"}
+    with pytest.raises(ValueError, match="sentence_starts"):
+        PretrainExamples(documents, mix, max_steps=4, examples_per_step=10, seed=3, sentinel_ids=SENTINELS, eos_id=1)
+
+
+def test_span_and_copy_examples_do_not_depend_on_sentence_starts():
+    documents = [list(range(3, 203))]
+    mix = recipe(max_source_length=64)
+    plain = PretrainExamples(documents, mix, max_steps=8, examples_per_step=4, seed=2, sentinel_ids=SENTINELS,
+                             eos_id=1)
+    with_starts = PretrainExamples(documents, mix, max_steps=8, examples_per_step=4, seed=2, sentinel_ids=SENTINELS,
+                                   eos_id=1, sentence_starts=[[0, 50, 100]])
+    assert [plain.example(i) for i in range(32)] == [with_starts.example(i) for i in range(32)]
+
+
+@pytest.mark.slow
+def test_sentence_objectives_are_measured_on_held_out_documents(documents, tmp_path, one_thread):
+    mix = recipe(max_source_length=64, curriculum_start=16, curriculum_hold=0.25,
+                 objective_mix={"span": 1.0, "cued": 1.0, "gap": 1.0, "reorder": 1.0})
+    result = pretrain(documents, mix, tmp_path, settings(max_steps=8, save_every=4))
+    assert [entry["step"] for entry in result.objective_history] == [4, 8]
+    last = result.objective_history[-1]
+    for name in ("span", "cued", "gap", "reorder"):
+        assert 0.0 <= last[f"heldout_{name}_accuracy"] <= 1.0 and last[f"heldout_{name}_tokens"] > 0
+    assert json.loads((tmp_path / LOG_NAME).read_text())["objective_eval"] == result.objective_history
+
+
 def test_objective_mix_parsing():
     assert parse_objective_mix("span=0.7, copy=0.3") == {"span": 0.7, "copy": 0.3}
     for bad, message in (("span", "NAME=WEIGHT"), ("mask=1", "NAME=WEIGHT"), ("span=x", "not a number"),

@@ -20,13 +20,21 @@ from dataclasses import dataclass, field
 from typing import Any, overload
 
 from srformer.data.objectives import copy_target, noise_span_counts, span_corruption
+from srformer.data.sentence_objectives import cued_copy, gap_sentences, sentence_reordering
 from srformer.training.curriculum import CURRICULUM_GROWTHS, check_curriculum, curriculum_length
 from srformer.training.settings_base import SettingsBase, require_float, require_int
 
-__all__ = ["OBJECTIVES", "PretrainExamples", "PretrainRecipe", "parse_objective_mix"]
+__all__ = ["OBJECTIVES", "SENTENCE_OBJECTIVES", "PretrainExamples", "PretrainRecipe", "parse_objective_mix"]
 
-#: Objective names of :attr:`PretrainRecipe.objective_mix`: T5 span corruption and copy.
-OBJECTIVES: tuple[str, ...] = ("span", "copy")
+#: Objective names of :attr:`PretrainRecipe.objective_mix`: T5 span corruption, copy, cued copy, PEGASUS gap
+#: sentences and sentence reordering.
+OBJECTIVES: tuple[str, ...] = ("span", "copy", "cued", "gap", "reorder")
+
+#: The objectives that need the documents' sentence boundaries.
+SENTENCE_OBJECTIVES: tuple[str, ...] = ("cued", "gap", "reorder")
+
+#: The longest cue of a cued copy example (tokens); the window leaves room for it and its separator.
+MAX_CUE = 8
 
 #: T5's number of sentinel tokens (``<extra_id_0>`` ... ``<extra_id_99>``); more when the input length needs them.
 DEFAULT_SENTINELS = 100
@@ -149,6 +157,11 @@ class PretrainRecipe(SettingsBase):
                                  hold=self.curriculum_hold, ramp=self.curriculum_end - self.curriculum_hold,
                                  growth=self.curriculum_growth)
 
+    @property
+    def needs_sentences(self) -> bool:
+        """True when an objective of the mix works on sentences (:data:`SENTENCE_OBJECTIVES`)."""
+        return any(self.objective_mix.get(name, 0) > 0 for name in SENTENCE_OBJECTIVES)
+
     def to_dict(self) -> dict[str, Any]:
         """The recipe as JSON-ready ``dict``."""
         return dataclasses.asdict(self)
@@ -165,14 +178,30 @@ class PretrainExamples(Sequence[dict[str, list[int]]]):
         seed: the example stream (example ``i`` draws from ``random.Random(f"pretrain:{seed}:{i}")``).
         sentinel_ids: ids of ``<extra_id_0>``, ``<extra_id_1>``, ...
         eos_id: id of ``</s>``.
+        sentence_starts: per document, the token offsets where its sentences start (increasing; 0 need not be
+            listed), aligned with ``documents``; required when the mix holds a sentence objective
+            (:data:`SENTENCE_OBJECTIVES`). The cued copy's separator is ``<extra_id_0>``, the gap mask
+            ``<extra_id_1>``.
 
     Raises:
-        ValueError: no non-empty document.
+        ValueError: no non-empty document; a sentence objective without ``sentence_starts``, or ``sentence_starts``
+            of another length than ``documents``; fewer than two sentinel ids for the sentence objectives.
     """
 
     def __init__(self, documents: Sequence[Sequence[int]], recipe: PretrainRecipe, *, max_steps: int,
-                 examples_per_step: int, seed: int, sentinel_ids: Sequence[int], eos_id: int):
-        self.documents = [list(tokens) for tokens in documents if tokens]
+                 examples_per_step: int, seed: int, sentinel_ids: Sequence[int], eos_id: int,
+                 sentence_starts: Sequence[Sequence[int]] | None = None):
+        if sentence_starts is not None and len(sentence_starts) != len(documents):
+            raise ValueError(f"sentence_starts has {len(sentence_starts)} entries for {len(documents)} documents")
+        if recipe.needs_sentences and sentence_starts is None:
+            raise ValueError(f"the objective mix {recipe.objective_mix} holds a sentence objective "
+                             f"({', '.join(SENTENCE_OBJECTIVES)}): give sentence_starts")
+        if recipe.needs_sentences and len(sentinel_ids) < 2:
+            raise ValueError("the sentence objectives need two sentinel ids (separator and gap mask)")
+        kept = [index for index, tokens in enumerate(documents) if tokens]
+        self.documents = [list(documents[index]) for index in kept]
+        self.sentence_starts = ([sorted({0, *sentence_starts[index]}) for index in kept]
+                                if sentence_starts is not None else None)
         if not self.documents:
             raise ValueError("no training document has any token; nothing to pretrain on")
         self.recipe = recipe
@@ -214,20 +243,47 @@ class PretrainExamples(Sequence[dict[str, list[int]]]):
         """``(objective, {"input_ids", "labels"})`` of example ``index``."""
         rng = random.Random(f"pretrain:{self.seed}:{index}")
         length = self.recipe.source_length(index // self.examples_per_step, self.max_steps)
-        window = self.window(rng, length - 1)
+        document, start = self.place(rng, length - 1)
         objective = self.objective_of(rng)
+        target_length = self.recipe.target_length - 1
+        pair: tuple[list[int], list[int]] | None = None
+        if objective in SENTENCE_OBJECTIVES:
+            size = length - 1 - (MAX_CUE + 1 if objective == "cued" else 0)
+            sentences = self.sentences(document, start, size) if size >= 2 else []
+            if objective == "cued":
+                pair = cued_copy(sentences, rng, separator_id=self.sentinel_ids[0], max_target_length=target_length,
+                                 max_cue=MAX_CUE)
+            elif objective == "gap":
+                pair = gap_sentences(sentences, mask_id=self.sentinel_ids[1], max_target_length=target_length)
+            else:
+                pair = sentence_reordering(sentences, rng, max_target_length=target_length)
+        window = self.documents[document][start:start + length - 1]
         if objective == "span" and len(window) >= 2:
-            source, target = span_corruption(window, self.sentinel_ids, rng, noise_density=self.recipe.noise_density,
-                                             mean_span_length=self.recipe.mean_span_length)
-        else:
+            pair = span_corruption(window, self.sentinel_ids, rng, noise_density=self.recipe.noise_density,
+                                   mean_span_length=self.recipe.mean_span_length)
+        if pair is None:
             objective = "copy"
-            source = window
-            target = copy_target(window, rng, max_target_length=self.recipe.target_length - 1)
+            pair = window, copy_target(window, rng, max_target_length=target_length)
+        source, target = pair
         return objective, {"input_ids": [*source, self.eos_id], "labels": [*target, self.eos_id]}
 
+    def place(self, rng: random.Random, size: int) -> tuple[int, int]:
+        """``(document, start)`` of a window of ``size`` tokens: the document is drawn with probability proportional
+        to its length, the start uniformly (0 when the document is shorter)."""
+        document = bisect.bisect_right(self._ends, rng.randrange(self._ends[-1]))
+        return document, rng.randint(0, max(0, len(self.documents[document]) - size))
+
     def window(self, rng: random.Random, size: int) -> list[int]:
-        """``size`` consecutive tokens of one document (all of it when shorter); the document is drawn with
-        probability proportional to its length, the offset uniformly."""
-        document = self.documents[bisect.bisect_right(self._ends, rng.randrange(self._ends[-1]))]
-        start = rng.randint(0, max(0, len(document) - size))
-        return document[start:start + size]
+        """``size`` consecutive tokens of one document (all of it when shorter), placed by :meth:`place`."""
+        document, start = self.place(rng, size)
+        return self.documents[document][start:start + size]
+
+    def sentences(self, document: int, start: int, size: int) -> list[list[int]]:
+        """The tokens ``[start, start + size)`` of ``document`` cut at its sentence starts (the first and last pieces
+        may be parts of sentences)."""
+        assert self.sentence_starts is not None
+        tokens = self.documents[document]
+        stop = min(start + size, len(tokens))
+        starts = self.sentence_starts[document]
+        cuts = [start, *starts[bisect.bisect_right(starts, start):bisect.bisect_left(starts, stop)], stop]
+        return [tokens[a:b] for a, b in itertools.pairwise(cuts) if b > a]

@@ -1,70 +1,92 @@
-"""Teacher-forced copy accuracy of a seq2seq model, and a ``TrainerCallback`` that logs it during pretraining.
+"""Teacher-forced accuracy of a seq2seq model on held-out examples, and ``TrainerCallback``s that log it during
+pretraining.
 
 A model that reads its input can copy it: given a document's first ``n`` tokens as the source and the same
 tokens as the target, teacher forcing predicts each target token from the source and the correct previous
 tokens. The share of target tokens whose arg-max prediction is right is the copy accuracy (chance is about
-``1 / vocabulary``; a model that ignores its input stays at the share of the most frequent tokens).
+``1 / vocabulary``; a model that ignores its input stays at the share of the most frequent tokens). The same
+measure on each objective's held-out examples (:class:`ObjectiveAccuracyCallback`) tells whether the model learns
+the content-addressing objectives (cued copy, gap sentences, reordering) or only the positional ones.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from transformers import PreTrainedModel, TrainerCallback
 
-__all__ = ["CopyAccuracyCallback", "copy_accuracy"]
+__all__ = ["CopyAccuracyCallback", "ObjectiveAccuracyCallback", "copy_accuracy", "teacher_forced_accuracy"]
 
 
 @torch.no_grad()
-def copy_accuracy(model: PreTrainedModel, sequences: Sequence[Sequence[int]], *, pad_id: int,
-                  batch_size: int = 16) -> dict[str, float]:
-    """Teacher-forced copy accuracy and mean token loss of ``model`` on ``sequences`` (each both source and target).
+def teacher_forced_accuracy(model: PreTrainedModel, pairs: Sequence[tuple[Sequence[int], Sequence[int]]], *,
+                            pad_id: int, batch_size: int = 16) -> dict[str, float]:
+    """Teacher-forced accuracy and mean token loss of ``model`` on ``(source, target)`` token id pairs.
 
     The model is evaluated in eval mode (no dropout: no random numbers are drawn) and put back into the mode it
     was in.
 
     Args:
         model: a seq2seq model taking ``input_ids``, ``attention_mask`` and ``labels``.
-        sequences: token ids, each ending with ``</s>`` (the target ends there too).
+        pairs: ``(source, target)`` token ids, each ending with ``</s>``.
         pad_id: padding id of the inputs (labels are padded with -100).
-        batch_size: sequences per forward pass.
+        batch_size: pairs per forward pass.
 
     Returns:
-        ``{"copy_accuracy": fraction of target tokens predicted right (0-1), "copy_loss": mean cross-entropy per
-        target token (nats), "copy_tokens": target tokens counted}``.
+        ``{"accuracy": fraction of target tokens predicted right (0-1), "loss": mean cross-entropy per target token
+        (nats), "tokens": target tokens counted}``.
 
     Raises:
-        ValueError: ``sequences`` is empty.
+        ValueError: ``pairs`` is empty.
     """
-    if not sequences:
-        raise ValueError("copy_accuracy needs at least one sequence")
+    if not pairs:
+        raise ValueError("teacher_forced_accuracy needs at least one (source, target) pair")
     was_training = model.training
     model.eval()
     correct = total = 0
     loss_sum = 0.0
     device = model.device
     try:
-        for start in range(0, len(sequences), batch_size):
-            batch = sequences[start:start + batch_size]
-            width = max(len(tokens) for tokens in batch)
-            input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-            labels = torch.full((len(batch), width), -100, dtype=torch.long)
-            for row, tokens in enumerate(batch):
-                input_ids[row, :len(tokens)] = torch.tensor(list(tokens))
-                labels[row, :len(tokens)] = torch.tensor(list(tokens))
-            mask = (labels != -100).long()
+        for start in range(0, len(pairs), batch_size):
+            batch = pairs[start:start + batch_size]
+            source_width = max(len(source) for source, _ in batch)
+            target_width = max(len(target) for _, target in batch)
+            input_ids = torch.full((len(batch), source_width), pad_id, dtype=torch.long)
+            mask = torch.zeros((len(batch), source_width), dtype=torch.long)
+            labels = torch.full((len(batch), target_width), -100, dtype=torch.long)
+            for row, (source, target) in enumerate(batch):
+                input_ids[row, :len(source)] = torch.tensor(list(source))
+                mask[row, :len(source)] = 1
+                labels[row, :len(target)] = torch.tensor(list(target))
             logits = model(input_ids=input_ids.to(device), attention_mask=mask.to(device),
                            labels=labels.to(device)).logits.float()
             labels = labels.to(device)
             valid = labels != -100
             correct += int(((logits.argmax(-1) == labels) & valid).sum())
             total += int(valid.sum())
-            loss_sum += float(torch.nn.functional.cross_entropy(
-                logits[valid], labels[valid], reduction="sum"))
+            loss_sum += float(torch.nn.functional.cross_entropy(logits[valid], labels[valid], reduction="sum"))
     finally:
         model.train(was_training)
-    return {"copy_accuracy": correct / total, "copy_loss": loss_sum / total, "copy_tokens": total}
+    return {"accuracy": correct / total, "loss": loss_sum / total, "tokens": total}
+
+
+def copy_accuracy(model: PreTrainedModel, sequences: Sequence[Sequence[int]], *, pad_id: int,
+                  batch_size: int = 16) -> dict[str, float]:
+    """Teacher-forced copy accuracy and mean token loss of ``model`` on ``sequences`` (each both source and target),
+    by :func:`teacher_forced_accuracy`.
+
+    Returns:
+        ``{"copy_accuracy": 0-1, "copy_loss": nats per target token, "copy_tokens": target tokens counted}``.
+
+    Raises:
+        ValueError: ``sequences`` is empty.
+    """
+    if not sequences:
+        raise ValueError("copy_accuracy needs at least one sequence")
+    result = teacher_forced_accuracy(model, [(tokens, tokens) for tokens in sequences], pad_id=pad_id,
+                                     batch_size=batch_size)
+    return {f"copy_{key}": value for key, value in result.items()}
 
 
 class CopyAccuracyCallback(TrainerCallback):
@@ -92,6 +114,37 @@ class CopyAccuracyCallback(TrainerCallback):
         entry: dict = {"step": step, **copy_accuracy(model, self.sequences, pad_id=self.pad_id)}
         if self.source_length is not None:
             entry["source_length"] = self.source_length(step - 1)
+        if state.is_world_process_zero:
+            state.log_history.append(entry)
+        return control
+
+
+class ObjectiveAccuracyCallback(TrainerCallback):
+    """Every ``every`` optimizer steps and at the last one, append ``{"step", "heldout_<objective>_accuracy",
+    "heldout_<objective>_loss", "heldout_<objective>_tokens", ...}`` (one triple per objective,
+    :func:`teacher_forced_accuracy` on that objective's held-out examples) to the Trainer's ``log_history``.
+
+    Args:
+        examples: per objective name, fixed held-out ``(source, target)`` pairs (made from documents the model
+            never trains on).
+        pad_id: padding id.
+        every: steps between measurements (>= 1).
+    """
+
+    def __init__(self, examples: Mapping[str, Sequence[tuple[Sequence[int], Sequence[int]]]], *, pad_id: int,
+                 every: int):
+        self.examples = {name: list(pairs) for name, pairs in examples.items() if pairs}
+        self.pad_id = pad_id
+        self.every = every
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        step = state.global_step
+        if model is None or not self.examples or not (step % self.every == 0 or step >= state.max_steps):
+            return control
+        entry: dict = {"step": step}
+        for name, pairs in self.examples.items():
+            result = teacher_forced_accuracy(model, pairs, pad_id=self.pad_id)
+            entry.update({f"heldout_{name}_{key}": value for key, value in result.items()})
         if state.is_world_process_zero:
             state.log_history.append(entry)
         return control
