@@ -8,9 +8,10 @@ the same records with the summary sentences in the order they appear in the arti
 extractive summariser would emit them. Everything else (``id``, ``document``, ``title``, ``category``) is copied
 unchanged, so ``--split-by-id`` gives the same split as on the original file.
 
-A summary sentence is located by its first 40 characters in the article (newlines read as spaces); sentences that
-cannot be located keep their relative order after the located ones (the script prints how many summaries have
-any).
+A summary sentence (pysbd's sentences, once the corpus' missing spaces are put back) is located by its first 40
+characters after any opening quote in the article (newlines read as spaces); sentences that cannot be located keep
+their relative order after the located ones (the script prints how many summaries have all located: 2,191 of
+2,225).
 
 Usage: ``python scripts/bbc_order_summaries.py ALL.jsonl OUT.jsonl``
 """
@@ -21,15 +22,18 @@ import json
 import re
 import sys
 
-#: A sentence boundary inside a summary: end punctuation (possibly closing quote) directly followed by the next
-#: sentence's capital letter or opening quote (the corpus joins summary sentences with no space). Not a digit:
-#: "$1.13bn" is one number.
-SUMMARY_BOUNDARY = re.compile(r"(?<=[.!?])(?=[A-Z\"'])|(?<=[.!?][\"'])(?=[A-Z])")
+from srformer.data.sentences import split_sentences
+
+#: Where the corpus joined two summary sentences with no space: end punctuation (possibly closing quote) directly
+#: followed by the next sentence's capital letter. Not a digit ("$1.13bn" is one number), and not before a quote,
+#: which may close the sentence before it.
+MISSING_SPACE = re.compile(r"(?<=[.!?])(?=[A-Z])|(?<=[.!?][\"'])(?=[A-Z])")
 
 
 def summary_sentences(summary: str) -> list[str]:
-    """The sentences of a summary in the corpus' own order."""
-    return [part.strip() for part in SUMMARY_BOUNDARY.split(summary) if part.strip()]
+    """The sentences of a summary in the corpus' own order: the missing spaces put back, then pysbd's sentences
+    (:func:`srformer.data.sentences.split_sentences`)."""
+    return split_sentences(MISSING_SPACE.sub(" ", summary))
 
 
 def document_order(document: str, summary: str) -> tuple[str, bool]:
@@ -39,7 +43,7 @@ def document_order(document: str, summary: str) -> tuple[str, bool]:
     located: list[tuple[int, int, str]] = []
     missing: list[tuple[int, int, str]] = []
     for index, sentence in enumerate(summary_sentences(summary)):
-        position = text.find(sentence[:40])
+        position = text.find(sentence.lstrip("\"' ")[:40])
         (located if position >= 0 else missing).append((position, index, sentence))
     ordered = [sentence for _, _, sentence in sorted(located)] + [sentence for _, _, sentence in missing]
     return " ".join(ordered), not missing

@@ -53,3 +53,21 @@ def test_baseline_scores_rows_and_alignment():
         baseline_scores(documents, references[:1])
     with pytest.raises(ValueError, match="at least one"):
         baseline_scores([], [])
+
+
+def test_evaluate_reports_the_baselines_and_the_paired_gap_to_the_matched_lead():
+    from srformer.data.pairs import SummaryPair
+    from srformer.evaluation.evaluate import baseline_summary
+
+    pairs = [SummaryPair(document=DOCUMENT, summary=REFERENCE), SummaryPair(document=DOCUMENT, summary=REFERENCE)]
+    outputs = ["The council met on Monday.", "It approved a new park near the river."]
+    per_document = score_summaries(outputs, [REFERENCE, REFERENCE]).per_document
+    summary = baseline_summary(pairs, outputs, per_document)
+    assert summary["words"] == pytest.approx(6.5) and summary["lead3_words"] == 20
+    matched = summary["lead (length-matched)"]["rouge1"]
+    # the first output is its own matched lead, so the mean gap is the second output's gap over 2
+    lead_second = score_summaries([lead_words(DOCUMENT, 8)], [REFERENCE]).per_document["rouge1"][0]
+    gap = summary["minus_lead_matched"]["rouge1"]["mean"]
+    assert gap == pytest.approx((per_document["rouge1"][1] - lead_second) / 2)
+    assert matched == pytest.approx((per_document["rouge1"][0] + lead_second) / 2)
+    assert summary["oracle (length-capped)"]["rouge1"] >= matched

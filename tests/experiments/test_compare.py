@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from srformer.cli.main import main
+from srformer.evaluation.statistics import paired_difference, seed_spread
 from srformer.experiments import compare as compare_module
 from srformer.experiments.compare import Cell, CompareSettings, grid_cells
-from srformer.experiments.statistics import paired_difference, seed_spread
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "xsum_sample"
 TINY = [

@@ -6,13 +6,16 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from transformers import AutoTokenizer
 
 from srformer.attention.registry import keeps_own_attention
 from srformer.data.pairs import SummaryPair
+from srformer.evaluation.baselines import BASELINE_NAMES, baseline_scores, lead_sentences, word_count
 from srformer.evaluation.generation import generate_summaries
 from srformer.evaluation.reading import reading_check
 from srformer.evaluation.rouge import ROUGE_KEYS, score_summaries
+from srformer.evaluation.statistics import paired_difference
 from srformer.models.convert import srformer_config_of
 from srformer.models.factory import load_model, load_pretrained
 
@@ -56,7 +59,9 @@ def evaluate_summarizer(
         ``max_new_tokens``, ``no_repeat_ngram_size`` (0 = off; n > 0 forbids repeating any n-gram
         in a summary, ``transformers``' standard option), ``max_source_length``, the SRformer settings (``variant``,
         ``segment_size``, ``target_length``), and ``reading``: the reading check of the summaries against their
-        documents (:func:`srformer.evaluation.reading.reading_check`: distinct outputs, copy rate, lead-3 ROUGE).
+        documents (:func:`srformer.evaluation.reading.reading_check`: distinct outputs, copy rate, lead-3 ROUGE),
+        and ``baselines``: lead-3, the lead matched to each output's length and the oracle capped at it, with the
+        paired difference to the matched lead (:func:`baseline_summary`).
 
     Raises:
         ValueError: for an empty ``pairs`` (and the errors of ``generate_summaries``).
@@ -88,5 +93,32 @@ def evaluate_summarizer(
         segment_size=settings.segment_size if settings and not keeps_own_attention(settings.variant) else None,
         target_length=settings.target_length if settings and not keeps_own_attention(settings.variant) else None,
         reading=reading_check(generated.summaries, [p.document for p in pairs]),
+        baselines=baseline_summary(pairs, generated.summaries, rouge.per_document),
     )
     return metrics, generated.summaries
+
+
+def baseline_summary(pairs: Sequence[SummaryPair], outputs: Sequence[str],
+                     per_document: dict[str, list[float]]) -> dict[str, Any]:
+    """The baselines of :mod:`srformer.evaluation.baselines` next to a model's outputs.
+
+    Args:
+        pairs: the scored documents with their references.
+        outputs: the model's outputs, aligned (their word counts set the length baselines).
+        per_document: the outputs' per-document ROUGE F1 x 100 (:class:`~srformer.evaluation.rouge.RougeResult`).
+
+    Returns:
+        ``{"words": mean output words, "lead3_words": mean lead-3 words, NAME: {rouge key: mean F1 x 100} for each
+        baseline name, "minus_lead_matched": {"rouge1"/"rouge2"/"rougeL": the paired difference of the outputs to
+        the length-matched lead (:func:`~srformer.evaluation.statistics.paired_difference`, as a dict)}}``.
+    """
+    documents = [pair.document for pair in pairs]
+    rows = baseline_scores(documents, [pair.summary for pair in pairs], outputs)
+    matched = rows[BASELINE_NAMES[1]]
+    return {
+        "words": float(np.mean([word_count(text) for text in outputs])),
+        "lead3_words": float(np.mean([word_count(lead_sentences(document)) for document in documents])),
+        **{name: {key: float(np.mean(values)) for key, values in row.items()} for name, row in rows.items()},
+        "minus_lead_matched": {key: paired_difference(per_document[key], matched[key]).to_dict()
+                               for key in ("rouge1", "rouge2", "rougeL")},
+    }

@@ -53,9 +53,9 @@ from srformer.evaluation.baselines import BASELINE_NAMES, baseline_scores, lead_
 from srformer.evaluation.reading import reading_check
 from srformer.evaluation.report import write_metrics_json
 from srformer.evaluation.rouge import ROUGE_KEYS, RougeResult, score_summaries
+from srformer.evaluation.statistics import paired_difference, seed_spread
 from srformer.experiments.compare_report import write_report
 from srformer.experiments.stages import convert_stage, evaluate_stage, same_decoding, stage_training, train_stage
-from srformer.experiments.statistics import paired_difference, seed_spread
 from srformer.models.factory import NAMED_CONFIGS
 from srformer.training.pipeline import RunSpec
 from srformer.training.settings import TrainingSettings

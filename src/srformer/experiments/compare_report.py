@@ -148,9 +148,16 @@ def lead3_line(payload: dict) -> str:
     best = max(payload["groups"], key=lambda g: g["rouge1"]["mean"])
     size = "" if best["segment_size"] is None else f" at s = {best['segment_size']}"
     verdict = "beats" if best["rouge1"]["mean"] > lead["rouge1"] else "does not beat"
-    return (f"Best cell: {setting_label(best['name'], best.get('settings'))}{size}, ROUGE-1 "
-            f"{best['rouge1']['mean']:.2f} (95% CI {_interval(*best['rouge_ci']['rouge1'])}); lead-3: "
+    words = f", {lead['words']:.0f} words" if "words" in lead else ""
+    line = (f"Best cell: {setting_label(best['name'], best.get('settings'))}{size}, ROUGE-1 "
+            f"{best['rouge1']['mean']:.2f} (95% CI {_interval(*best['rouge_ci']['rouge1'])}); lead-3{words}: "
             f"{lead['rouge1']:.2f} ({_interval(*lead['rouge_ci']['rouge1'])}). The best cell {verdict} lead-3.")
+    if best.get("baselines"):
+        line += (f" At its own length ({_words(best)} words) the lead scores "
+                 f"{_baseline_rouge1(best, 'lead (length-matched)')}: the cell's paired difference is "
+                 f"{_minus_lead(best)}; the oracle of that length scores "
+                 f"{_baseline_rouge1(best, 'oracle (length-capped)')}.")
+    return line
 
 
 def table2(payload: dict) -> str:
@@ -331,7 +338,10 @@ def write_report(payload: dict, output: Path) -> None:
         "writes one summary for all of them. \"Copied 3-grams\" is the share of the summaries' word 3-grams found in "
         "their own document, \"lead-3 ROUGE-1\" the summaries' ROUGE-1 against their document's first three "
         "sentences (both mean over seeds; - for cells recorded without predictions to check). The lead-3 row "
-        "is no model: each document's first three sentences as its summary.\n"
+        "is no model: each document's first three sentences (pysbd) as its summary. \"Words\" is the outputs' mean "
+        "length; the length-matched lead is each document's lead cut to its output's word count (the floor), the "
+        "length-capped oracle the greedy ROUGE-1+2 oracle of the document's sentences within those words (the "
+        "ceiling), and \"this − matched lead\" the paired difference to that lead.\n"
     )
     parts = [header, "## Do the models read their input?\n", input_check(payload),
              *(["\n## Against lead-3\n", lead3_line(payload)] if payload.get("lead3") else []),
