@@ -128,9 +128,12 @@ def _encode_truncated(
 ) -> tuple[list[list[int]], int]:
     """Encode ``texts`` to at most ``max_length`` ids each and count how many were cut.
 
-    Every text is first encoded in full (to measure it); only the too-long ones are encoded
-    again with the tokenizer's own truncation, so that special tokens are kept the way the
-    tokenizer places them.
+    Every text is first encoded in full (to measure it). A too-long source is encoded again with
+    the tokenizer's own truncation, so that its special tokens are kept the way the tokenizer
+    places them (T5's and BART's trailing ``</s>`` included). A too-long target is cut to the
+    first ``max_length`` ids of its full encoding instead: it keeps a leading special token
+    (BART's ``<s>``) but gets no end-of-sequence token, so that a summary cut at the length limit
+    does not teach the model to stop writing there.
 
     Returns:
         ``(ids, truncated)``: the id lists in input order and the number of truncated texts.
@@ -139,7 +142,10 @@ def _encode_truncated(
     full = tokenizer(**{key: texts}, truncation=False, verbose=False)["input_ids"]
     too_long = [index for index, ids in enumerate(full) if len(ids) > max_length]
     result = [list(ids) for ids in full]
-    if too_long:
+    if too_long and target:
+        for index in too_long:
+            result[index] = result[index][:max_length]
+    elif too_long:
         cut = tokenizer(
             **{key: [texts[index] for index in too_long]},
             truncation=True,
