@@ -80,3 +80,33 @@ def test_the_tables_show_the_lead3_row_and_say_whether_the_best_cell_beats_it():
     assert "does not beat lead-3" in lead3_line(payload)
     payload = summarize([cell({key: [v + 5.0 for v in lead[key]] for key in KEYS})], SETTINGS, lead=lead)
     assert "The best cell beats lead-3" in lead3_line(payload)
+
+
+def test_reference_full_pairs_every_setting_and_the_lead_with_full():
+    from srformer.experiments.compare import length_baselines
+
+    lead = lead_baseline(PAIRS)
+    settings = CompareSettings(variants=("full", "srformer"), segment_sizes=(8,), ablations=(), seeds=(0,),
+                               reference="full")
+    outputs = ["Power failed.", "The mayor is pleased.", "Crops were lost."]
+    full = CellResult(Cell("full", None, 0), {key: float(np.mean(v)) for key, v in lead.items()} | {"seconds": 2.0},
+                      1.0, lead, 3, {}, None, 1, length_baselines(PAIRS, outputs))
+    worse = {key: [value - 1.0 for value in lead[key]] for key in KEYS}
+    srformer = CellResult(Cell("srformer", 8, 0), {key: float(np.mean(v)) for key, v in worse.items()}
+                          | {"seconds": 1.0}, 1.0, worse, 3, {}, None, 1, length_baselines(PAIRS, outputs))
+    payload = summarize([full, srformer], settings, lead=lead)
+    assert {(row["reference"], row["other"]) for row in payload["paired"]} == {("full", "lead-3"),
+                                                                                ("full", "srformer")}
+    gap = next(row for row in payload["paired"] if row["other"] == "srformer")
+    assert gap["rouge1"]["mean"] == pytest.approx(1.0)  # full - srformer, one point on every document
+    table = table2(payload)
+    assert "full − this, ROUGE-1 (95% CI)" in table and "srformer − this" not in table
+    srformer_row = next(line for line in table.splitlines() if line.startswith("| srformer"))
+    assert "+1.00 (1.00 to 1.00) *" in srformer_row and "0.50×" in srformer_row  # decode time half of full's
+    group = next(g for g in payload["groups"] if g["name"] == "srformer")
+    matched = group["baselines"]["lead (length-matched)"]["rouge1"]
+    assert group["baselines"]["words"] == pytest.approx(11 / 3)
+    assert group["baselines"]["minus_lead_matched"]["rouge1"]["mean"] == pytest.approx(
+        float(np.mean(worse["rouge1"])) - matched)
+    with pytest.raises(ValueError, match="--reference"):
+        CompareSettings(variants=("full",), segment_sizes=(8,), ablations=(), seeds=(0,), reference="linear")

@@ -62,7 +62,7 @@ from srformer.training.settings import TrainingSettings
 from srformer.training.settings_base import BaseModelBudget, Decoding, SeedGrid, SummaryShapes
 
 REFERENCE = "srformer"
-"""The setting every other one is compared with, per document."""
+"""The setting the ablations are compared with, per document (and by default every other setting too)."""
 
 
 @dataclass
@@ -93,6 +93,9 @@ class CompareSettings(BaseModelBudget, SummaryShapes, Decoding, SeedGrid):
         variant_settings: extra :class:`~srformer.config.SRformerConfig` settings per named setting of the grid
             (``{"window": {"window_size": 96}}``; ``srformer compare --setting``); they win over the named
             setting's own values and are recorded with every cell.
+        reference: the setting of the grid every other one and the lead-3 row are paired with, per document, in
+            the variants table (``srformer compare --reference``; e.g. ``full`` for each setting's gap to full
+            attention). The ablations are always paired with ``srformer`` too.
     """
 
     variants: tuple[str, ...] = VARIANTS
@@ -105,9 +108,13 @@ class CompareSettings(BaseModelBudget, SummaryShapes, Decoding, SeedGrid):
     base_seed: int = 0
     data: str = ""
     variant_settings: dict[str, dict] = field(default_factory=dict)
+    reference: str = REFERENCE
 
     def validate(self) -> None:
         super().validate()
+        if self.reference not in (*self.variants, *((REFERENCE,) if self.ablations else ())):
+            raise ValueError(f"reference {self.reference!r} is not run by this grid: give one of its variants "
+                             f"({', '.join(self.variants)}) to --reference")
         unknown = [n for n in (*self.variants, *self.ablations) if n not in NAMED_SETTINGS]
         if unknown:
             raise ValueError(f"Unknown variant names {unknown}: choose from {', '.join(NAMED_SETTINGS)}.")
@@ -467,30 +474,19 @@ def summarize(
 
     paired = []
     sizes = sorted({size for _, size in by_group if size is not None})
-    for size in sizes:
-        reference = by_group.get((REFERENCE, size))
-        if reference is None:
-            continue
-        reference_docs = pooled(reference)
-        if lead is not None:
-            paired.append({
-                "reference": REFERENCE, "other": LEAD, "segment_size": size,
-                **{key: paired_difference(reference_docs[key], lead[key]).to_dict()
-                   for key in ("rouge1", "rouge2", "rougeL")},
-            })
-        for (name, other_size), members in by_group.items():
-            if name == REFERENCE or other_size not in (size, None):
+    references = list(dict.fromkeys((settings.reference, *((REFERENCE,) if settings.ablations else ()))))
+    for reference_name in references:
+        for size in sizes:
+            reference = by_group.get((reference_name, size)) or by_group.get((reference_name, None))
+            if reference is None:
                 continue
-            other_docs = pooled(members)
-            paired.append({
-                "reference": REFERENCE,
-                "other": name,
-                "segment_size": size,
-                **{
-                    key: paired_difference(reference_docs[key], other_docs[key]).to_dict()
-                    for key in ("rouge1", "rouge2", "rougeL")
-                },
-            })
+            reference_docs = pooled(reference)
+            others: list[tuple[str, dict[str, list[float]]]] = [(LEAD, lead)] if lead is not None else []
+            others += [(name, pooled(members)) for (name, other_size), members in by_group.items()
+                       if name != reference_name and other_size in (size, None)]
+            paired += [{"reference": reference_name, "other": name, "segment_size": size,
+                        **{key: paired_difference(reference_docs[key], docs[key]).to_dict()
+                           for key in ("rouge1", "rouge2", "rougeL")}} for name, docs in others]
     return {
         "settings": asdict(settings),
         "cells": [r.to_dict() for r in results],

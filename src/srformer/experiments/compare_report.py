@@ -90,25 +90,41 @@ def length_baseline_columns(group: dict) -> dict[str, str]:
     }
 
 
-def _paired(payload: dict, other: str, size: int | None) -> dict | None:
+def reference_of(payload: dict) -> str:
+    """The setting the variants table pairs every other one with (``srformer`` in results written before
+    ``--reference`` existed)."""
+    return payload["settings"].get("reference", "srformer")
+
+
+def _decode_ratio(payload: dict, group: dict) -> str:
+    """The group's decode time over the test documents as a multiple of ``full``'s (same run, same documents), or
+    "-" when the grid has no ``full`` group."""
+    full = next((g for g in payload["groups"] if g["name"] == "full"), None)
+    if full is None or not full["decode_seconds"]:
+        return "-"
+    return f"{group['decode_seconds'] / full['decode_seconds']:.2f}×"
+
+
+def _paired(payload: dict, other: str, size: int | None, reference: str = "srformer") -> dict | None:
     for row in payload["paired"]:
-        if row["other"] == other and row["segment_size"] == size:
+        if row["other"] == other and row["segment_size"] == size and row.get("reference", "srformer") == reference:
             return row
     return None
 
 
-def _delta(payload: dict, name: str, size: int) -> tuple[str, str]:
-    """``srformer - name`` ROUGE-1 with its paired interval, and srformer's per-document win rate."""
-    row = _paired(payload, name, size)
+def _delta(payload: dict, name: str, size: int, reference: str = "srformer") -> tuple[str, str]:
+    """``reference - name`` ROUGE-1 with its paired interval, and the reference's per-document win rate."""
+    row = _paired(payload, name, size, reference)
     if row is None:
         return "-", "-"
     r1 = row["rouge1"]
-    return _delta_other(payload, name, size, "rouge1"), f"{100 * r1['a_wins']:.0f}% / {100 * r1['b_wins']:.0f}%"
+    return (_delta_other(payload, name, size, "rouge1", reference),
+            f"{100 * r1['a_wins']:.0f}% / {100 * r1['b_wins']:.0f}%")
 
 
-def _delta_other(payload: dict, name: str, size: int, key: str) -> str:
-    """``srformer - name`` in ROUGE ``key`` with its paired 95% interval (* when it excludes zero), or "-"."""
-    row = _paired(payload, name, size)
+def _delta_other(payload: dict, name: str, size: int, key: str, reference: str = "srformer") -> str:
+    """``reference - name`` in ROUGE ``key`` with its paired 95% interval (* when it excludes zero), or "-"."""
+    row = _paired(payload, name, size, reference)
     if row is None or key not in row:
         return "-"
     value = row[key]
@@ -121,7 +137,8 @@ def _lead3_row(payload: dict, size: int) -> dict | None:
     lead = payload.get("lead3")
     if not lead:
         return None
-    delta, wins = _delta(payload, lead["name"], size)
+    reference = reference_of(payload)
+    delta, wins = _delta(payload, lead["name"], size, reference)
     return {
         "variant": "lead-3 (first three sentences)",
         "ROUGE-1": f"{lead['rouge1']:.2f}",
@@ -129,14 +146,15 @@ def _lead3_row(payload: dict, size: int) -> dict | None:
         "ROUGE-2": f"{lead['rouge2']:.2f}",
         "ROUGE-L": f"{lead['rougeL']:.2f}",
         "ROUGE-Lsum": f"{lead['rougeLsum']:.2f}",
-        "srformer − this, ROUGE-1 (95% CI)": delta,
-        "srformer − this, ROUGE-2": _delta_other(payload, lead["name"], size, "rouge2"),
-        "srformer − this, ROUGE-L": _delta_other(payload, lead["name"], size, "rougeL"),
-        "docs srformer better / worse": wins,
+        f"{reference} − this, ROUGE-1 (95% CI)": delta,
+        f"{reference} − this, ROUGE-2": _delta_other(payload, lead["name"], size, "rouge2", reference),
+        f"{reference} − this, ROUGE-L": _delta_other(payload, lead["name"], size, "rougeL", reference),
+        f"docs {reference} better / worse": wins,
         "distinct outputs": "-", "copied 3-grams": "100%", "lead-3 ROUGE-1": "100.00",
         "words": f"{lead['words']:.0f}" if "words" in lead else "-",
         "lead (length-matched) ROUGE-1": "-", "this − matched lead, ROUGE-1 (95% CI)": "-",
         "this − matched lead, ROUGE-2": "-", "oracle (length-capped) ROUGE-1": "-", "decode s": 0.0,
+        "decode × full": "-",
     }
 
 
@@ -162,17 +180,20 @@ def lead3_line(payload: dict) -> str:
 
 def table2(payload: dict) -> str:
     """One block per segment size: every variant (not the ablations) with ROUGE mean ± std over
-    seeds, the pooled 95% interval of ROUGE-1, the paired ROUGE-1/2/L differences to ``srformer``, and the
-    lead-3 baseline's row when the payload has it."""
+    seeds, the pooled 95% interval of ROUGE-1, the paired ROUGE-1/2/L differences to the grid's reference
+    (``srformer`` unless ``--reference`` named another), the length baselines, the decode time (seconds, and as a
+    multiple of ``full``'s when the grid ran it), and the lead-3 baseline's row when the payload has it."""
     settings = payload["settings"]
     groups = payload["groups"]
+    reference = reference_of(payload)
     blocks = []
     for size in settings["segment_sizes"]:
         rows = []
         for group in groups:
             if group["name"] not in settings["variants"] or group["segment_size"] not in (size, None):
                 continue
-            delta, wins = _delta(payload, group["name"], size) if group["name"] != "srformer" else ("-", "-")
+            delta, wins = (_delta(payload, group["name"], size, reference) if group["name"] != reference
+                           else ("-", "-"))
             rows.append({
                 "variant": setting_label(group["name"], group.get("settings")),
                 "ROUGE-1": _spread(group, "rouge1"),
@@ -180,15 +201,16 @@ def table2(payload: dict) -> str:
                 "ROUGE-2": _spread(group, "rouge2"),
                 "ROUGE-L": _spread(group, "rougeL"),
                 "ROUGE-Lsum": _spread(group, "rougeLsum"),
-                "srformer − this, ROUGE-1 (95% CI)": delta,
-                "srformer − this, ROUGE-2": _delta_other(payload, group["name"], size, "rouge2"),
-                "srformer − this, ROUGE-L": _delta_other(payload, group["name"], size, "rougeL"),
-                "docs srformer better / worse": wins,
+                f"{reference} − this, ROUGE-1 (95% CI)": delta,
+                f"{reference} − this, ROUGE-2": _delta_other(payload, group["name"], size, "rouge2", reference),
+                f"{reference} − this, ROUGE-L": _delta_other(payload, group["name"], size, "rougeL", reference),
+                f"docs {reference} better / worse": wins,
                 "distinct outputs": _distinct(group),
                 "copied 3-grams": _copy_rate(group),
                 "lead-3 ROUGE-1": _lead3(group),
                 **length_baseline_columns(group),
                 "decode s": group["decode_seconds"],
+                "decode × full": _decode_ratio(payload, group),
             })
         lead_row = _lead3_row(payload, size)
         if rows and lead_row is not None:
