@@ -49,8 +49,10 @@ def test_pretrain_then_train_then_evaluate(data_file, tmp_path, capsys):
     metrics_file = tmp_path / "metrics.json"
     assert main(["evaluate", "--checkpoint", str(tuned), "--data", str(data_file), "--split-by-id", SPLIT,
                  "--max-new-tokens", "8", "--output", str(metrics_file), "--no-progress"]) == 0
-    assert "reading check:" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "reading check:" in out and "baselines, ROUGE-1: lead-3" in out
     metrics = json.loads(metrics_file.read_text())
+    assert metrics["baselines"]["oracle (length-capped)"]["rouge1"] >= 0.0
     test_part = select_split([SummaryPair(r["document"], r["summary"], r["id"]) for r in map(
         json.loads, data_file.read_text().splitlines())], SPLIT, "test")
     assert metrics["reading"]["num_documents"] == metrics["num_examples"] == len(test_part)

@@ -4,30 +4,13 @@ from __future__ import annotations
 
 import json
 
-from srformer.cli.arguments import (
-    CHECKPOINT_HELP,
-    add_data_arguments,
-    add_generation_arguments,
-    apply_runtime_options,
-)
+from srformer.cli.arguments import apply_runtime_options
 from srformer.cli.data_source import load_data
 from srformer.cli.output_files import check_output_file
 from srformer.evaluation.evaluate import evaluate_summarizer, load_summarizer
 from srformer.evaluation.report import format_table, write_metrics_json
 from srformer.evaluation.rouge import ROUGE_KEYS
 from srformer.training.pipeline import read_run
-
-
-def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("evaluate", help="generate summaries and score them with ROUGE")
-    parser.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
-    add_data_arguments(parser)
-    parser.add_argument("--output", required=True, help="metrics JSON path (missing folders are created)")
-    parser.add_argument("--max-examples", type=int, default=None)
-    parser.add_argument("--predictions", default=None,
-                        help="optional JSONL path for the generated summaries (missing folders are created)")
-    add_generation_arguments(parser)
-    parser.set_defaults(run=run)
 
 
 def reading_line(reading: dict) -> str:
@@ -37,6 +20,17 @@ def reading_line(reading: dict) -> str:
             f"({100 * reading['distinct_fraction']:.0f}%), {copy} of output 3-grams copied from the source, "
             f"ROUGE-1/2/L against the source's lead-3: {reading['lead3_rouge1']:.2f} / {reading['lead3_rouge2']:.2f} / "
             f"{reading['lead3_rougeL']:.2f}")
+
+
+def baselines_line(baselines: dict) -> str:
+    """One line of the extractive baselines (:func:`srformer.evaluation.evaluate.baseline_summary`)."""
+    gap = baselines["minus_lead_matched"]["rouge1"]
+    mark = " (the 95% interval excludes 0)" if gap["significant"] else ""
+    return (f"baselines, ROUGE-1: lead-3 {baselines['lead-3']['rouge1']:.2f} ({baselines['lead3_words']:.0f} words); "
+            f"at the outputs' length ({baselines['words']:.0f} words on average) the lead "
+            f"{baselines['lead (length-matched)']['rouge1']:.2f} and the extractive oracle "
+            f"{baselines['oracle (length-capped)']['rouge1']:.2f}; outputs − matched lead {gap['mean']:+.2f} "
+            f"(95% CI {gap['low']:+.2f} to {gap['high']:+.2f}){mark}")
 
 
 def run(args) -> int:
@@ -74,5 +68,6 @@ def run(args) -> int:
            **{k: metrics[k] for k in ROUGE_KEYS}, "examples": metrics["num_examples"], "seconds": metrics["seconds"]}
     print(format_table([row], list(row)))
     print(reading_line(metrics["reading"]))
+    print(baselines_line(metrics["baselines"]))
     print(f"metrics written to {args.output}")
     return 0
