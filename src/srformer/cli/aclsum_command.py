@@ -4,32 +4,14 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from srformer.attention.registry import TABLE1_VARIANTS
+from srformer.cli.parsers.settings_fields import ACLSUM_OWN_OPTIONS
 from srformer.experiments.aclsum import ComparisonSettings, run_aclsum_comparison
 
 
-def add_parser(subparsers) -> None:
-    defaults = ComparisonSettings()
-    parser = subparsers.add_parser(
-        "aclsum", help="train full/segmented/SRformer models on ACLSum and compare ROUGE and decode time"
-    )
-    parser.add_argument("--output", default="runs/aclsum", help="results directory (resumable)")
-    for field in fields(ComparisonSettings):
-        if field.name in ("variants", "progress"):
-            continue
-        value = getattr(defaults, field.name)
-        kind = type(value) if value is not None else int
-        parser.add_argument(f"--{field.name.replace('_', '-')}", type=kind, default=value)
-    parser.add_argument(
-        "--variants", nargs="+", default=list(defaults.variants), choices=list(TABLE1_VARIANTS)
-    )
-    parser.add_argument("--no-progress", action="store_true")
-    parser.set_defaults(run=run)
-
-
 def run(args) -> int:
+    """Run the ACLSum comparison with the parsed options into ``--output``; returns 0."""
     values = {
-        f.name: getattr(args, f.name) for f in fields(ComparisonSettings) if f.name not in ("variants", "progress")
+        f.name: getattr(args, f.name) for f in fields(ComparisonSettings) if f.name not in ACLSUM_OWN_OPTIONS
     }
     settings = ComparisonSettings(**values, variants=tuple(args.variants), progress=not args.no_progress)
     run_aclsum_comparison(args.output, settings)

@@ -1,4 +1,7 @@
-"""Argument groups shared by several sub-commands."""
+"""Argument groups shared by several sub-commands, and the parsing of their values.
+
+Imported when the parsers are built (``srformer --help``), so it imports no torch or transformers at module level:
+:func:`apply_runtime_options` imports the models layer when it runs."""
 
 from __future__ import annotations
 
@@ -6,8 +9,6 @@ import argparse
 from collections.abc import Sequence
 
 from srformer.config import NAMED_SETTINGS, SRformerConfig, setting_types
-from srformer.models.convert import convert, set_runtime_options
-from srformer.models.install import srformer_config_of
 
 #: ``--checkpoint`` of ``evaluate`` and ``summarize`` (the rule of :func:`srformer.models.factory.load_pretrained`).
 CHECKPOINT_HELP = (
@@ -196,6 +197,9 @@ def apply_runtime_options(model, args: argparse.Namespace):
             ``knn``.
         ImportError: for ``--knn-index flat``/``ivf`` without faiss.
     """
+    from srformer.models.convert import convert, set_runtime_options
+    from srformer.models.install import srformer_config_of
+
     options = {name: getattr(args, name) for name in ("encoder_window", "window_overlap", "window_batch_size")
                if getattr(args, name, None) is not None}
     index = {name: getattr(args, name) for name in ("knn_index", "index_min_keys", "index_probes")

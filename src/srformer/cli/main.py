@@ -1,30 +1,30 @@
 """``srformer`` command line: train, evaluate, summarize, the ACLSum main job, compare, bench, probe, long-bench,
-long-probe, pick, split and pretrain."""
+long-probe, pick, split and pretrain.
+
+The parsers come from :mod:`srformer.cli.parsers`, which import no torch or transformers, so ``srformer --help`` and
+``srformer COMMAND --help`` answer at once; a sub-command imports its implementation when it runs."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from srformer.cli import (
-    aclsum_command,
-    bench_command,
-    compare_command,
-    evaluate_command,
-    long_bench_command,
-    long_probe_command,
-    pick_command,
-    pretrain_command,
-    probe_command,
-    split_command,
-    summarize_command,
-    train_command,
+from srformer.cli.parsers import (
+    aclsum,
+    bench,
+    compare,
+    evaluate,
+    long_bench,
+    long_probe,
+    pick,
+    pretrain,
+    probe,
+    split,
+    summarize,
+    train,
 )
 
-COMMANDS = (
-    train_command, evaluate_command, summarize_command, aclsum_command, compare_command, bench_command, probe_command,
-    long_bench_command, long_probe_command, pick_command, split_command, pretrain_command,
-)
+COMMANDS = (train, evaluate, summarize, aclsum, compare, bench, probe, long_bench, long_probe, pick, split, pretrain)
 
 
 def build_parser() -> argparse.ArgumentParser:

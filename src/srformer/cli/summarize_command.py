@@ -6,21 +6,10 @@ import json
 import sys
 from pathlib import Path
 
-from srformer.cli.arguments import CHECKPOINT_HELP, add_generation_arguments, apply_runtime_options
+from srformer.cli.arguments import apply_runtime_options
 from srformer.evaluation.evaluate import load_summarizer
 from srformer.evaluation.generation import generate_summaries
 from srformer.training.pipeline import read_run
-
-
-def add_parser(subparsers) -> None:
-    parser = subparsers.add_parser("summarize", help="summarize documents with a trained checkpoint")
-    parser.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
-    parser.add_argument("input", nargs="?", default="-", help="a text file (one document), a .jsonl file with "
-                        "a `document` field per line, or - for standard input (default)")
-    parser.add_argument("--document-field", default="document")
-    parser.add_argument("--do-sample", action="store_true", help="sample instead of greedy/beam search")
-    add_generation_arguments(parser)
-    parser.set_defaults(run=run)
 
 
 def _documents(source: str, field: str) -> list[str]:
@@ -43,6 +32,7 @@ def _documents(source: str, field: str) -> list[str]:
 
 
 def run(args) -> int:
+    """Load the checkpoint, summarize the input and print one summary per document; returns 0."""
     model, tokenizer = load_summarizer(args.checkpoint)  # before reading the input: a missing checkpoint fails fast
     model = apply_runtime_options(model, args)
     run_info = read_run(args.checkpoint) or {}

@@ -1,0 +1,42 @@
+"""``srformer long-probe``: its options; the command is :mod:`srformer.cli.long_probe_command`."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(subparsers) -> None:
+    """Register ``srformer long-probe`` and its options on ``subparsers``."""
+    parser = subparsers.add_parser(
+        "long-probe", help="score finished recall probe cells on inputs far longer than they were trained on",
+        description=(
+            "Take the finished recall cells (convert protocol, of each --seeds seed) of `srformer probe` runs, "
+            "encode longer held-out documents in windows of the trained length, and score off- and on-segment "
+            "recall at each length without further training. Writes OUTPUT/long_probe.json (one row per cell, "
+            "length and seed; resumable), long_probe.md and long_probe.png (the mean over the seeds). Synthetic."
+        ),
+    )
+    parser.add_argument("--runs", nargs="+", required=True, help="`srformer probe --output` folders")
+    parser.add_argument("--variants", nargs="+", required=True, help="named settings whose cells are scored")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None,
+                        help="probe seeds whose cells are scored (default 0); the table shows their mean")
+    parser.add_argument("--output", required=True, help="output folder (finished lengths there are kept)")
+    parser.add_argument("--lengths", type=int, nargs="+", default=None,
+                        help="test input lengths in tokens (default 2048 4096 8192 16384)")
+    parser.add_argument("--encoder-window", type=int, default=None,
+                        help="tokens per encoder window (default: the trained input length)")
+    parser.add_argument("--examples", type=int, default=None, help="documents per length (default 128)")
+    parser.add_argument("--batch-size", type=int, default=None, help="documents per forward pass (default 16)")
+    parser.add_argument("--knn-index", choices=("flat", "ivf"), default=None,
+                        help="knn cells: search a faiss index of the encoder output at every length, decoding one "
+                             "position at a time as generate() does (default: the exact search, teacher-forced)")
+    parser.add_argument("--index-probes", type=int, default=None,
+                        help="with --knn-index ivf: cells scanned per query (default 32)")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``srformer long-probe`` (:func:`srformer.cli.long_probe_command.run`)."""
+    from srformer.cli import long_probe_command
+
+    return long_probe_command.run(args)

@@ -1,0 +1,26 @@
+"""``srformer summarize``: its options; the command is :mod:`srformer.cli.summarize_command`."""
+
+from __future__ import annotations
+
+import argparse
+
+from srformer.cli.arguments import CHECKPOINT_HELP, add_generation_arguments
+
+
+def add_parser(subparsers) -> None:
+    """Register ``srformer summarize`` and its options on ``subparsers``."""
+    parser = subparsers.add_parser("summarize", help="summarize documents with a trained checkpoint")
+    parser.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
+    parser.add_argument("input", nargs="?", default="-", help="a text file (one document), a .jsonl file with "
+                        "a `document` field per line, or - for standard input (default)")
+    parser.add_argument("--document-field", default="document")
+    parser.add_argument("--do-sample", action="store_true", help="sample instead of greedy/beam search")
+    add_generation_arguments(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``srformer summarize`` (:func:`srformer.cli.summarize_command.run`)."""
+    from srformer.cli import summarize_command
+
+    return summarize_command.run(args)
