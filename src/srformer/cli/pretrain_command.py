@@ -1,4 +1,5 @@
-"""``srformer pretrain``: self-supervised pretraining (span corruption + copy, length curriculum) from documents."""
+"""``srformer pretrain``: self-supervised pretraining (span corruption, copy, cued copy, gap sentences,
+reordering; length curriculum) from documents."""
 
 from __future__ import annotations
 

@@ -13,10 +13,12 @@ def add_parser(subparsers) -> None:
     """Register ``srformer pretrain`` and its options on ``subparsers``."""
     defaults = PretrainRecipe()
     parser = subparsers.add_parser(
-        "pretrain", help="pretrain a small T5/BART from documents (span corruption + copy, length curriculum)",
+        "pretrain", help="pretrain a small T5/BART from documents (span corruption, copy, cued copy, gap "
+                         "sentences, reordering; length curriculum)",
         description=(
             "Train a Unigram tokenizer and a randomly initialised named config on the documents of --data with T5 "
-            "span corruption and copying, the source growing from --curriculum-start tokens to "
+            "span corruption, copying and the sentence objectives (cued copy, PEGASUS gap sentences, sentence "
+            "reordering), the source growing from --curriculum-start tokens to "
             "--max-source-length. The --output folder is a checkpoint that `srformer train --model`, "
             "`srformer compare --model` and AutoModelForSeq2SeqLM.from_pretrained load."
         ),
@@ -37,7 +39,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--vocab-size", type=int, default=defaults.vocab_size,
                         help="tokenizer pieces, before the sentinel tokens (default: %(default)s)")
     parser.add_argument("--objective-mix", default="span=0.5,copy=0.5",
-                        help="relative weights of span corruption and copy (default: %(default)s)")
+                        help="relative weights of span (T5 span corruption), copy, cued (cued copy), gap (PEGASUS gap "
+                             "sentences) and reorder (sentence reordering) (default: %(default)s)")
     parser.add_argument("--noise-density", type=float, default=defaults.noise_density,
                         help="span corruption: fraction of tokens dropped (default: %(default)s)")
     parser.add_argument("--mean-span-length", type=float, default=defaults.mean_span_length,
