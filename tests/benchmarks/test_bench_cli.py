@@ -108,7 +108,8 @@ def test_quick_run_of_the_baselines_fills_their_columns(tmp_path):
 
 
 def test_generate_times_the_default_set_and_every_opt_in_variant():
-    from srformer.benchmarks.suite import DEFAULT_BENCH_VARIANTS, GENERATE_VARIANTS, generate_variants
+    from srformer.benchmarks.records import DEFAULT_BENCH_VARIANTS
+    from srformer.benchmarks.suite_generate import GENERATE_VARIANTS, generate_variants
 
     assert generate_variants(DEFAULT_BENCH_VARIANTS) == tuple(v for v in DEFAULT_BENCH_VARIANTS
                                                               if v in GENERATE_VARIANTS)

@@ -1,0 +1,137 @@
+"""The settings of the benchmark suite (``srformer bench``): what :func:`~srformer.benchmarks.suite.run_suite`
+measures and how hard.
+
+:class:`SuiteSettings` holds the shapes, variants, repeats and the CPU limits of a run; :data:`SECTIONS` names the
+suite's sections in run order; :func:`with_overrides` replaces the fields a command line gave.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from srformer.benchmarks.records import BENCH_VARIANTS, DEFAULT_BENCH_VARIANTS
+from srformer.benchmarks.variants import MODEL_SHAPES
+
+#: Sections of the suite, in run order.
+SECTIONS: tuple[str, ...] = ("flops", "step", "generate", "training", "memory")
+
+
+@dataclass(frozen=True)
+class SuiteSettings:
+    """What :func:`~srformer.benchmarks.suite.run_suite` measures and how hard.
+
+    Attributes:
+        encoder_lengths: ``k`` values (tokens).
+        segment_sizes: ``s`` values (tokens).
+        batch_sizes: batch sizes of the step and generation measurements.
+        variants: benchmark variants (a subset of :data:`BENCH_VARIANTS`; default
+            :data:`~srformer.benchmarks.records.DEFAULT_BENCH_VARIANTS`, without the baselines).
+        target_length: ``T`` (tokens): the schedule's decoder length, and the label length of the
+            training step and the ``q`` of the FLOP counts.
+        model_shape: a key of :data:`~srformer.benchmarks.variants.MODEL_SHAPES`.
+        device: ``cpu``, ``cuda`` or ``auto``.
+        repeats: timed repeats (medians are reported).
+        warmup: discarded runs before them.
+        step_positions: decoder positions timed per step run (``t = 1 .. n``).
+        new_tokens: tokens per sequence in the timed ``generate()`` calls.
+        training_batch_size: sequences per training step.
+        training_repeats: timed training steps (at most ``repeats``).
+        cpu_training_max_encoder_length: on the CPU, training steps are skipped above this ``k`` (logged).
+        cpu_training_single_step_encoder_length: on the CPU, from this ``k`` on, training is timed
+            for the largest segment size only, one step per variant after one warm-up step shared by
+            the variants (noted in the record and the log).
+        memory_new_tokens: tokens per sequence in the CPU peak-memory ``generate()`` calls.
+        memory_batch_size: batch size of the CPU peak-memory measurements (default: the largest batch size).
+        memory_segment_size: ``s`` of the CPU peak-memory measurements (default: 64 if measured, else the largest).
+        memory_one_process: measure all variants' CPU peak memory in one child process (default: one
+            child per variant).
+        cpu_large_encoder_length: on the CPU, from this ``k`` on: step repeats at most 3; ``generate()``
+            for the largest segment size only, with half the tokens, one timed call per variant after
+            one warm-up call shared by the variants. (On the CPU ``generate()`` is otherwise timed at
+            most twice, after a warm-up call of 4 tokens.)
+        figure5_qs: summary lengths ``q`` of the Figure 5 theoretical curves.
+        figure5_measured_qs: the ``q`` values with FlopCounterMode points in Figure 5.
+        sections: which of :data:`SECTIONS` to run.
+        seed: seed of the weights and the random inputs.
+        compiled: also time the step and ``generate()`` compiled (``torch.compile`` with inductor, fullgraph;
+            :mod:`~srformer.benchmarks.compiled`). Off by default: compiling every variant and shape takes
+            seconds to minutes each.
+    """
+
+    encoder_lengths: tuple[int, ...] = (512, 1024, 4096, 16384)
+    segment_sizes: tuple[int, ...] = (16, 64)
+    batch_sizes: tuple[int, ...] = (1, 8)
+    variants: tuple[str, ...] = DEFAULT_BENCH_VARIANTS
+    target_length: int = 128
+    model_shape: str = "t5-small"
+    device: str = "auto"
+    repeats: int = 5
+    warmup: int = 1
+    step_positions: int = 32
+    new_tokens: int = 64
+    training_batch_size: int = 1
+    training_repeats: int = 2
+    cpu_training_max_encoder_length: int = 4096
+    cpu_training_single_step_encoder_length: int = 2048
+    memory_new_tokens: int = 16
+    memory_batch_size: int | None = None
+    memory_segment_size: int | None = None
+    memory_one_process: bool = False
+    cpu_large_encoder_length: int = 8192
+    figure5_qs: tuple[int, ...] = (128, 256, 384, 512, 640, 768, 896, 1024)
+    figure5_measured_qs: tuple[int, ...] = (128, 256, 512, 1024)
+    sections: tuple[str, ...] = SECTIONS
+    seed: int = 0
+    compiled: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("encoder_lengths", "segment_sizes", "batch_sizes", "figure5_qs", "figure5_measured_qs"):
+            values = getattr(self, name)
+            if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
+                raise ValueError(f"`{name}` must be a non-empty list of positive integers, got {values!r}.")
+        for name in ("target_length", "repeats", "step_positions", "new_tokens", "training_batch_size",
+                     "training_repeats", "memory_new_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)!r}.")
+        if self.warmup < 0:
+            raise ValueError(f"`warmup` must be >= 0, got {self.warmup!r}.")
+        unknown = [v for v in self.variants if v not in BENCH_VARIANTS]
+        if unknown or not self.variants:
+            raise ValueError(f"Unknown benchmark variant(s) {unknown}; known variants are {', '.join(BENCH_VARIANTS)}.")
+        unknown = [s for s in self.sections if s not in SECTIONS]
+        if unknown:
+            raise ValueError(f"Unknown section(s) {unknown}; sections are {', '.join(SECTIONS)}.")
+        if self.model_shape not in MODEL_SHAPES:
+            raise ValueError(f"Unknown model shape {self.model_shape!r}; known shapes are {', '.join(MODEL_SHAPES)}.")
+
+    @classmethod
+    def quick(cls, **overrides) -> SuiteSettings:
+        """The ``--quick`` settings (CI): a t5-tiny-sized model, k in {64, 128}, s = 16, batch 1,
+        one repeat, a few positions and tokens; ``overrides`` replace any field."""
+        quick: dict[str, Any] = dict(
+            encoder_lengths=(64, 128),
+            segment_sizes=(16,),
+            batch_sizes=(1,),
+            target_length=32,
+            model_shape="t5-tiny",
+            repeats=1,
+            warmup=1,
+            step_positions=8,
+            new_tokens=8,
+            training_repeats=1,
+            memory_new_tokens=4,
+            memory_one_process=True,
+            figure5_measured_qs=(128,),
+        )
+        quick.update(overrides)
+        return cls(**quick)
+
+    def summary(self) -> dict:
+        """The settings as a plain dict (for reports)."""
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+def with_overrides(settings: SuiteSettings, **overrides) -> SuiteSettings:
+    """``settings`` with the given fields replaced (None values are ignored)."""
+    return replace(settings, **{key: value for key, value in overrides.items() if value is not None})
