@@ -11,7 +11,7 @@ from PIL import Image
 
 from srformer.cli.main import main
 from srformer.cli.probe_command import QUICK
-from srformer.probe.runner import PROTOCOLS, ProbeSettings, grid_cells
+from srformer.probe.grid import PROTOCOLS, ProbeSettings, grid_cells
 from srformer.probe.tasks import TASKS
 
 
@@ -136,7 +136,7 @@ def test_probe_rejects_negative_finetuning_steps(tmp_path, capsys):
 def test_the_curriculum_floor_option_reaches_every_scratch_cells_budget(argv, expected):
     from srformer.cli.main import build_parser
     from srformer.cli.probe_command import settings_from_args
-    from srformer.probe.runner import cell_budget
+    from srformer.probe.budget import cell_budget
 
     settings = settings_from_args(build_parser().parse_args(["probe", "--output", "x", *argv]))
     assert settings.min_curriculum_segments == expected

@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 
 from srformer.config import NAMED_SETTINGS, named_config
-from srformer.probe.runner import ProbeSettings, add_gap_recovered, grid_cells, schedule_length
+from srformer.probe.comparison import add_gap_recovered
+from srformer.probe.grid import ProbeSettings, grid_cells, schedule_length
 from srformer.probe.tasks import TaskSpec
 
 
@@ -88,7 +89,8 @@ def test_variant_settings_are_checked_against_the_grids_configs():
 
 
 def test_cell_settings_are_the_named_settings_own_and_the_bases_for_convert_cells():
-    from srformer.probe.runner import ProbeCell, cell_settings, same_cell_settings
+    from srformer.probe.grid import ProbeCell, cell_settings
+    from srformer.probe.store import same_cell_settings
 
     settings = ProbeSettings(variants=("full", "window"), segment_sizes=(32,),
                              variant_settings={"window": {"window_size": 64}})
@@ -223,7 +225,8 @@ def test_a_cell_finished_without_diagnostics_is_measured_from_its_saved_model(tm
 
 
 def test_phases_train_every_base_before_the_convert_cells():
-    from srformer.probe.runner import _phases, base_of
+    from srformer.probe.grid import base_of
+    from srformer.probe.pool import _phases
 
     settings = ProbeSettings(tasks=("recall",), recall_sizes=(2, 4), lengths=(64,), segment_sizes=(8,),
                              variants=("segmented", "srformer"), protocols=("convert",))
@@ -307,7 +310,7 @@ def _tiny_grid(**overrides) -> ProbeSettings:
 
 
 def test_the_curriculum_floor_is_in_the_scratch_budget_and_a_budget_without_it_reads_as_one():
-    from srformer.probe.runner import cell_budget, saved_budget
+    from srformer.probe.budget import cell_budget, saved_budget
 
     assert ProbeSettings().min_curriculum_segments == 2
     floored = _tiny_grid()
