@@ -1,0 +1,61 @@
+"""Opening data files, plain or compressed, as bytes or UTF-8 text, and the errors for bytes that are not UTF-8.
+
+A compressed file is named by its plain form plus one of :data:`COMPRESSIONS` (``train.jsonl.gz`` is read as
+``train.jsonl``); :func:`data_extension` gives the format's extension either way.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import lzma
+from pathlib import Path
+from typing import IO, Any, cast
+
+#: Compressed forms read as their plain form (``train.jsonl.gz`` is read as ``train.jsonl``), by their last suffix.
+COMPRESSIONS: dict[str, Any] = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+
+
+def data_extension(path: Path) -> str:
+    """The format's extension of a data file, lower-case: ``.jsonl`` for ``train.jsonl`` and for
+    ``train.jsonl.gz`` (a compressed file is named by its plain form plus one of :data:`COMPRESSIONS`)."""
+    suffixes = [suffix.lower() for suffix in path.suffixes]
+    if len(suffixes) >= 2 and suffixes[-1] in COMPRESSIONS:
+        return suffixes[-2]
+    return suffixes[-1] if suffixes else ""
+
+
+def open_bytes(path: Path) -> IO[bytes]:
+    """``path`` opened for reading bytes, decompressed when its last suffix is one of :data:`COMPRESSIONS`."""
+    opener = COMPRESSIONS.get(path.suffix.lower())
+    return cast(IO[bytes], opener(path, "rb")) if opener is not None else path.open("rb")
+
+
+def open_text(path: Path) -> IO[str]:
+    """``path`` as UTF-8 text (a leading BOM dropped, newlines untranslated, as the csv module wants)."""
+    return io.TextIOWrapper(open_bytes(path), encoding="utf-8-sig", newline="")
+
+
+def not_utf8_message(path: Path, line_no: int, raw: bytes, exc: UnicodeDecodeError) -> str:
+    """The error message for line ``line_no`` (bytes ``raw``) that ``exc`` failed to decode."""
+    bad = raw[exc.start : exc.start + 1]
+    return (
+        f"{path}, line {line_no}: not valid UTF-8 (byte 0x{bad.hex()} at byte {exc.start + 1} of the line: "
+        f"{exc.reason}); save the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 {path.name} > fixed{path.suffix}` "
+        "if it was written as Latin-1"
+    )
+
+
+def undecodable_line(path: Path, exc: UnicodeDecodeError) -> ValueError:
+    """A ValueError naming the first line of ``path`` that is not UTF-8 (``exc`` came from a text reader)."""
+    with open_bytes(path) as handle:
+        for line_no, raw in enumerate(handle, start=1):
+            try:
+                raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+            except UnicodeDecodeError as line_exc:
+                return ValueError(not_utf8_message(path, line_no, raw, line_exc))
+    # Only a multi-byte character split across lines gets here; report the byte offset instead.
+    return ValueError(
+        f"{path}: not valid UTF-8 at byte {exc.start + 1} of the file ({exc.reason}); save the file as UTF-8"
+    )
