@@ -112,7 +112,9 @@ class CompareSettings(BaseModelBudget, SummaryShapes, Decoding, SeedGrid):
 
     def validate(self) -> None:
         super().validate()
-        if self.reference not in (*self.variants, *((REFERENCE,) if self.ablations else ())):
+        # the default pairs with srformer when the grid runs it (and with nothing otherwise); a reference given on
+        # purpose must be run by the grid
+        if self.reference != REFERENCE and self.reference not in self.variants:
             raise ValueError(f"reference {self.reference!r} is not run by this grid: give one of its variants "
                              f"({', '.join(self.variants)}) to --reference")
         unknown = [n for n in (*self.variants, *self.ablations) if n not in NAMED_SETTINGS]
