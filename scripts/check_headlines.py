@@ -1,0 +1,893 @@
+"""Check that the headline numbers of the README and the docs are the values in ``results/`` they come from.
+
+Usage, from the repository root: ``python scripts/check_headlines.py [--docs DIR]`` (``--docs``: read README.md
+and docs/ from DIR instead, results/ still from the repository). It prints one line per mismatch (file, snippet,
+printed value, value from results) and exits 1, or prints a one-line summary (how many numbers it checked) and
+exits 0.
+
+Rules:
+
+- A claim (:data:`CLAIMS`) is a snippet of a doc's text with a placeholder where each number stands, the JSON file
+  under ``results/`` the numbers come from, and an accessor that reads one value per placeholder from it. A
+  placeholder carries the format the text prints the number with, as in ``str.format``: ``{:.1f}`` is the value
+  with one decimal (so ``{:.1f}%`` checks a percentage the accessor returns in %); a bare ``{}`` is the value
+  rounded to as many decimals as the text prints, for a place whose precision varies (``17.9`` beside ``33``). A
+  value may be a tuple: the text's one number stands for each of them (``100% throughout``), and each must print
+  as it.
+- The snippet must occur in its doc, any run of whitespace (a line break included) matching any other; a snippet
+  that is not found is a mismatch, so a claim follows its text when the text is reworded. Every occurrence is
+  checked. A number written into a snippet literally (a setting, a number with no JSON behind it) is not checked.
+- The README's Results table is not listed cell by cell: each printed row is derived from results/pick/pick.json
+  (``quest-tree``'s cost, footnote ³, from results/bench/quest/bench.json), with its footnote marks, and compared
+  with the printed row cell by cell; a ``-`` must stand where results have no value (:func:`results_table_row`).
+- docs/choosing.md's table of every mechanism is results/pick/pick.md's, line for line (:data:`COPIES`).
+- A number no JSON under ``results/`` records (a wall-clock time from a log, a run whose JSON was not kept) is left
+  out of the claims; it is not given a made-up source.
+
+Only the standard library; it reads nothing outside the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from itertools import zip_longest
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+README, CHOOSING, LONG_INPUTS = "README.md", "docs/choosing.md", "docs/long-inputs.md"
+
+PICK = "results/pick/pick.json"
+PICK_MD = "results/pick/pick.md"
+QUEST_BENCH = "results/bench/quest/bench.json"  # k=4096, s=64, batch 8, next to another job
+QUEST_BENCH_65K = "results/bench/quest/k65536/bench.json"
+LONG_BENCH = "results/long-input/long_input.json"  # the quiet run, 4k to 262k tokens
+LONG_BENCH_1M = "results/long-input/1m/long_input.json"
+QUEST_LONG_BENCH = "results/long-input/quest/long_input.json"  # quest, quest-tree, block-topk-b4: next to other jobs
+QUEST_QUIET = "results/long-input/quest/262k-quiet/long_input.json"
+KNN_LAYOUTS = "results/long-input/knn-index/layouts.json"
+CONVERT0_PROBE = "results/probe/long-input-convert0/long_probe.json"  # k=512 models, 0 fine-tuning steps
+K512_PROBE = "results/probe/long-input-k512/long_probe.json"  # k=512 models, fine-tuned
+OLD_PROBE = "results/probe/mechanisms/results.json"  # the old curriculum
+BBC = "results/compare/bbc-reading-base/results.json"
+
+GiB, MiB = 2**30, 2**20
+K4, K16, K65, K262 = 4096, 16384, 65536, 262144
+DECODER_LAYERS = 6  # t5-small's, the shape of every bench run: bench JSON counts all layers, the docs one
+
+#: pick.json's quality columns, by their ``short`` name.
+K128_100, K128_400, K512_0 = "k128 convert+100", "k128 convert+400", "k512 convert+0"
+K512_100, K512_400, SCRATCH = "k512 convert+100", "k512 convert+400", "k128 scratch 1000"
+CONVERTED = (K128_100, K128_400, K512_0, K512_100, K512_400)
+
+Number = float | tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Numbers of ``doc`` printed in ``snippet`` (module docstring) that ``values`` reads from ``source``'s JSON
+    (one JSON argument per file when ``source`` names several)."""
+
+    doc: str
+    snippet: str
+    source: str | tuple[str, ...]
+    values: Callable[..., Sequence[Number]]
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return (self.source,) if isinstance(self.source, str) else self.source
+
+
+# --- results/pick/pick.json: one row per mechanism, quality columns by label, costs, long-input columns ---------
+
+
+def pick_row(pick: Any, name: str) -> Any:
+    for row in pick["rows"]:
+        if row["name"] == name:
+            return row
+    raise LookupError(f"no row {name!r}")
+
+
+def _quality(pick: Any, name: str, column: str) -> Any:
+    label = next((c["label"] for c in pick["columns"] if c["short"] == column), column)
+    cell = pick_row(pick, name)["quality"].get(label)
+    if cell is None:
+        raise LookupError(f"{name!r} has no cell {column!r}")
+    return cell
+
+
+def off(pick: Any, name: str, column: str) -> float:
+    """Off-segment token accuracy in %, the mean over seeds."""
+    return 100 * float(_quality(pick, name, column)["off"])
+
+
+def on(pick: Any, name: str, column: str) -> float:
+    """On-segment token accuracy in %."""
+    return 100 * float(_quality(pick, name, column)["on"])
+
+
+def off_by_seed(pick: Any, name: str, column: str) -> tuple[float, ...]:
+    return tuple(100 * value for value in _quality(pick, name, column)["off_by_seed"])
+
+
+def gap(pick: Any, name: str, column: str) -> float:
+    """The share of the segmented-to-full off-segment gap recovered (of the means over seeds)."""
+    return float(_quality(pick, name, column)["gap_recovered"])
+
+
+def seed_gap(pick: Any, name: str, column: str, seed: int) -> float:
+    """The gap recovered by one seed, against ``full`` and ``segmented`` of the same seed."""
+    index = _quality(pick, name, column)["seeds"].index(seed)
+    full, segmented = (_quality(pick, ref, column) for ref in ("full", "segmented"))
+    low = segmented["off_by_seed"][segmented["seeds"].index(seed)]
+    high = full["off_by_seed"][full["seeds"].index(seed)]
+    return float((_quality(pick, name, column)["off_by_seed"][index] - low) / (high - low))
+
+
+def cost(pick: Any, name: str, key: str) -> float:
+    """``step_ratio``, ``generate_ratio`` (× full's) or a ``*_bytes_per_layer`` in MiB."""
+    value = pick_row(pick, name)[key]
+    if value is None:
+        raise LookupError(f"{name!r} has no {key}")
+    return float(value) / (MiB if key.endswith("bytes_per_layer") else 1)
+
+
+def long_recall(pick: Any, name: str, length: str) -> Any:
+    return pick_row(pick, name)["long_recall"].get(f"recall {length} (convert+0)")
+
+
+def long_time(pick: Any, name: str, length: str) -> Any:
+    return pick_row(pick, name)["long_time"].get(f"ms/token {length} (× segmented)")
+
+
+# --- results/long-input/**/long_input.json: one record per (kind, variant, length) -----------------------------
+
+
+def record(run: Any, kind: str, length: int, variant: str | None = None) -> Any:
+    for item in run["records"]:
+        if item["kind"] == kind and item["length"] == length and item.get("variant") == variant:
+            return item
+    raise LookupError(f"no {kind} record of {variant} at {length}")
+
+
+def ms_per_token(run: Any, variant: str, length: int) -> float:
+    return 1000 * float(record(run, "decode", length, variant)["seconds_per_token"])
+
+
+def time_ratio(run: Any, variant: str, length: int, reference: str = "segmented") -> float:
+    """Time per token against ``reference``'s at the same length in the same run."""
+    return ms_per_token(run, variant, length) / ms_per_token(run, reference, length)
+
+
+def growth(run: Any, variant: str, start: int, end: int = K262) -> float:
+    """Time per token at ``end`` against the same variant's at ``start``."""
+    return ms_per_token(run, variant, end) / ms_per_token(run, variant, start)
+
+
+def decode_bytes(run: Any, variant: str, length: int, key: str) -> float:
+    """A decode record's ``peak_bytes`` (above the weights and the encoder output), ``state_bytes`` or
+    ``estimated_bytes``."""
+    return float(record(run, "decode", length, variant)[key])
+
+
+def state_beyond_encoder(run: Any, variant: str, length: int) -> float:
+    """A state that reads rows of the encoder output (``quest``, ``quest-tree``) counts that output once; the docs
+    print it beyond the encoder output."""
+    return decode_bytes(run, variant, length, "state_bytes") - record(run, "encode", length)["output_bytes"]
+
+
+def first_token(run: Any, variant: str, length: int) -> float:
+    return float(record(run, "decode", length, variant)["first_token_seconds"])
+
+
+# --- results/bench/**/bench.json: one record per (variant, metric) -----------------------------------------------
+
+
+def bench(records: Any, variant: str, metric: str) -> float:
+    for item in records:
+        if item["variant"] == variant and item["metric"] == metric:
+            return float(item["value"])
+    raise LookupError(f"no {metric} of {variant}")
+
+
+def bench_step(records: Any, variant: str) -> float:
+    """One layer's step time × full-sdpa's."""
+    step = "cross_attention_step_time"
+    return bench(records, variant, step) / bench(records, "full-sdpa", step)
+
+
+def bench_generate(records: Any, variant: str, reference: str = "full-sdpa") -> float:
+    """``generate()`` time × ``reference``'s (the inverse of the throughput ratio)."""
+    return bench(records, reference, "generate_throughput") / bench(records, variant, "generate_throughput")
+
+
+def bench_state_per_layer(records: Any, variant: str) -> float:
+    return bench(records, variant, "cross_attention_cache_bytes") / DECODER_LAYERS / MiB
+
+
+# --- results/probe/**/long_probe.json and results.json: one record per cell (and length) ------------------------
+
+
+def probe_off(probe: Any, name: str, length: int | None = None, seed: int | None = None) -> float:
+    """Off-segment token accuracy in %, the mean over the matching records (every seed unless one is given)."""
+    values = probe_offs(probe, name, length, seed)
+    if not values:
+        raise LookupError(f"no record of {name} at {length} (seed {seed})")
+    return statistics.fmean(values)
+
+
+def probe_offs(probe: Any, name: str, length: int | None = None, seed: int | None = None) -> tuple[float, ...]:
+    # a record without a seed is of seed 0 (results/probe/long-input-k512 ran the seed-0 cells only)
+    return tuple(100 * item["metrics"]["off_token_accuracy"] for item in probe["records"]
+                 if item["name"] == name and length in (None, item["length"]) and seed in (None, item.get("seed", 0)))
+
+
+# --- results/compare/bbc-reading-base/results.json --------------------------------------------------------------
+
+
+def bbc_group(bbc: Any, name: str, segment_size: int = 32) -> Any:
+    """The group of ``name`` at ``segment_size`` (``full`` and ``linear`` have none)."""
+    for group in bbc["groups"]:
+        if group["name"] == name and group["segment_size"] in (segment_size, None):
+            return group
+    raise LookupError(f"no group {name} at s={segment_size}")
+
+
+def rouge1(bbc: Any, name: str, segment_size: int = 32) -> float:
+    return float(bbc_group(bbc, name, segment_size)["rouge1"]["mean"])
+
+
+# --- The claims -------------------------------------------------------------------------------------------------
+
+
+CLAIMS: list[Claim] = [
+    # README, "Long inputs"
+    Claim(README, "A **262,144-token input is summarised end to end** by `srformer` with `lean_cache=True` in {:.0f} s "
+          "({:.0f} s of it encoding); decoding needs {:.0f} MiB beyond the weights and the {:.0f} MiB encoder output.",
+          LONG_BENCH, lambda run: (record(run, "end_to_end", K262, "srformer-lean")["seconds"],
+                                   record(run, "encode", K262)["seconds"],
+                                   decode_bytes(run, "srformer-lean", K262, "peak_bytes") / MiB,
+                                   record(run, "encode", K262)["output_bytes"] / MiB)),
+    Claim(README, "`full` (SLED), `knn`, `block-topk` and `segmented` need {:.1f} GiB there, the paper's `srformer` "
+          "layout {:.1f} GiB.",
+          LONG_BENCH, lambda run: (tuple(decode_bytes(run, v, K262, "estimated_bytes") / GiB
+                                         for v in ("full", "knn", "block-topk", "segmented")),
+                                   decode_bytes(run, "srformer", K262, "estimated_bytes") / GiB)),
+    Claim(README, "At 1,048,576 tokens they are refused with their estimate ({:.0f}-{:.0f} GiB) before anything is "
+          "allocated, while the streaming ones generate with at most {:.0f} MiB above the weights and the {:.0f} GiB "
+          "encoder output.",
+          LONG_BENCH_1M, lambda run: (
+              min(r["estimated_bytes"] for r in run["records"] if r.get("refused")) / GiB,
+              max(r["estimated_bytes"] for r in run["records"] if r.get("refused")) / GiB,
+              max(decode_bytes(run, v, 2**20, "peak_bytes") for v in ("segmented-lean", "srformer-lean", "linear"))
+              / MiB,
+              record(run, "encode", 2**20)["output_bytes"] / GiB)),
+    Claim(README, "Time per token from 4k to 262k tokens: `linear` {:.2f}×, lean `segmented` {:.2f}×, lean `srformer` "
+          "{:.2f}× ({:.2f}× from 16k on); `full` {:.0f}× and `knn` {:.0f}× (they score every key).",
+          LONG_BENCH, lambda run: (growth(run, "linear", K4), growth(run, "segmented-lean", K4),
+                                   growth(run, "srformer-lean", K4), growth(run, "srformer-lean", K16),
+                                   growth(run, "full", K4), growth(run, "knn", K4))),
+    Claim(README, "`quest-tree` {:.0f} / {:.1f} / {:.1f}% at 2k / 16k / 64k, `full` over windows {:.0f} / {:.1f} / "
+          "{:.1f}%, `knn` {:.0f}% throughout, `block-topk-b4` {:.0f} / {:.0f} / {:.0f}% and Quest itself (`quest`, "
+          "pages of 16) {:.0f} / {:.0f} / {:.0f}% (one seed each).",
+          CONVERT0_PROBE, lambda probe: (
+              *(probe_off(probe, "quest-tree", k) for k in (2048, K16, K65)),
+              *(probe_off(probe, "full", k) for k in (2048, K16, K65)),
+              probe_offs(probe, "knn"),
+              *(probe_off(probe, "block-topk-b4", k) for k in (2048, K16, K65)),
+              *(probe_off(probe, "quest", k) for k in (2048, K16, K65)))),
+    Claim(README, "Fine-tuned `routing` falls to {:.0f}% at 16k",
+          K512_PROBE, lambda probe: (probe_off(probe, "routing", K16),)),
+    Claim(README, "(its state: {:.1f} GiB at 65k tokens beside the encoder output, against full's {:.1f} GiB)",
+          QUEST_LONG_BENCH, lambda run: (state_beyond_encoder(run, "quest-tree", K65) / GiB,
+                                         decode_bytes(run, "full", K65, "state_bytes") / GiB)),
+    Claim(README, "{:.0f} / {:.0f} / {:.0f} ms at 16k / 65k / 262k tokens, {:.1f} / {:.1f} / {:.1f}× `segmented`'s and "
+          "{:.2f}× `full`'s at 262k; {:.1f} GiB of state at 262k (`full` {:.1f} GiB), but",
+          QUEST_LONG_BENCH, lambda run: (
+              *(ms_per_token(run, "quest-tree", k) for k in (K16, K65, K262)),
+              *(time_ratio(run, "quest-tree", k) for k in (K16, K65, K262)),
+              time_ratio(run, "quest-tree", K262, "full"),
+              state_beyond_encoder(run, "quest-tree", K262) / GiB,
+              decode_bytes(run, "full", K262, "state_bytes") / GiB)),
+    Claim(README, "a {:.1f} GiB peak and {:.0f} s before the first token while it builds its tree (a quiet rerun at "
+          "262k: [results/long-input/quest/262k-quiet](results/long-input/quest/262k-quiet/long_input.md), {:.1f}× "
+          "`segmented`'s time per token there)",
+          QUEST_QUIET, lambda run: (decode_bytes(run, "quest-tree", K262, "peak_bytes") / GiB,
+                                    first_token(run, "quest-tree", K262), time_ratio(run, "quest-tree", K262))),
+    Claim(README, "{:.1f} GiB instead of {:.1f} GiB at 262k, {:.0f} ms per token instead of {:.0f}, and it runs at 1M "
+          "tokens where `knn` is refused",
+          LONG_BENCH, lambda run: (decode_bytes(run, "knn-ivf", K262, "peak_bytes") / GiB,
+                                   decode_bytes(run, "knn", K262, "peak_bytes") / GiB,
+                                   ms_per_token(run, "knn-ivf", K262), ms_per_token(run, "knn", K262))),
+    Claim(README, "It is approximate: {:.0f}% recall on the probe up to 65k tokens",
+          CONVERT0_PROBE, lambda probe: (probe_offs(probe, "knn (ivf, 32 probes)"),)),
+    Claim(README, "on news text it returns {:.0f}% of the exact top 32 keys at its default 32 probes ({:.0f}% at 128)",
+          KNN_LAYOUTS, lambda layouts: tuple(
+              100 * next(r["shared_ivf"]["recall"] for r in layouts["rows"]
+                         if r["data"] == "bbc-bart" and r["length"] == K262 and r["probes"] == probes)
+              for probes in (32, 128))),
+    # README, "Results" (the table: results_table_row)
+    Claim(README, "recalls what full attention recalls **with no fine-tuning**: {:.0f}% at k=512,",
+          PICK, lambda pick: (off(pick, "quest-tree", K512_0),)),
+    Claim(README, "{:.0f} / {:.1f} / {:.1f}% at 2k / 16k / 64k tokens against `full`'s {:.0f} / {:.1f} / {:.1f}%,",
+          CONVERT0_PROBE, lambda probe: tuple(probe_off(probe, name, k) for name in ("quest-tree", "full")
+                                              for k in (2048, K16, K65))),
+    Claim(README, "and keeps {:.1f} GiB of state at 262k tokens against `full`'s {:.1f}. Its time per token is "
+          "{:.1f}-{:.1f}× `segmented`'s from 16k to 262k ({:.2f}× `full`'s at 262k, more than `full`'s at 16k and "
+          "below)",
+          QUEST_LONG_BENCH, lambda run: (
+              state_beyond_encoder(run, "quest-tree", K262) / GiB, decode_bytes(run, "full", K262, "state_bytes") / GiB,
+              min(time_ratio(run, "quest-tree", k) for k in (K16, K65, K262)),
+              max(time_ratio(run, "quest-tree", k) for k in (K16, K65, K262)),
+              time_ratio(run, "quest-tree", K262, "full"))),
+    Claim(README, "its first token at 262k waits {:.0f} s for the tree",
+          QUEST_QUIET, lambda run: (first_token(run, "quest-tree", K262),)),
+    Claim(README, "recalls {:.1f}% off-segment at k=512 with no fine-tuning ({:.2f} of the gap after 400 steps; one of "
+          "2 seeds {:.2f}), at {:.3f}× full's step",
+          PICK, lambda pick: (off(pick, "block-topk-b4", K512_0), gap(pick, "block-topk-b4", K512_400),
+                              seed_gap(pick, "block-topk-b4", K512_400, 1), cost(pick, "block-topk-b4", "step_ratio"))),
+    Claim(README, "On BBC News it scores ROUGE-1 {:.1f} (`full` {:.1f}, `block-topk` {:.1f})",
+          BBC, lambda bbc: (rouge1(bbc, "block-topk-b4"), rouge1(bbc, "full"), rouge1(bbc, "block-topk"))),
+    Claim(README, "it matches `full` on every recall column and on BBC News ROUGE, at {:.2f}× full's step",
+          PICK, lambda pick: (cost(pick, "knn", "step_ratio"),)),
+    Claim(README, "`block-topk` with whole segments as blocks steps at {:.2f}× but recovers only {:.2f} of the gap at "
+          "k=512; `routing` and `reformer` recall {:.0f}% and {:.0f}% there after 400 steps ({:.0f}-{:.0f}% by seed) "
+          "but do not read their own segment exactly (on-segment {:.0f}% and {:.0f}%), `reformer` at {:.2f}× full's "
+          "step.",
+          PICK, lambda pick: (
+              cost(pick, "block-topk", "step_ratio"), gap(pick, "block-topk", K512_400),
+              off(pick, "routing", K512_400), off(pick, "reformer", K512_400),
+              min(off_by_seed(pick, "routing", K512_400) + off_by_seed(pick, "reformer", K512_400)),
+              max(off_by_seed(pick, "routing", K512_400) + off_by_seed(pick, "reformer", K512_400)),
+              on(pick, "routing", K512_400), on(pick, "reformer", K512_400), cost(pick, "reformer", "step_ratio"))),
+    Claim(README, "After conversion it recovers {:.2f} of the gap at k=128 ({:.2f} after 400 steps) and {:.2f} / "
+          "{:.2f} at k=512, and its recurrent term costs on-segment accuracy ({:.0f}-{:.0f}%)",
+          PICK, lambda pick: (
+              gap(pick, "srformer", K128_100), gap(pick, "srformer", K128_400), gap(pick, "srformer", K512_100),
+              gap(pick, "srformer", K512_400),
+              min(on(pick, "srformer", c) for c in CONVERTED if c != K512_0),
+              max(on(pick, "srformer", c) for c in CONVERTED if c != K512_0))),
+    Claim(README, "From scratch it reaches {:.1f}% at k=128, behind `linear`'s {:.1f}% and ahead of its own no-RAF "
+          "ablation ({:.1f}%).",
+          PICK, lambda pick: tuple(off(pick, name, SCRATCH) for name in ("srformer", "linear", "ablation-III"))),
+    Claim(README, "every cell writes distinct summaries for {:.0f}+ of {:.0f} articles, but copies at most {:.0f}% of "
+          "its 3-grams",
+          BBC, lambda bbc: (min(cell["distinct_outputs"] for cell in bbc["cells"]), bbc["lead3"]["num_documents"],
+                            100 * max(cell["reading"]["copy_rate"] for cell in bbc["cells"]))),
+    Claim(README, "ROUGE-1 ranks `knn` {:.1f} ≈ `full` {:.1f} > `block-topk-b4` {:.1f} > `ablation-III` {:.1f} > "
+          "`block-topk` {:.1f} > `srformer-two-sided` {:.1f} > `srformer` {:.1f} > `srformer-gated` {:.1f} > "
+          "`segmented` {:.1f} > `linear` {:.1f} (2 seeds, every paired difference to `srformer` significant); lead-3 "
+          "(three sentences, {:.0f} words) scores {:.1f} and a lead cut to {:.0f} words {:.1f}",
+          BBC, lambda bbc: (
+              *(rouge1(bbc, name) for name in ("knn", "full", "block-topk-b4", "ablation-III", "block-topk",
+                                               "srformer-two-sided", "srformer", "srformer-gated", "segmented",
+                                               "linear")),
+              bbc["lead3"]["words"], bbc["lead3"]["rouge1"], bbc["fixed_length_baselines"]["words"],
+              bbc["fixed_length_baselines"]["lead (length-matched)"]["rouge1"])),
+    Claim(README, "(+{:.1f}, +{:.1f}, +{:.1f} ROUGE-1 at s = 64, 32, 16)",
+          BBC, lambda bbc: tuple(rouge1(bbc, "srformer", s) - rouge1(bbc, "segmented", s) for s in (64, 32, 16))),
+    Claim(README, "so the fine-tuned `full` copies {:.0f}% of its 3-grams",
+          BBC, lambda bbc: (100 * bbc_group(bbc, "full")["reading"]["copy_rate"],)),
+    # docs/choosing.md, "The answer"
+    Claim(CHOOSING, "With **no fine-tuning** it recalls {:.1f}% off-segment at k=512 (2 seeds; {:.0f}% on-segment)",
+          PICK, lambda pick: (off(pick, "quest-tree", K512_0), on(pick, "quest-tree", K512_0))),
+    Claim(CHOOSING, "and at 2k / 16k / 64k tokens {:.1f} / {:.1f} / {:.1f}% (2 seeds), where `full` over windows keeps "
+          "{:.1f} / {:.1f} / {:.1f}% and `knn` {:.0f}%",
+          CONVERT0_PROBE, lambda probe: (*(probe_off(probe, name, k) for name in ("quest-tree", "full")
+                                           for k in (2048, K16, K65)), probe_offs(probe, "knn"))),
+    Claim(CHOOSING, "{:.1f} GiB of state at 262k tokens against full attention's {:.1f} GiB. **It is not yet cheap per "
+          "token on a CPU**: {:.1f}×, {:.1f}× and {:.1f}× `segmented`'s time per token at 16k, 65k and 262k tokens "
+          "({:.2f}× `full`'s at 262k, but more than `full`'s at 16k and below)",
+          QUEST_LONG_BENCH, lambda run: (
+              state_beyond_encoder(run, "quest-tree", K262) / GiB, decode_bytes(run, "full", K262, "state_bytes") / GiB,
+              *(time_ratio(run, "quest-tree", k) for k in (K16, K65, K262)),
+              time_ratio(run, "quest-tree", K262, "full"))),
+    Claim(CHOOSING, "its first token at 262k waits {:.0f} s for the tree",
+          QUEST_QUIET, lambda run: (first_token(run, "quest-tree", K262),)),
+    Claim(CHOOSING, "At k=4096 and batch 8 its step costs {:.2f}× full's (and `generate()` {:.2f}× full's time",
+          QUEST_BENCH, lambda records: (bench_step(records, "quest-tree"), bench_generate(records, "quest-tree"))),
+    Claim(CHOOSING, "Straight after conversion it recalls {:.1f}% off-segment at k=512 (2 seeds: {:.1f} and {:.1f}); "
+          "after 400 fine-tuning steps {:.1f}% ({:.2f} of the segmented-to-full gap; 2 seeds, {:.1f}% and {:.1f}%) "
+          "with its segment exact ({:.0f}% on-segment); after 100 steps {:.1f}% ({:.2f}); at k=128 {:.1f}% (2 seeds). "
+          "Its step costs {:.3f}× full's and `generate()` {:.2f}× full's time. It keeps every key and value plus one "
+          "mean key per 4 positions ({:.0f} MiB per layer here against full's {:.0f}).",
+          PICK, lambda pick: (
+              off(pick, "block-topk-b4", K512_0), *off_by_seed(pick, "block-topk-b4", K512_0),
+              off(pick, "block-topk-b4", K512_400), gap(pick, "block-topk-b4", K512_400),
+              *off_by_seed(pick, "block-topk-b4", K512_400), on(pick, "block-topk-b4", K512_400),
+              off(pick, "block-topk-b4", K512_100), gap(pick, "block-topk-b4", K512_100),
+              (off(pick, "block-topk-b4", K128_100), off(pick, "block-topk-b4", K128_400)),
+              cost(pick, "block-topk-b4", "step_ratio"), cost(pick, "block-topk-b4", "generate_ratio"),
+              cost(pick, "block-topk-b4", "state_bytes_per_layer"), cost(pick, "full", "state_bytes_per_layer"))),
+    Claim(CHOOSING, "On BBC News it scores ROUGE-1 {:.2f} ± {:.2f} (2 seeds; `full` {:.2f}, `knn` {:.2f}, `block-topk` "
+          "{:.2f}, `segmented` {:.2f}; {:.0f} of {:.0f} summaries distinct)",
+          BBC, lambda bbc: (rouge1(bbc, "block-topk-b4"), bbc_group(bbc, "block-topk-b4")["rouge1"]["std"],
+                            *(rouge1(bbc, name) for name in ("full", "knn", "block-topk", "segmented")),
+                            bbc_group(bbc, "block-topk-b4")["distinct_outputs"],
+                            bbc_group(bbc, "block-topk-b4")["num_documents"])),
+    Claim(CHOOSING, "Beyond its fine-tuning length it loses facts ({:.0f}% at 16k tokens after 400 steps;",
+          K512_PROBE, lambda probe: (probe_off(probe, "block-topk-b4", K16),)),
+    Claim(CHOOSING, "{:.0f}% at 2k, {:.0f}% at 16k and {:.0f}% at 64k tokens straight after conversion",
+          CONVERT0_PROBE, lambda probe: tuple(probe_off(probe, "block-topk-b4", k) for k in (2048, K16, K65))),
+    Claim(CHOOSING, "It recalls as well as `full` in every column ({:.1f}-{:.0f}% off-segment, {:.0f}% on-segment, at "
+          "k=128 and k=512)",
+          PICK, lambda pick: (min(off(pick, "knn", c) for c in CONVERTED), max(off(pick, "knn", c) for c in CONVERTED),
+                              tuple(on(pick, "knn", c) for c in CONVERTED))),
+    Claim(CHOOSING, "on BBC News it ties `full` (ROUGE-1 {:.1f} against {:.1f})",
+          BBC, lambda bbc: (rouge1(bbc, "knn"), rouge1(bbc, "full"))),
+    Claim(CHOOSING, "so its step costs {:.2f}× full's and `generate()` {:.2f}× full's time, with full's state",
+          PICK, lambda pick: (cost(pick, "knn", "step_ratio"), cost(pick, "knn", "generate_ratio"))),
+    Claim(CHOOSING, "is cheaper still, {:.2f}× full's step and {:.2f}× its `generate()` time",
+          PICK, lambda pick: (cost(pick, "block-topk", "step_ratio"), cost(pick, "block-topk", "generate_ratio"))),
+    Claim(CHOOSING, "It recovers {:.2f} of the off-segment gap at k=128 ({:.2f} after 400 steps) but only {:.2f} at "
+          "k=512 ({:.2f} after 400; 2 seeds each)",
+          PICK, lambda pick: tuple(gap(pick, "block-topk", c) for c in (K128_100, K128_400, K512_100, K512_400))),
+    Claim(CHOOSING, "On BBC News it gains {:.1f} ROUGE-1 over `segmented` where `knn` gains {:.1f}.",
+          BBC, lambda bbc: tuple(rouge1(bbc, name) - rouge1(bbc, "segmented") for name in ("block-topk", "knn"))),
+    Claim(CHOOSING, "exact on its segment at {:.2f}× full's step.",
+          PICK, lambda pick: (cost(pick, "segmented", "step_ratio"),)),
+    Claim(CHOOSING, "`knn` and `block-topk-b4` recall {:.1f}-{:.0f}%, `block-topk` {:.1f}% with its segment exact "
+          "({:.0f}% on-segment), `reformer` {:.1f}%; `linear` attention's memory {:.1f}% at {:.2f}× full's step with "
+          "{:.0f} MiB of state per layer, `inducing` {:.1f}%. `srformer` reaches {:.1f}% and its variants "
+          "{:.1f}-{:.1f}% (`-two-sided`, `-sigma`, `-surrogate`), `srformer-gated-taylor` {:.1f}% with exact segments.",
+          PICK, lambda pick: (
+              min(off(pick, name, SCRATCH) for name in ("knn", "block-topk-b4")),
+              max(off(pick, name, SCRATCH) for name in ("knn", "block-topk-b4")),
+              off(pick, "block-topk", SCRATCH), on(pick, "block-topk", SCRATCH), off(pick, "reformer", SCRATCH),
+              off(pick, "linear", SCRATCH), cost(pick, "linear", "step_ratio"),
+              cost(pick, "linear", "state_bytes_per_layer"), off(pick, "inducing", SCRATCH),
+              off(pick, "srformer", SCRATCH),
+              min(off(pick, f"srformer-{v}", SCRATCH) for v in ("two-sided", "sigma", "surrogate")),
+              max(off(pick, f"srformer-{v}", SCRATCH) for v in ("two-sided", "sigma", "surrogate")),
+              off(pick, "srformer-gated-taylor", SCRATCH))),
+    Claim(CHOOSING, "at k=512 after 400 steps its own no-RAF ablation recalls more ({:.1f}% against {:.1f}%, 2 seeds) "
+          "for the same cost. After conversion it recovers {:.2f} of the gap at k=128 ({:.2f} after 400 steps) and "
+          "little at k=512 ({:.2f} after 100 steps, {:.2f} after 400), and its unnormalised recurrent term costs "
+          "on-segment accuracy ({:.0f}-{:.0f}% against",
+          PICK, lambda pick: (
+              off(pick, "ablation-III", K512_400), off(pick, "srformer", K512_400),
+              *(gap(pick, "srformer", c) for c in (K128_100, K128_400, K512_100, K512_400)),
+              min(on(pick, "srformer", c) for c in CONVERTED if c != K512_0),
+              max(on(pick, "srformer", c) for c in CONVERTED if c != K512_0))),
+    Claim(CHOOSING, "Its variants move it little (`srformer-two-sided`, `-surrogate`, `-sigma`: {:.2f}-{:.2f} at "
+          "k=128)",
+          PICK, lambda pick: (min(gap(pick, f"srformer-{v}", K128_100) for v in ("two-sided", "surrogate", "sigma")),
+                              max(gap(pick, f"srformer-{v}", K128_100) for v in ("two-sided", "surrogate", "sigma")))),
+    Claim(CHOOSING, "while staying {:.0f} ROUGE-1 under `full`.",
+          BBC, lambda bbc: (rouge1(bbc, "full") - rouge1(bbc, "srformer"),)),
+    Claim(CHOOSING, "(after 400 steps {:.1f}% and {:.1f}% off-segment against {:.1f}%, 2 seeds each; both vary with "
+          "the seed: `reformer` {:.1f}% and {:.1f}%, `routing` {:.1f}% and {:.1f}%), and `reformer`'s step is the "
+          "cheapest of the accurate ones ({:.2f}× full's), but neither reads its own segment exactly (on-segment "
+          "{:.0f}% and {:.0f}% at k=512 after 400 steps), and `block-topk-b4` recalls more than `routing` ({:.1f}% "
+          "against {:.1f}% over the same two seeds) at a cheaper step ({:.3f}× against {:.2f}× full's)",
+          PICK, lambda pick: (
+              off(pick, "reformer", K512_400), off(pick, "routing", K512_400), off(pick, "block-topk", K512_400),
+              *off_by_seed(pick, "reformer", K512_400), *off_by_seed(pick, "routing", K512_400),
+              cost(pick, "reformer", "step_ratio"), on(pick, "reformer", K512_400), on(pick, "routing", K512_400),
+              off(pick, "block-topk-b4", K512_400), off(pick, "routing", K512_400),
+              cost(pick, "block-topk-b4", "step_ratio"), cost(pick, "routing", "step_ratio"))),
+    # docs/choosing.md, "What was aimed for, and what was measured"
+    Claim(CHOOSING, "`block-topk-b4` {:.2f} (100 steps), {:.2f} (400; 2 seeds: {:.2f} and {:.2f}); `knn` {:.2f} (100 "
+          "and 400; 2 seeds); `routing` {:.2f} (100 steps), {:.2f} (400; seeds {:.2f} and {:.2f}); `reformer` {:.2f} "
+          "(100), {:.2f} (400; seeds {:.2f} and {:.2f}); `block-topk` {:.2f} (100), {:.2f} (400); `srformer` {:.2f} "
+          "(100), {:.2f} (400); `srformer-two-sided` {:.2f} (100), {:.2f} (400); `ablation-III` {:.2f} (100), {:.2f} "
+          "(400); `linear` {:.2f} (100), {:.2f} (400); `srformer-gated` {:.2f} (100), {:.2f} (400); every value here "
+          "the mean of 2 seeds",
+          PICK, lambda pick: (
+              gap(pick, "block-topk-b4", K512_100), gap(pick, "block-topk-b4", K512_400),
+              *(seed_gap(pick, "block-topk-b4", K512_400, seed) for seed in (0, 1)),
+              (gap(pick, "knn", K512_100), gap(pick, "knn", K512_400)),
+              *(value for name in ("routing", "reformer") for value in (
+                  gap(pick, name, K512_100), gap(pick, name, K512_400),
+                  seed_gap(pick, name, K512_400, 0), seed_gap(pick, name, K512_400, 1))),
+              *(gap(pick, name, c) for name in ("block-topk", "srformer", "srformer-two-sided", "ablation-III",
+                                                "linear", "srformer-gated") for c in (K512_100, K512_400)))),
+    Claim(CHOOSING, "`block-topk-b4` {:.0f}, `knn` {:.0f} and `block-topk` {:.0f} against {:.0f}; `routing` {:.0f} "
+          "(400 steps, 2 seeds), `reformer` {:.0f} (400 steps)",
+          PICK, lambda pick: tuple(on(pick, name, K512_400) for name in ("block-topk-b4", "knn", "block-topk",
+                                                                        "segmented", "routing", "reformer"))),
+    Claim(CHOOSING, "`block-topk-b4` {:.3f}× (0.251× in another run), `knn` {:.2f}×, `block-topk` {:.2f}×, `reformer` "
+          "{:.2f}×, `routing` {:.2f}×",
+          PICK, lambda pick: tuple(cost(pick, name, "step_ratio") for name in ("block-topk-b4", "knn", "block-topk",
+                                                                              "reformer", "routing"))),
+    Claim(CHOOSING, "`block-topk-b4`: {:.2f} of the gap (2 seeds), {:.0f}% on-segment, {:.3f}× full's step",
+          PICK, lambda pick: (gap(pick, "block-topk-b4", K512_400), on(pick, "block-topk-b4", K512_400),
+                              cost(pick, "block-topk-b4", "step_ratio"))),
+    Claim(CHOOSING, "(one seed {:.2f} of the gap; its step 0.251× in another run)",
+          PICK, lambda pick: (seed_gap(pick, "block-topk-b4", K512_400, 1),)),
+    Claim(CHOOSING, "elu+1: {:.1f}% (on {:.0f}%); Taylor features: {:.1f}% (on {:.1f}%); `linear` {:.1f}% | no (Taylor "
+          "is {:.1f}× elu, still {:.0f} points short)",
+          PICK, lambda pick: (
+              off(pick, "srformer-gated", SCRATCH), on(pick, "srformer-gated", SCRATCH),
+              off(pick, "srformer-gated-taylor", SCRATCH), on(pick, "srformer-gated-taylor", SCRATCH),
+              off(pick, "linear", SCRATCH),
+              off(pick, "srformer-gated-taylor", SCRATCH) / off(pick, "srformer-gated", SCRATCH),
+              off(pick, "linear", SCRATCH) - off(pick, "srformer-gated-taylor", SCRATCH))),
+    Claim(CHOOSING, "`srformer` {:.1f}% against `ablation-III` {:.1f}% off-segment at k=128 (2 seeds);",
+          PICK, lambda pick: (off(pick, "srformer", SCRATCH), off(pick, "ablation-III", SCRATCH))),
+    Claim(CHOOSING, "under the old curriculum `ablation-III` led ({:.1f} against {:.1f})",
+          OLD_PROBE, lambda probe: tuple(
+              100 * next(r["metrics"]["off_token_accuracy"] for r in probe["records"]
+                         if r["protocol"] == "scratch" and r["name"] == name)
+              for name in ("ablation-III", "srformer"))),
+    Claim(CHOOSING, "`quest-tree` {:.1f} / {:.1f} / {:.1f}% (2 seeds; {:.1f} / {:.1f} / {:.1f} and {:.1f} / {:.1f} / "
+          "{:.1f}), on-segment {:.0f}% at 512 and 2k tokens; `full` over windows {:.1f} / {:.1f} / {:.1f}%, `knn` "
+          "{:.0f}% throughout | no at 64k tokens: {:.1f} points short on the mean, {:.1f} on seed 1 (`full` itself is "
+          "{:.1f} short)",
+          (CONVERT0_PROBE, PICK), lambda probe, pick: (
+              *(probe_off(probe, "quest-tree", k) for k in (2048, K16, K65)),
+              *(probe_off(probe, "quest-tree", k, seed) for seed in (0, 1) for k in (2048, K16, K65)),
+              (on(pick, "quest-tree", K512_0), *(100 * r["metrics"]["on_token_accuracy"] for r in probe["records"]
+                                                 if r["name"] == "quest-tree" and r["length"] == 2048)),
+              *(probe_off(probe, "full", k) for k in (2048, K16, K65)), probe_offs(probe, "knn"),
+              99 - probe_off(probe, "quest-tree", K65), 99 - probe_off(probe, "quest-tree", K65, 1),
+              99 - probe_off(probe, "full", K65))),
+    Claim(CHOOSING, "| {:.2f}×, {:.2f}×, {:.2f}× (one run next to other jobs, [results/long-input/quest]"
+          "(../results/long-input/quest/long_input.md)) | no: {:.0f}-{:.0f} ms more per layer and step",
+          QUEST_LONG_BENCH, lambda run: (
+              *(time_ratio(run, "quest-tree", k) for k in (K16, K65, K262)),
+              *((ms_per_token(run, "quest-tree", k) - ms_per_token(run, "segmented", k)) / DECODER_LAYERS
+                for k in (K16, K262)))),
+    Claim(CHOOSING, "| {:.2f}× ({:.2f} against {:.1f} ms, batch 1,",
+          QUEST_BENCH_65K, lambda records: (
+              bench_step(records, "quest-tree"), bench(records, "quest-tree", "cross_attention_step_time"),
+              bench(records, "full-sdpa", "cross_attention_step_time"))),
+    Claim(CHOOSING, "state {:.1f} GiB (float16 leaf bounds; no keys or values); peak {:.1f} GiB while the tree is "
+          "built, one head at a time ({:.1f} GiB with every head at once;",
+          (QUEST_QUIET, QUEST_LONG_BENCH), lambda quiet, run: (
+              state_beyond_encoder(quiet, "quest-tree", K262) / GiB,
+              decode_bytes(quiet, "quest-tree", K262, "peak_bytes") / GiB,
+              decode_bytes(run, "quest-tree", K262, "peak_bytes") / GiB)),
+    Claim(CHOOSING, "the state yes; the peak no, by {:.1f} GiB",
+          QUEST_QUIET, lambda quiet: (decode_bytes(quiet, "quest-tree", K262, "peak_bytes") / GiB - 2,)),
+    Claim(CHOOSING, "the estimate counts `quest`'s bounds ({:.1f} GiB of states at 262k for `quest-tree`)",
+          QUEST_LONG_BENCH, lambda run: (decode_bytes(run, "quest-tree", K262, "estimated_bytes") / GiB,)),
+    Claim(CHOOSING, "| step {:.2f}× full's, `generate()` {:.2f}× `segmented`'s time",
+          QUEST_BENCH, lambda records: (bench_step(records, "quest-tree"),
+                                        bench_generate(records, "quest-tree", "segmented"))),
+    Claim(CHOOSING, "cuts that on long inputs ({:.0f} instead of {:.0f} ms per generated token at 262,144 tokens)",
+          LONG_BENCH, lambda run: (ms_per_token(run, "knn-ivf", K262), ms_per_token(run, "knn", K262))),
+    Claim(CHOOSING, "at k=512 after 400 steps `routing` {:.1f}% and {:.1f}%, `reformer` {:.1f}% and {:.1f}%, "
+          "`performer` {:.1f}% and {:.1f}%.",
+          PICK, lambda pick: tuple(value for name in ("routing", "reformer", "performer")
+                                   for value in off_by_seed(pick, name, K512_400))),
+    # docs/long-inputs.md, "Long-input benchmark": the quiet run's table, the same-run table of quest and its kin
+    *(Claim(LONG_INPUTS, f"| {label} | {{:.0f}} {'MiB → {:.1f} GiB' if big else '→ {:.0f} MiB'} | {{:.1f}} → {{:.1f}} "
+            "→ {:.1f} | {:.1f} s |",
+            LONG_BENCH, lambda run, v=variant, big=big: (
+                decode_bytes(run, v, K4, "peak_bytes") / MiB, decode_bytes(run, v, K262, "peak_bytes") / (
+                    GiB if big else MiB),
+                *(ms_per_token(run, v, k) for k in (K4, K16, K262)), first_token(run, v, K262)))
+      for label, variant, big in (
+          ("`full` (SLED)", "full", True), ("`knn`", "knn", True), ('`knn`, `knn_index="flat"`', "knn-flat", True),
+          ('`knn`, `knn_index="ivf"` (32 probes)', "knn-ivf", True), ("`block-topk`", "block-topk", True),
+          ("`segmented`", "segmented", True), ("`srformer`", "srformer", True),
+          ("`segmented` + `lean_cache`", "segmented-lean", False),
+          ("`srformer` + `lean_cache`", "srformer-lean", False),
+          ("`linear`", "linear", False))),
+    *(Claim(LONG_INPUTS, f"| {label} | {{:.1f}} → {{:.1f}} → {{:.1f}} → {{:.1f}} | {ratios} | {{:.1f}} GiB | "
+            "{:.1f} GiB | {:.1f} s |",
+            QUEST_LONG_BENCH, lambda run, v=variant, reference=(variant == "segmented"): (
+                *(ms_per_token(run, v, k) for k in (K4, K16, K65, K262)),
+                *(() if reference else (time_ratio(run, v, k) for k in (K16, K65, K262))),
+                decode_bytes(run, v, K262, "peak_bytes") / GiB,
+                (state_beyond_encoder(run, v, K262) if v.startswith("quest")
+                 else decode_bytes(run, v, K262, "state_bytes")) / GiB,
+                first_token(run, v, K262)))
+      for label, variant, ratios in (
+          ("`full` (SLED)", "full", "{} / {} / {}"), ("`segmented`", "segmented", "1"),
+          ("`block-topk-b4`", "block-topk-b4", "{:.2f} / {:.2f} / {:.2f}"),
+          ("`quest` (pages of 16)", "quest", "{:.2f} / {:.2f} / {:.2f}"),
+          ("`quest-tree`", "quest-tree", "{:.2f} / {:.2f} / {:.2f}"))),
+    Claim(LONG_INPUTS, "their state at 262,144 tokens is the bounds, {:.1f} GiB for `quest-tree` (leaves of 2, "
+          "float16) against the {:.1f} GiB of keys and values that `full` and `segmented` keep",
+          QUEST_LONG_BENCH, lambda run: (state_beyond_encoder(run, "quest-tree", K262) / GiB,
+                                         tuple(decode_bytes(run, v, K262, "state_bytes") / GiB
+                                               for v in ("full", "segmented")))),
+    Claim(LONG_INPUTS, "{:.1f} GiB peak, {:.0f} s to the first token, {:.1f} ms per token against `segmented`'s {:.1f} "
+          "({:.1f}×)",
+          QUEST_QUIET, lambda run: (decode_bytes(run, "quest-tree", K262, "peak_bytes") / GiB,
+                                    first_token(run, "quest-tree", K262), ms_per_token(run, "quest-tree", K262),
+                                    ms_per_token(run, "segmented", K262), time_ratio(run, "quest-tree", K262))),
+    Claim(LONG_INPUTS, "Per token `quest-tree` is {:.1f}-{:.1f}× `segmented` here: {:.0f} ms more per layer and step "
+          "at 16,384 tokens, {:.0f} ms at 65,536 and {:.0f} ms at 262,144",
+          QUEST_LONG_BENCH, lambda run: (
+              min(time_ratio(run, "quest-tree", k) for k in (K16, K65, K262)),
+              max(time_ratio(run, "quest-tree", k) for k in (K16, K65, K262)),
+              *((ms_per_token(run, "quest-tree", k) - ms_per_token(run, "segmented", k)) / DECODER_LAYERS
+                for k in (K16, K65, K262)))),
+    Claim(LONG_INPUTS, "That is {:.2f}× `full`'s time at 262,144 tokens and {:.2f}× at 65,536",
+          QUEST_LONG_BENCH, lambda run: tuple(time_ratio(run, "quest-tree", k, "full") for k in (K262, K65))),
+    Claim(LONG_INPUTS, "{:.0f} s ({:.0f} s quiet) at 262,144 tokens",
+          (QUEST_LONG_BENCH, QUEST_QUIET), lambda run, quiet: (first_token(run, "quest-tree", K262),
+                                                               first_token(quiet, "quest-tree", K262))),
+    Claim(LONG_INPUTS, "lean `segmented`, lean `srformer` and `linear` generate with {:.0f}, {:.0f} and {:.0f} MiB of "
+          "decode-time peak above the weights and the {:.0f} GiB encoder output",
+          LONG_BENCH_1M, lambda run: (
+              *(decode_bytes(run, v, 2**20, "peak_bytes") / MiB for v in ("segmented-lean", "srformer-lean", "linear")),
+              record(run, "encode", 2**20)["output_bytes"] / GiB)),
+    Claim(LONG_INPUTS, "From 4k to 262k tokens: `linear` {:.2f}×, `segmented` + lean {:.2f}×, `srformer` + lean "
+          "{:.2f}×",
+          LONG_BENCH, lambda run: tuple(growth(run, v, K4) for v in ("linear", "segmented-lean", "srformer-lean"))),
+    Claim(LONG_INPUTS, "from 16k to 262k it grows {:.2f}×.",
+          LONG_BENCH, lambda run: (growth(run, "srformer-lean", K16),)),
+]
+
+
+# --- The README's Results table ----------------------------------------------------------------------------------
+
+TABLE_HEADER = "| mechanism | k=128, 100 steps: off / on |"
+QUIET_RUN = LONG_BENCH  # footnote ¹: the quiet long-input run
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell of a derived table row: its text with placeholders, the values that fill them and their file."""
+
+    snippet: str
+    values: tuple[Number, ...] = ()
+    source: str = PICK
+
+
+def results_table_row(pick: Any, quest_bench: Any, name: str) -> list[Cell]:
+    """The README's Results table row of ``name``, from ``pick.json``: the quality columns (off / on in %), the
+    long-input recall and time columns, and the costs; a row that pick.json has no cost for (``quest-tree``) takes
+    it from results/bench/quest (footnote ³)."""
+    row = pick_row(pick, name)
+    # k=128, 100 steps: off / on
+    cells = [Cell("{:.1f} / {:.1f}", (off(pick, name, K128_100), on(pick, name, K128_100)))
+             if _has(pick, name, K128_100) else Cell("-")]
+    # k=512: off after 0 / 100 / 400 steps, "-" where not run, and on-segment after the last that was
+    present = [c for c in (K512_0, K512_100, K512_400) if _has(pick, name, c)]
+    if present:
+        after = "" if present[-1] == K512_400 else f" after {present[-1].rsplit('+', 1)[1]}"
+        offs = " / ".join("{:.1f}" if c in present else "-" for c in (K512_0, K512_100, K512_400))
+        cells.append(Cell(f"{offs} ({{:.1f}}{after})",
+                          (*(off(pick, name, c) for c in present), on(pick, name, present[-1]))))
+    else:
+        cells.append(Cell("-"))
+    # 16k / 64k tokens, off after 0 steps; ² where one seed
+    recall = [long_recall(pick, name, k) for k in ("16k", "64k")]
+    if all(recall):
+        one_seed = " ²" if any(len(r["seeds"]) == 1 for r in recall) else ""
+        cells.append(Cell("{:.1f} / {:.1f}" + one_seed, tuple(100 * r["off"] for r in recall)))
+    else:
+        cells.append(Cell("-"))
+    # step and generate() × full
+    if row["step_ratio"] is None:
+        cells += [Cell("{:.2f} ³", (bench_step(quest_bench, name),), QUEST_BENCH),
+                  Cell("{:.2f} ³", (bench_generate(quest_bench, name),), QUEST_BENCH)]
+    else:
+        cells += [Cell("{:.3f}", (cost(pick, name, "step_ratio"),)),
+                  Cell("{:.2f}", (cost(pick, name, "generate_ratio"),))]
+    # time per token × segmented, 16k / 262k; ¹ where from the quiet run
+    times = [long_time(pick, name, k) for k in ("16k", "256k")]
+    if name == "segmented":  # the reference: 1
+        cells.append(Cell("{:.0f}", (times[0]["segmented_ratio"],)))
+    elif all(times):
+        files = pick["long_input"]["bench_files"]
+        quiet = " ¹" if all(files[t["bench_file"]]["file"] == QUIET_RUN for t in times) else ""
+        # the column prints two significant digits, `full`'s 17.9 three: the precision the text prints
+        cells.append(Cell("{} / {}" + quiet, tuple(t["segmented_ratio"] for t in times)))
+    else:
+        cells.append(Cell("-"))
+    # state per layer
+    if row["state_bytes_per_layer"] is None:
+        cells.append(Cell("{:.1f} MiB ³", (bench_state_per_layer(quest_bench, name),), QUEST_BENCH))
+    elif row["lean_state_bytes_per_layer"] is None:
+        cells.append(Cell("{:.1f} MiB", (cost(pick, name, "state_bytes_per_layer"),)))
+    else:
+        cells.append(Cell("{:.1f} MiB ({:.1f} lean)", (cost(pick, name, "state_bytes_per_layer"),
+                                                       cost(pick, name, "lean_state_bytes_per_layer"))))
+    return cells
+
+
+def _has(pick: Any, name: str, column: str) -> bool:
+    try:
+        _quality(pick, name, column)
+    except LookupError:
+        return False
+    return True
+
+
+#: Blocks of a doc that are a results file's, line for line: (doc, the block's first line's start, the file).
+COPIES = [(CHOOSING, "| mechanism | k128 convert+100 |", PICK_MD)]
+
+
+# --- Checking ----------------------------------------------------------------------------------------------------
+
+PLACEHOLDER = re.compile(r"\{(:[^{}]*)?\}")
+NUMBER = r"([-−]?\d+(?:,\d{3})*(?:\.\d+)?)"
+ANY_NUMBER = re.compile(NUMBER)
+
+
+def _pattern(snippet: str) -> tuple[str, list[str | None]]:
+    """A regex of ``snippet`` with one group per placeholder (any run of whitespace matching any other), and each
+    placeholder's format spec (None: as printed)."""
+    parts = PLACEHOLDER.split(snippet)
+    literals, specs = parts[0::2], parts[1::2]
+    regex = NUMBER.join(r"\s+".join(re.escape(word) for word in re.split(r"\s+", literal)) for literal in literals)
+    return regex, [None if spec is None else spec[1:] for spec in specs]
+
+
+def _normal(text: str) -> str:
+    text = text.replace("−", "-").replace(",", "")
+    return text[1:] if re.fullmatch(r"-0(\.0*)?", text) else text
+
+
+def render(value: float, spec: str | None, printed: str | None = None) -> str:
+    """``value`` as the text prints it: with ``spec``, or (None) to as many decimals as ``printed`` has (three
+    significant digits with nothing printed)."""
+    if spec is None:
+        spec = ".3g" if printed is None else f".{len(printed.split('.')[1]) if '.' in printed else 0}f"
+    return _normal(format(value, spec))
+
+
+def _mismatch(printed: str, value: Number, spec: str | None) -> str | None:
+    """The results value as printed where it differs from ``printed``, else None."""
+    for one in value if isinstance(value, tuple) else (value,):
+        expected = render(float(one), spec, printed)
+        if expected != _normal(printed):
+            return expected
+    return None
+
+
+def _filled(snippet: str, values: Sequence[Number], specs: Sequence[str | None]) -> str:
+    """``snippet`` with the results values in its placeholders (a tuple by its first value)."""
+    pieces = iter(render(float(value[0] if isinstance(value, tuple) else value), spec)
+                  for value, spec in zip(values, specs, strict=True))
+    return PLACEHOLDER.sub(lambda _: next(pieces), snippet)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def check_snippet(doc: str, text: str, snippet: str, values: Sequence[Number], source: str,
+                  where: str | None = None, whole: bool = False) -> tuple[list[str], int]:
+    """Mismatches of ``snippet``'s numbers in ``text`` (every occurrence; with ``whole``, ``text`` is one table
+    cell that must match the snippet entirely), and how many numbers were checked."""
+    regex, specs = _pattern(snippet)
+    label = where or f'"{_one_line(snippet)}"'
+    if len(specs) != len(values):
+        return [f"{doc}: {label}: {len(specs)} placeholders but {len(values)} values from {source}"], 0
+    matches = [m for m in [re.fullmatch(regex, text.strip())] if m] if whole else list(re.finditer(regex, text))
+    if not matches:
+        return [f"{doc}: {label}: printed {_one_line(text)!r}, from results {_filled(snippet, values, specs)!r} "
+                f"({source})" if whole else
+                f"{doc}: snippet not found (reworded? update its claim): {label}; from results it reads "
+                f'"{_one_line(_filled(snippet, values, specs))}" ({source})'], 0
+    problems, checked = [], 0
+    for match in matches:
+        for printed, value, spec in zip(match.groups(), values, specs, strict=True):
+            checked += 1
+            expected = _mismatch(printed, value, spec)
+            if expected is not None:
+                problems.append(f"{doc}: {label}: printed {printed}, from results {expected} ({source})")
+    return problems, checked
+
+
+def _read(base: Path, path: str, cache: dict[str, Any]) -> Any:
+    if path not in cache:
+        text = (base / path).read_text(encoding="utf-8")
+        cache[path] = json.loads(text) if path.endswith(".json") else text
+    return cache[path]
+
+
+def check_claims(docs: Path, results: Path, claims: Iterable[Claim] = CLAIMS) -> tuple[list[str], int]:
+    """Mismatches of every claim, and how many numbers were checked."""
+    problems: list[str] = []
+    checked = 0
+    texts: dict[str, Any] = {}
+    data: dict[str, Any] = {}
+    for claim in claims:
+        text = _read(docs, claim.doc, texts)
+        source = ", ".join(claim.sources)
+        try:
+            values = claim.values(*(_read(results, s, data) for s in claim.sources))
+        except (LookupError, ValueError, ZeroDivisionError) as error:
+            problems.append(f'{claim.doc}: "{_one_line(claim.snippet)}": no value in {source}: {error}')
+            continue
+        found, count = check_snippet(claim.doc, text, claim.snippet, values, source)
+        problems += found
+        checked += count
+    return problems, checked
+
+
+def check_results_table(docs: Path, results: Path) -> tuple[list[str], int]:
+    """Mismatches of the README's Results table against the rows derived from results, and the numbers checked."""
+    table = _block((docs / README).read_text(encoding="utf-8"), TABLE_HEADER)
+    if not table:
+        return [f"{README}: the Results table ({TABLE_HEADER} ...) is not found"], 0
+    headers = [cell.strip() for cell in table[0].strip("|").split("|")]
+    pick, quest_bench = (json.loads((results / path).read_text(encoding="utf-8")) for path in (PICK, QUEST_BENCH))
+    problems: list[str] = []
+    checked = 0
+    for line in table[2:]:
+        printed = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        name = printed[0].split("`")[1] if "`" in printed[0] else printed[0]
+        try:
+            cells = results_table_row(pick, quest_bench, name)
+        except LookupError as error:
+            problems.append(f"{README}: Results table, row `{name}`: {error} in {PICK}")
+            continue
+        if len(printed) != len(cells) + 1:
+            problems.append(f"{README}: Results table, row `{name}`: {len(printed) - 1} cells, {len(cells)} derived")
+            continue
+        for cell, text, header in zip(cells, printed[1:], headers[1:], strict=True):
+            where = f"Results table, row `{name}`, column '{header}'"
+            found, count = check_snippet(README, text, cell.snippet, cell.values, cell.source, where, whole=True)
+            problems += found
+            checked += count
+    return problems, checked
+
+
+def check_copies(docs: Path, results: Path) -> tuple[list[str], int]:
+    """Mismatches of the tables copied from results files (:data:`COPIES`), one per differing line (its first
+    differing cell), and how many numbers the copies hold."""
+    problems: list[str] = []
+    checked = 0
+    for doc, start, source in COPIES:
+        printed = _block((docs / doc).read_text(encoding="utf-8"), start)
+        expected = _block((results / source).read_text(encoding="utf-8"), start)
+        for number, (line, copied) in enumerate(zip_longest(printed, expected, fillvalue="(no line)"), 1):
+            if line != copied:
+                cells = zip_longest(line.split("|"), copied.split("|"), fillvalue="")
+                mine, theirs = next((a.strip(), b.strip()) for a, b in cells if a != b)
+                problems.append(f'{doc}: the table "{start} ...", line {number}: printed {mine!r}, from results '
+                                f"{theirs!r} ({source})")
+        checked += sum(len(ANY_NUMBER.findall(line)) for line in printed)
+    return problems, checked
+
+
+def _block(text: str, start: str) -> list[str]:
+    """The table whose first line begins with ``start``: that line and the ``|`` lines after it."""
+    lines = text.splitlines()
+    first = next((i for i, line in enumerate(lines) if line.startswith(start)), len(lines))
+    block = []
+    for line in lines[first:]:
+        if not line.startswith("|"):
+            break
+        block.append(line)
+    return block
+
+
+#: The three kinds of check, by name.
+PARTS: dict[str, Callable[[Path, Path], tuple[list[str], int]]] = {
+    "claims": check_claims, "results table": check_results_table, "copies": check_copies}
+
+
+def check(docs: Path = ROOT, results: Path = ROOT) -> tuple[list[str], dict[str, int]]:
+    """Every mismatch of the claims, the README's Results table and the copied tables (``docs``: where README.md
+    and docs/ are read; ``results``: where results/ is), and how many numbers each part checked."""
+    problems: list[str] = []
+    counts: dict[str, int] = {}
+    for name, part in PARTS.items():
+        found, counts[name] = part(docs, results)
+        problems += found
+    return problems, counts
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--docs", type=Path, default=ROOT, help="where README.md and docs/ are (default: the repo)")
+    args = parser.parse_args(argv)
+    problems, counts = check(args.docs, ROOT)
+    for problem in problems:
+        print(problem)
+    if problems:
+        return 1
+    print(f"{sum(counts.values())} headline numbers of {README}, {CHOOSING} and {LONG_INPUTS} match results/: "
+          f"{counts['claims']} in {len(CLAIMS)} claims, {counts['results table']} in the README's Results table, "
+          f"{counts['copies']} in the table copied from {PICK_MD}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
