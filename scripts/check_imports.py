@@ -5,9 +5,11 @@ and exits 1, or prints a one-line summary and exits 0.
 
 Rules:
 
-- Layers (:data:`LAYERS`): a module's layer is that of the longest dotted prefix of its name in the table (the
-  root package's own entry matches the root ``__init__`` only; a module no other entry covers is a violation). A
-  module may import modules of its own layer or lower. Imports under ``if TYPE_CHECKING:`` count here too.
+- Layers (:data:`LAYERS`): the table has one row per top-level name of the package (a subpackage, i.e. a folder,
+  or a module directly in the root) and one for the root package itself; a row for anything deeper is a violation,
+  so the layers follow the folders. A module's layer is that of the row of its top-level name (the root package's
+  own row matches the root ``__init__`` only; a module no row covers is a violation). A module may import modules of
+  its own layer or lower. Imports under ``if TYPE_CHECKING:`` count here too.
 - Cycles: the runtime imports (module-level and inside functions; not those under ``if TYPE_CHECKING:``) must form
   no cycle.
 
@@ -25,11 +27,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-#: The layer table of ``srformer``: modules import only modules of their own layer or lower.
+#: The layer table of ``srformer``, one row per top-level folder (and root module): modules import only modules of
+#: their own layer or lower. ``srformer.core`` is the ground floor (the config, the mechanism schema and registry,
+#: the settings base); ``srformer.config`` is its public face (a re-export of ``srformer.core``).
 LAYERS: dict[str, int] = {
+    "srformer.core": 0,
     "srformer.config": 0,
-    "srformer.attention.registry": 0,
-    "srformer.attention.settings": 0,
     "srformer.attention": 1,
     "srformer.models": 2,
     "srformer.data": 2,
@@ -210,13 +213,18 @@ def check(src: Path, layers: Mapping[str, int]) -> tuple[list[str], int, int]:
     component of the table's entries).
 
     Returns:
-        ``(violations, modules, edges)``: one line per violation (``path:line: ...`` for a layer violation or a
-        module outside the table, ``cycle: a -> b -> a`` for a cycle), and the numbers of modules and edges read.
+        ``(violations, modules, edges)``: one line per violation (``LAYERS: ...`` for a row inside a folder,
+        ``path:line: ...`` for a layer violation or a module outside the table, ``cycle: a -> b -> a`` for a cycle),
+        and the numbers of modules and edges read.
     """
     package = next(iter(layers)).split(".")[0]
     modules = module_files(src, package)
     edges = [edge for name, path in modules.items() for edge in imports_of(name, path, modules, package)]
     violations: list[str] = []
+    for prefix in layers:
+        if prefix != package and prefix.count(".") != 1:
+            violations.append(f"LAYERS: the row {prefix} lies inside a folder of {package}; give the layer to its "
+                              "top-level folder, so that the layers follow the folders")
     for name, path in modules.items():
         if layer_of(name, layers, package) is None:
             violations.append(f"{path}:1: {name} is in no layer of the table; add it to LAYERS")

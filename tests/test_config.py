@@ -9,12 +9,12 @@ import pytest
 import torch
 
 import srformer
-from srformer.attention.registry import REGISTRY
-from srformer.attention.settings import MechanismSettings
 from srformer.attention.window import WindowSettings
 from srformer.config import SRformerConfig, setting_types
+from srformer.core import REGISTRY, MechanismSettings
 from tests.models.conftest import converted, decoder_inputs, padded_batch, tiny_t5
 from tests.models.test_exactness import teacher_forced_logits
+from tests.registry_cases import variants
 from tests.tolerance import assert_exact
 
 #: Every mechanism setting of the flat form, unset.
@@ -89,7 +89,7 @@ def test_a_checkpoint_saved_in_the_old_form_loads_to_the_same_model(old, tmp_pat
     assert_exact(teacher_forced_logits(loaded, ids, mask, dec), teacher_forced_logits(model, ids, mask, dec), "old")
 
 
-@pytest.mark.parametrize("name", list(REGISTRY))
+@pytest.mark.parametrize("name", variants())
 def test_every_variant_holds_the_settings_class_its_entry_names(name):
     config = SRformerConfig(variant=name)
     assert type(config.settings) is REGISTRY[name].settings_class()

@@ -1,6 +1,6 @@
 """srformer: Segmented Recurrent Transformer cross attention for Hugging Face seq2seq models."""
 
-from srformer.config import ABLATIONS, NAMED_SETTINGS, VARIANTS, SRformerConfig, named_config
+from srformer.core import ABLATIONS, NAMED_SETTINGS, VARIANTS, SRformerConfig, named_config
 from srformer.models.convert import convert, from_pretrained, set_runtime_options
 
 __version__ = "0.1.0"

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from srformer.attention import naive
-from srformer.attention.registry import mechanism
 from srformer.attention.weights import cross_attention_weights
 from srformer.config import SRformerConfig, named_config
+from srformer.core import mechanism
 from tests.attention.test_srformer import _incremental, _inputs
 from tests.attention.test_variants import _module, _reference
 from tests.models.conftest import BUILDERS, converted, padded_batch, plain_generation_config

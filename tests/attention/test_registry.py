@@ -1,5 +1,8 @@
 """The mechanism registry: every variant is registered, every entry's module and reference exist, and
-the capabilities it states agree with what the modules and references do (where that is cheap to see)."""
+the capabilities it states agree with what the modules and references do (where that is cheap to see).
+
+Parametrised by :mod:`tests.registry_cases`, over the registry as it is: a mechanism registered later is checked
+by the same functions (``tests/attention/test_registering_a_mechanism.py`` calls them for a throwaway one)."""
 
 from __future__ import annotations
 
@@ -10,24 +13,26 @@ import pytest
 import torch
 from torch import nn
 
+import srformer.attention
 import srformer.config
 from srformer.attention import naive
-from srformer.attention.registry import (
+from srformer.attention.state import CrossAttentionState
+from srformer.attention.variants import build_cross_attention
+from srformer.config import ABLATIONS, LEAN_VARIANTS, NAMED_SETTINGS, SEGMENT_FREE_VARIANTS, VARIANTS, SRformerConfig
+from srformer.core import (
+    MECHANISMS,
     REGISTRY,
     SEGMENT_SOFTMAX_VARIANTS,
     Capabilities,
+    MechanismSettings,
     keeps_own_attention,
     mechanism,
     with_capability,
 )
-from srformer.attention.state import CrossAttentionState
-from srformer.attention.variants import build_cross_attention
-from srformer.config import ABLATIONS, LEAN_VARIANTS, NAMED_SETTINGS, SEGMENT_FREE_VARIANTS, VARIANTS, SRformerConfig
 from tests.attention.test_srformer import _inputs
+from tests.registry_cases import mechanisms, segmented_mechanisms, shipped_variants, variants
 from tests.tolerance import exact_tolerance
 
-MODULE_VARIANTS = [name for name, entry in REGISTRY.items() if entry.module is not None]
-LEARNED_SUMMARIES = ("linformer", "performer", "inducing")
 REFERENCE_SIGNATURE = list(inspect.signature(naive.srformer_attention).parameters)
 
 
@@ -39,19 +44,16 @@ def _module(name, segment_size=2, target_length=8, **settings):
 
 
 def _reference(name, queries, keys, values, valid, **settings):
-    config = SRformerConfig(variant=name, **{"segment_size": 2, "target_length": 8, **settings})
-    parameters = {"raf.linear.weight": torch.eye(4, dtype=torch.float64)} if name == "srformer" else None
-    if name == "reformer":  # its seeded rotations, as the module holds them
-        parameters = {"rotations": torch.randn(1, 4, 4, generator=torch.Generator().manual_seed(0))}
-    if name == "routing":  # its centroids
-        parameters = {"centroids": torch.randn(8, 4, generator=torch.Generator().manual_seed(0))}
-    if name in LEARNED_SUMMARIES:  # learned tensors without a deterministic initial value: a seeded module's
-        parameters = dict(_module(name, **{k: v for k, v in settings.items() if k != "segment_size"}).state_dict())
+    """The reference of ``name`` with a seeded module's learned tensors (the RAF's, ``reformer``'s rotations,
+    ``routing``'s centroids, the learned summaries'), as the module holds them."""
+    settings = {"segment_size": 2, "target_length": 8, **settings}
+    config = SRformerConfig(variant=name, **settings)
+    parameters = None if keeps_own_attention(name) else dict(_module(name, **settings).state_dict())
     return mechanism(name).reference(queries, keys, values, valid, config, scale=0.5, parameters=parameters)
 
 
 def test_every_config_variant_and_named_setting_is_registered():
-    assert tuple(REGISTRY) == VARIANTS
+    assert tuple(shipped_variants()) == VARIANTS == tuple(entry.name for entry in MECHANISMS)
     assert srformer.VARIANTS == VARIANTS and srformer.ABLATIONS == ABLATIONS  # the public names still import
     for name, settings in NAMED_SETTINGS.items():
         assert settings["variant"] in REGISTRY, name
@@ -61,14 +63,11 @@ def test_every_config_variant_and_named_setting_is_registered():
         mechanism("no-such-variant")
 
 
-@pytest.mark.parametrize("name", list(REGISTRY))
+@pytest.mark.parametrize("name", variants())
 def test_every_entry_has_its_reference_module_docs_and_costs(name):
     entry = REGISTRY[name]
     assert entry.name == name
-    # the independent float64 reference: in naive/, or a module-level function of the mechanism's own file
-    own_file = entry.module is not None and entry.reference.__module__ == entry.module.rpartition(".")[0]
-    assert entry.reference.__module__.startswith(naive.__name__ + ".") or own_file
-    assert entry.reference.__qualname__ == entry.reference.__name__  # not a method of the module
+    assert entry.reference.__qualname__ == entry.reference.__name__  # a module-level function, not a method
     assert list(inspect.signature(entry.reference).parameters) == REFERENCE_SIGNATURE
     for text in (entry.doc, entry.citation, entry.step_cost, entry.build_cost, entry.state_size):
         assert isinstance(text, str) and text.strip(), name
@@ -84,7 +83,53 @@ def test_every_entry_has_its_reference_module_docs_and_costs(name):
         assert callable(getattr(cls, method)), method
 
 
-@pytest.mark.parametrize("name", list(REGISTRY))
+@pytest.mark.parametrize("name", shipped_variants())
+def test_every_shipped_reference_lives_under_naive(name):
+    """The package's float64 references all live in :mod:`srformer.attention.naive`, apart from the modules they
+    check (a mechanism of another package, registered with ``register``, keeps its reference where it likes)."""
+    entry = REGISTRY[name]
+    assert entry.reference_path.startswith(naive.__name__ + ".")
+    assert entry.reference.__module__.startswith(naive.__name__ + ".")
+
+
+@pytest.mark.parametrize("name", shipped_variants())
+def test_the_attention_package_exports_every_class_the_registry_names(name):
+    entry = REGISTRY[name]
+    classes = [entry.module_class()] if entry.module is not None else []
+    classes += [entry.state_class()] if entry.state is not None else []
+    classes += [entry.state_class(lean=True)] if entry.lean_state is not None else []
+    for cls in classes:
+        assert getattr(srformer.attention, cls.__name__) is cls and cls.__name__ in srformer.attention.__all__
+
+
+@pytest.mark.parametrize("name", mechanisms())
+def test_a_module_class_takes_its_variant_name_from_the_registry(name):
+    """A variant's name is written once, in its entry: the module class computes the variants whose entries name
+    it, and refuses a config of any other."""
+    cls = mechanism(name).module_class()
+    assert cls.variant_names() == (name,)
+    assert "variants" not in vars(cls)  # no name of its own
+    other = "segmented" if name != "segmented" else "xl"
+    with pytest.raises(ValueError, match=f"computes the variants \\('{name}',\\), not '{other}'"):
+        cls(SRformerConfig(variant=other, segment_size=2), 4)
+
+
+@pytest.mark.parametrize("name", variants())
+def test_selects_keys_matches_the_settings_and_the_reference(name):
+    """A mechanism that selects keys gives the longest input it reads whole, and its reference is full
+    attention there; one that does not gives none."""
+    entry = mechanism(name)
+    config = SRformerConfig(variant=name, segment_size=2, target_length=8)
+    whole = config.settings.whole_input_length(config)
+    overrides = type(config.settings).whole_input_length is not MechanismSettings.whole_input_length
+    assert entry.capabilities.selects_keys == overrides == (whole is not None)
+    if whole is not None:
+        queries, keys, values, valid = _inputs(2, 2, whole + 2, 3, 4, [whole, whole - 1])
+        full = _reference("full", queries, keys, values, valid)
+        assert _equal(_reference(name, queries, keys, values, valid), full)
+
+
+@pytest.mark.parametrize("name", variants())
 def test_references_reject_another_variants_settings(name):
     other = "full" if name != "full" else "segmented"
     queries, keys, values, _ = _inputs(1, 1, 4, 2, 4, [4])
@@ -93,24 +138,21 @@ def test_references_reject_another_variants_settings(name):
 
 
 def test_derived_tuples_follow_the_capabilities():
-    assert SEGMENT_FREE_VARIANTS == with_capability("segment_free") == (
-        "full", "linear", "fastformer", "reformer", "routing", "linformer", "performer", "compressed", "inducing",
-        "knn",
-    )
-    assert LEAN_VARIANTS == with_capability("lean_layout") == (
-        "segmented", "srformer", "linear", "fastformer", "linformer", "performer", "inducing"
-    )
-    assert SEGMENT_SOFTMAX_VARIANTS == (
-        "segmented", "srformer", "xl", "longt5", "window", "strided", "star", "bigbird", "compressive", "adaptive",
-        "bp", "block-topk", "srformer-gated", "quest",
-    )
+    def having(capability):
+        return tuple(name for name, entry in REGISTRY.items() if getattr(entry.capabilities, capability))
+
+    assert SEGMENT_FREE_VARIANTS == with_capability("segment_free") == having("segment_free")
+    assert LEAN_VARIANTS == with_capability("lean_layout") == having("lean_layout")
+    segment_softmax = tuple(name for name in having("has_softmax_part") if name not in SEGMENT_FREE_VARIANTS)
+    assert segment_softmax == SEGMENT_SOFTMAX_VARIANTS
+    assert "full" in SEGMENT_FREE_VARIANTS and "srformer" in LEAN_VARIANTS and "segmented" in SEGMENT_SOFTMAX_VARIANTS
     assert set(with_capability("segment_free", False)) | set(SEGMENT_FREE_VARIANTS) == set(REGISTRY)
     with pytest.raises(ValueError, match="Unknown capability"):
         with_capability("fast")
     assert set(Capabilities.__dataclass_fields__) >= {"segment_free", "lean_layout", "training_time_saving"}
 
 
-@pytest.mark.parametrize("name", MODULE_VARIANTS)
+@pytest.mark.parametrize("name", mechanisms())
 def test_lean_layout_capability_matches_the_module_and_the_config(name):
     """Lean entries accept the lean layout (and it gives the standard layout's step); the others raise
     the config's and the module's clear errors."""
@@ -137,7 +179,7 @@ def test_lean_layout_capability_matches_the_module_and_the_config(name):
             module.lean(state)
 
 
-@pytest.mark.parametrize("name", MODULE_VARIANTS)
+@pytest.mark.parametrize("name", mechanisms())
 def test_state_classes_are_the_ones_the_module_builds(name):
     """The entry's state classes are what init_state and lean return; every tensor field has the batch on
     axis 0 (beam reordering maps them all) and no tensor field of the standard state is None."""
@@ -162,7 +204,7 @@ def test_state_classes_are_the_ones_the_module_builds(name):
             entry.state_class(lean=True)
 
 
-@pytest.mark.parametrize("name", MODULE_VARIANTS)
+@pytest.mark.parametrize("name", mechanisms())
 def test_state_grows_with_input_matches_the_state_size(name):
     module = _module(name, target_length=16)  # 16 segments at k = 32: none skipped
     sizes = []
@@ -173,7 +215,7 @@ def test_state_grows_with_input_matches_the_state_size(name):
     assert grows == mechanism(name).capabilities.state_grows_with_input, sizes
 
 
-@pytest.mark.parametrize("name", list(REGISTRY))
+@pytest.mark.parametrize("name", variants())
 def test_segment_free_capability_matches_the_reference(name):
     """A segment-free mechanism's output does not depend on ``segment_size``; a segmented one's does (inputs
     long enough that ``bigbird``'s default 3 random blocks do not cover every segment)."""
@@ -192,7 +234,7 @@ def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool((a - b).abs().max() <= exact_tolerance(a))
 
 
-@pytest.mark.parametrize("name", [n for n in REGISTRY if not REGISTRY[n].capabilities.segment_free])
+@pytest.mark.parametrize("name", segmented_mechanisms())
 def test_global_term_capability_matches_the_reference(name):
     """A segmented mechanism reads positions outside its segment (and the xl memory) iff it has a
     global term: change the values of segment 0 and look at a query of segment 3 (s = 2, m = 4, T = 4)."""
@@ -205,7 +247,7 @@ def test_global_term_capability_matches_the_reference(name):
     assert bool((before - after).abs().max() > 1e-6) == mechanism(name).capabilities.global_term
 
 
-@pytest.mark.parametrize("name", MODULE_VARIANTS)
+@pytest.mark.parametrize("name", mechanisms())
 def test_recurrent_term_and_softmax_part_match_the_module(name):
     module = _module(name)
     entry = mechanism(name)

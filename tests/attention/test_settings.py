@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from srformer.attention.settings import MechanismSettings, integer_setting
 from srformer.config import SRformerConfig
+from srformer.core import MechanismSettings, integer_setting
 
 
 @dataclass(frozen=True)

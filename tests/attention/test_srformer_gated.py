@@ -10,16 +10,16 @@ import math
 import pytest
 import torch
 
-from srformer.attention.registry import mechanism
+from srformer.attention.naive import gated_attention
 from srformer.attention.srformer_gated import (
     GatedState,
-    gated_attention,
     other_segments,
     taylor_features,
     taylor_projection_init,
 )
 from srformer.attention.variants import build_cross_attention
 from srformer.config import SRformerConfig
+from srformer.core import mechanism
 from tests.attention.test_srformer import _incremental, _inputs
 from tests.tolerance import assert_exact
 

@@ -7,14 +7,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from srformer.attention.registry import mechanism
 from srformer.attention.state import SRformerCacheLayer
 from srformer.attention.variants import build_cross_attention
-from srformer.config import LEAN_VARIANTS, NAMED_SETTINGS, named_config
+from srformer.config import LEAN_VARIANTS, named_config
+from srformer.core import mechanism
 from tests.attention.test_srformer import _incremental, _inputs, _rows_of
+from tests.registry_cases import named_settings
 from tests.tolerance import assert_exact, exact_tolerance, float32_tolerance
 
-NAMES = [name for name in NAMED_SETTINGS if name != "full"]
+NAMES = named_settings()
 
 
 def _module(name, segment_size=3, target_length=8, head_dim=4, scale=1.0, **kw):

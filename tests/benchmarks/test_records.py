@@ -7,11 +7,11 @@ import math
 
 import pytest
 
-from srformer.attention.registry import REGISTRY, TABLE1_VARIANTS
 from srformer.benchmarks.records import (
     BENCH_VARIANTS,
     DEFAULT_BENCH_VARIANTS,
     METRIC_UNITS,
+    OWN_ATTENTION_IMPLEMENTATIONS,
     VARIANT_SPECS,
     BenchRecord,
     RecordError,
@@ -19,6 +19,8 @@ from srformer.benchmarks.records import (
     read_records_json,
     write_records_json,
 )
+from srformer.core import REGISTRY, TABLE1_VARIANTS, keeps_own_attention
+from tests.registry_cases import bench_variants, bench_variants_of
 
 GOOD = dict(variant="srformer", encoder_length=4096, segment_size=64, batch_size=8,
             metric="cross_attention_step_time", value=1.25, unit="ms", device="cpu")
@@ -106,21 +108,24 @@ def test_writing_something_else_than_records_raises(tmp_path):
 
 
 def test_bench_variants_are_derived_from_the_registry():
-    """Every registered variant is benchmarked (``full`` under both attention implementations), a ``-lean``
-    variant exists exactly where the lean layout saves memory, and the defaults are the Table 1 rows."""
+    """Every registered variant is benchmarked, in registry order (a variant without a module of its own, ``full``,
+    under each attention implementation), a ``-lean`` variant follows exactly where the lean layout saves memory,
+    then every named setting that changes its module's settings; the defaults are the Table 1 rows."""
+    expected = []
+    for name, entry in REGISTRY.items():
+        if keeps_own_attention(name):
+            expected += [f"{name}-{implementation}" for implementation in OWN_ATTENTION_IMPLEMENTATIONS]
+            continue
+        expected.append(name)
+        if entry.capabilities.lean_layout and entry.capabilities.state_grows_with_input:
+            expected.append(f"{name}-lean")
+    expected += [setting for entry in REGISTRY.values() for setting in entry.named_settings
+                 if changes_module_settings(setting)]
+    assert BENCH_VARIANTS == tuple(expected) == tuple(bench_variants())
     assert {spec.srformer_variant for spec in VARIANT_SPECS.values()} == set(REGISTRY)
-    assert [n for n, s in VARIANT_SPECS.items() if s.srformer_variant == "full"] == ["full-sdpa", "full-eager"]
-    lean = {s.srformer_variant for s in VARIANT_SPECS.values() if s.lean_cache}
-    saves_memory = {n for n, e in REGISTRY.items()
-                    if e.capabilities.lean_layout and e.capabilities.state_grows_with_input}
-    assert lean == saves_memory
-    assert lean == {"segmented", "srformer"}
+    assert bench_variants_of("full") == ["full-sdpa", "full-eager"]
+    assert all(VARIANT_SPECS[name].lean_cache == name.endswith("-lean") for name in BENCH_VARIANTS)
     assert {VARIANT_SPECS[n].srformer_variant for n in DEFAULT_BENCH_VARIANTS} == set(TABLE1_VARIANTS)
-    assert BENCH_VARIANTS == ("full-sdpa", "full-eager", "segmented", "segmented-lean", "srformer", "srformer-lean",
-                              "xl", "longt5", "linear", "window", "strided", "star", "fastformer", "reformer",
-                              "routing", "bigbird", "compressive", "adaptive", "bp", "linformer", "performer",
-                              "compressed", "inducing", "block-topk", "srformer-gated", "quest", "knn",
-                              "block-topk-b4", "srformer-gated-taylor", "quest-tree", "knn-4")
 
 
 def test_named_settings_with_their_own_module_settings_are_bench_variants_and_the_ablations_are_not():
@@ -128,8 +133,9 @@ def test_named_settings_with_their_own_module_settings_are_bench_variants_and_th
     names; the srformer ablations and ``srformer-two-sided`` run srformer's module as it is and get no entry."""
     own = {name: spec for name, spec in VARIANT_SPECS.items() if spec.setting is not None}
     assert {name: spec.srformer_variant for name, spec in own.items()} == {
-        "block-topk-b4": "block-topk", "srformer-gated-taylor": "srformer-gated", "quest-tree": "quest",
-        "knn-4": "knn"}
+        setting: name for name, entry in REGISTRY.items() for setting in entry.named_settings
+        if changes_module_settings(setting)}
+    assert {"knn-4", "block-topk-b4"} <= set(own)
     assert all(spec.setting == name for name, spec in own.items())
     assert not {"ablation-I", "ablation-III", "srformer-two-sided", "srformer-sigma"} & set(VARIANT_SPECS)
     assert changes_module_settings("knn-4") and not changes_module_settings("knn")

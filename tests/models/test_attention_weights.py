@@ -1,12 +1,14 @@
 """``output_attentions=True`` on converted models (eager implementation): one (B, H, q, k) cross-attention
 tensor per decoder layer, as transformers returns for the unconverted model.
 
-The weights are checked against a float64 per-query reference written here from the definitions
-(the schedule ``i(t) = min(floor(t m / T), m - 1)`` over each example's real tokens, the softmax over the
-attended keys, LongT5's global tokens spread over their segments), against the layer's own output
-(``O_S = A V`` for the softmax variants, ``O = A V`` for ``linear``), and between teacher forcing and
-``generate()``'s incremental path. Encoder inputs: 24, 17, 9 and 0 real tokens (an empty row), right
-and left padded, in 4-token segments with ``target_length`` 12.
+What each check expects follows the registry's ``Capabilities.attention_weights`` of the setting's mechanism
+(:mod:`tests.registry_cases`): weights that are the output's linear map from the values (``O = A V``) are checked
+against that map of the mechanism's float64 reference (:mod:`srformer.attention.naive`, fed one-hot values), and
+against the layer's own output; weights that are the softmax over the scheduled segment (``srformer``,
+``srformer-gated``: ``O = g A V + R``) against that map of ``segmented``'s reference; weights that pool (a
+distribution that is not the output's map) for what they are. Every setting: between teacher forcing and
+``generate()``'s incremental path. Encoder inputs: 24, 17, 9 and 0 real tokens (an empty row), right and left
+padded, in 4-token segments with ``target_length`` 12.
 """
 
 from __future__ import annotations
@@ -17,30 +19,35 @@ import functools
 import pytest
 import torch
 
-from srformer.attention import naive
-from srformer.config import NAMED_SETTINGS
+from srformer.config import NAMED_SETTINGS, named_config
+from srformer.core import REGISTRY, WEIGHTS_OF_OUTPUT, WEIGHTS_OF_SEGMENT, WEIGHTS_POOLED, mechanism
 from srformer.models.convert import cross_attention_modules
 from srformer.models.families import attention_scale_of, head_dim_of
 from tests.models.conftest import BUILDERS, converted, decoder_inputs, padded_batch
 from tests.models.test_generation_strategies import generate, teacher_forced
+from tests.registry_cases import lean_variants, named_settings, variant_of, with_weights
 from tests.tolerance import assert_exact, exact_tolerance, max_difference
 
 SETTINGS = dict(segment_size=4, target_length=12)
 LENGTHS = (24, 17, 9, 0)  # 6, 5, 3 segments and an empty row
 DECODER_LENGTH = 14  # > target_length: the last positions use the schedule's final column
-NAMES = [name for name in NAMED_SETTINGS if name != "full"]  # every variant and ablation
-# content-based variants (reformer, routing, knn): their weights are checked against their reference in test_content.py
-# and test_knn.py
-#: Variants whose weights are not a softmax over scheduled encoder positions (reference_weights does not cover them;
-#: the summaries are checked against their own definitions in tests/attention/test_summary.py).
-SUMMARY_NAMES = ("linformer", "performer", "compressed", "inducing")
-SOFTMAX_NAMES = [
-    name for name in NAMES
-    if name not in ("linear", "fastformer", "ablation-I", "reformer", "routing", "knn", "knn-4", *SUMMARY_NAMES)
-]
-#: Weights ``A = P F`` with a learned real ``F`` (``linformer``): signed, rows need not sum to 1 (documented).
-SIGNED_NAMES = ("linformer",)
-LEAN_NAMES = ["segmented", "srformer", "linear", "fastformer"]
+NAMES = named_settings()  # every variant and ablation
+#: Named settings whose weights are the output's linear map from the values, ``O = A V``.
+OUTPUT_NAMES = with_weights(WEIGHTS_OF_OUTPUT)
+#: Named settings whose weights are the softmax over the scheduled segment, under a term of their own.
+SEGMENT_NAMES = with_weights(WEIGHTS_OF_SEGMENT)
+LEAN_NAMES = lean_variants()
+
+
+def weights_kind(name: str) -> str:
+    """What named setting ``name``'s weights are (``Capabilities.attention_weights`` of its mechanism)."""
+    return REGISTRY[variant_of(name)].capabilities.attention_weights
+
+
+def without_softmax_part(name: str, module) -> bool:
+    """True where weights that are the softmax part of the output have no softmax part to be (``srformer``'s
+    ablation I, ``O = O_R``): they are zeros."""
+    return weights_kind(name) == WEIGHTS_OF_SEGMENT and not module.has_softmax
 
 
 @functools.cache
@@ -104,84 +111,33 @@ def run_with_captures(model, ids, mask, dec, **kwargs):
     return out, captured
 
 
-def reference_weights(name: str, queries, keys, mask, scale: float) -> torch.Tensor:
-    """Float64 per-query weights written from the definitions, one example and position at a time."""
-    settings = {**NAMED_SETTINGS[name], **SETTINGS}
-    variant, s, target = settings["variant"], settings["segment_size"], settings["target_length"]
-    batch, heads, q, _ = queries.shape
-    weights = torch.zeros(batch, heads, q, keys.shape[2], dtype=torch.float64)
-    for b in range(batch):
-        real = mask[b].nonzero().flatten().tolist()  # the example's real positions, in order
-        if not real:
-            continue  # an empty memory: no weights
-        m = -(-len(real) // s)
-        segments = [real[j * s:(j + 1) * s] for j in range(m)]
-        for t in range(q):
-            i = min(t * m // target, m - 1)
-            if variant == "block-topk":  # per head: i and the r other blocks (default: segments) of largest
-                # q . mean key (ties: the earlier block); a block is block_size positions of one segment
-                top, size = settings.get("top_segments", 3), settings.get("block_size", s)
-                others = [segment[start:start + size] for j, segment in enumerate(segments) if j != i
-                          for start in range(0, len(segment), size)]
-                for h in range(heads):
-                    gates = [float(scale * keys[b, h, block].mean(dim=0) @ queries[b, h, t]) for block in others]
-                    chosen = sorted(range(len(others)), key=lambda j: (-gates[j], j))[:top]
-                    read = segments[i] + sum((others[j] for j in chosen), [])
-                    weights[b, h, t, read] = torch.softmax(scale * keys[b, h, read] @ queries[b, h, t], dim=0)
-                continue
-            if variant == "quest":  # 16 leaves of 16 (quest-tree: 64 of 2) besides the segment: every real key here
-                attended = real
-            else:
-                attended = segments[i] + (segments[i - 1] if variant in ("xl", "compressive") and i > 0 else [])
-            if variant == "window":  # w = 3s real positions starting at i*s + floor(s/2) - floor(w/2), cut at the ends
-                start = i * s + s // 2 - (3 * s) // 2
-                attended = real[max(start, 0):start + 3 * s]
-            if variant == "strided":  # the segment and every s-th real position (p mod s = s - 1), each once
-                attended = segments[i] + [j for p, j in enumerate(real) if p % s == s - 1 and j not in segments[i]]
-            if variant == "bigbird":  # the segment, the first g = 2s real positions and r = 3 seeded random segments
-                blocks = [i, *naive.bigbird_random_blocks(0, i, m, 2 * s, s, 3)]
-                attended = sorted(set(real[:2 * s]).union(*(segments[j] for j in blocks)))
-            if variant == "adaptive":  # compacted positions at most S = 2s outside the segment, cut at the ends
-                compacted = range(max(i * s - 2 * s, 0), min((i + 1) * s + 2 * s, len(real)))
-                attended = [real[p] for p in compacted]
-            logits = torch.stack([(scale * keys[b, :, j] * queries[b, :, t]).sum(-1) for j in attended], dim=-1)
-            if variant == "adaptive":  # + log m_z(x): z = S / 2 = s (span_init 0.5), R = s, x from the segment
-                distance = torch.tensor([max(i * s - p, p - (i * s + s - 1), 0) for p in compacted], dtype=logits.dtype)
-                logits = logits + torch.log(((s + s - distance) / s).clamp(0, 1))
-            if variant == "star":  # one relay token: the mean of every real key
-                relay_key = keys[b, :, real].mean(dim=1)  # (H, d)
-                logits = torch.cat([logits, scale * (relay_key * queries[b, :, t]).sum(-1, keepdim=True)], dim=-1)
-            if variant == "longt5":
-                global_keys = torch.stack([keys[b, :, segment].mean(dim=1) for segment in segments], dim=1)
-                logits = torch.cat([logits, scale * (global_keys * queries[b, :, t, None]).sum(-1)], dim=-1)
-            if variant == "compressive":  # c = 4 = s: one mean row per segment before the memory, j <= i - 2
-                older = segments[: max(i - 1, 0)]
-                if older:
-                    mean_keys = torch.stack([keys[b, :, segment].mean(dim=1) for segment in older], dim=1)
-                    logits = torch.cat([logits, scale * (mean_keys * queries[b, :, t, None]).sum(-1)], dim=-1)
-            if variant == "bp":  # span nodes of the partition (k = 2), each the mean of its segments' real keys
-                nodes = [sum(segments[j * 2**level:(j + 1) * 2**level], []) for level, j in naive.bp_partition(i, m, 2)]
-                node_keys = torch.stack([keys[b, :, node].mean(dim=1) for node in nodes], dim=1)
-                logits = torch.cat([logits, scale * (node_keys * queries[b, :, t, None]).sum(-1)], dim=-1)
-            probabilities = torch.softmax(logits, dim=-1)  # (H, n [+ m])
-            for column, j in enumerate(attended):
-                weights[b, :, t, j] += probabilities[:, column]
-            if variant == "star":  # the relay's probability spread evenly over every real position
-                for j in real:
-                    weights[b, :, t, j] += probabilities[:, len(attended)] / len(real)
-            if variant == "compressive":  # each row's probability spread evenly over its segment
-                for g, segment in enumerate(segments[: max(i - 1, 0)]):
-                    for j in segment:
-                        weights[b, :, t, j] += probabilities[:, len(attended) + g] / len(segment)
-            if variant == "bp":  # each node's probability spread evenly over its positions
-                for g, node in enumerate(nodes):
-                    for j in node:
-                        weights[b, :, t, j] += probabilities[:, len(attended) + g] / len(node)
-            if variant == "longt5":
-                for g, segment in enumerate(segments):
-                    for j in segment:
-                        weights[b, :, t, j] += probabilities[:, len(attended) + g] / len(segment)
+def reference_weights(name: str, module, record, mask) -> torch.Tensor:
+    """The float64 weights of layer ``module`` (its mechanism module, ``.srformer``) for named setting ``name``: the
+    linear map from the values of a float64 reference (:mod:`srformer.attention.naive`, written from the equations,
+    one example, head and position at a time), read off one block of one-hot values at a time. The reference is the
+    mechanism's own where its weights are the output's map, ``segmented``'s where they are the softmax over the
+    scheduled segment."""
+    config = module.settings
+    if weights_kind(name) == WEIGHTS_OF_SEGMENT:
+        config = named_config("segmented", segment_size=config.segment_size, target_length=config.target_length)
+    parameters = dict(module.state_dict()) if config.variant == module.settings.variant else None
+    queries, keys = record["queries"], record["keys"]
+    head_dim, length = keys.shape[-1], keys.shape[2]
+    weights = torch.zeros(*queries.shape[:3], length, dtype=torch.float64)
+    for start in range(0, length, head_dim):
+        columns = range(start, min(start + head_dim, length))
+        values = torch.zeros_like(keys, dtype=torch.float64)
+        for column, position in enumerate(columns):
+            values[:, :, position, column] = 1.0
+        output = mechanism(config.variant).reference(queries, keys, values, mask.bool(), config, scale=record["scale"],
+                                                     parameters=parameters)
+        weights[..., start:start + len(columns)] = output[..., :len(columns)]
     return weights
+
+
+def mechanism_modules(model):
+    """The mechanism module (``.srformer``) of every decoder layer."""
+    return [module.srformer for _, _, module in cross_attention_modules(model)]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -201,19 +157,28 @@ def test_one_cross_attention_tensor_per_layer_shaped_as_the_unconverted_model(fa
 
 
 @pytest.mark.parametrize("left", [False, True], ids=["right-padded", "left-padded"])
-@pytest.mark.parametrize("name", SOFTMAX_NAMES)
-def test_weights_equal_a_per_query_reference_from_the_layers_queries_and_keys(family, name, left):
+@pytest.mark.parametrize("name", OUTPUT_NAMES + SEGMENT_NAMES)
+def test_weights_equal_the_references_map_from_the_values(family, name, left):
+    """The weights are the float64 reference's linear map from the values (:func:`reference_weights`), from the
+    layer's own queries and keys; a setting without a softmax term (``srformer``'s ablation I) returns zeros."""
     model = eager_model(family, name)
     ids, mask = encoder_batch(model, left=left)
     dec = decoder_inputs(model, ids.shape[0], DECODER_LENGTH)
     out, captured = run_with_captures(model, ids, mask, dec, output_attentions=True)
-    for layer, (weights, record) in enumerate(zip(out.cross_attentions, captured, strict=True)):
-        expected = reference_weights(name, record["queries"], record["keys"], mask, record["scale"])
-        assert_exact(weights, expected, f"{family} {name} layer {layer}")
+    layers = zip(out.cross_attentions, captured, mechanism_modules(model), strict=True)
+    for layer, (weights, record, module) in enumerate(layers):
+        if without_softmax_part(name, module):
+            assert torch.equal(weights, torch.zeros_like(weights))
+            continue
+        assert_exact(weights, reference_weights(name, module, record, mask), f"{family} {name} layer {layer}")
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_rows_sum_to_one_over_the_attended_keys_and_are_zero_at_padding_and_empty_rows(family, name):
+    """Every setting: no weight at padding or in an empty row. Weights that are a softmax over the scheduled segment
+    or that pool are distributions (zeros without a softmax term); the rows of weights that are the output's map from
+    the values are that map's (``linear``'s sum to ``S / (S + eps)``, ``linformer``'s are signed), checked whole by
+    :func:`test_weights_equal_the_references_map_from_the_values`."""
     model = eager_model(family, name)
     ids, mask = encoder_batch(model, left=True)
     dec = decoder_inputs(model, ids.shape[0], DECODER_LENGTH)
@@ -224,13 +189,11 @@ def test_rows_sum_to_one_over_the_attended_keys_and_are_zero_at_padding_and_empt
         assert torch.equal(weights * (mask == 0)[:, None, None, :], torch.zeros_like(weights)), "weight at padding"
         sums = weights.sum(dim=-1)
         assert torch.equal(sums[~real_rows], torch.zeros_like(sums[~real_rows])), "an empty row has weights"
-        if name in SIGNED_NAMES:
+        if weights_kind(name) == WEIGHTS_OF_OUTPUT:
             continue
         assert (weights >= 0).all()
-        if name == "ablation-I":  # no softmax term: zeros, documented
+        if without_softmax_part(name, mechanism_modules(model)[0]):  # ablation I: zeros, documented
             assert torch.equal(weights, torch.zeros_like(weights))
-        elif name == "linear":  # S / (S + eps): below 1 by eps / S, S = phi(q) . sum phi(k) > 0
-            assert (sums[real_rows] < 1).all() and (sums[real_rows] > 1 - 1e-6).all()
         else:
             assert max_difference(sums[real_rows], torch.ones_like(sums[real_rows])) <= exact_tolerance(1.0)
 
@@ -255,17 +218,23 @@ def test_weights_are_zero_outside_the_scheduled_segments(family, name):
                 assert (weights[row, :, t, inside] > 0).all()
 
 
-@pytest.mark.parametrize("name", ["segmented", "xl", "longt5", "linear", "srformer-sigma"])
-def test_weights_times_values_give_the_layers_softmax_output(family, name):
-    """``O_S = A V`` (``linear``: ``O = A V``) with ``V`` the layer's values at the encoder positions: the
-    weights are the distribution the output was computed with, not a look-alike. ``srformer-sigma`` is
-    checked with its recurrent term removed: ``(O - (1 - sigma) O_R) / sigma`` is not observable, so its
-    mixing weight is set to 1 (``sigma = sigmoid(large)``) in a copy, leaving ``O = A V``."""
-    model = eager_model(family, name)
-    if name == "srformer-sigma":
-        model = copy.deepcopy(model)
-        for _, _, module in cross_attention_modules(model):
-            module.srformer.mix_logit.data.fill_(1e4)  # sigma = 1 in float64: O = O_S
+@pytest.mark.parametrize("name", OUTPUT_NAMES)
+def test_weights_times_values_give_the_layers_output(family, name):
+    """``O = A V`` with ``V`` the layer's values at the encoder positions: the weights are the map the output was
+    computed with, not a look-alike."""
+    _check_output_is_weights_times_values(family, name, eager_model(family, name))
+
+
+def test_srformer_sigma_weights_times_values_give_its_softmax_output(family):
+    """``srformer-sigma``'s ``O_S = A V``, with its recurrent term removed: ``(O - (1 - sigma) O_R) / sigma`` is not
+    observable, so its mixing weight is set to 1 (``sigma = sigmoid(large)``) in a copy, leaving ``O = A V``."""
+    model = copy.deepcopy(eager_model(family, "srformer-sigma"))
+    for module in mechanism_modules(model):
+        module.mix_logit.data.fill_(1e4)  # sigma = 1 in float64: O = O_S
+    _check_output_is_weights_times_values(family, "srformer-sigma", model)
+
+
+def _check_output_is_weights_times_values(family, name, model):
     ids, mask = encoder_batch(model, left=True)
     dec = decoder_inputs(model, ids.shape[0], DECODER_LENGTH)
     out, captured = run_with_captures(model, ids, mask, dec, output_attentions=True)
@@ -313,49 +282,50 @@ def backward_through_weights(model, ids, mask, dec):
     return out, captured
 
 
-#: Named settings whose output is ``g * A V`` plus a term that does not depend on ``A``, ``g`` a gate per query in
-#: (0, 1] that does not depend on ``A`` either (``srformer-gated``: the softmax part's share of the shared normaliser).
-GATED = [name for name in NAMES if NAMED_SETTINGS[name]["variant"] == "srformer-gated"]
-#: Named settings whose output is ``c * A V`` plus a term that does not depend on ``A`` (``c`` = 1, or sigma).
-SOFTMAX_TIMES_VALUES = [name for name in NAMES if name not in ("fastformer", "compressed", "ablation-I", *GATED)]
-
-
 @pytest.mark.parametrize("name", NAMES)
 def test_returned_weights_carry_the_gradient_of_the_loss(family, name):
     """``cross_attentions[i].retain_grad()`` then ``backward()``: the weights are the autograd nodes the output
-    is computed from, so their gradient is d(loss)/d(A): ``c * dL/dO V^T`` where ``O = c A V + R`` (every
-    mechanism whose output is weights times values, ``srformer``'s ``O_S``); for ``fastformer``
-    (``O = Q * (A K) * (A V)``) its own product rule; ``compressed`` (row probabilities recovered from ``A``) a
-    finite, non-zero gradient. Ablation I has no softmax term: its zero weights are constants, outside the graph."""
+    is computed from, so their gradient is d(loss)/d(A), as the kind of weights says: ``dL/dO V^T`` where
+    ``O = A V``; ``g * dL/dO V^T`` where ``O = g A V + R``, one factor ``g`` in (0, 1] per query row (``srformer``:
+    1, or sigma with the Eq. 10 mix; ``srformer-gated``: the softmax part's share of the shared normaliser); for
+    pooling weights a finite, non-zero gradient (``fastformer``'s product rule:
+    :func:`test_fastformer_weights_carry_the_product_rule_gradient`). A setting without a softmax term (ablation I)
+    returns zero weights, constants outside the graph."""
     model = copy.deepcopy(eager_model(family, name))
     ids, mask = encoder_batch(model, left=True)
     dec = decoder_inputs(model, ids.shape[0], DECODER_LENGTH)
     out, captured = backward_through_weights(model, ids, mask, dec)
-    for layer, (weights, record) in enumerate(zip(out.cross_attentions, captured, strict=True)):
+    layers = zip(out.cross_attentions, captured, mechanism_modules(model), strict=True)
+    for layer, (weights, record, module) in enumerate(layers):
         where = f"{family} {name} layer {layer}"
-        if name == "ablation-I":
+        if without_softmax_part(name, module):
             assert not weights.requires_grad and not weights.any(), where
             continue
         assert weights.grad is not None, where
         assert torch.isfinite(weights.grad).all() and weights.grad.abs().max() > 0, where
-        gradient, values = record["output_grad"], record["values"]
-        if name in SOFTMAX_TIMES_VALUES:
-            factor = 1.0
-            if name == "srformer-sigma":
-                module = next(module for i, (_, _, module) in enumerate(cross_attention_modules(model)) if i == layer)
-                factor = float(torch.sigmoid(module.srformer.mix_logit.detach()))
-            assert_exact(weights.grad, factor * torch.matmul(gradient, values.transpose(-1, -2)), where)
-        elif name in GATED:  # d(loss)/d(A) = g * dL/dO V^T, one factor g per query row
-            expected = torch.matmul(gradient, values.transpose(-1, -2))
+        expected = torch.matmul(record["output_grad"], record["values"].transpose(-1, -2))
+        if weights_kind(name) == WEIGHTS_OF_OUTPUT:
+            assert_exact(weights.grad, expected, where)
+        elif weights_kind(name) == WEIGHTS_OF_SEGMENT:  # d(loss)/d(A) = g * dL/dO V^T, one factor g per query row
             gate = (weights.grad * expected).sum(-1, keepdim=True) / (expected * expected).sum(-1, keepdim=True)
-            assert bool((gate > 0).all() and (gate <= 1 + 1e-12).all() and (gate < 1).any()), where
+            assert bool((gate > 0).all() and (gate <= 1 + 1e-12).all()), where
             assert_exact(weights.grad, gate * expected, where)
-        elif name == "fastformer":
-            queries, keys = record["queries"], record["keys"]
-            pooled_keys, pooled_values = torch.matmul(weights, keys), torch.matmul(weights, values)
-            expected = (torch.matmul(gradient * queries * pooled_values, keys.transpose(-1, -2))
-                        + torch.matmul(gradient * queries * pooled_keys, values.transpose(-1, -2)))
-            assert_exact(weights.grad, expected.detach(), where)
+        else:
+            assert weights_kind(name) == WEIGHTS_POOLED
+
+
+def test_fastformer_weights_carry_the_product_rule_gradient(family):
+    """``fastformer``'s output is ``O = Q * (A K) * (A V)``: d(loss)/d(A) by the product rule."""
+    model = copy.deepcopy(eager_model(family, "fastformer"))
+    ids, mask = encoder_batch(model, left=True)
+    dec = decoder_inputs(model, ids.shape[0], DECODER_LENGTH)
+    out, captured = backward_through_weights(model, ids, mask, dec)
+    for layer, (weights, record) in enumerate(zip(out.cross_attentions, captured, strict=True)):
+        gradient, queries, keys, values = record["output_grad"], record["queries"], record["keys"], record["values"]
+        pooled_keys, pooled_values = torch.matmul(weights, keys), torch.matmul(weights, values)
+        expected = (torch.matmul(gradient * queries * pooled_values, keys.transpose(-1, -2))
+                    + torch.matmul(gradient * queries * pooled_keys, values.transpose(-1, -2)))
+        assert_exact(weights.grad, expected.detach(), f"{family} fastformer layer {layer}")
 
 
 def _lean_or_standard():

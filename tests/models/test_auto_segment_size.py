@@ -7,10 +7,10 @@ import pytest
 import torch
 
 import srformer
-from srformer.attention.registry import REGISTRY, SEGMENT_FREE_VARIANTS, keeps_own_attention
 from tests.models.conftest import BUILDERS, converted, padded_batch, plain_generation_config
+from tests.registry_cases import segmented_mechanisms
 
-SEGMENTED = [name for name in REGISTRY if not keeps_own_attention(name) and name not in SEGMENT_FREE_VARIANTS]
+SEGMENTED = segmented_mechanisms()
 
 
 @pytest.mark.parametrize("longest,target_length,expected", [(0, 8, 1), (1, 8, 1), (8, 8, 1), (9, 8, 2),

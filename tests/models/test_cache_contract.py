@@ -17,18 +17,19 @@ import torch
 from torch._dynamo.utils import counters
 from transformers import CompileConfig, DynamicCache
 
-from srformer.attention.registry import REGISTRY, keeps_own_attention, mechanism, with_capability
 from srformer.attention.state import SRformerCacheLayer
 from srformer.config import NAMED_SETTINGS
+from srformer.core import mechanism
 from srformer.models.convert import cross_attention_modules
 from srformer.models.families import head_dim_of
 from tests.models.conftest import BUILDERS, converted, padded_batch, plain_generation_config
+from tests.registry_cases import lean_variants, mechanisms
 
 SETTINGS = dict(segment_size=4, target_length=12)
 LENGTHS = (24, 17, 9)  # right padded to 24
 NEW_TOKENS = 6
-MECHANISMS = [name for name in REGISTRY if not keeps_own_attention(name)]
-LAYOUTS = [(name, False) for name in MECHANISMS] + [(name, True) for name in with_capability("lean_layout")]
+MECHANISMS = mechanisms()
+LAYOUTS = [(name, False) for name in MECHANISMS] + [(name, True) for name in lean_variants()]
 
 
 def layout_id(layout) -> str:

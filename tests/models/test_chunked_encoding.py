@@ -11,14 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import srformer
-from srformer.attention.registry import REGISTRY
 from srformer.models import is_converted
 from srformer.models.chunked_encoding import ChunkedEncoderMixin, default_window, plan_windows, window_stride
 from tests.models.conftest import BUILDERS, VOCAB, converted, decoder_inputs, plain_generation_config
 from tests.models.test_convert import _tiny_family_models
+from tests.registry_cases import variants
 from tests.tolerance import assert_exact
 
-MECHANISMS = list(REGISTRY)
+MECHANISMS = variants()
 
 
 # ------------------------------------------------------------------ the window plan

@@ -21,10 +21,10 @@ from transformers import (
 )
 
 import srformer
-from srformer.attention.registry import REGISTRY
 from srformer.models import cross_attention_modules, is_converted
 from tests.models.conftest import BUILDERS, converted, decoder_inputs, padded_batch, plain_generation_config
 from tests.models.test_exactness import step_by_step_logits, teacher_forced_logits
+from tests.registry_cases import mechanisms
 from tests.tolerance import assert_exact
 
 SETTINGS = dict(variant="srformer", segment_size=4, target_length=12)
@@ -129,7 +129,7 @@ def test_bad_settings_give_clear_errors(kwargs, match):
         srformer.SRformerConfig(**kwargs)
 
 
-@pytest.mark.parametrize("variant", [name for name, entry in REGISTRY.items() if entry.module is not None])
+@pytest.mark.parametrize("variant", mechanisms())
 def test_empty_document_in_a_batch_gives_finite_output_and_leaves_other_rows_alone(family, variant):
     """An all-zero encoder mask row (as transformers' testers draw, or an empty input in a batch): its
     cross attention is that of an empty memory (0), nothing raises, and the other rows equal running

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import srformer.models.cross_attention as cross_attention
-from srformer.attention.registry import REGISTRY, keeps_own_attention
 from srformer.attention.variants import build_cross_attention
 from srformer.config import NAMED_SETTINGS, named_config
+from srformer.core import REGISTRY, keeps_own_attention
 from tests.attention.test_srformer import _incremental, _inputs, _rows_of
 from tests.models.conftest import BUILDERS, converted, padded_batch, plain_generation_config
 from tests.tolerance import assert_exact, float32_tolerance

@@ -36,15 +36,15 @@ from transformers.models.bart.modeling_bart import BartDecoder
 from transformers.models.t5.modeling_t5 import T5Stack
 
 import srformer
-from srformer.attention.registry import REGISTRY, keeps_own_attention
 from srformer.attention.variants import build_cross_attention
 from srformer.models import cross_attention_modules, is_converted, set_runtime_options
 from srformer.models.auto import AUTO_CLASSES, CONFIG_CLASSES, family_heads
 from tests.models.conftest import BUILDERS, decoder_inputs, padded_batch
+from tests.registry_cases import mechanisms
 from tests.tolerance import assert_exact
 
 #: Every registered mechanism that replaces the cross attention (``full`` keeps the model's own).
-MECHANISMS = [name for name in REGISTRY if not keeps_own_attention(name)]
+MECHANISMS = mechanisms()
 SEGMENTS = dict(segment_size=4, target_length=12)
 
 

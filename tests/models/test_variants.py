@@ -12,9 +12,10 @@ from srformer.config import NAMED_SETTINGS
 from srformer.models import cross_attention_modules
 from tests.models.conftest import BUILDERS, converted, decoder_inputs, padded_batch, plain_generation_config
 from tests.models.test_exactness import step_by_step_logits, teacher_forced_logits
+from tests.registry_cases import full_attention_at, named_settings
 from tests.tolerance import assert_exact
 
-NAMES = [name for name in NAMED_SETTINGS if name != "full"]
+NAMES = named_settings()
 
 
 def _model(family, name, **settings):
@@ -39,11 +40,11 @@ def test_parallel_equals_incremental_and_padding_does_not_matter(family, name):
 #: Named settings that change only the backward pass (a surrogate derivative) and the setting whose forward
 #: values they share.
 FORWARD_EQUAL = {"srformer-surrogate": "srformer"}
-#: Named settings that read every real key of these inputs (at most 24 tokens), so full attention by definition:
-#: ``knn`` at its default 32 top keys (``top_keys >= n``), ``block-topk-b4`` with 16 blocks of 4 besides its
-#: segment, ``quest`` with 16 leaves of 16 and ``quest-tree`` with 64 of 2; ``knn-4`` and ``block-topk`` are the
-#: guards against a fallback there.
-FULL_AT_THESE_LENGTHS = ("knn", "block-topk-b4", "quest", "quest-tree")
+#: Named settings that read every real key of these inputs (at most 24 tokens), so full attention by definition: the
+#: mechanisms that select keys (``Capabilities.selects_keys``) whose budget covers 24 tokens (``knn`` at its default
+#: 32 top keys, ``block-topk-b4`` with 16 blocks of 4 besides its segment, ``quest`` with 16 leaves of 16 and
+#: ``quest-tree`` with 64 of 2); ``knn-4`` and ``block-topk`` are the guards against a fallback there.
+FULL_AT_THESE_LENGTHS = full_attention_at(24, segment_size=4, target_length=12)
 
 
 @pytest.mark.parametrize("name", NAMES)

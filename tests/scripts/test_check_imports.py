@@ -102,3 +102,23 @@ def test_a_function_level_import_closes_a_cycle(checker, tmp_path):
         "pkg/low/b.py": "def f():\n    from pkg.low.a import f\n    return f\n",
     })
     assert checker.check(src, LAYERS)[0] == ["cycle: pkg.low.a -> pkg.low.b -> pkg.low.a"]
+
+
+def test_a_row_inside_a_folder_is_a_violation(checker, tmp_path):
+    """The layers follow the top-level folders: a row that gives one module of a folder a layer of its own (as
+    ``srformer.attention.registry`` at layer 0 once did) is reported, whatever its imports."""
+    src = _package(tmp_path, GOOD)
+    violations, _, _ = checker.check(src, {"pkg.low": 0, "pkg.mid.c": 0, "pkg.mid": 1, "pkg": 2})
+    assert violations == ["LAYERS: the row pkg.mid.c lies inside a folder of pkg; give the layer to its top-level "
+                          "folder, so that the layers follow the folders"]
+
+
+def test_the_package_table_has_one_row_per_top_level_name(checker):
+    """``srformer``'s own table: the root package and one row per top-level folder or root module, each of which
+    exists."""
+    src = SCRIPT.parents[1] / "src"
+    top = {path.stem if path.suffix == ".py" else path.name
+           for path in (src / "srformer").iterdir() if path.suffix == ".py" or (path / "__init__.py").is_file()}
+    rows = {name.removeprefix("srformer.") for name in checker.LAYERS if name != "srformer"}
+    assert "srformer" in checker.LAYERS and rows == top - {"__init__"}
+    assert checker.LAYERS["srformer.core"] == 0 == min(checker.LAYERS.values())

@@ -1,9 +1,12 @@
-"""Attention kernels: the segment schedule, the RAF neuron, one module per cross-attention mechanism
-(``segmented``, ``srformer``, the baselines ``xl``, ``longt5`` and ``linear``, and ``window``, ``strided``,
-``star``, ``fastformer``, ``reformer``, ``routing``, ``bigbird``, ``compressive``, ``adaptive``, ``bp``,
-``linformer``, ``performer``, ``compressed`` and ``inducing`` from the efficient-transformer literature, and
-``block-topk``, ``knn``, ``quest`` and ``srformer-gated``), each with its typed per-sequence state, the registry
-that maps variant names to them, and their float64 references."""
+"""Attention kernels: the segment schedule, the RAF neuron, and one module per cross-attention mechanism of the
+registry (:data:`srformer.core.REGISTRY`, which lists them with their papers and costs), each with its typed
+per-sequence state; their float64 references are :mod:`srformer.attention.naive`.
+
+The package exports every class the registry names (each entry's ``module``, ``state`` and ``lean_state``) under
+its class name: those imported below, and those of any entry of :data:`srformer.core.mechanisms.MECHANISMS` not
+imported here, which the loop at the end adds to the package and to ``__all__`` (so a new mechanism needs no line
+here; ``tests/attention/test_registry.py`` checks that ``__all__`` holds every class the registry names).
+"""
 
 from srformer.attention.adaptive import AdaptiveSpanCrossAttention
 from srformer.attention.base import CrossAttentionMechanism
@@ -26,7 +29,6 @@ from srformer.attention.reformer import LSHState, ReformerCrossAttention
 from srformer.attention.routing import RoutingCrossAttention, RoutingState
 from srformer.attention.schedule import compaction_order, num_segments, segment_index
 from srformer.attention.segmented import LeanSegmentState, SegmentedCrossAttention, SegmentState
-from srformer.attention.settings import MechanismSettings
 from srformer.attention.srformer import LeanSRformerState, SRformerCrossAttention, SRformerState
 from srformer.attention.srformer_gated import GatedCrossAttention, GatedState
 from srformer.attention.star import StarCrossAttention, StarState
@@ -36,6 +38,21 @@ from srformer.attention.summary import SummaryCrossAttention, SummaryState
 from srformer.attention.variants import build_cross_attention
 from srformer.attention.window import WindowCrossAttention
 from srformer.attention.xl import XLCrossAttention
+from srformer.core import MechanismSettings
+from srformer.core.mechanisms import MECHANISMS as _MECHANISMS
+from srformer.core.schema import import_path as _import_path
+
+
+def _registry_classes() -> dict[str, type]:
+    """Every class the shipped mechanisms' entries name, by class name."""
+    classes: dict[str, type] = {}
+    for entry in _MECHANISMS:
+        for path in (entry.module, entry.state, entry.lean_state):
+            if path is not None:
+                cls = _import_path(path)
+                assert classes.setdefault(cls.__name__, cls) is cls, f"two registered classes are named {cls.__name__}"
+    return classes
+
 
 __all__ = [
     "AdaptiveSpanCrossAttention",
@@ -96,3 +113,9 @@ __all__ = [
     "num_segments",
     "segment_index",
 ]
+
+# a class an entry names that is not imported above (a mechanism added since): exported all the same
+_added = {name: cls for name, cls in _registry_classes().items() if name not in __all__}
+globals().update(_added)
+__all__ += sorted(_added)
+del _added

@@ -39,10 +39,10 @@ from torch import nn
 
 from srformer.attention.initialization import InitFunctions
 from srformer.attention.segmented import SegmentedCrossAttention
-from srformer.attention.settings import MechanismSettings, integer_setting
+from srformer.core import MechanismSettings, integer_setting
 
-if TYPE_CHECKING:  # srformer.config imports the attention registry
-    from srformer.config import SRformerConfig
+if TYPE_CHECKING:
+    from srformer.core import SRformerConfig
 
 
 @dataclass(frozen=True)
@@ -116,8 +116,7 @@ class AdaptiveSpanCrossAttention(SegmentedCrossAttention):
             ``config.resolved_span_init()``.
     """
 
-    variants = ("adaptive",)
-    #: :meth:`srformer.attention.registry.Mechanism.build` passes the layer's ``num_heads``.
+    #: :func:`srformer.attention.variants.build_cross_attention` passes the layer's ``num_heads``.
     per_head_parameters = True
 
     def __init__(self, config: SRformerConfig, head_dim: int, scale: float = 1.0, *, num_heads: int = 1) -> None:

@@ -25,9 +25,10 @@ from torch import nn
 from srformer.attention.initialization import TORCH_INIT, InitFunctions
 from srformer.attention.projection import HeadProjection
 from srformer.attention.state import CrossAttentionState, accumulation_dtype
+from srformer.core import REGISTRY
 
-if TYPE_CHECKING:  # srformer.config imports the attention registry
-    from srformer.config import SRformerConfig
+if TYPE_CHECKING:
+    from srformer.core import SRformerConfig
 
 __all__ = ["CrossAttentionMechanism", "ProjectBlock", "ProjectRows", "sum_over_blocks"]
 
@@ -81,7 +82,8 @@ class CrossAttentionMechanism(nn.Module):
     """One decoder layer's cross attention of one mechanism.
 
     Args:
-        config: the SRformer settings; ``config.variant`` must be one of :attr:`variants`.
+        config: the SRformer settings; ``config.variant`` must be a variant whose registry entry names this class
+            (:meth:`variant_names`).
         head_dim: ``d``, size of one attention head.
         scale: the wrapped model's attention scale (T5: 1.0, BART: head_dim^-0.5), applied to the query-key
             products where the mechanism forms them.
@@ -90,7 +92,6 @@ class CrossAttentionMechanism(nn.Module):
     model's ``PretrainedConfig``); the mechanism's own settings are ``.settings.settings``.
 
     Attributes:
-        variants: the variant names this class computes (class attribute).
         has_softmax: a softmax term is part of the output (False for the kernel mechanisms and under
             ``srformer``'s ablation I).
         has_recurrence: a recurrent term ``O_R`` is part of the output (``srformer`` only).
@@ -100,21 +101,27 @@ class CrossAttentionMechanism(nn.Module):
             :func:`srformer.attention.build_cross_attention`, which reads the registry).
     """
 
-    #: The variant names this class computes.
-    variants: tuple[str, ...] = ()
     has_softmax: bool = True
     has_recurrence: bool = False
 
     def __init__(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> None:
         super().__init__()
-        if config.variant not in self.variants:
+        entry = REGISTRY.get(config.variant)
+        if entry is None or entry.module is None or entry.module_class() is not type(self):
             raise ValueError(
-                f"{type(self).__name__} computes the variants {self.variants}, not {config.variant!r}; "
+                f"{type(self).__name__} computes the variants {self.variant_names()}, not {config.variant!r}; "
                 "use srformer.attention.build_cross_attention(config, ...) to get the right module."
             )
         self.configure(config)
         self.head_dim = head_dim
         self.scale = float(scale)
+
+    @classmethod
+    def variant_names(cls) -> tuple[str, ...]:
+        """The variants this class computes: those whose registry entry names it as their ``module``
+        (:data:`srformer.core.REGISTRY`, where a variant's name is written). Empty for a base class."""
+        path = f"{cls.__module__}.{cls.__qualname__}"
+        return tuple(name for name, entry in REGISTRY.items() if entry.module == path)
 
     def configure(self, config: SRformerConfig) -> None:
         """Use ``config`` from now on (the runtime options of :func:`srformer.set_runtime_options`). With

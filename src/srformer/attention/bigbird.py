@@ -38,11 +38,11 @@ from typing import TYPE_CHECKING
 import torch
 
 from srformer.attention.segmented import SegmentedCrossAttention, SegmentState
-from srformer.attention.settings import MechanismSettings, integer_setting
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, extend
+from srformer.core import MechanismSettings, integer_setting
 
-if TYPE_CHECKING:  # srformer.config imports the attention registry
-    from srformer.config import SRformerConfig
+if TYPE_CHECKING:
+    from srformer.core import SRformerConfig
 
 _MASK32 = 0xFFFFFFFF
 _MULTIPLIER = 0x45D9F3B
@@ -152,8 +152,6 @@ class BigBirdCrossAttention(SegmentedCrossAttention):
     """The ``bigbird`` variant for one decoder layer; arguments as :class:`SegmentedCrossAttention`
     (``config.resolved_global_tokens()``, ``resolved_random_blocks()`` and ``resolved_random_blocks_seed()``
     are ``g``, ``r`` and the seed)."""
-
-    variants = ("bigbird",)
 
     @autocast_off
     def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> BigBirdState:

@@ -47,7 +47,6 @@ exactly.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -55,22 +54,14 @@ import torch
 from torch.nn import functional as F
 
 from srformer.attention.base import ProjectRows
-from srformer.attention.naive.common import (
-    check_call,
-    num_segments,
-    per_query,
-    segment_of,
-    segment_rows,
-    softmax_attention,
-)
 from srformer.attention.schedule import segment_index
 from srformer.attention.segmented import SegmentedCrossAttention, SegmentState
 from srformer.attention.selection import top_positions
-from srformer.attention.settings import MechanismSettings, integer_setting
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, extend
+from srformer.core import MechanismSettings, integer_setting
 
-if TYPE_CHECKING:  # srformer.config imports the attention registry
-    from srformer.config import SRformerConfig
+if TYPE_CHECKING:
+    from srformer.core import SRformerConfig
 
 
 @dataclass(frozen=True)
@@ -101,6 +92,13 @@ class BlockTopkSettings(MechanismSettings):
         when it is None (a block is a segment)."""
         s = config.resolved_segment_size()
         return min(self.block_size, s) if self.block_size is not None else s
+
+    def whole_input_length(self, config: SRformerConfig) -> int:
+        """``s (1 + floor(r / ceil(s / b)))``: every block of the other segments is chosen when their number,
+        at most ``(m - 1) ceil(s / b)``, is at most ``r``."""
+        s = config.resolved_segment_size()
+        blocks_per_segment = -(-s // self.resolved_block_size(config))
+        return s * (1 + self.resolved_top_segments(config) // blocks_per_segment)
 
 
 @dataclass(kw_only=True)
@@ -191,8 +189,6 @@ def _take_whole_blocks(tensor: torch.Tensor, blocks: torch.Tensor, n: int) -> to
 class BlockTopkCrossAttention(SegmentedCrossAttention):
     """The ``block-topk`` variant for one decoder layer; arguments as :class:`SegmentedCrossAttention`
     (``config.resolved_top_segments()`` is ``r``)."""
-
-    variants = ("block-topk",)
 
     @autocast_off
     def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> BlockTopkState:
@@ -352,37 +348,3 @@ class BlockTopkCrossAttention(SegmentedCrossAttention):
         # masked keys have probability exactly 0, so the positions they carry (padding) receive nothing
         weights.scatter_add_(3, encoder_positions.flatten(3), probabilities.flatten(3))
         return weights * (state.lengths > 0).to(weights.dtype)[:, None, None, None]
-
-
-def block_topk_attention(
-    queries: torch.Tensor,
-    keys: torch.Tensor,
-    values: torch.Tensor,
-    key_valid: torch.Tensor | None,
-    settings: SRformerConfig,
-    *,
-    scale: float = 1.0,
-    parameters: Mapping[str, torch.Tensor] | None = None,
-    start_position: int = 0,
-) -> torch.Tensor:
-    """Float64 reference: per query and head, softmax over the real positions of segment ``i(t)`` and of the ``r``
-    blocks of other segments with the largest ``scale * Q_t . mean(K_B)`` (ties: the earlier block first; all of
-    them when there are at most ``r``), a block being ``b`` consecutive real positions of one segment (its last
-    block shorter when the segment is)."""
-    check_call(settings, parameters, "block-topk")
-    s, target, top = settings.resolved_segment_size(), settings.target_length, settings.resolved_top_segments()
-    b = settings.resolved_block_size()
-
-    def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
-        m = num_segments(len(k), s)
-        i = segment_of(t, m, target)
-        rows = [segment_rows(j, len(k), s) for j in range(m)]
-        others = [range(start, min(start + b, segment.stop)) for j, segment in enumerate(rows) if j != i
-                  for start in range(segment.start, segment.stop, b)]  # in position order
-        gates = [scale * float(k[block.start:block.stop].mean(dim=0) @ query) for block in others]
-        chosen = sorted(range(len(others)), key=lambda j: (-gates[j], j))[:top]
-        read = torch.cat([torch.arange(rows[i].start, rows[i].stop)]
-                         + [torch.arange(others[j].start, others[j].stop) for j in chosen])
-        return softmax_attention(query, k[read], v[read], scale)
-
-    return per_query(queries, keys, values, key_valid, start_position, one_query)

@@ -35,11 +35,11 @@ import torch
 from torch.nn import functional as F
 
 from srformer.attention.segmented import SegmentedCrossAttention, SegmentState
-from srformer.attention.settings import MechanismSettings, integer_setting
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, extend
+from srformer.core import MechanismSettings, integer_setting
 
-if TYPE_CHECKING:  # srformer.config imports the attention registry
-    from srformer.config import SRformerConfig
+if TYPE_CHECKING:
+    from srformer.core import SRformerConfig
 
 
 @dataclass(frozen=True)
@@ -89,8 +89,6 @@ def tree_levels(max_segments: int) -> list[int]:
 class BPCrossAttention(SegmentedCrossAttention):
     """The ``bp`` variant for one decoder layer; arguments as :class:`SegmentedCrossAttention`
     (``config.resolved_span_nodes()`` is ``k``)."""
-
-    variants = ("bp",)
 
     @autocast_off
     def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> BPState:

@@ -37,12 +37,12 @@ from torch import nn
 
 from srformer.attention.initialization import InitFunctions
 from srformer.attention.schedule import compaction_order
-from srformer.attention.settings import MechanismSettings, integer_setting
 from srformer.attention.state import CrossAttentionState
 from srformer.attention.summary import SummaryCrossAttention, SummaryState
+from srformer.core import MechanismSettings, integer_setting
 
-if TYPE_CHECKING:  # srformer.config imports the attention registry
-    from srformer.config import SRformerConfig
+if TYPE_CHECKING:
+    from srformer.core import SRformerConfig
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,6 @@ class CompressedCrossAttention(SummaryCrossAttention):
         key_bias, value_bias: (d,) their biases.
     """
 
-    variants = ("compressed",)
     state_class = CompressedState
 
     def __init__(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> None:

@@ -38,11 +38,11 @@ import torch
 from torch.nn import functional as F
 
 from srformer.attention.segmented import SegmentedCrossAttention, SegmentState
-from srformer.attention.settings import MechanismSettings, integer_setting
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, extend
+from srformer.core import MechanismSettings, integer_setting
 
-if TYPE_CHECKING:  # srformer.config imports the attention registry
-    from srformer.config import SRformerConfig
+if TYPE_CHECKING:
+    from srformer.core import SRformerConfig
 
 
 @dataclass(frozen=True)
@@ -90,8 +90,6 @@ def rows_per_segment(segment_size: int, compression_rate: int) -> int:
 class CompressiveCrossAttention(SegmentedCrossAttention):
     """The ``compressive`` variant for one decoder layer; arguments as :class:`SegmentedCrossAttention`
     (``config.resolved_compression_rate()`` is ``c``)."""
-
-    variants = ("compressive",)
 
     def _real(self, state: SegmentState) -> torch.Tensor:
         """(B, M, s) bool, the real positions (an empty document's zero segment excluded)."""

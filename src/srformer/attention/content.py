@@ -33,11 +33,11 @@ from torch.nn import functional as F
 
 from srformer.attention.schedule import real_lengths
 from srformer.attention.segment_free import SegmentFreeCrossAttention
-from srformer.attention.settings import MechanismSettings
 from srformer.attention.state import CrossAttentionState, accumulation_dtype
+from srformer.core import MechanismSettings
 
-if TYPE_CHECKING:  # srformer.config imports the attention registry
-    from srformer.config import SRformerConfig
+if TYPE_CHECKING:
+    from srformer.core import SRformerConfig
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,7 @@ class ContentSparseCrossAttention(SegmentFreeCrossAttention):
     :class:`~srformer.attention.segmented.SegmentedCrossAttention` (see the module docstring).
 
     Args:
-        config: SRformer settings of one of :attr:`variants`.
+        config: SRformer settings of a variant whose registry entry names this class.
         head_dim: ``d``, size of one attention head.
         scale: the wrapped model's attention scale (T5: 1.0, BART: head_dim^-0.5), used by the softmax.
 
@@ -166,11 +166,8 @@ class ContentSparseCrossAttention(SegmentFreeCrossAttention):
         has_softmax: True (the output is one softmax over encoder positions); has_recurrence: False.
 
     Raises:
-        ValueError: if ``config.variant`` is not one of :attr:`variants`.
+        ValueError: if ``config.variant`` is not a variant whose registry entry names this class.
     """
-
-    #: The variant names this class computes (set by each subclass).
-    variants: tuple[str, ...] = ()
 
     # ------------------------------------------------------------------ what a subclass defines
     def codes(self, vectors: torch.Tensor) -> torch.Tensor:

@@ -44,8 +44,8 @@ from srformer.attention.schedule import real_lengths
 from srformer.attention.segment_free import SegmentFreeCrossAttention
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off
 
-if TYPE_CHECKING:  # srformer.config imports the attention registry
-    from srformer.config import SRformerConfig
+if TYPE_CHECKING:
+    from srformer.core import SRformerConfig
 
 
 @dataclass(kw_only=True)
@@ -102,11 +102,9 @@ class FastformerCrossAttention(SegmentFreeCrossAttention):
         has_softmax, has_recurrence: False (no softmax attention term, no recurrence).
 
     Raises:
-        ValueError: if ``config.variant`` is not one of :attr:`variants`.
+        ValueError: if ``config.variant`` is not a variant whose registry entry names this class.
     """
 
-    #: The variant names this class computes.
-    variants: tuple[str, ...] = ("fastformer",)
     has_softmax = False
 
     def __init__(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> None:

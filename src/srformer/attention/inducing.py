@@ -35,11 +35,11 @@ import torch
 from torch import nn
 
 from srformer.attention.initialization import InitFunctions
-from srformer.attention.settings import MechanismSettings, integer_setting
 from srformer.attention.summary import SummaryCrossAttention
+from srformer.core import MechanismSettings, integer_setting
 
-if TYPE_CHECKING:  # srformer.config imports the attention registry
-    from srformer.config import SRformerConfig
+if TYPE_CHECKING:
+    from srformer.core import SRformerConfig
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,6 @@ class InducingCrossAttention(SummaryCrossAttention):
     Attributes:
         inducing_points: (I, d) the learned inducing queries, shared by the heads.
     """
-
-    variants = ("inducing",)
 
     def __init__(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> None:
         super().__init__(config, head_dim, scale)

@@ -42,7 +42,6 @@ flat; about ``(probes·k/lists + lists)·D`` ivf) plus ``O(K·D·d)`` to project
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -51,15 +50,14 @@ import torch
 from srformer.attention.base import ProjectRows
 from srformer.attention.content import ContentSparseCrossAttention, ContentState, content_base_state, slot_softmax
 from srformer.attention.knn_index import INDEX_KINDS, EncoderIndex, build_encoder_index, faiss_available, require_faiss
-from srformer.attention.naive.common import check_call, per_query, softmax_attention
 from srformer.attention.projection import HeadProjection
 from srformer.attention.schedule import real_lengths
 from srformer.attention.selection import top_positions
-from srformer.attention.settings import MechanismSettings, integer_setting
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off
+from srformer.core import MechanismSettings, integer_setting
 
-if TYPE_CHECKING:  # srformer.config imports the attention registry
-    from srformer.config import SRformerConfig
+if TYPE_CHECKING:
+    from srformer.core import SRformerConfig
 
 #: ``K`` when ``top_keys`` is None.
 DEFAULT_TOP_KEYS = 32
@@ -121,6 +119,12 @@ class KNNSettings(MechanismSettings):
     def resolved_index_probes(self, config: SRformerConfig) -> int:
         """``index_probes``, or 32 when it is None."""
         return self.index_probes if self.index_probes is not None else DEFAULT_INDEX_PROBES
+
+    def whole_input_length(self, config: SRformerConfig) -> int:
+        """``K``: an input of at most ``K`` real tokens is read whole (with ``knn_index="ivf"``, whose search is
+        approximate, also shorter than ``index_min_keys``)."""
+        top = self.resolved_top_keys(config)
+        return min(top, self.resolved_index_min_keys(config) - 1) if self.knn_index == "ivf" else top
 
 
 @dataclass(kw_only=True)
@@ -207,8 +211,6 @@ class KNNCrossAttention(ContentSparseCrossAttention):
     Attributes:
         top_keys: ``K``, the keys a query reads.
     """
-
-    variants = ("knn",)
 
     def __init__(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> None:
         super().__init__(config, head_dim, scale)
@@ -310,37 +312,3 @@ class KNNCrossAttention(ContentSparseCrossAttention):
         batch, heads, length, _ = positions.shape
         valid = content.key_valid[:, None, None, :].expand(batch, heads, length, -1)
         return positions, valid.gather(-1, positions)
-
-
-def knn_attention(
-    queries: torch.Tensor,
-    keys: torch.Tensor,
-    values: torch.Tensor,
-    key_valid: torch.Tensor | None,
-    settings: SRformerConfig,
-    *,
-    scale: float = 1.0,
-    parameters: Mapping[str, torch.Tensor] | None = None,
-    start_position: int = 0,
-) -> torch.Tensor:
-    """Float64 reference: per query, the softmax over the ``min(K, n)`` real keys ranked first by
-    (``Q_t . K_j`` descending, position ascending) (Unlimiformer, Sec. 2, with exact retrieval).
-
-    Args:
-        queries: (B, H, q, d). keys, values: (B, H, k, d). key_valid: (B, k) bool or None.
-        settings: a config with ``variant='knn'``. scale: the model's attention scale.
-        parameters: none (the mechanism has no learned tensors). start_position: unused.
-
-    Returns:
-        (B, H, q, d) float64; 0 for an example without real keys.
-    """
-    check_call(settings, parameters, "knn")
-    top = settings.resolved_top_keys()
-
-    def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
-        products = (k @ query).tolist()
-        chosen = sorted(range(len(products)), key=lambda j: (-products[j], j))[:top]
-        rows = torch.tensor(sorted(chosen), dtype=torch.long)
-        return softmax_attention(query, k[rows], v[rows], scale)
-
-    return per_query(queries, keys, values, key_valid, start_position, one_query)

@@ -68,11 +68,9 @@ class LinearCrossAttention(SegmentFreeCrossAttention):
         has_softmax, has_recurrence: False (no softmax term, no recurrence).
 
     Raises:
-        ValueError: if ``config.variant`` is not one of :attr:`variants`.
+        ValueError: if ``config.variant`` is not a variant whose registry entry names this class.
     """
 
-    #: The variant names this class computes.
-    variants: tuple[str, ...] = ("linear",)
     has_softmax = False
 
     @autocast_off

@@ -36,11 +36,11 @@ from torch import nn
 
 from srformer.attention.initialization import InitFunctions
 from srformer.attention.schedule import tracing
-from srformer.attention.settings import MechanismSettings, integer_setting
 from srformer.attention.summary import SummaryCrossAttention
+from srformer.core import MechanismSettings, integer_setting
 
-if TYPE_CHECKING:  # srformer.config imports the attention registry
-    from srformer.config import SRformerConfig
+if TYPE_CHECKING:
+    from srformer.core import SRformerConfig
 
 
 @dataclass(frozen=True)
@@ -83,8 +83,6 @@ class LinformerCrossAttention(SummaryCrossAttention):
         key_projection: (r, N) ``E``, shared by the heads.
         value_projection: (r, N) ``F``, shared by the heads.
     """
-
-    variants = ("linformer",)
 
     def __init__(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> None:
         super().__init__(config, head_dim, scale)

@@ -57,8 +57,6 @@ def global_tokens(
 class LongT5CrossAttention(SegmentedCrossAttention):
     """The ``longt5`` variant for one decoder layer; arguments as :class:`SegmentedCrossAttention`."""
 
-    variants = ("longt5",)
-
     @autocast_off
     def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> LongT5State:
         """:meth:`SegmentedCrossAttention.init_state` plus the global tokens (:func:`global_tokens`), O(k*d)

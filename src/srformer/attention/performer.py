@@ -46,11 +46,11 @@ import torch
 from srformer.attention.initialization import InitFunctions
 from srformer.attention.schedule import real_lengths
 from srformer.attention.segment_free import SegmentFreeCrossAttention
-from srformer.attention.settings import MechanismSettings, integer_setting
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off
+from srformer.core import MechanismSettings, integer_setting
 
-if TYPE_CHECKING:  # srformer.config imports the attention registry
-    from srformer.config import SRformerConfig
+if TYPE_CHECKING:
+    from srformer.core import SRformerConfig
 
 
 @dataclass(frozen=True)
@@ -142,8 +142,6 @@ class PerformerCrossAttention(SegmentFreeCrossAttention):
         ValueError: if ``config.variant`` is not ``performer``.
     """
 
-    #: The variant names this class computes.
-    variants: tuple[str, ...] = ("performer",)
     has_softmax = False
     random_features: torch.Tensor
 

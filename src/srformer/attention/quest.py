@@ -83,11 +83,11 @@ from srformer.attention.content import gather_rows, slot_softmax
 from srformer.attention.projection import HeadProjection
 from srformer.attention.schedule import compaction_order, num_segments, real_lengths, segment_index
 from srformer.attention.selection import top_positions
-from srformer.attention.settings import MechanismSettings, integer_setting
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, rows_in_encoder_order
+from srformer.core import MechanismSettings, integer_setting
 
-if TYPE_CHECKING:  # srformer.config imports the attention registry
-    from srformer.config import SRformerConfig
+if TYPE_CHECKING:
+    from srformer.core import SRformerConfig
 
 #: ``b`` when ``leaf_size`` is None (Quest's page of 16 tokens).
 DEFAULT_LEAF_SIZE = 16
@@ -144,6 +144,14 @@ class QuestSettings(MechanismSettings):
     def resolved_rows_min_keys(self, config: SRformerConfig) -> int:
         """``rows_min_keys``, or 16,384."""
         return self.rows_min_keys if self.rows_min_keys is not None else DEFAULT_ROWS_MIN_KEYS
+
+    def whole_input_length(self, config: SRformerConfig) -> int:
+        """``b r`` (with groups ``b min(r, p g)``): an input of at most that many real tokens has at most ``r``
+        leaves (in at most ``p`` groups), so every leaf is chosen."""
+        leaves = self.resolved_top_leaves(config)
+        if self.group_size is not None:
+            leaves = min(leaves, self.resolved_top_groups(config) * self.group_size)
+        return self.resolved_leaf_size(config) * leaves
 
 
 @dataclass(kw_only=True)
@@ -391,8 +399,6 @@ def _transposed(rows: torch.Tensor) -> torch.Tensor:
 class QuestCrossAttention(CrossAttentionMechanism):
     """The ``quest`` variant for one decoder layer (module docstring); arguments as
     :class:`~srformer.attention.base.CrossAttentionMechanism`."""
-
-    variants = ("quest",)
 
     # ------------------------------------------------------------------ state
     def _leaf_bounds(

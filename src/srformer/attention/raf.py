@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from srformer.attention.initialization import TORCH_INIT, InitFunctions
-from srformer.attention.registry import NEURONS  # the neuron names, checked by the config too
 from srformer.attention.schedule import tracing
+from srformer.core import NEURONS  # the neuron names, checked by the config too
 
 __all__ = ["NEURONS", "RecurrentAccumulateAndFire", "ScaledLinear", "activation", "update"]
 

@@ -55,11 +55,11 @@ from srformer.attention.content import (
     unit_rows,
 )
 from srformer.attention.initialization import InitFunctions
-from srformer.attention.settings import require_integer
 from srformer.attention.state import CrossAttentionState, autocast_off, extend
+from srformer.core import require_integer
 
-if TYPE_CHECKING:  # srformer.config imports the attention registry
-    from srformer.config import SRformerConfig
+if TYPE_CHECKING:
+    from srformer.core import SRformerConfig
 
 
 @dataclass(frozen=True)
@@ -159,8 +159,6 @@ class ReformerCrossAttention(ContentSparseCrossAttention):
     Attributes:
         rotations: (R, d, b/2) persistent buffer, the random rotations of every hash round.
     """
-
-    variants = ("reformer",)
 
     def __init__(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> None:
         super().__init__(config, head_dim, scale)

@@ -48,11 +48,11 @@ from srformer.attention.content import (
     unit_rows,
 )
 from srformer.attention.initialization import InitFunctions
-from srformer.attention.settings import require_integer
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, extend
+from srformer.core import require_integer
 
-if TYPE_CHECKING:  # srformer.config imports the attention registry
-    from srformer.config import SRformerConfig
+if TYPE_CHECKING:
+    from srformer.core import SRformerConfig
 
 
 @dataclass(frozen=True)
@@ -158,8 +158,6 @@ class RoutingCrossAttention(ContentSparseCrossAttention):
         centroids: (c, d) persistent buffer, the k-means centroids (updated in training, fixed in eval).
         decay: ``lambda`` of the moving average.
     """
-
-    variants = ("routing",)
 
     def __init__(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> None:
         super().__init__(config, head_dim, scale)

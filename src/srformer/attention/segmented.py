@@ -27,9 +27,9 @@ from torch.nn import functional as F
 
 from srformer.attention.base import CrossAttentionMechanism, ProjectBlock, ProjectRows
 from srformer.attention.layout import block_index, segment_major, segment_order, take_blocks
-from srformer.attention.registry import mechanism
 from srformer.attention.schedule import num_segments, real_lengths, segment_index, tracing
 from srformer.attention.state import CrossAttentionState, autocast_off, rows_in_encoder_order
+from srformer.core import mechanism
 
 
 @dataclass(kw_only=True)
@@ -126,7 +126,7 @@ class SegmentedCrossAttention(CrossAttentionMechanism):
     """The ``segmented`` variant for one decoder layer, and the base of the segment-based mechanisms.
 
     Args:
-        config: the SRformer settings; ``config.variant`` must be one of :attr:`variants`.
+        config: the SRformer settings; ``config.variant`` must be a variant whose registry entry names this class.
         head_dim: ``d``, size of one attention head.
         scale: the wrapped model's attention scale (T5: 1.0, BART: head_dim^-0.5), used by the softmax.
 
@@ -141,9 +141,6 @@ class SegmentedCrossAttention(CrossAttentionMechanism):
         ValueError: for a variant this class does not compute (use
             :func:`srformer.attention.build_cross_attention`, which reads the registry).
     """
-
-    #: The variant names this class computes.
-    variants: tuple[str, ...] = ("segmented",)
 
     # ------------------------------------------------------------------ what the softmax reads (hooks)
     def context_blocks(

@@ -56,8 +56,8 @@ from srformer.attention.state import CrossAttentionState, accumulation_dtype, au
 #: (:meth:`SRformerCrossAttention._key_norm_of_blocks`), as the standard build does over its segments.
 KEY_NORM_BLOCK = 64
 
-if TYPE_CHECKING:  # srformer.config imports the attention registry
-    from srformer.config import SRformerConfig
+if TYPE_CHECKING:
+    from srformer.core import SRformerConfig
 
 
 @dataclass(kw_only=True)
@@ -123,8 +123,6 @@ class SRformerCrossAttention(SegmentedCrossAttention):
     Raises:
         ValueError: for another variant.
     """
-
-    variants = ("srformer",)
 
     def __init__(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> None:
         super().__init__(config, head_dim, scale)

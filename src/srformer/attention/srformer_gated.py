@@ -42,7 +42,6 @@ computed from them as ``g A V + (1 - g) N / D``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -53,19 +52,16 @@ from torch.nn import functional as F
 from srformer.attention.base import ProjectRows
 from srformer.attention.initialization import InitFunctions
 from srformer.attention.layout import block_index, take_blocks
-from srformer.attention.naive.common import check_call, num_segments, per_query, segment_of, segment_rows
 from srformer.attention.schedule import segment_index
 from srformer.attention.segmented import SegmentedCrossAttention, SegmentState
-from srformer.attention.settings import MechanismSettings, integer_setting
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, extend
+from srformer.core import MechanismSettings, integer_setting
 
 if TYPE_CHECKING:
-    from srformer.config import SRformerConfig
+    from srformer.core import SRformerConfig
 
 #: The feature maps ``phi`` of the memory (setting ``feature_map``).
 FEATURE_MAPS: tuple[str, ...] = ("elu", "taylor")
-
-VARIANT = "srformer-gated"
 
 
 @dataclass(frozen=True)
@@ -162,8 +158,6 @@ class GatedCrossAttention(SegmentedCrossAttention):
         feature_map_name: ``"elu"`` or ``"taylor"`` (``phi``).
         projection: (D', d) the Taylor feature map's learned projection ``W``; None for ``elu`` (no parameters).
     """
-
-    variants = (VARIANT,)
 
     def __init__(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> None:
         super().__init__(config, head_dim, scale)
@@ -312,48 +306,3 @@ class GatedCrossAttention(SegmentedCrossAttention):
         gate, memory = self._gate_and_memory(torch.logsumexp(logits, dim=-1), rows, memory_kv, key_sum)
         mixed = gate * local.transpose(1, 2).to(memory.dtype) + (1.0 - gate) * memory
         return mixed.transpose(1, 2).to(queries.dtype)
-
-
-def gated_attention(
-    queries: torch.Tensor,
-    keys: torch.Tensor,
-    values: torch.Tensor,
-    key_valid: torch.Tensor | None,
-    settings: SRformerConfig,
-    *,
-    scale: float = 1.0,
-    parameters: Mapping[str, torch.Tensor] | None = None,
-    start_position: int = 0,
-) -> torch.Tensor:
-    """Float64 reference: one normalised mix over the example's real positions, ``e^{scale q.k_p}`` for ``p`` in
-    segment ``i(t)`` and ``phi(q) . phi(k_p)`` for every other ``p`` (the module docstring's ``O_t``), computed
-    per position as a softmax over the log-weights.
-
-    ``parameters`` must hold ``projection`` (D', d) for ``feature_map="taylor"`` (e.g. ``module.state_dict()``);
-    nothing for ``elu``."""
-    taylor = settings.resolved_feature_map() == "taylor"
-    check_call(settings, parameters, VARIANT, ("projection",) if taylor else ())
-    s, target = settings.resolved_segment_size(), settings.target_length
-    projection = None
-    if taylor:
-        if parameters is None or "projection" not in parameters:
-            raise ValueError("The reference needs `parameters['projection']` for feature_map='taylor'.")
-        projection = parameters["projection"].detach().to(torch.float64)
-
-    def phi(x: torch.Tensor) -> torch.Tensor:
-        if projection is None:
-            return torch.where(x > 0, x + 1.0, torch.exp(x))  # elu(x) + 1
-        y = projection @ x
-        size = len(y)
-        second = torch.outer(y, y).reshape(-1) / math.sqrt(2 * size)
-        return torch.cat([torch.ones(1, dtype=y.dtype), y / size**0.25, second])
-
-    def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
-        rows = segment_rows(segment_of(t, num_segments(len(k), s), target), len(k), s)
-        inside = torch.zeros(len(k), dtype=torch.bool)
-        inside[rows] = True
-        kernel = torch.stack([phi(query) @ phi(key) for key in k])
-        log_weights = torch.where(inside, scale * (k @ query), kernel.log())
-        return torch.softmax(log_weights, dim=0) @ v
-
-    return per_query(queries, keys, values, key_valid, start_position, one_query)

@@ -45,8 +45,6 @@ class StarState(SegmentState):
 class StarCrossAttention(SegmentedCrossAttention):
     """The ``star`` variant for one decoder layer; arguments as :class:`SegmentedCrossAttention`."""
 
-    variants = ("star",)
-
     @autocast_off
     def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> StarState:
         """:meth:`SegmentedCrossAttention.init_state` plus the relay (the mean of the real keys and values,

@@ -76,7 +76,7 @@ class CrossAttentionState:
     """Base of every per-sequence cross-attention state: what one layer carries between decoder steps
     (one example per row). Each mechanism's module defines its own subclass, whose fields are its
     tensors (``srformer.attention.segmented.SegmentState``, ``...srformer.SRformerState``, ...; the
-    registry names them, :attr:`srformer.attention.registry.Mechanism.state`).
+    registry names them, :attr:`srformer.core.schema.Mechanism.state`).
 
     Every field that is a tensor has the batch (B = batch times beams) on axis 0, so beam reordering,
     batch repetition/selection and offloading (:class:`SRformerCacheLayer`) apply :meth:`map_batch` to

@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING
 import torch
 
 from srformer.attention.segmented import SegmentedCrossAttention, SegmentState
-from srformer.attention.settings import MechanismSettings
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, extend
+from srformer.core import MechanismSettings
 
-if TYPE_CHECKING:  # srformer.config imports the attention registry
-    from srformer.config import SRformerConfig
+if TYPE_CHECKING:
+    from srformer.core import SRformerConfig
 
 
 @dataclass(frozen=True)
@@ -88,8 +88,6 @@ def strided_positions(total: int, stride: int, device: torch.device | None = Non
 class StridedCrossAttention(SegmentedCrossAttention):
     """The ``strided`` variant for one decoder layer; arguments as :class:`SegmentedCrossAttention`
     (``config.resolved_stride()`` is ``l``)."""
-
-    variants = ("strided",)
 
     @autocast_off
     def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> StridedState:

@@ -74,11 +74,11 @@ def compact(
 
 class SummaryCrossAttention(SegmentFreeCrossAttention):
     """Softmax attention of every decoder query over a per-sequence summary (see the module docstring); a
-    subclass defines :meth:`summarise` and :attr:`variants`. Same interface as
+    subclass defines :meth:`summarise` (its registry entry names it). Same interface as
     :class:`~srformer.attention.segmented.SegmentedCrossAttention`.
 
     Args:
-        config: SRformer settings of one of :attr:`variants`.
+        config: SRformer settings of a variant whose registry entry names this class.
         head_dim: ``d``, size of one attention head.
         scale: the wrapped model's attention scale (T5: 1.0, BART: ``d^-0.5``), applied to ``Q_t K~^T``.
 
@@ -86,11 +86,9 @@ class SummaryCrossAttention(SegmentFreeCrossAttention):
         has_softmax: True (the output is a softmax over the summary rows). has_recurrence: False.
 
     Raises:
-        ValueError: if ``config.variant`` is not one of :attr:`variants`.
+        ValueError: if ``config.variant`` is not a variant whose registry entry names this class.
     """
 
-    #: The variant names this class computes.
-    variants: tuple[str, ...] = ()
     #: The class of the state :meth:`init_state` builds.
     state_class: type[SummaryState] = SummaryState
 

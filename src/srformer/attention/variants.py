@@ -5,20 +5,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from srformer.attention.base import CrossAttentionMechanism
-from srformer.attention.registry import mechanism
+from srformer.core import mechanism
 
-if TYPE_CHECKING:  # srformer.config imports the attention registry
-    from srformer.config import SRformerConfig
-
-#: The former name of :class:`~srformer.attention.base.CrossAttentionMechanism`, the base of every SRformer
-#: cross-attention module; kept for code that imports it.
-CrossAttentionModule = CrossAttentionMechanism
+if TYPE_CHECKING:
+    from srformer.core import SRformerConfig
 
 
 def build_cross_attention(
     config: SRformerConfig, head_dim: int, scale: float = 1.0, *, num_heads: int | None = None
 ) -> CrossAttentionMechanism:
-    """The module of ``config.variant``'s registry entry (:mod:`srformer.attention.registry`), e.g.
+    """The module of ``config.variant``'s registry entry (:mod:`srformer.core.registry`), e.g.
     :class:`~srformer.attention.srformer.SRformerCrossAttention` for ``srformer`` (and its ablations).
 
     Args:
@@ -36,6 +32,10 @@ def build_cross_attention(
         raise ValueError(
             f"The {config.variant!r} variant keeps the model's own attention; no SRformer module is needed."
         )
-    module = entry.build(config, head_dim, scale, num_heads=num_heads)
+    cls = entry.module_class()
+    if num_heads is not None and getattr(cls, "per_head_parameters", False):
+        module = cls(config, head_dim, scale, num_heads=num_heads)
+    else:
+        module = cls(config, head_dim, scale)
     assert isinstance(module, CrossAttentionMechanism), type(module)
     return module

@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING
 import torch
 
 from srformer.attention.segmented import SegmentedCrossAttention
-from srformer.attention.settings import MechanismSettings
+from srformer.core import MechanismSettings
 
-if TYPE_CHECKING:  # srformer.config imports the attention registry
-    from srformer.config import SRformerConfig
+if TYPE_CHECKING:
+    from srformer.core import SRformerConfig
 
 
 @dataclass(frozen=True)
@@ -88,8 +88,6 @@ def window_blocks(segment_size: int, window_size: int) -> list[tuple[int, list[b
 class WindowCrossAttention(SegmentedCrossAttention):
     """The ``window`` variant for one decoder layer; arguments as :class:`SegmentedCrossAttention`
     (``config.resolved_window_size()`` is ``w``)."""
-
-    variants = ("window",)
 
     def context_blocks(
         self, segments: torch.Tensor, index: torch.Tensor, max_segments: int

@@ -17,8 +17,6 @@ from srformer.attention.segmented import SegmentedCrossAttention
 class XLCrossAttention(SegmentedCrossAttention):
     """The ``xl`` variant for one decoder layer; arguments as :class:`SegmentedCrossAttention`."""
 
-    variants = ("xl",)
-
     def context_blocks(
         self, segments: torch.Tensor, index: torch.Tensor, max_segments: int
     ) -> list[tuple[torch.Tensor, torch.Tensor | None, bool]]:

@@ -37,9 +37,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from srformer.attention.registry import TABLE1_VARIANTS
 from srformer.attention.variants import build_cross_attention
-from srformer.config import SRformerConfig
+from srformer.core import TABLE1_VARIANTS, SRformerConfig
 
 # TABLE1_VARIANTS (re-exported): the registry's variants with a row in paper Table 1; its "Transformer" is ``full``.
 

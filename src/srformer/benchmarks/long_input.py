@@ -35,7 +35,7 @@ from srformer.attention.knn_index import faiss_available
 from srformer.benchmarks.memory import CHILD_ENVIRONMENT
 from srformer.benchmarks.plots import plt
 from srformer.benchmarks.variants import MODEL_SHAPES
-from srformer.config import NAMED_SETTINGS, check_window_settings
+from srformer.core import NAMED_SETTINGS, check_window_settings
 from srformer.models.memory_estimate import available_memory
 
 #: The variants of the long-input benchmark: a name and its :class:`~srformer.config.SRformerConfig` settings

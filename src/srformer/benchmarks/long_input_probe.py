@@ -32,7 +32,7 @@ from transformers.modeling_outputs import BaseModelOutput
 from srformer.benchmarks.generation import cross_attention_cache_bytes
 from srformer.benchmarks.memory_probe import reset_peak, status_bytes
 from srformer.benchmarks.variants import quiet_schedule_warnings, t5_config
-from srformer.config import SRformerConfig
+from srformer.core import SRformerConfig
 from srformer.models.convert import convert
 from srformer.models.memory_estimate import estimate_decode_memory
 

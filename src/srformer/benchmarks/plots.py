@@ -11,9 +11,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter
 
-from srformer.attention.registry import REGISTRY
 from srformer.benchmarks.flops import TABLE1_VARIANTS, table1_computation, table1_memory
 from srformer.benchmarks.records import BENCH_VARIANTS, CORE_VARIANT_NAMES, BenchRecord
+from srformer.core import REGISTRY
 
 #: Notes of the Figure 5 FlopCounterMode records start with this text.
 FIGURE5_NOTE = "Figure 5:"

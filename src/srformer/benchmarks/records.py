@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TypeGuard
 
-from srformer.attention.registry import REGISTRY, SEGMENT_FREE_VARIANTS, TABLE1_VARIANTS
-from srformer.config import named_config
+from srformer.core import REGISTRY, SEGMENT_FREE_VARIANTS, TABLE1_VARIANTS, LiveMapping, LiveNames, named_config
 
 
 @dataclass(frozen=True)
@@ -52,7 +51,7 @@ OWN_ATTENTION_IMPLEMENTATIONS: tuple[str, ...] = ("sdpa", "eager")
 
 
 def _bench_specs() -> dict[str, VariantSpec]:
-    """Benchmark variants from the registry (:mod:`srformer.attention.registry`), in its order: the
+    """Benchmark variants from the registry (:mod:`srformer.core.registry`), in its order: the
     model's own attention under each of :data:`OWN_ATTENTION_IMPLEMENTATIONS`; every converted variant
     with the standard cache layout; ``<name>-lean`` where the lean layout exists and differs from
     the standard one (a state that grows with the input); then every further named setting that changes its
@@ -83,18 +82,20 @@ def changes_module_settings(setting: str) -> bool:
         config.variant, segment_size=8, target_length=16).settings
 
 
-#: The specification of every benchmark variant, by name.
-VARIANT_SPECS: dict[str, VariantSpec] = _bench_specs()
+#: The specification of every benchmark variant, by name (derived from the registry as it is now, see
+#: :func:`_bench_specs`: a mechanism registered later is a benchmark variant too).
+VARIANT_SPECS: Mapping[str, VariantSpec] = LiveMapping(_bench_specs)
 
-#: Cross-attention variants measured by ``srformer bench`` (derived from the registry, see :func:`_bench_specs`).
+#: Cross-attention variants measured by ``srformer bench`` (the names of :data:`VARIANT_SPECS`, live).
 #: ``full-sdpa``/``full-eager``: the model's own cross attention with that attention implementation.
 #: ``segmented``/``srformer``: the converted modules (standard cache layout).
 #: ``segmented-lean``/``srformer-lean``: the same with ``lean_cache=True``.
 #: ``xl``/``longt5``/``linear``: the paper's baselines (standard cache layout; ``linear`` has no segments).
-BENCH_VARIANTS: tuple[str, ...] = tuple(VARIANT_SPECS)
+BENCH_VARIANTS: Sequence[str] = LiveNames(lambda: tuple(VARIANT_SPECS))
 
 #: The variants ``srformer bench`` measures unless ``--variants`` says otherwise: those of the paper's
 #: Table 1 rows (``full``, ``segmented``, ``srformer``); the baselines are opt-in, so the default run keeps its length.
+#: Fixed at import, as the Table 1 rows are (a registered mechanism has none).
 DEFAULT_BENCH_VARIANTS: tuple[str, ...] = tuple(
     name for name, spec in VARIANT_SPECS.items() if spec.srformer_variant in TABLE1_VARIANTS
 )
@@ -114,8 +115,10 @@ def has_segments(variant: str) -> bool:
 #: Rows of paper Table 1 (theoretical counts, no implementation): ``full`` is the "Transformer" row.
 THEORY_VARIANTS: tuple[str, ...] = TABLE1_VARIANTS
 
-#: Every variant name a record may carry.
-KNOWN_VARIANTS: tuple[str, ...] = BENCH_VARIANTS + tuple(v for v in THEORY_VARIANTS if v not in BENCH_VARIANTS)
+#: Every variant name a record may carry (live, as :data:`BENCH_VARIANTS`).
+KNOWN_VARIANTS: Sequence[str] = LiveNames(
+    lambda: (*BENCH_VARIANTS, *(v for v in THEORY_VARIANTS if v not in BENCH_VARIANTS))
+)
 
 #: Metric name -> its unit. Units: ``ms`` and ``s`` (wall-clock time), ``tokens/s`` (new tokens of
 #: all sequences of the batch per second), ``bytes``, ``FLOPs`` (floating-point operations as

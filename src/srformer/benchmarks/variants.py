@@ -19,7 +19,7 @@ from torch import nn
 from transformers import T5Config, T5ForConditionalGeneration
 
 from srformer.benchmarks.records import VARIANT_SPECS, VariantSpec  # defined with the variant list (registry)
-from srformer.config import SRformerConfig, named_config
+from srformer.core import SRformerConfig, named_config
 from srformer.models import cross_attention_modules
 from srformer.models.convert import convert
 from srformer.models.factory import NAMED_CONFIGS

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from srformer.config import NAMED_SETTINGS, SRformerConfig, setting_types
+from srformer.core import NAMED_SETTINGS, SRformerConfig, setting_types
 
 #: ``--checkpoint`` of ``evaluate`` and ``summarize`` (the rule of :func:`srformer.models.factory.load_pretrained`).
 CHECKPOINT_HELP = (

@@ -6,7 +6,7 @@ import os
 
 from srformer.cli.arguments import parse_settings
 from srformer.cli.data_source import load_data
-from srformer.config import named_config
+from srformer.core import named_config
 from srformer.training.distributed import process_state
 from srformer.training.pipeline import RunSpec, train_summarizer
 from srformer.training.settings import TrainingSettings

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from transformers import AutoTokenizer
 
-from srformer.attention.registry import keeps_own_attention
+from srformer.core.registry import keeps_own_attention
 from srformer.data.pairs import SummaryPair
 from srformer.evaluation.baselines import BASELINE_NAMES, baseline_scores, lead_sentences, word_count
 from srformer.evaluation.generation import generate_summaries

@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from srformer.attention.registry import TABLE1_VARIANTS
-from srformer.config import SRformerConfig
+from srformer.core import SRformerConfig
+from srformer.core.registry import TABLE1_VARIANTS
 from srformer.data.pairs import load_aclsum
 from srformer.evaluation.report import format_table, write_metrics_json
 from srformer.experiments.plots import plot_variant_comparison

@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from srformer.config import (
+from srformer.core import (
     NAMED_SETTINGS,
     SEGMENT_FREE,
     VARIANTS,
@@ -82,7 +82,7 @@ class CompareSettings(BaseModelBudget, SummaryShapes, Decoding, SeedGrid):
 
     Attributes:
         variants: named settings run at every segment size (segment-free ones once); default: every
-            registered variant (:mod:`srformer.attention.registry`).
+            registered variant (:mod:`srformer.core.registry`).
         segment_sizes: segment sizes ``s`` in tokens.
         ablations: named settings run only at ``ablation_segment_size`` (Table 3); default: every named
             setting that is not a variant (the ablations I-IV and ``srformer-sigma``).

@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from srformer.config import setting_label  # noqa: E402
+from srformer.core import setting_label  # noqa: E402
 from srformer.evaluation.report import format_table  # noqa: E402
 
 ABLATION_LABELS = {

@@ -45,7 +45,7 @@ from srformer.attention.knn import DEFAULT_INDEX_PROBES  # noqa: E402
 from srformer.benchmarks.long_input import LONG_INPUT_VARIANTS  # noqa: E402
 from srformer.benchmarks.records import VARIANT_SPECS, read_records_json  # noqa: E402
 from srformer.benchmarks.variants import t5_config  # noqa: E402
-from srformer.config import NAMED_SETTINGS, named_config  # noqa: E402
+from srformer.core import NAMED_SETTINGS, named_config  # noqa: E402
 from srformer.evaluation.report import format_table  # noqa: E402
 
 __all__ = ["CostColumns", "LongRecallColumn", "QualityColumn", "load_long_bench", "load_long_probe_records",

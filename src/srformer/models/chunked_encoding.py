@@ -26,7 +26,7 @@ from torch import nn
 from transformers.modeling_outputs import BaseModelOutput
 
 from srformer.attention.schedule import compaction_order, tracing
-from srformer.config import SRformerConfig, check_window_settings
+from srformer.core import SRformerConfig, check_window_settings
 from srformer.models.memory_estimate import check_decode_memory
 
 #: The encoder input limit of a family whose positions are relative (T5, mT5): the length it was pretrained on.

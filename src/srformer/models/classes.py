@@ -41,7 +41,7 @@ from transformers import (
     T5Model,
 )
 
-from srformer.config import SRformerConfig
+from srformer.core import SRformerConfig
 from srformer.models.chunked_encoding import (
     ChunkedEncoderMixin,
     check_expanded_memory,

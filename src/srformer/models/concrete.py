@@ -19,8 +19,7 @@ from typing import Any
 
 from transformers import PretrainedConfig, PreTrainedModel
 
-from srformer.attention.registry import keeps_own_attention
-from srformer.config import SRformerConfig
+from srformer.core import SRformerConfig, keeps_own_attention
 from srformer.models.classes import SRformerModelMixin, srformer_model_class
 from srformer.models.install import srformer_config_of
 

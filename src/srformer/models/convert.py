@@ -16,8 +16,7 @@ from typing import Any
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, PreTrainedModel
 
 import srformer.models.auto  # noqa: F401  (registers srformer's model types with transformers' Auto classes)
-from srformer.attention.registry import keeps_own_attention
-from srformer.config import RUNTIME_OPTIONS, SRformerConfig
+from srformer.core import RUNTIME_OPTIONS, SRformerConfig, keeps_own_attention
 from srformer.models.classes import (
     attach_cross_attention,
     install_windows,

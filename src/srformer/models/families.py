@@ -13,8 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from srformer.attention.base import CrossAttentionMechanism
 from srformer.attention.projection import HeadProjection
-from srformer.attention.variants import CrossAttentionModule
 from srformer.models.cross_attention import attention_weights_requested, run_cross_attention
 
 
@@ -35,7 +35,7 @@ class _ConvertedCrossAttention:
     :func:`~srformer.models.cross_attention.run_cross_attention` with the family's mask and generation cache, and
     project the heads back. A family mixin names its projections and head sizes in :meth:`_projections`."""
 
-    srformer: CrossAttentionModule
+    srformer: CrossAttentionMechanism
     # provided by the attention class the family mixin is combined with
     layer_idx: int | None
     dropout: float

@@ -17,9 +17,8 @@ from transformers import PreTrainedModel
 from transformers import initialization as init
 
 from srformer.attention.initialization import OwnInitialization
-from srformer.attention.registry import keeps_own_attention
 from srformer.attention.variants import build_cross_attention
-from srformer.config import SRformerConfig
+from srformer.core import SRformerConfig, keeps_own_attention
 from srformer.models.families import (
     SRformerBartAttentionMixin,
     SRformerT5AttentionMixin,

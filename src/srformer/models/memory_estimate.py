@@ -36,8 +36,7 @@ from typing import Any
 import torch
 
 from srformer.attention.quest import BOUNDS_CHUNK
-from srformer.attention.registry import REGISTRY
-from srformer.config import SRformerConfig
+from srformer.core import REGISTRY, SRformerConfig
 
 
 @dataclass(frozen=True)

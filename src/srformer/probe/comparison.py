@@ -7,7 +7,7 @@ and ``full`` of the same protocol, problem, segment size and seed that it recove
 
 from __future__ import annotations
 
-from srformer.config import SEGMENT_FREE
+from srformer.core import SEGMENT_FREE
 from srformer.probe.metrics import gap_recovered
 
 

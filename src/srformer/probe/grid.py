@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from srformer.config import NAMED_SETTINGS, SEGMENT_FREE, check_variant_settings, settings_suffix
+from srformer.core import NAMED_SETTINGS, SEGMENT_FREE, check_variant_settings, settings_suffix
 from srformer.probe.tasks import TASKS, ProbeVocabulary, TaskSpec
 from srformer.probe.training import ModelShape
 from srformer.training.settings_base import FineTuning, PeakLearningRate, SeedGrid

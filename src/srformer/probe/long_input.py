@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from srformer.attention.knn import DEFAULT_INDEX_PROBES
-from srformer.config import named_config
+from srformer.core import named_config
 from srformer.models.convert import convert
 from srformer.probe.metrics import score
 from srformer.probe.report import plt

@@ -12,7 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from srformer.config import setting_label
+from srformer.core import setting_label
 
 
 def _percent(value: float | None) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from srformer.config import named_config
+from srformer.core import named_config
 from srformer.evaluation.report import write_metrics_json
 from srformer.models.convert import convert
 from srformer.probe.budget import cell_budget, train_settings

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from srformer.config import settings_suffix
+from srformer.core import settings_suffix
 from srformer.probe.budget import cell_budget, saved_budget
 from srformer.probe.grid import ProbeCell, ProbeSettings, base_of, cell_folder, cell_settings
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from srformer.attention.registry import keeps_own_attention
-from srformer.config import SEGMENT_FREE_VARIANTS, SRformerConfig
+from srformer.core import SEGMENT_FREE_VARIANTS, SRformerConfig
+from srformer.core.registry import keeps_own_attention
 from srformer.data.features import encode_pairs
 from srformer.data.pairs import SummaryPair
 from srformer.models.convert import convert, is_converted, srformer_config_of

@@ -1,10 +1,13 @@
 """Naive float64 references of every cross-attention mechanism, written straight from their equations.
 
-One module per family (``common``: schedule and per-query driver; ``softmax``; ``linear``; ``srformer``;
-``content``: the content-based sparse attentions;
-``sparse``: ``bigbird``, ``compressive``, ``adaptive`` and ``bp``;
+One module per family (``common``: schedule and per-query driver; ``softmax``; ``linear``;
+``srformer`` (and ``srformer-gated``); ``content``: the content-based sparse attentions (``reformer``,
+``routing``, ``knn``);
+``sparse``: ``bigbird``, ``compressive``, ``adaptive``, ``bp`` and ``block-topk``;
 ``summary``: the segment-free summaries of the encoder; ``quest``);
-every reference is re-exported here.
+the shipped mechanisms' references are re-exported here. Every mechanism's reference lives in this package, where
+the registry (:attr:`srformer.core.schema.Mechanism.reference_path`) names it by its module
+(``tests/attention/test_registry.py`` checks it).
 
 Each function here computes one mechanism's output one example, one head and one decoder query at
 a time, in float64, with Python loops over segments where the equations have them: clarity over
@@ -12,7 +15,7 @@ speed. They import nothing from the optimised modules (the mechanisms' modules, 
 that compare those modules with these functions compare two independent computations
 (``tests/attention/test_variants.py``, ``tests/attention/test_naive.py``).
 
-Every reference has the same signature, so the registry (:mod:`srformer.attention.registry`) can hold
+Every reference has the same signature, so the registry (:mod:`srformer.core.registry`) can hold
 one per mechanism::
 
     reference(queries, keys, values, key_valid, settings, *, scale=1.0, parameters=None, start_position=0)
@@ -58,6 +61,7 @@ from srformer.attention.naive.common import (
 from srformer.attention.naive.content import (
     REFORMER_PARAMETERS,
     ROUTING_PARAMETERS,
+    knn_attention,
     reformer_attention,
     routing_attention,
 )
@@ -77,11 +81,12 @@ from srformer.attention.naive.sparse import (
     adaptive_attention,
     bigbird_attention,
     bigbird_random_blocks,
+    block_topk_attention,
     bp_attention,
     bp_partition,
     compressive_attention,
 )
-from srformer.attention.naive.srformer import SRFORMER_PARAMETERS, raf_fire, srformer_attention
+from srformer.attention.naive.srformer import SRFORMER_PARAMETERS, gated_attention, raf_fire, srformer_attention
 from srformer.attention.naive.summary import (
     COMPRESSED_PARAMETERS,
     INDUCING_PARAMETERS,
@@ -107,13 +112,16 @@ __all__ = [
     "adaptive_attention",
     "bigbird_attention",
     "bigbird_random_blocks",
+    "block_topk_attention",
     "bp_attention",
     "bp_partition",
     "compressive_attention",
     "compressed_attention",
     "fastformer_attention",
     "full_attention",
+    "gated_attention",
     "inducing_attention",
+    "knn_attention",
     "linear_attention",
     "linformer_attention",
     "longt5_attention",

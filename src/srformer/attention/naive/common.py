@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from srformer.core import REGISTRY
+
 if TYPE_CHECKING:
-    from srformer.config import SRformerConfig
+    from srformer.core import SRformerConfig
 
 #: One query's output from its float64 query (d,), its example's real keys and values (n, d) each
 #: (n >= 1) and its absolute decoder position ``t``.
@@ -67,20 +69,23 @@ def parameter(parameters: Mapping[str, torch.Tensor] | None, name: str, default:
 def check_call(
     settings: SRformerConfig,
     parameters: Mapping[str, torch.Tensor] | None,
-    variant: str,
+    reference: Callable[..., torch.Tensor],
     known_parameters: tuple[str, ...] = (),
 ) -> None:
-    """Reject settings of another variant, and learned tensors the mechanism does not have (a renamed
-    module parameter would otherwise be replaced silently by its initial value)."""
-    if settings.variant != variant:
+    """Reject settings of a variant whose registry entry names another reference than ``reference`` (the calling
+    reference itself: its variant's name is written in the registry only), and learned tensors the mechanism does
+    not have (a renamed module parameter would otherwise be replaced silently by its initial value)."""
+    entry = REGISTRY.get(settings.variant)
+    if entry is None or entry.reference is not reference:
+        owners = " or ".join(repr(name) for name, other in REGISTRY.items() if other.reference is reference)
         raise ValueError(
-            f"This is the reference of variant {variant!r}, got settings.variant={settings.variant!r}; "
-            "use srformer.attention.registry.mechanism(variant).reference."
+            f"This is the reference of variant {owners or reference.__name__}, got settings.variant="
+            f"{settings.variant!r}; use srformer.core.mechanism(variant).reference."
         )
     unknown = sorted(set(parameters or {}) - set(known_parameters))
     if unknown:
         raise ValueError(
-            f"`parameters` holds {unknown}, which variant {variant!r} does not have; it reads "
+            f"`parameters` holds {unknown}, which variant {settings.variant!r} does not have; it reads "
             f"{list(known_parameters) or 'none'}."
         )
 

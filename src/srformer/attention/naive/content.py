@@ -1,7 +1,8 @@
 """Float64 references of the content-based sparse attentions: Reformer's LSH attention with sorting and chunking
-(Kitaev et al. 2020, Sec. 2) and the Routing Transformer's balanced k-means routing (Roy et al. 2021, Sec. 4).
-Written per query from the rules in ``srformer.attention.reformer`` and ``srformer.attention.routing``: a query
-attends a fixed-size set of real keys chosen by content; an example without real keys has output 0."""
+(Kitaev et al. 2020, Sec. 2), the Routing Transformer's balanced k-means routing (Roy et al. 2021, Sec. 4) and
+Unlimiformer's top-k keys (``knn``; Bertsch et al. 2023, Sec. 2). Written per query from the rules in
+``srformer.attention.reformer``, ``srformer.attention.routing`` and ``srformer.attention.knn``: a query attends a
+fixed-size set of real keys chosen by content; an example without real keys has output 0."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from srformer.attention.naive.common import check_call, per_query
+from srformer.attention.naive.common import check_call, per_query, softmax_attention
 
 if TYPE_CHECKING:
-    from srformer.config import SRformerConfig
+    from srformer.core import SRformerConfig
 
 #: The tensor ``reformer`` reads: its random rotations ``rotations`` (R, d, b/2), one ``R`` per hash round.
 REFORMER_PARAMETERS: tuple[str, ...] = ("rotations",)
@@ -74,7 +75,7 @@ def reformer_attention(
     ``O_r = softmax(scale * Q_t K_{P_r}^T) V_{P_r}`` and ``L_r = log sum_{j in P_r} exp(scale * Q_t . K_j)``, the
     output is ``sum_r exp(L_r - log sum_r' exp(L_r')) O_r`` (Sec. 2, multi-round LSH attention).
     ``parameters["rotations"]`` must be given."""
-    check_call(settings, parameters, "reformer", REFORMER_PARAMETERS)
+    check_call(settings, parameters, reformer_attention, REFORMER_PARAMETERS)
     rotations = _given(parameters, "rotations", "reformer")
     chunk = settings.resolved_chunk_size()
 
@@ -119,7 +120,7 @@ def routing_attention(
     ``w = cluster_size``, or ``ceil(n / c)`` for ``n`` real keys when it is None;
     query ``t`` goes to the centroid of smallest ``||u_t - mu_c||^2`` (the first on ties) and takes
     ``softmax(scale * Q_t K_A^T) V_A`` over that cluster's keys ``A``. ``parameters["centroids"]`` must be given."""
-    check_call(settings, parameters, "routing", ROUTING_PARAMETERS)
+    check_call(settings, parameters, routing_attention, ROUTING_PARAMETERS)
     centroids = _given(parameters, "centroids", "routing")
 
     def distance(x: torch.Tensor, centroid: torch.Tensor) -> float:
@@ -130,5 +131,39 @@ def routing_attention(
         size = settings.cluster_size if settings.cluster_size is not None else math.ceil(len(k) / len(centroids))
         members = sorted(range(len(k)), key=lambda j: (distance(k[j], centroids[nearest]), j))[:size]
         return _scores_and_output(query, [k[j] for j in members], [v[j] for j in members], scale)[1]
+
+    return per_query(queries, keys, values, key_valid, start_position, one_query)
+
+
+def knn_attention(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    key_valid: torch.Tensor | None,
+    settings: SRformerConfig,
+    *,
+    scale: float = 1.0,
+    parameters: Mapping[str, torch.Tensor] | None = None,
+    start_position: int = 0,
+) -> torch.Tensor:
+    """Float64 reference: per query, the softmax over the ``min(K, n)`` real keys ranked first by
+    (``Q_t . K_j`` descending, position ascending) (Unlimiformer, Sec. 2, with exact retrieval).
+
+    Args:
+        queries: (B, H, q, d). keys, values: (B, H, k, d). key_valid: (B, k) bool or None.
+        settings: a config with ``variant='knn'``. scale: the model's attention scale.
+        parameters: none (the mechanism has no learned tensors). start_position: unused.
+
+    Returns:
+        (B, H, q, d) float64; 0 for an example without real keys.
+    """
+    check_call(settings, parameters, knn_attention)
+    top = settings.resolved_top_keys()
+
+    def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
+        products = (k @ query).tolist()
+        chosen = sorted(range(len(products)), key=lambda j: (-products[j], j))[:top]
+        rows = torch.tensor(sorted(chosen), dtype=torch.long)
+        return softmax_attention(query, k[rows], v[rows], scale)
 
     return per_query(queries, keys, values, key_valid, start_position, one_query)

@@ -13,7 +13,7 @@ from torch.nn import functional as F
 from srformer.attention.naive.common import check_call, per_query
 
 if TYPE_CHECKING:
-    from srformer.config import SRformerConfig
+    from srformer.core import SRformerConfig
 
 
 def linear_attention(
@@ -30,7 +30,7 @@ def linear_attention(
     """``linear`` (Katharopoulos et al. 2020; paper Appendix A.1, Eq. 20):
     ``O[t] = phi(Q_t) sum_j phi(K_j)^T V_j / (phi(Q_t) . sum_j phi(K_j) + norm_eps)`` over every real
     position, ``phi(x) = elu(x) + 1``. No segments and no attention scale (``scale`` is ignored)."""
-    check_call(settings, parameters, "linear")
+    check_call(settings, parameters, linear_attention)
 
     def phi(x: torch.Tensor) -> torch.Tensor:
         return F.elu(x) + 1.0
@@ -63,7 +63,7 @@ def fastformer_attention(
     ``K_g = sum_j beta_j K_j``, ``V_g = sum_j beta_j V_j`` and ``O[t] = Q_t * K_g * V_g`` element-wise.
     ``parameters["key_weight"]`` is ``w_k`` (default: zero, its initial value). No segments and no attention
     scale (``scale`` is ignored)."""
-    check_call(settings, parameters, "fastformer", FASTFORMER_PARAMETERS)
+    check_call(settings, parameters, fastformer_attention, FASTFORMER_PARAMETERS)
     given = parameters.get("key_weight") if parameters is not None else None
     key_weight = torch.zeros(keys.shape[-1], dtype=torch.float64) if given is None else given.detach().double()
 

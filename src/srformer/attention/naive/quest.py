@@ -25,7 +25,7 @@ from srformer.attention.naive.common import (
 )
 
 if TYPE_CHECKING:
-    from srformer.config import SRformerConfig
+    from srformer.core import SRformerConfig
 
 
 def _bound(query: torch.Tensor, keys: torch.Tensor) -> float:
@@ -94,7 +94,7 @@ def quest_attention(
 
     Args and returns: as every reference (:mod:`srformer.attention.naive`).
     """
-    check_call(settings, parameters, "quest")
+    check_call(settings, parameters, quest_attention)
     s, target = settings.resolved_segment_size(), settings.target_length
     b, r = settings.resolved_leaf_size(), settings.resolved_top_leaves()
     g, p = settings.group_size, settings.resolved_top_groups()

@@ -18,7 +18,7 @@ from srformer.attention.naive.common import (
 )
 
 if TYPE_CHECKING:
-    from srformer.config import SRformerConfig
+    from srformer.core import SRformerConfig
 
 
 def full_attention(
@@ -33,7 +33,7 @@ def full_attention(
     start_position: int = 0,
 ) -> torch.Tensor:
     """``full``: ``O[t] = softmax(scale * Q_t K^T) V`` over every real position (paper Eq. 1-2, 5)."""
-    check_call(settings, parameters, "full")
+    check_call(settings, parameters, full_attention)
     return per_query(
         queries, keys, values, key_valid, start_position, lambda query, k, v, t: softmax_attention(query, k, v, scale)
     )
@@ -51,7 +51,7 @@ def segmented_attention(
     start_position: int = 0,
 ) -> torch.Tensor:
     """``segmented``: ``O_S[t] = softmax(scale * Q_t K_{S_i}^T) V_{S_i}`` with ``i = i(t)`` (paper Eq. 4, 6)."""
-    check_call(settings, parameters, "segmented")
+    check_call(settings, parameters, segmented_attention)
     s, target = settings.resolved_segment_size(), settings.target_length
 
     def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
@@ -75,7 +75,7 @@ def xl_attention(
     """``xl`` (Transformer-XL-style memory, Dai et al. 2019; paper Sec. 4.2): softmax over segment
     ``i(t) - 1`` and segment ``i(t)`` together (2s keys; at ``i(t) = 0`` the current segment only).
     The memory's stop-gradient changes gradients, not outputs, so it does not appear here."""
-    check_call(settings, parameters, "xl")
+    check_call(settings, parameters, xl_attention)
     s, target = settings.resolved_segment_size(), settings.target_length
 
     def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
@@ -101,7 +101,7 @@ def window_attention(
     """``window`` (Longformer's sliding window, Beltagy et al. 2020, Sec. 3.1, centred by the schedule):
     softmax over the real positions ``p`` with ``start <= p < start + w``, ``start = i(t) * s + floor(s / 2) -
     floor(w / 2)``, ``w = settings.resolved_window_size()`` (the window cut at both ends of the input)."""
-    check_call(settings, parameters, "window")
+    check_call(settings, parameters, window_attention)
     s, target, w = settings.resolved_segment_size(), settings.target_length, settings.resolved_window_size()
 
     def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
@@ -126,7 +126,7 @@ def strided_attention(
     """``strided`` (Sparse Transformer's strided/fixed pattern, Child et al. 2019, Sec. 4.2-4.3, the scheduled
     segment as its local part): softmax over the union of segment ``i(t)``'s real positions and the real
     positions ``p`` with ``p mod l = l - 1``, ``l = settings.resolved_stride()``, each position once."""
-    check_call(settings, parameters, "strided")
+    check_call(settings, parameters, strided_attention)
     s, target, stride = settings.resolved_segment_size(), settings.target_length, settings.resolved_stride()
 
     def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
@@ -151,7 +151,7 @@ def star_attention(
     """``star`` (Star-Transformer's relay node, Guo et al. 2019, Sec. 3, with the scheduled segment as the
     satellites' neighbourhood): softmax over segment ``i(t)`` plus one relay token whose key and value are the
     mean of all the example's real keys and values (s + 1 keys)."""
-    check_call(settings, parameters, "star")
+    check_call(settings, parameters, star_attention)
     s, target = settings.resolved_segment_size(), settings.target_length
 
     def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
@@ -176,7 +176,7 @@ def longt5_attention(
     """``longt5`` (LongT5-style transient global tokens, Guo et al. 2022; paper Sec. 4.2): softmax over
     segment ``i(t)`` plus one global token per segment, whose key and value are the mean of that
     segment's real keys and values (s + m keys; the current segment's own global token included)."""
-    check_call(settings, parameters, "longt5")
+    check_call(settings, parameters, longt5_attention)
     s, target = settings.resolved_segment_size(), settings.target_length
 
     def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:

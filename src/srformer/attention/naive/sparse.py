@@ -1,7 +1,7 @@
 """Float64 references of the sparse-pattern mechanisms over the segment schedule: ``bigbird`` (Zaheer et al.
-2020), ``compressive`` (Rae et al. 2020), ``adaptive`` (Sukhbaatar et al. 2019) and ``bp`` (Ye et al. 2019),
-each query's key set (and ``adaptive``'s mask) written from the paper and the choices of ``docs/design.md``,
-"Mechanisms of the efficient-transformer literature", with Python loops and sets."""
+2020), ``compressive`` (Rae et al. 2020), ``adaptive`` (Sukhbaatar et al. 2019), ``bp`` (Ye et al. 2019) and
+``block-topk`` (MoBA, Lu et al. 2025), each query's key set (and ``adaptive``'s mask) written from the paper and the
+choices of ``docs/design.md``, "Mechanisms of the efficient-transformer literature", with Python loops and sets."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from srformer.attention.naive.common import (
 )
 
 if TYPE_CHECKING:
-    from srformer.config import SRformerConfig
+    from srformer.core import SRformerConfig
 
 
 def _mix32(x: int) -> int:
@@ -58,7 +58,7 @@ def bigbird_attention(
     """``bigbird`` (Zaheer et al. 2020, Big Bird, Sec. 2, BigBird-ITC, with the scheduled segment as its window):
     softmax over the union of segment ``i(t)``, the first ``g`` real positions and the segments
     :func:`bigbird_random_blocks` of ``i(t)``, each position once."""
-    check_call(settings, parameters, "bigbird")
+    check_call(settings, parameters, bigbird_attention)
     s, target = settings.resolved_segment_size(), settings.target_length
     g, r = settings.resolved_global_tokens(), settings.resolved_random_blocks()
     seed = settings.resolved_random_blocks_seed()
@@ -93,7 +93,7 @@ def compressive_attention(
     segment ``j <= i(t) - 2``: for each window ``j*s + u*c .. min(j*s + (u+1)*c, (j+1)*s, n) - 1`` holding a real
     position, one key and value, the mean of the window's keys and values. The stop-gradients of the memory
     and the compressed memory change gradients, not outputs, so they do not appear here."""
-    check_call(settings, parameters, "compressive")
+    check_call(settings, parameters, compressive_attention)
     s, target, c = settings.resolved_segment_size(), settings.target_length, settings.resolved_compression_rate()
 
     def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
@@ -132,7 +132,7 @@ def adaptive_attention(
     by ``m(p) exp(scale * Q_t K_p)``, renormalised, with ``m = min(max((R + z_h - x) / R, 0), 1)``, ``x`` the distance
     of ``p`` from segment ``i(t)`` (0 inside it), ``z_h = S * clamp(f_h, 0, 1)``, over the positions with ``x <= S``.
     ``parameters["span_fraction"]``: (H,) or (1,) ``f`` (default: ``span_init`` for every head)."""
-    check_call(settings, parameters, "adaptive", ADAPTIVE_PARAMETERS)
+    check_call(settings, parameters, adaptive_attention, ADAPTIVE_PARAMETERS)
     s, target = settings.resolved_segment_size(), settings.target_length
     ramp, max_span = settings.resolved_span_ramp(), settings.resolved_max_span()
     fraction = parameter(parameters, "span_fraction", settings.resolved_span_init()).reshape(-1)
@@ -203,7 +203,7 @@ def bp_attention(
     """``bp`` (Ye et al. 2019, BP-Transformer, Sec. 3, binary partitioning with segments as leaves): softmax over
     the real positions of segment ``i(t)`` and the span nodes of :func:`bp_partition`, node ``(l, j)`` having as key
     and value the mean of the real keys and values of segments ``j * 2**l .. (j + 1) * 2**l - 1``."""
-    check_call(settings, parameters, "bp")
+    check_call(settings, parameters, bp_attention)
     s, target, k_nodes = settings.resolved_segment_size(), settings.target_length, settings.resolved_span_nodes()
 
     def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
@@ -217,5 +217,39 @@ def bp_attention(
             node_keys.append(k[span].mean(dim=0, keepdim=True))
             node_values.append(v[span].mean(dim=0, keepdim=True))
         return softmax_attention(query, torch.cat(node_keys), torch.cat(node_values), scale)
+
+    return per_query(queries, keys, values, key_valid, start_position, one_query)
+
+
+def block_topk_attention(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    key_valid: torch.Tensor | None,
+    settings: SRformerConfig,
+    *,
+    scale: float = 1.0,
+    parameters: Mapping[str, torch.Tensor] | None = None,
+    start_position: int = 0,
+) -> torch.Tensor:
+    """Float64 reference: per query and head, softmax over the real positions of segment ``i(t)`` and of the ``r``
+    blocks of other segments with the largest ``scale * Q_t . mean(K_B)`` (ties: the earlier block first; all of
+    them when there are at most ``r``), a block being ``b`` consecutive real positions of one segment (its last
+    block shorter when the segment is)."""
+    check_call(settings, parameters, block_topk_attention)
+    s, target, top = settings.resolved_segment_size(), settings.target_length, settings.resolved_top_segments()
+    b = settings.resolved_block_size()
+
+    def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
+        m = num_segments(len(k), s)
+        i = segment_of(t, m, target)
+        rows = [segment_rows(j, len(k), s) for j in range(m)]
+        others = [range(start, min(start + b, segment.stop)) for j, segment in enumerate(rows) if j != i
+                  for start in range(segment.start, segment.stop, b)]  # in position order
+        gates = [scale * float(k[block.start:block.stop].mean(dim=0) @ query) for block in others]
+        chosen = sorted(range(len(others)), key=lambda j: (-gates[j], j))[:top]
+        read = torch.cat([torch.arange(rows[i].start, rows[i].stop)]
+                         + [torch.arange(others[j].start, others[j].stop) for j in chosen])
+        return softmax_attention(query, k[read], v[read], scale)
 
     return per_query(queries, keys, values, key_valid, start_position, one_query)

@@ -1,4 +1,6 @@
-"""Float64 reference of ``srformer`` (paper Eq. 6, 10-16, Appendix A.2) and its ablations (Table 3)."""
+"""Float64 references of ``srformer`` (paper Eq. 6, 10-16, Appendix A.2) and its ablations (Table 3), and of
+``srformer-gated`` (the SRformer structure with the memory read as linear attention under one normaliser,
+:mod:`srformer.attention.srformer_gated`)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from srformer.attention.naive.common import (
 )
 
 if TYPE_CHECKING:
-    from srformer.config import SRformerConfig
+    from srformer.core import SRformerConfig
 
 
 #: The learned tensors of ``srformer`` by their state-dict names: the RAF's ``W``, leak and threshold
@@ -111,7 +113,7 @@ def srformer_attention(
         ValueError: for settings of another variant, for unknown names in ``parameters``, or without
             ``raf.linear.weight`` when the RAF is used.
     """
-    check_call(settings, parameters, "srformer", SRFORMER_PARAMETERS)
+    check_call(settings, parameters, srformer_attention, SRFORMER_PARAMETERS)
     s, target = settings.resolved_segment_size(), settings.target_length
     ablation = settings.ablation
     recurrent = settings.recurrence
@@ -162,5 +164,50 @@ def srformer_attention(
         if sigma is not None:
             return sigma * output_s + (1 - sigma) * output_r  # Eq. 10
         return output_s + output_r  # Eq. 11
+
+    return per_query(queries, keys, values, key_valid, start_position, one_query)
+
+
+def gated_attention(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    key_valid: torch.Tensor | None,
+    settings: SRformerConfig,
+    *,
+    scale: float = 1.0,
+    parameters: Mapping[str, torch.Tensor] | None = None,
+    start_position: int = 0,
+) -> torch.Tensor:
+    """Float64 reference: one normalised mix over the example's real positions, ``e^{scale q.k_p}`` for ``p`` in
+    segment ``i(t)`` and ``phi(q) . phi(k_p)`` for every other ``p`` (the module docstring's ``O_t``), computed
+    per position as a softmax over the log-weights.
+
+    ``parameters`` must hold ``projection`` (D', d) for ``feature_map="taylor"`` (e.g. ``module.state_dict()``);
+    nothing for ``elu``."""
+    taylor = settings.resolved_feature_map() == "taylor"
+    check_call(settings, parameters, gated_attention, ("projection",) if taylor else ())
+    s, target = settings.resolved_segment_size(), settings.target_length
+    projection = None
+    if taylor:
+        if parameters is None or "projection" not in parameters:
+            raise ValueError("The reference needs `parameters['projection']` for feature_map='taylor'.")
+        projection = parameters["projection"].detach().to(torch.float64)
+
+    def phi(x: torch.Tensor) -> torch.Tensor:
+        if projection is None:
+            return torch.where(x > 0, x + 1.0, torch.exp(x))  # elu(x) + 1
+        y = projection @ x
+        size = len(y)
+        second = torch.outer(y, y).reshape(-1) / math.sqrt(2 * size)
+        return torch.cat([torch.ones(1, dtype=y.dtype), y / size**0.25, second])
+
+    def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
+        rows = segment_rows(segment_of(t, num_segments(len(k), s), target), len(k), s)
+        inside = torch.zeros(len(k), dtype=torch.bool)
+        inside[rows] = True
+        kernel = torch.stack([phi(query) @ phi(key) for key in k])
+        log_weights = torch.where(inside, scale * (k @ query), kernel.log())
+        return torch.softmax(log_weights, dim=0) @ v
 
     return per_query(queries, keys, values, key_valid, start_position, one_query)

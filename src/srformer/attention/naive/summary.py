@@ -14,7 +14,7 @@ import torch
 from srformer.attention.naive.common import check_call, per_query, softmax_attention
 
 if TYPE_CHECKING:
-    from srformer.config import SRformerConfig
+    from srformer.core import SRformerConfig
 
 
 def _required(parameters: Mapping[str, torch.Tensor] | None, name: str) -> torch.Tensor:
@@ -50,7 +50,7 @@ def linformer_attention(
         ValueError: as every reference, without ``E``/``F``, or for an example with more than ``N`` real positions
             (naming ``max_source_length``).
     """
-    check_call(settings, parameters, "linformer", LINFORMER_PARAMETERS)
+    check_call(settings, parameters, linformer_attention, LINFORMER_PARAMETERS)
     key_projection = _required(parameters, "key_projection")
     value_projection = _required(parameters, "value_projection")
     limit = key_projection.shape[1]
@@ -89,7 +89,7 @@ def performer_attention(
     * ``O[t] = sum_j (phi(Q_t) . phi(K_j)) V_j / sum_j (phi(Q_t) . phi(K_j))``,
 
     ``eps = settings.norm_eps``. ``parameters["random_features"]`` is ``W`` (m, d)."""
-    check_call(settings, parameters, "performer", PERFORMER_PARAMETERS)
+    check_call(settings, parameters, performer_attention, PERFORMER_PARAMETERS)
     features = _required(parameters, "random_features")
     root = math.sqrt(scale)
     eps = settings.norm_eps
@@ -129,7 +129,7 @@ def compressed_attention(
     row ``r < ceil(n / c)`` is ``K~_r = b_K + sum_{j < c, rc + j < n} W_K[:, :, j] K_{rc + j}`` (and ``V~_r``
     alike: positions past ``n - 1`` read as zero), and ``O[t] = softmax(scale * Q_t K~^T) V~``. The weights and
     biases default to their initial values, mean pooling ``W[o, i, j] = [o = i] / c`` and ``b = 0``."""
-    check_call(settings, parameters, "compressed", COMPRESSED_PARAMETERS)
+    check_call(settings, parameters, compressed_attention, COMPRESSED_PARAMETERS)
     c, d = settings.resolved_compression_stride(), keys.shape[-1]
     given = dict(parameters or {})
     pooling = (torch.eye(d, dtype=torch.float64)[:, :, None] / c).expand(-1, -1, c)
@@ -170,7 +170,7 @@ def inducing_attention(
     for each inducing point ``I_i``, ``P_i = softmax_j(scale * I_i . K_j)`` over the example's real positions,
     ``K~_i = sum_j P_ij K_j``, ``V~_i = sum_j P_ij V_j``, and ``O[t] = softmax(scale * Q_t K~^T) V~``.
     ``parameters["inducing_points"]`` is ``I`` (I, d)."""
-    check_call(settings, parameters, "inducing", INDUCING_PARAMETERS)
+    check_call(settings, parameters, inducing_attention, INDUCING_PARAMETERS)
     points = _required(parameters, "inducing_points")
 
     def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:

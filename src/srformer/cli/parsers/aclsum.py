@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 
-from srformer.attention.registry import TABLE1_VARIANTS
 from srformer.cli.parsers.settings_fields import ACLSUM_OWN_OPTIONS
+from srformer.core.registry import TABLE1_VARIANTS
 from srformer.experiments.aclsum import ComparisonSettings
 
 

@@ -7,7 +7,7 @@ from dataclasses import fields
 
 from srformer.cli.arguments import MODEL_HELP, add_variant_settings_argument
 from srformer.cli.parsers.settings_fields import COMPARE_SKIPPED, COMPARE_TUPLES
-from srformer.config import NAMED_SETTINGS
+from srformer.core import NAMED_SETTINGS
 from srformer.experiments.compare import CompareSettings
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from srformer.cli.arguments import add_variant_settings_argument
-from srformer.config import NAMED_SETTINGS
+from srformer.core import NAMED_SETTINGS
 from srformer.probe.runner import DEFAULT_VARIANTS, PROTOCOLS, ProbeSettings
 from srformer.probe.tasks import TASKS
 

@@ -1,26 +1,24 @@
 """The base of every mechanism's own settings: one frozen dataclass per mechanism, held by
-:class:`srformer.config.SRformerConfig` as its ``settings``.
+:class:`srformer.core.config.SRformerConfig` as its ``settings``.
 
 A mechanism with hyper-parameters of its own (``window``'s ``window_size``, ``reformer``'s ``num_buckets``, ...)
 declares a subclass of :class:`MechanismSettings` in its module, next to the module and its state, and its
-registry entry names it by import path (:attr:`srformer.attention.registry.Mechanism.settings`). Each field is
+registry entry names it by import path (:attr:`srformer.core.schema.Mechanism.settings`). Each field is
 None by default, meaning "the mechanism's default", which may depend on the shared settings (``window_size``
 defaults to ``3 * segment_size``): the subclass's ``resolved_*`` methods give the value in use, from the field and
-the shared :class:`~srformer.config.SRformerConfig`; :meth:`MechanismSettings.validate` checks the fields
+the shared :class:`~srformer.core.config.SRformerConfig`; :meth:`MechanismSettings.validate` checks the fields
 against it. A mechanism without settings of its own uses :class:`MechanismSettings` itself (no fields).
 
-This module is at the bottom of the import layers (with :mod:`srformer.config` and the registry): it imports
-nothing else of the package at run time.
+This module is the lowest of :mod:`srformer.core`: it imports nothing of the package, not even for typing. The
+config a method receives is therefore typed ``Any`` here; a subclass, in its mechanism's module, annotates it
+as :class:`~srformer.core.config.SRformerConfig`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
-
-if TYPE_CHECKING:
-    from srformer.config import SRformerConfig
+from typing import Any, ClassVar, TypeVar
 
 __all__ = ["MechanismSettings", "integer_setting", "require_integer", "require_setting"]
 
@@ -48,9 +46,9 @@ class MechanismSettings:
         """The names of the settings (the dataclass fields), in declaration order."""
         return tuple(f.name for f in fields(cls))
 
-    def validate(self, config: SRformerConfig) -> None:
+    def validate(self, config: Any) -> None:
         """Check the settings against the shared ones of ``config`` (e.g. its ``segment_size``); called once by
-        :class:`~srformer.config.SRformerConfig` when it is built. Here: every field declared with
+        :class:`~srformer.core.config.SRformerConfig` when it is built. Here: every field declared with
         :func:`integer_setting` is None or an integer in its range; a subclass with more to check extends this.
 
         Raises:
@@ -60,6 +58,14 @@ class MechanismSettings:
             bounds = f.metadata.get(_INTEGER)
             if bounds is not None:
                 require_setting(f.name, getattr(self, f.name), *bounds)
+
+    def whole_input_length(self, config: Any) -> int | None:
+        """For a mechanism that reads a budget of keys it chooses per query and head
+        (:attr:`srformer.core.schema.Capabilities.selects_keys`): the longest input, in real encoder tokens, that
+        every query reads whole under these settings and the shared ones of ``config``. On such an input the
+        mechanism computes full attention. None here: the mechanism has no such budget.
+        """
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-JSON form: ``{name: value}`` for every setting, None where not given."""
