@@ -201,3 +201,22 @@ def test_bad_model_and_too_few_documents(documents, tmp_path):
     with pytest.raises(ValueError, match="--eval-documents 2"):
         pretrain(documents[:2], recipe(), tmp_path, settings())
     assert not any(tmp_path.iterdir())  # nothing written before the checks
+
+
+@pytest.mark.slow
+def test_a_second_stage_continues_the_first_base_with_other_objectives(documents, tmp_path, one_thread):
+    pretrain(documents, recipe(curriculum_hold=0.25), tmp_path / "stage1", settings(max_steps=8, save_every=4))
+    stage2 = recipe(init_from=str(tmp_path / "stage1"), model="not-a-named-config", curriculum_start=32,
+                    objective_mix={"cued": 1.0, "gap": 1.0, "reorder": 1.0})
+    first = pretrain(documents, stage2, tmp_path / "stage2", settings(time_budget_seconds=1e-9, warmup_steps=0))
+    assert first.steps == 1
+    # the stage-1 tokenizer is kept, and the model started from the stage-1 weights: one small step away from them
+    assert (tmp_path / "stage1" / "tokenizer.json").read_text() == (tmp_path / "stage2" / "tokenizer.json").read_text()
+    before = load_file(tmp_path / "stage1" / "model.safetensors")
+    after = load_file(tmp_path / "stage2" / "checkpoint" / "model.safetensors")
+    distance = max(float((before[key] - after[key]).abs().max()) for key in before if key in after)
+    assert 0 < distance < 0.01  # one AdamW step at a learning rate of 1e-3 moves each weight by about 1e-3
+    with pytest.raises(ValueError, match="--init-from: saved"):
+        pretrain(documents, recipe(), tmp_path / "stage2", settings(), resume=True)
+    with pytest.raises(ValueError, match="no model there"):
+        pretrain(documents, recipe(init_from=str(tmp_path / "nothing")), tmp_path / "other", settings())

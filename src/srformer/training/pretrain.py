@@ -26,7 +26,7 @@ from typing import Any
 
 import matplotlib
 import torch
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedTokenizerBase
 
 from srformer.data.objectives import sentinel_tokens
 from srformer.data.sentences import sentence_token_starts
@@ -55,7 +55,7 @@ _RESUME_FIELDS = {
     "noise_density": "--noise-density", "mean_span_length": "--mean-span-length",
     "curriculum_start": "--curriculum-start", "curriculum_hold": "--curriculum-hold",
     "curriculum_end": "--curriculum-end", "curriculum_growth": "--curriculum-growth",
-    "eval_documents": "--eval-documents",
+    "eval_documents": "--eval-documents", "init_from": "--init-from",
 }
 
 
@@ -113,6 +113,16 @@ def _check_checkpoint_shape(output: Path, tokenizer: PreTrainedTokenizerBase, mo
         raise ValueError(f"Cannot resume {output}: the checkpoint's model differs from --model in "
                          f"{', '.join(f'{k} ({saved[k]!r} vs {built[k]!r})' for k in differing)}. Resume with the "
                          "saved --model, or choose another --output.")
+
+
+def _check_sentinels(tokenizer: PreTrainedTokenizerBase, recipe: PretrainRecipe) -> None:
+    """An ``--init-from`` tokenizer must hold every sentinel token the objectives may use."""
+    missing = [token for token in sentinel_tokens(recipe.sentinel_count)
+               if tokenizer.convert_tokens_to_ids(token) in (None, tokenizer.unk_token_id)]
+    if missing:
+        raise ValueError(f"--init-from {recipe.init_from}: its tokenizer lacks {len(missing)} of the "
+                         f"{recipe.sentinel_count} sentinel tokens the objectives need (first: {missing[0]}); "
+                         "continue from the output of `srformer pretrain`, whose tokenizer has them")
 
 
 def pretrain_tokenizer(texts: Sequence[str], recipe: PretrainRecipe) -> PreTrainedTokenizerBase:
@@ -176,15 +186,22 @@ def pretrain(
     Returns:
         A :class:`PretrainResult`.
 
+    With ``recipe.init_from`` the run continues an earlier base (its tokenizer and weights) with this recipe's
+    objectives and curriculum: a second pretraining stage.
+
     Raises:
-        ValueError: an unknown ``recipe.model`` (not a named config); a curriculum that does not fit
+        ValueError: an unknown ``recipe.model`` (not a named config) without ``init_from``, an ``init_from`` with no
+            model or without the sentinel tokens; a curriculum that does not fit
             ``settings.max_steps`` (naming the setting); too few documents for the held-out set; an existing
             checkpoint without ``resume``; resuming with another recipe (naming the setting), or a checkpoint whose
             model does not fit the saved tokenizer or ``--model``; and the errors of :func:`srformer.training.train`.
     """
-    if recipe.model not in NAMED_CONFIGS:
+    if recipe.init_from is None and recipe.model not in NAMED_CONFIGS:
         raise ValueError(f"--model {recipe.model!r}: pretraining starts from a named config "
-                         f"({', '.join(NAMED_CONFIGS)})")
+                         f"({', '.join(NAMED_CONFIGS)}), or from an earlier base with --init-from")
+    if recipe.init_from is not None and not (Path(recipe.init_from) / "config.json").is_file():
+        raise ValueError(f"--init-from {recipe.init_from}: no model there (config.json is missing); give the "
+                         "--output directory of an earlier `srformer pretrain`")
     recipe.check_steps(settings.max_steps)
     if len(documents) <= recipe.eval_documents:
         raise ValueError(f"{len(documents)} documents leave none to train on after holding out --eval-documents "
@@ -205,10 +222,16 @@ def pretrain(
     with state.main_process_first():
         if reuse_tokenizer or not state.is_main_process:
             tokenizer = AutoTokenizer.from_pretrained(output)
+        elif recipe.init_from is not None:
+            tokenizer = AutoTokenizer.from_pretrained(recipe.init_from)
         else:
             tokenizer = pretrain_tokenizer(train_texts, recipe)
         torch.manual_seed(settings.seed)
-        model = load_model(recipe.model, tokenizer)
+        if recipe.init_from is not None:
+            model = AutoModelForSeq2SeqLM.from_pretrained(recipe.init_from)
+            _check_sentinels(tokenizer, recipe)
+        else:
+            model = load_model(recipe.model, tokenizer)
         if resume:
             _check_checkpoint_shape(output, tokenizer, model.config)
         if state.is_main_process:

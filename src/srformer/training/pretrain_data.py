@@ -71,7 +71,8 @@ class PretrainRecipe(SettingsBase):
     """The model, tokenizer, objectives and curriculum of a pretraining run (saved as ``pretrain_run.json``).
 
     Attributes:
-        model: a named config of :data:`srformer.models.factory.NAMED_CONFIGS` (random initialisation).
+        model: a named config of :data:`srformer.models.factory.NAMED_CONFIGS` (random initialisation); ignored
+            with ``init_from``.
         max_source_length: the model's input length (tokens, with ``</s>``): the curriculum's final length.
         max_target_length: longest copy target (tokens, with ``</s>``); None = ``max_source_length``.
         vocab_size: size of the Unigram tokenizer trained on the training documents (before the sentinels).
@@ -86,6 +87,10 @@ class PretrainRecipe(SettingsBase):
             teacher-forced copy accuracy at the full input length; 0 disables the check.
         eval_every: steps between those measurements (also at the last step).
         data: a description of the documents (file, field, split), recorded only.
+        init_from: a directory holding a seq2seq model and its tokenizer (the output of an earlier ``srformer
+            pretrain``) to continue from instead of a random ``model`` and a new tokenizer: a second stage with
+            other objectives. Its tokenizer must hold the sentinel tokens the objectives use; ``vocab_size`` is then
+            not used. None = start from scratch.
 
     Raises:
         ValueError: a field out of range (naming ``PretrainRecipe.field``).
@@ -105,6 +110,7 @@ class PretrainRecipe(SettingsBase):
     data: str = field(default="", compare=False)  # a description only: two runs of other files may be equal
     eval_documents: int = 32
     eval_every: int = 100
+    init_from: str | None = None
 
     def validate(self) -> None:
         super().validate()
