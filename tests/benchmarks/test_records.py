@@ -19,7 +19,7 @@ from srformer.benchmarks.records import (
     read_records_json,
     write_records_json,
 )
-from srformer.core import REGISTRY, TABLE1_VARIANTS, keeps_own_attention
+from srformer.core import NAMED_SETTINGS, REGISTRY, TABLE1_VARIANTS, keeps_own_attention, named_config
 from tests.registry_cases import bench_variants, bench_variants_of
 
 GOOD = dict(variant="srformer", encoder_length=4096, segment_size=64, batch_size=8,
@@ -140,3 +140,12 @@ def test_named_settings_with_their_own_module_settings_are_bench_variants_and_th
     assert not {"ablation-I", "ablation-III", "srformer-two-sided", "srformer-sigma"} & set(VARIANT_SPECS)
     assert changes_module_settings("knn-4") and not changes_module_settings("knn")
     assert not changes_module_settings("ablation-III")
+
+
+@pytest.mark.parametrize("setting", list(NAMED_SETTINGS))
+def test_changes_module_settings_reads_the_registry_as_the_configs_say(setting):
+    """The registry's entry tells, without importing the mechanism, what the configs built from it say: a named
+    setting changes its module's settings when its config's settings differ from its variant's."""
+    config = named_config(setting, segment_size=8, target_length=16)
+    plain = named_config(config.variant, segment_size=8, target_length=16)
+    assert changes_module_settings(setting) == (config.variant != setting and config.settings != plain.settings)

@@ -16,13 +16,6 @@ from srformer.cli.main import build_parser, main
 #: Packages that ``--help`` must not import (seconds of CPU time each).
 HEAVY = ("torch", "transformers")
 
-#: Until ``import srformer`` itself is light, ``srformer --help`` imports torch before the CLI's own code runs:
-#: ``src/srformer/__init__.py`` imports :mod:`srformer.models.convert`, and ``srformer.config`` goes through the
-#: ``srformer.attention`` package, which imports every mechanism. Strict: the day it passes, drop this mark.
-PACKAGE_IMPORTS_TORCH = pytest.mark.xfail(
-    strict=True, reason="import srformer imports torch (srformer/__init__.py, srformer.attention/__init__.py, ...)"
-)
-
 #: Runs ``main(ARGV)`` in a fresh interpreter, checks that it printed a help and exited 0, and that none of HEAVY was
 #: imported; a meta-path finder that only watches remembers where in srformer each heavy package was first imported.
 _CHECK = """
@@ -72,29 +65,16 @@ def _help_imports_nothing_heavy(argv: list[str]) -> None:
     assert done.stdout.startswith("usage: srformer"), done.stdout[:500]
 
 
-@pytest.fixture(scope="module")
-def top_level_help_is_light() -> bool:
-    """Whether ``srformer --help`` runs without importing torch or transformers (in a fresh interpreter)."""
-    try:
-        _help_imports_nothing_heavy(["--help"])
-    except AssertionError:
-        return False
-    return True
-
-
 def test_commands_are_the_parsers_own():
     assert len(COMMANDS) >= 12 and {"train", "compare", "bench", "split", "pretrain"} <= set(COMMANDS)
 
 
-@PACKAGE_IMPORTS_TORCH
 def test_top_level_help_imports_neither_torch_nor_transformers():
     _help_imports_nothing_heavy(["--help"])
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_command_help_imports_neither_torch_nor_transformers(command, top_level_help_is_light):
-    if not top_level_help_is_light:  # every --help builds the same parsers: it fails for the reason above
-        pytest.xfail(PACKAGE_IMPORTS_TORCH.kwargs["reason"])
+def test_command_help_imports_neither_torch_nor_transformers(command):
     _help_imports_nothing_heavy([command, "--help"])
 
 

@@ -11,21 +11,32 @@ Public API:
   (:mod:`~srformer.benchmarks.flops`): paper Table 1 counts and FlopCounterMode counts.
 - :func:`measure`, :func:`repeat_samples` (:mod:`~srformer.benchmarks.timing`): synchronised
   median timing.
+
+The names are imported on first use (PEP 562, :mod:`srformer.core.lazy`), so that the light modules of the package
+(:mod:`~srformer.benchmarks.records`, :mod:`~srformer.benchmarks.suite_settings`, ...) import no torch or
+transformers.
 """
 
-from srformer.benchmarks.flops import count_flops, table1_computation, table1_memory
-from srformer.benchmarks.outputs import write_outputs
-from srformer.benchmarks.records import (
-    BENCH_VARIANTS,
-    DEFAULT_BENCH_VARIANTS,
-    METRIC_UNITS,
-    BenchRecord,
-    RecordError,
-    read_records_json,
-    write_records_json,
-)
-from srformer.benchmarks.suite import SuiteSettings, run_suite
-from srformer.benchmarks.timing import TimingSummary, measure, repeat_samples
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from srformer.core.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from srformer.benchmarks.flops import count_flops, table1_computation, table1_memory
+    from srformer.benchmarks.outputs import write_outputs
+    from srformer.benchmarks.records import (
+        BENCH_VARIANTS,
+        DEFAULT_BENCH_VARIANTS,
+        METRIC_UNITS,
+        BenchRecord,
+        RecordError,
+        read_records_json,
+        write_records_json,
+    )
+    from srformer.benchmarks.suite import SuiteSettings, run_suite
+    from srformer.benchmarks.timing import TimingSummary, measure, repeat_samples
 
 __all__ = [
     "BENCH_VARIANTS",
@@ -45,3 +56,14 @@ __all__ = [
     "write_outputs",
     "write_records_json",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "srformer.benchmarks.flops": ("count_flops", "table1_computation", "table1_memory"),
+    "srformer.benchmarks.outputs": ("write_outputs",),
+    "srformer.benchmarks.records": (
+        "BENCH_VARIANTS", "DEFAULT_BENCH_VARIANTS", "METRIC_UNITS", "BenchRecord", "RecordError", "read_records_json",
+        "write_records_json",
+    ),
+    "srformer.benchmarks.suite": ("SuiteSettings", "run_suite"),
+    "srformer.benchmarks.timing": ("TimingSummary", "measure", "repeat_samples"),
+})

@@ -32,30 +32,12 @@ from typing import Any
 import torch
 
 from srformer.attention.knn_index import faiss_available
+from srformer.benchmarks.long_input_variants import LONG_INPUT_VARIANTS
 from srformer.benchmarks.memory import CHILD_ENVIRONMENT
 from srformer.benchmarks.plots import plt
-from srformer.benchmarks.variants import MODEL_SHAPES
-from srformer.core import NAMED_SETTINGS, check_window_settings
+from srformer.benchmarks.suite_settings import MODEL_SHAPES
+from srformer.core import check_window_settings
 from srformer.models.memory_estimate import available_memory
-
-#: The variants of the long-input benchmark: a name and its :class:`~srformer.config.SRformerConfig` settings
-#: (``-lean``: ``lean_cache=True``; ``full`` over chunked encodings is SLED; ``knn-flat``/``knn-ivf``: ``knn``
-#: searching a faiss index of the encoder output at every length, exhaustive or approximate, which needs faiss).
-LONG_INPUT_VARIANTS: dict[str, dict[str, Any]] = {
-    "full": {"variant": "full"},
-    "knn": {"variant": "knn"},
-    "knn-flat": {"variant": "knn", "knn_index": "flat", "index_min_keys": 1},
-    "knn-ivf": {"variant": "knn", "knn_index": "ivf", "index_min_keys": 1},
-    "block-topk": {"variant": "block-topk"},
-    "block-topk-b4": dict(NAMED_SETTINGS["block-topk-b4"]),
-    "quest": {"variant": "quest"},
-    "quest-tree": dict(NAMED_SETTINGS["quest-tree"]),
-    "segmented": {"variant": "segmented"},
-    "segmented-lean": {"variant": "segmented", "lean_cache": True},
-    "srformer": {"variant": "srformer"},
-    "srformer-lean": {"variant": "srformer", "lean_cache": True},
-    "linear": {"variant": "linear"},
-}
 
 #: Variants whose generation state does not grow with the input (beyond the encoder output a lean state reads).
 STREAMING = ("segmented-lean", "srformer-lean", "linear")
@@ -70,7 +52,7 @@ class LongInputSettings:
         variants: names of :data:`LONG_INPUT_VARIANTS` (default: all; ``knn-flat``/``knn-ivf`` only where faiss
             is installed).
         end_to_end: variants also timed with ``generate(input_ids=...)`` (the encoder inside generate()).
-        shape: model shape (:data:`srformer.benchmarks.variants.MODEL_SHAPES`).
+        shape: model shape (:data:`srformer.benchmarks.suite_settings.MODEL_SHAPES`).
         new_tokens: tokens generated per input.
         segment_size: ``s`` in tokens, or ``"auto"``.
         target_length: ``T`` of the segment schedule, in tokens.

@@ -15,7 +15,15 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TypeGuard
 
-from srformer.core import REGISTRY, SEGMENT_FREE_VARIANTS, TABLE1_VARIANTS, LiveMapping, LiveNames, named_config
+from srformer.core import (
+    NAMED_SETTINGS,
+    REGISTRY,
+    SEGMENT_FREE_VARIANTS,
+    TABLE1_VARIANTS,
+    LiveMapping,
+    LiveNames,
+    SRformerConfig,
+)
 
 
 @dataclass(frozen=True)
@@ -73,13 +81,22 @@ def _bench_specs() -> dict[str, VariantSpec]:
     return specs
 
 
+#: The settings every variant shares (:class:`~srformer.core.config.SRformerConfig`'s fields but its ``settings``).
+_SHARED_SETTINGS = frozenset(f.name for f in fields(SRformerConfig) if f.name != "settings")
+
+
 def changes_module_settings(setting: str) -> bool:
     """True when named setting ``setting`` gives its variant's module other settings than the variant's defaults
     (``knn-4``, ``srformer-gated-taylor``), so that it may cost what its variant does not; False for a variant's
-    own name and for the ablations. Raises ValueError for an unknown name."""
-    config = named_config(setting, segment_size=8, target_length=16)
-    return config.variant != setting and config.settings != named_config(
-        config.variant, segment_size=8, target_length=16).settings
+    own name and for the ablations, which set only shared settings (the neuron, the ablation). Read from the
+    registry's entry (a setting that is not shared is the mechanism's own), so no mechanism module is imported and
+    the benchmark variants are known to ``srformer --help``. Raises ValueError for an unknown name."""
+    if setting not in NAMED_SETTINGS:
+        raise ValueError(f"Unknown variant name {setting!r}: choose from {', '.join(NAMED_SETTINGS)}.")
+    given = NAMED_SETTINGS[setting]
+    return given["variant"] != setting and any(
+        value is not None for name, value in given.items() if name not in _SHARED_SETTINGS
+    )
 
 
 #: The specification of every benchmark variant, by name (derived from the registry as it is now, see

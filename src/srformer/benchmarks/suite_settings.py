@@ -2,7 +2,8 @@
 measures and how hard.
 
 :class:`SuiteSettings` holds the shapes, variants, repeats and the CPU limits of a run; :data:`SECTIONS` names the
-suite's sections in run order; :func:`with_overrides` replaces the fields a command line gave.
+suite's sections in run order; :data:`MODEL_SHAPES` the model shapes; :func:`with_overrides` replaces the fields a
+command line gave. Light (no torch or transformers): ``srformer bench --help`` reads it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from srformer.benchmarks.records import BENCH_VARIANTS, DEFAULT_BENCH_VARIANTS
-from srformer.benchmarks.variants import MODEL_SHAPES
+from srformer.models.named_configs import NAMED_CONFIGS
+
+#: Benchmark model shapes: T5 sizes from :data:`srformer.models.factory.NAMED_CONFIGS` and a vocabulary size.
+#: ``t5-small``: t5-small's shape (d_model 512, 6 + 6 layers, 8 heads, d_kv 64, d_ff 2048, 32128 tokens).
+#: ``t5-tiny``: the ``--quick`` shape (d_model 128, 2 + 2 layers, 4 heads, d_kv 32, 512 tokens).
+MODEL_SHAPES: dict[str, dict] = {
+    "t5-small": dict(NAMED_CONFIGS["t5-small-random"], vocab_size=32128),
+    "t5-tiny": dict(NAMED_CONFIGS["t5-tiny"], vocab_size=512),
+}
 
 #: Sections of the suite, in run order.
 SECTIONS: tuple[str, ...] = ("flops", "step", "generate", "training", "memory")
@@ -29,7 +38,7 @@ class SuiteSettings:
             :data:`~srformer.benchmarks.records.DEFAULT_BENCH_VARIANTS`, without the baselines).
         target_length: ``T`` (tokens): the schedule's decoder length, and the label length of the
             training step and the ``q`` of the FLOP counts.
-        model_shape: a key of :data:`~srformer.benchmarks.variants.MODEL_SHAPES`.
+        model_shape: a key of :data:`MODEL_SHAPES`.
         device: ``cpu``, ``cuda`` or ``auto``.
         repeats: timed repeats (medians are reported).
         warmup: discarded runs before them.

@@ -14,7 +14,8 @@ from srformer.benchmarks.cross_attention_step import measure_cross_attention_ste
 from srformer.benchmarks.generation import random_encoder_outputs
 from srformer.benchmarks.records import BENCH_VARIANTS, BenchRecord
 from srformer.benchmarks.suite_context import SuiteContext, Task
-from srformer.benchmarks.variants import MODEL_SHAPES, first_cross_attention
+from srformer.benchmarks.suite_settings import MODEL_SHAPES
+from srformer.benchmarks.variants import first_cross_attention
 
 
 def step_tasks(ctx: SuiteContext) -> list[Task]:

@@ -19,18 +19,10 @@ from torch import nn
 from transformers import T5Config, T5ForConditionalGeneration
 
 from srformer.benchmarks.records import VARIANT_SPECS, VariantSpec  # defined with the variant list (registry)
+from srformer.benchmarks.suite_settings import MODEL_SHAPES  # with the settings that name them (light)
 from srformer.core import SRformerConfig, named_config
 from srformer.models import cross_attention_modules
 from srformer.models.convert import convert
-from srformer.models.factory import NAMED_CONFIGS
-
-#: Benchmark model shapes: T5 sizes from :data:`srformer.models.factory.NAMED_CONFIGS` and a vocabulary size.
-#: ``t5-small``: t5-small's shape (d_model 512, 6 + 6 layers, 8 heads, d_kv 64, d_ff 2048, 32128 tokens).
-#: ``t5-tiny``: the ``--quick`` shape (d_model 128, 2 + 2 layers, 4 heads, d_kv 32, 512 tokens).
-MODEL_SHAPES: dict[str, dict] = {
-    "t5-small": dict(NAMED_CONFIGS["t5-small-random"], vocab_size=32128),
-    "t5-tiny": dict(NAMED_CONFIGS["t5-tiny"], vocab_size=512),
-}
 
 
 def variant_spec(name: str) -> VariantSpec:

@@ -6,12 +6,22 @@
   file by a stable SHA-256 hash of each example's id).
 * :mod:`srformer.data.tokenizer`: :func:`train_unigram_tokenizer` (T5-style Unigram tokenizer).
 * :mod:`srformer.data.features`: :func:`encode_pairs` and its :class:`TruncationReport`.
+
+The names are imported on first use (PEP 562, :mod:`srformer.core.lazy`), so that the light modules of the package
+(:mod:`~srformer.data.objectives`, ...) import no torch or transformers.
 """
 
-from srformer.data.features import TruncationReport, encode_pairs
-from srformer.data.pairs import SUPPORTED_EXTENSIONS, SummaryPair, load_aclsum, load_pairs
-from srformer.data.split import parse_split_spec, split_by_id
-from srformer.data.tokenizer import train_unigram_tokenizer
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from srformer.core.lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from srformer.data.features import TruncationReport, encode_pairs
+    from srformer.data.pairs import SUPPORTED_EXTENSIONS, SummaryPair, load_aclsum, load_pairs
+    from srformer.data.split import parse_split_spec, split_by_id
+    from srformer.data.tokenizer import train_unigram_tokenizer
 
 __all__ = [
     "SUPPORTED_EXTENSIONS",
@@ -24,3 +34,10 @@ __all__ = [
     "split_by_id",
     "train_unigram_tokenizer",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "srformer.data.features": ("TruncationReport", "encode_pairs"),
+    "srformer.data.pairs": ("SUPPORTED_EXTENSIONS", "SummaryPair", "load_aclsum", "load_pairs"),
+    "srformer.data.split": ("parse_split_spec", "split_by_id"),
+    "srformer.data.tokenizer": ("train_unigram_tokenizer",),
+})

@@ -17,52 +17,22 @@ last checkpoint.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 from srformer.core import SRformerConfig
-from srformer.core.registry import TABLE1_VARIANTS
 from srformer.data.pairs import load_aclsum
 from srformer.evaluation.report import format_table, write_metrics_json
+from srformer.experiments.aclsum_settings import ComparisonSettings
 from srformer.experiments.plots import plot_variant_comparison
 from srformer.experiments.stages import convert_stage, evaluate_stage, stage_training, train_stage
 from srformer.training.pipeline import RunSpec
 from srformer.training.settings import TrainingSettings
-from srformer.training.settings_base import BaseModelBudget, Decoding, Seed, SummaryShapes
 
 TABLE_COLUMNS = (
     "variant", "segment_size", "rouge1", "rouge1_ci", "rouge2", "rougeL", "rougeLsum",
     "finetune_seconds", "decode_seconds", "tokens_per_second",
 )
-
-
-@dataclass
-class ComparisonSettings(BaseModelBudget, SummaryShapes, Decoding, Seed):
-    """Budget and shapes of the ACLSum comparison (defaults: about 20 minutes on 2 CPU cores).
-
-    Lengths are in tokens, times in seconds, steps are optimizer steps of ``batch_size`` examples. The fields shared
-    with ``srformer compare`` and training are declared in :mod:`srformer.training.settings_base`
-    (:class:`~srformer.training.settings_base.BaseModelBudget`, :class:`~srformer.training.settings_base.SummaryShapes`,
-    :class:`~srformer.training.settings_base.Decoding`, :class:`~srformer.training.settings_base.Seed`, the seed of
-    every stage); here only this job's defaults differ.
-
-    Attributes:
-        variants: the cross-attention variants, each fine-tuned from the same base (the paper's main rows: full,
-            segmented, srformer).
-        segment_size: segment size ``s`` in tokens.
-        max_test_examples: score the first N test documents (None: all).
-    """
-
-    variants: tuple[str, ...] = TABLE1_VARIANTS
-    segment_size: int = 32
-    target_length: int = 128
-    max_source_length: int = 512
-    max_target_length: int = 128
-    base_steps: int = 500
-    finetune_steps: int = 200
-    base_learning_rate: float = 1e-3
-    max_new_tokens: int = 128
-    max_test_examples: int | None = None
 
 
 def run_aclsum_comparison(output_dir: str | Path, settings: ComparisonSettings | None = None) -> list[dict]:

@@ -26,25 +26,9 @@ from transformers import (
 
 from srformer.data.tokenizer import train_unigram_tokenizer
 from srformer.models.convert import from_pretrained, srformer_config_of
+from srformer.models.named_configs import NAMED_CONFIGS
 
 _Loaded = TypeVar("_Loaded")
-
-#: Small architectures that can be trained from scratch on a CPU. Sizes: d_model, layers, heads, head_dim.
-NAMED_CONFIGS: dict[str, dict] = {
-    "t5-tiny": dict(family="t5", d_model=128, d_ff=512, num_layers=2, num_decoder_layers=2, num_heads=4, d_kv=32),
-    "t5-mini": dict(family="t5", d_model=256, d_ff=1024, num_layers=4, num_decoder_layers=4, num_heads=4, d_kv=64),
-    "t5-small-random": dict(
-        family="t5", d_model=512, d_ff=2048, num_layers=6, num_decoder_layers=6, num_heads=8, d_kv=64
-    ),
-    "bart-tiny": dict(
-        family="bart", d_model=128, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=512, decoder_ffn_dim=512,
-    ),
-    "bart-mini": dict(
-        family="bart", d_model=256, encoder_layers=4, decoder_layers=4, encoder_attention_heads=4,
-        decoder_attention_heads=4, encoder_ffn_dim=1024, decoder_ffn_dim=1024,
-    ),
-}
 
 
 def build_named_model(name: str, tokenizer: PreTrainedTokenizerBase, *, max_positions: int = 4096) -> PreTrainedModel:

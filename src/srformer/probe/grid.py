@@ -12,28 +12,46 @@ Protocols:
   (its :func:`cell_budget` differs from a fine-tuned cell's, so the two are never taken for each other; as for any
   other budget change, the cell is run again in the same folder, so give a zero-step grid its own output).
 
-:class:`ProbeSettings` holds the grid and the budget; :func:`grid_cells` lists its :class:`ProbeCell` objects in run
-order; :func:`cell_shape`, :func:`cell_settings` and :func:`cell_folder` give a cell's config shape, extra settings
-and folder; :func:`base_of` the ``scratch`` cell whose model a ``convert`` cell starts from.
+:class:`ProbeSettings` holds the grid and the budget (the model's :class:`ModelShape` among it); :func:`grid_cells`
+lists its :class:`ProbeCell` objects in run order; :func:`cell_shape`, :func:`cell_settings` and :func:`cell_folder`
+give a cell's config shape, extra settings and folder; :func:`base_of` the ``scratch`` cell whose model a ``convert``
+cell starts from. The module imports no torch (:func:`resolve_device` does, when called): ``srformer probe --help``
+builds its options from :class:`ProbeSettings`.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
-
-import torch
+from typing import TYPE_CHECKING
 
 from srformer.core import NAMED_SETTINGS, SEGMENT_FREE, check_variant_settings, settings_suffix
 from srformer.probe.tasks import TASKS, ProbeVocabulary, TaskSpec
-from srformer.probe.training import ModelShape
 from srformer.training.settings_base import FineTuning, PeakLearningRate, SeedGrid
+
+if TYPE_CHECKING:
+    import torch
 
 PROTOCOLS: tuple[str, ...] = ("scratch", "convert")
 
 #: The default grid's variants: the paper's comparison (``--variants`` takes every name of
 #: :data:`srformer.config.NAMED_SETTINGS`).
 DEFAULT_VARIANTS: tuple[str, ...] = ("full", "segmented", "srformer")
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A T5 architecture for the probe (sizes in units; ``d_kv`` is the head_dim).
+
+    The default is t5-tiny's shape (:data:`srformer.models.factory.NAMED_CONFIGS`).
+    """
+
+    d_model: int = 128
+    d_ff: int = 512
+    num_layers: int = 2
+    num_decoder_layers: int = 2
+    num_heads: int = 4
+    d_kv: int = 32
 
 
 @dataclass
@@ -128,7 +146,8 @@ class ProbeSettings(FineTuning, PeakLearningRate, SeedGrid):
             raise ValueError(f"`diagnostics_every` must be >= 0 (0 disables), got {self.diagnostics_every}.")
         if self.workers < 0:
             raise ValueError(f"`workers` must be >= 0 (0 = one per CPU core), got {self.workers}.")
-        resolve_device(self.device)
+        if self.device != "auto":  # always valid; resolving it imports torch, which ``srformer probe --help`` avoids
+            resolve_device(self.device)
         if any(s < 1 for s in self.segment_sizes) or any(k < 2 for k in self.lengths):
             raise ValueError("segment sizes must be >= 1 and lengths >= 2 tokens.")
         cells = grid_cells(self)
@@ -220,6 +239,8 @@ def resolve_device(device: str) -> torch.device:
     Raises:
         ValueError: for a name torch does not know, or CUDA asked for where none is available.
     """
+    import torch  # here, not at the top: the parser of ``srformer probe`` imports this module
+
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:

@@ -19,23 +19,9 @@ import torch
 from transformers import PreTrainedModel, T5Config, T5ForConditionalGeneration
 
 from srformer.evaluation.recurrent_term import RecurrentTermMonitor, recurrent_layers
+from srformer.probe.grid import ModelShape  # defined with the grid's settings, which hold one (light)
 from srformer.probe.tasks import Example, ProbeVocabulary, TaskSpec, generate_example
 from srformer.training.curriculum import curriculum_length
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """A T5 architecture for the probe (sizes in units; ``d_kv`` is the head_dim).
-
-    The default is t5-tiny's shape (:data:`srformer.models.factory.NAMED_CONFIGS`).
-    """
-
-    d_model: int = 128
-    d_ff: int = 512
-    num_layers: int = 2
-    num_decoder_layers: int = 2
-    num_heads: int = 4
-    d_kv: int = 32
 
 
 def build_model(vocabulary: ProbeVocabulary, shape: ModelShape, seed: int) -> T5ForConditionalGeneration:

@@ -7,7 +7,7 @@ from dataclasses import fields
 
 from srformer.cli.parsers.settings_fields import ACLSUM_OWN_OPTIONS
 from srformer.core.registry import TABLE1_VARIANTS
-from srformer.experiments.aclsum import ComparisonSettings
+from srformer.experiments.aclsum_settings import ComparisonSettings
 
 
 def add_parser(subparsers) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from srformer.benchmarks.records import BENCH_VARIANTS, DEFAULT_BENCH_VARIANTS
-from srformer.benchmarks.suite import SECTIONS
+from srformer.benchmarks.suite_settings import SECTIONS
 
 
 def _positive_ints(text: str) -> tuple[int, ...]:

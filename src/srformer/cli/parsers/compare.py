@@ -8,7 +8,7 @@ from dataclasses import fields
 from srformer.cli.arguments import MODEL_HELP, add_variant_settings_argument
 from srformer.cli.parsers.settings_fields import COMPARE_SKIPPED, COMPARE_TUPLES
 from srformer.core import NAMED_SETTINGS
-from srformer.experiments.compare import CompareSettings
+from srformer.experiments.compare_settings import CompareSettings
 
 
 def add_parser(subparsers) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from srformer.benchmarks.long_input import LONG_INPUT_VARIANTS
+from srformer.benchmarks.long_input_variants import LONG_INPUT_VARIANTS
 
 
 def _segment_size(text: str) -> int | str:

@@ -6,7 +6,7 @@ import argparse
 
 from srformer.cli.arguments import add_variant_settings_argument
 from srformer.core import NAMED_SETTINGS
-from srformer.probe.runner import DEFAULT_VARIANTS, PROTOCOLS, ProbeSettings
+from srformer.probe.grid import DEFAULT_VARIANTS, PROTOCOLS, ProbeSettings
 from srformer.probe.tasks import TASKS
 
 

@@ -1,0 +1,32 @@
+"""The variants of ``srformer long-bench`` (:mod:`srformer.benchmarks.long_input`), by name.
+
+Data only, with no import of torch or transformers, so that ``srformer long-bench --help`` lists them; also public
+as :data:`srformer.benchmarks.long_input.LONG_INPUT_VARIANTS`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from srformer.core import NAMED_SETTINGS
+
+__all__ = ["LONG_INPUT_VARIANTS"]
+
+#: The variants of the long-input benchmark: a name and its :class:`~srformer.config.SRformerConfig` settings
+#: (``-lean``: ``lean_cache=True``; ``full`` over chunked encodings is SLED; ``knn-flat``/``knn-ivf``: ``knn``
+#: searching a faiss index of the encoder output at every length, exhaustive or approximate, which needs faiss).
+LONG_INPUT_VARIANTS: dict[str, dict[str, Any]] = {
+    "full": {"variant": "full"},
+    "knn": {"variant": "knn"},
+    "knn-flat": {"variant": "knn", "knn_index": "flat", "index_min_keys": 1},
+    "knn-ivf": {"variant": "knn", "knn_index": "ivf", "index_min_keys": 1},
+    "block-topk": {"variant": "block-topk"},
+    "block-topk-b4": dict(NAMED_SETTINGS["block-topk-b4"]),
+    "quest": {"variant": "quest"},
+    "quest-tree": dict(NAMED_SETTINGS["quest-tree"]),
+    "segmented": {"variant": "segmented"},
+    "segmented-lean": {"variant": "segmented", "lean_cache": True},
+    "srformer": {"variant": "srformer"},
+    "srformer-lean": {"variant": "srformer", "lean_cache": True},
+    "linear": {"variant": "linear"},
+}
