@@ -18,7 +18,7 @@ def recipe_from_args(args) -> PretrainRecipe:
         noise_density=args.noise_density, mean_span_length=args.mean_span_length,
         curriculum_start=args.curriculum_start, curriculum_hold=args.curriculum_hold,
         curriculum_end=args.curriculum_end, curriculum_growth=args.curriculum_growth,
-        eval_documents=args.eval_documents, eval_every=args.eval_every,
+        eval_documents=args.eval_documents, eval_every=args.eval_every, init_from=args.init_from,
         data=f"{args.data} (field {args.document_field}{split})",
     )
 

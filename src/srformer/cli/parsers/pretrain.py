@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from srformer.models.factory import NAMED_CONFIGS
+from srformer.models.named_configs import NAMED_CONFIGS
 from srformer.training.curriculum import CURRICULUM_GROWTHS
 from srformer.training.pretrain_data import PretrainRecipe
 
@@ -56,6 +56,10 @@ def add_parser(subparsers) -> None:
                         help="training documents held out to log copy accuracy (0: none; default: %(default)s)")
     parser.add_argument("--eval-every", type=int, default=defaults.eval_every,
                         help="steps between copy-accuracy measurements (default: %(default)s)")
+    parser.add_argument("--init-from", default=None, metavar="DIR",
+                        help="continue the base in DIR (an earlier --output: its tokenizer and weights) with this "
+                             "run's objectives and curriculum, a second stage; --model and --vocab-size are then "
+                             "unused")
     parser.add_argument("--max-steps", type=int, default=3000, help="optimizer steps")
     parser.add_argument("--time-budget", type=float, default=None, help="stop cleanly after this many seconds")
     parser.add_argument("--learning-rate", type=float, default=1e-3)
