@@ -24,8 +24,8 @@ import numpy as np
 from srformer.data.pairs import load_pairs
 from srformer.data.split import select_split
 from srformer.evaluation.baselines import BASELINE_NAMES, baseline_scores, lead_sentences, word_count
-from srformer.evaluation.rouge import ROUGE_KEYS, RougeResult
-from srformer.experiments.compare import LEAD, lead_baseline
+from srformer.evaluation.rouge import ROUGE_KEYS
+from srformer.experiments.compare import LEAD, lead3_row, lead_baseline
 from srformer.experiments.compare_report import write_report
 
 
@@ -45,16 +45,9 @@ def main() -> None:
     expected = payload["groups"][0]["num_documents"] if payload["groups"] else len(pairs)
     if len(pairs) != expected:
         raise SystemExit(f"{args.data} gives {len(pairs)} test documents; the grid scored {expected}")
-    lead = lead_baseline(pairs)
-    interval = RougeResult(lead).bootstrap()
     old = payload.get("lead3") or {}
-    payload["lead3"] = {
-        "name": LEAD,
-        **{key: float(np.mean(lead[key])) for key in ROUGE_KEYS},
-        "rouge_ci": {key: [interval[key][0], interval[key][2]] for key in ROUGE_KEYS},
-        "num_documents": len(pairs),
-        "words": float(np.mean([word_count(lead_sentences(pair.document)) for pair in pairs])),
-    }
+    payload["lead3"] = lead3_row(lead_baseline(pairs),
+                                 float(np.mean([word_count(lead_sentences(pair.document)) for pair in pairs])))
     payload["paired"] = [row for row in payload["paired"] if row.get("other") != LEAD]
     if args.words is not None:
         outputs = [" ".join(["w"] * args.words)] * len(pairs)  # only the word count of an output is used

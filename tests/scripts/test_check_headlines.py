@@ -3,12 +3,12 @@ table cell, a reworded snippet or a changed copied table is reported."""
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.script_loading import script_module
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "check_headlines.py"
 ROOT = SCRIPT.parents[1]
@@ -17,13 +17,8 @@ DOCS = ("README.md", "docs/choosing.md", "docs/long-inputs.md")
 
 @pytest.fixture(scope="module")
 def checker():
-    spec = importlib.util.spec_from_file_location("check_headlines", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["check_headlines"] = module  # dataclasses look their module up while the class is created
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules["check_headlines"]
+    with script_module("check_headlines") as module:
+        yield module
 
 
 def _copy_docs(tmp_path: Path, **replace: tuple[str, str]) -> Path:

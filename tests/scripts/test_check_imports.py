@@ -3,12 +3,12 @@ package passes."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+
+from tests.script_loading import script_module
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "check_imports.py"
 LAYERS = {"pkg.low": 0, "pkg.mid": 1, "pkg": 2}
@@ -16,13 +16,8 @@ LAYERS = {"pkg.low": 0, "pkg.mid": 1, "pkg": 2}
 
 @pytest.fixture(scope="module")
 def checker():
-    spec = importlib.util.spec_from_file_location("check_imports", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["check_imports"] = module  # dataclasses look their module up while the class is created
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules["check_imports"]
+    with script_module("check_imports") as module:
+        yield module
 
 
 def _package(root: Path, files: dict[str, str]) -> Path:

@@ -185,10 +185,13 @@ def _run_cell(
             and same_decoding(metrics, num_beams=settings.num_beams, max_new_tokens=settings.max_new_tokens,
                               no_repeat_ngram_size=settings.no_repeat_ngram_size)
         ):
-            predictions = saved_predictions(run_dir, test_pairs)
-            reading = saved.get("reading") or (
-                reading_check(predictions, [p.document for p in test_pairs]) if predictions else None)
-            baselines = saved.get("baselines") or (length_baselines(test_pairs, predictions) if predictions else None)
+            reading, baselines = saved.get("reading"), saved.get("baselines")
+            # a record written before the reading check or the length baselines existed: add them from the saved
+            # predictions (read only then)
+            predictions = saved_predictions(run_dir, test_pairs) if reading is None or baselines is None else None
+            if predictions:
+                reading = reading or reading_check(predictions, [p.document for p in test_pairs])
+                baselines = baselines or length_baselines(test_pairs, predictions)
             result = CellResult(cell, metrics, saved["finetune_seconds"], saved["per_document"],
                                 saved["distinct_outputs"], extra, reading, saved.get("finetune_steps"), baselines)
             if (reading, baselines) != (saved.get("reading"), saved.get("baselines")):  # add what an old record lacked
@@ -273,6 +276,20 @@ def lead_baseline(test_pairs: Sequence[SummaryPair]) -> dict[str, list[float]]:
     return baseline_scores([pair.document for pair in test_pairs], [pair.summary for pair in test_pairs])[LEAD]
 
 
+def lead3_row(lead: dict[str, list[float]], lead_words: float | None = None) -> dict:
+    """The ``lead3`` entry of :func:`summarize`'s payload from the lead-3 baseline's per-document scores
+    (:func:`lead_baseline`): mean ROUGE (F1 x 100), the bootstrap 95% interval per key, the number of documents
+    and, when given, the lead-3 texts' mean length in words."""
+    interval = RougeResult(lead).bootstrap()
+    return {
+        "name": LEAD,
+        **{key: float(np.mean(lead[key])) for key in ROUGE_KEYS},
+        "rouge_ci": {key: [interval[key][0], interval[key][2]] for key in ROUGE_KEYS},
+        "num_documents": len(lead["rouge1"]),
+        **({"words": lead_words} if lead_words is not None else {}),
+    }
+
+
 def _group_baselines(members: Sequence[CellResult], documents: dict[str, list[float]]) -> dict | None:
     """A group's length baselines over its seeds: mean output words, each baseline's mean ROUGE (its per-document
     scores averaged over seeds first), and the paired difference of the group's pooled per-document ROUGE-1/2/L
@@ -345,14 +362,7 @@ def summarize(
         if counts and counts != {len(lead["rouge1"])}:
             raise ValueError(f"`lead` scores {len(lead['rouge1'])} documents but the cells score {sorted(counts)}: "
                              "give the lead-3 scores of the same test pairs.")
-        interval = RougeResult(lead).bootstrap()
-        lead3 = {
-            "name": LEAD,
-            **{key: float(np.mean(lead[key])) for key in ROUGE_KEYS},
-            "rouge_ci": {key: [interval[key][0], interval[key][2]] for key in ROUGE_KEYS},
-            "num_documents": len(lead["rouge1"]),
-            **({"words": lead_words} if lead_words is not None else {}),
-        }
+        lead3 = lead3_row(lead, lead_words)
 
     paired = []
     sizes = sorted({size for _, size in by_group if size is not None})

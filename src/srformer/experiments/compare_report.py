@@ -73,9 +73,7 @@ def _minus_lead(group: dict, key: str = "rouge1") -> str:
     baselines = group.get("baselines")
     if not baselines:
         return "-"
-    diff = baselines["minus_lead_matched"][key]
-    mark = " *" if diff["low"] > 0 or diff["high"] < 0 else ""
-    return f"{diff['mean']:+.2f} ({diff['low']:+.2f} to {diff['high']:+.2f}){mark}"
+    return _difference(baselines["minus_lead_matched"][key])
 
 
 def length_baseline_columns(group: dict) -> dict[str, str]:
@@ -127,7 +125,12 @@ def _delta_other(payload: dict, name: str, size: int, key: str, reference: str =
     row = _paired(payload, name, size, reference)
     if row is None or key not in row:
         return "-"
-    value = row[key]
+    return _difference(row[key])
+
+
+def _difference(value: dict) -> str:
+    """A paired difference (:class:`~srformer.evaluation.statistics.PairedDifference` as a dict): ``+mean (low to
+    high)``, with `` *`` when its interval excludes zero."""
     return f"{value['mean']:+.2f} ({_interval(value['low'], value['high'])}){' *' if value['significant'] else ''}"
 
 

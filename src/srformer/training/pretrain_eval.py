@@ -89,7 +89,31 @@ def copy_accuracy(model: PreTrainedModel, sequences: Sequence[Sequence[int]], *,
     return {f"copy_{key}": value for key, value in result.items()}
 
 
-class CopyAccuracyCallback(TrainerCallback):
+class _HeldOutCallback(TrainerCallback):
+    """Every ``every`` optimizer steps and at the last one, append ``{"step": step, **self.measure(model, step)}`` to
+    the Trainer's ``log_history`` (saved in every checkpoint and restored on resume); nothing when there is nothing
+    to measure (:attr:`has_examples`)."""
+
+    every: int
+
+    @property
+    def has_examples(self) -> bool:
+        raise NotImplementedError
+
+    def measure(self, model: PreTrainedModel, step: int) -> dict:
+        raise NotImplementedError
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        step = state.global_step
+        if model is None or not self.has_examples or not (step % self.every == 0 or step >= state.max_steps):
+            return control
+        entry: dict = {"step": step, **self.measure(model, step)}
+        if state.is_world_process_zero:
+            state.log_history.append(entry)
+        return control
+
+
+class CopyAccuracyCallback(_HeldOutCallback):
     """Every ``every`` optimizer steps and at the last one, append ``{"step", "copy_accuracy", "copy_loss",
     "copy_tokens", "source_length"}`` to the Trainer's ``log_history`` (saved in every checkpoint and restored on
     resume, so the log does not depend on interruptions).
@@ -107,19 +131,18 @@ class CopyAccuracyCallback(TrainerCallback):
         self.every = every
         self.source_length = source_length
 
-    def on_step_end(self, args, state, control, model=None, **kwargs):
-        step = state.global_step
-        if model is None or not self.sequences or not (step % self.every == 0 or step >= state.max_steps):
-            return control
-        entry: dict = {"step": step, **copy_accuracy(model, self.sequences, pad_id=self.pad_id)}
+    @property
+    def has_examples(self) -> bool:
+        return bool(self.sequences)
+
+    def measure(self, model: PreTrainedModel, step: int) -> dict:
+        entry: dict = copy_accuracy(model, self.sequences, pad_id=self.pad_id)
         if self.source_length is not None:
             entry["source_length"] = self.source_length(step - 1)
-        if state.is_world_process_zero:
-            state.log_history.append(entry)
-        return control
+        return entry
 
 
-class ObjectiveAccuracyCallback(TrainerCallback):
+class ObjectiveAccuracyCallback(_HeldOutCallback):
     """Every ``every`` optimizer steps and at the last one, append ``{"step", "heldout_<objective>_accuracy",
     "heldout_<objective>_loss", "heldout_<objective>_tokens", ...}`` (one triple per objective,
     :func:`teacher_forced_accuracy` on that objective's held-out examples) to the Trainer's ``log_history``.
@@ -137,14 +160,10 @@ class ObjectiveAccuracyCallback(TrainerCallback):
         self.pad_id = pad_id
         self.every = every
 
-    def on_step_end(self, args, state, control, model=None, **kwargs):
-        step = state.global_step
-        if model is None or not self.examples or not (step % self.every == 0 or step >= state.max_steps):
-            return control
-        entry: dict = {"step": step}
-        for name, pairs in self.examples.items():
-            result = teacher_forced_accuracy(model, pairs, pad_id=self.pad_id)
-            entry.update({f"heldout_{name}_{key}": value for key, value in result.items()})
-        if state.is_world_process_zero:
-            state.log_history.append(entry)
-        return control
+    @property
+    def has_examples(self) -> bool:
+        return bool(self.examples)
+
+    def measure(self, model: PreTrainedModel, step: int) -> dict:
+        return {f"heldout_{name}_{key}": value for name, pairs in self.examples.items()
+                for key, value in teacher_forced_accuracy(model, pairs, pad_id=self.pad_id).items()}
