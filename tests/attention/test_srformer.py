@@ -348,3 +348,46 @@ def test_lean_state_built_directly_equals_the_lean_of_the_standard_state(setting
     direct_output, _ = _incremental(module, queries, direct, rows)
     converted_output, _ = _incremental(module, queries, converted, rows)
     assert_exact(direct_output, converted_output, "lean steps")
+
+
+def _projection_layout(tensor):
+    """(B, H, k, d) keys or values in the memory a transformers projection leaves: (B, k, H, d) rows."""
+    return tensor.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+@pytest.mark.filterwarnings("ignore:An encoder input has")
+@pytest.mark.parametrize("settings", [{}, {"ablation": "no_raf"}, {"ablation": "segment_products"}, {"kv_clamp": 0.5}])
+def test_state_built_from_donated_projections_equals_init_state_and_reuses_their_memory(settings):
+    """s = d = 4 and k = 12 (three segments): the readouts take exactly the keys' projection memory, so the
+    donated build writes them there; the state is init_state's to float64 rounding."""
+    module = _module("srformer", segment_size=4, target_length=8, **settings)
+    _, keys, values, valid = _inputs(3, 2, 12, 1, 4, [12, 7, 0])
+    keys, values = _projection_layout(keys), _projection_layout(values)
+    with torch.no_grad():
+        expected = module.init_state(keys.clone(), values.clone(), valid)
+        donated = keys.clone()
+        state = module.init_state_from_donated(donated, values.clone(), valid)
+    assert state.raf_readout.untyped_storage().data_ptr() == donated.untyped_storage().data_ptr()
+    for field in dataclasses.fields(expected):
+        a, b = getattr(expected, field.name), getattr(state, field.name)
+        if isinstance(a, torch.Tensor) and a.is_floating_point():
+            assert_exact(b, a, field.name)
+        elif isinstance(a, torch.Tensor):
+            assert torch.equal(a, b), field.name
+
+
+@pytest.mark.parametrize("case", ["other size", "not projection memory", "autograd"])
+def test_donated_projections_that_cannot_hold_the_readouts_are_left_alone(case):
+    """A donation the readouts do not fit exactly (s != d), memory not laid out as a projection's, or a build
+    under autograd allocates the readouts as init_state does and leaves the donated keys unchanged."""
+    module = _module("srformer", segment_size=2 if case == "other size" else 4, target_length=8)
+    _, keys, values, valid = _inputs(2, 2, 12, 1, 4, [12, 9])
+    if case != "not projection memory":
+        keys, values = _projection_layout(keys), _projection_layout(values)
+    donated = keys.clone().requires_grad_(case == "autograd")
+    with torch.set_grad_enabled(case == "autograd"):
+        state = module.init_state_from_donated(donated, values, valid)
+        expected = module.init_state(keys, values, valid)
+    assert state.raf_readout.untyped_storage().data_ptr() != donated.untyped_storage().data_ptr()
+    assert torch.equal(donated.detach(), keys)
+    assert_exact(state.raf_readout.detach(), expected.raf_readout.detach(), "raf_readout")

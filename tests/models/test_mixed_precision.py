@@ -74,12 +74,17 @@ def test_state_is_built_in_float32_under_autocast(family, monkeypatch):
     builds = []
     original = SRformerCrossAttention.init_state
 
-    def recording_init_state(self, keys, values, key_valid):
-        state = original(self, keys, values, key_valid)
-        builds.append((self, keys, values, key_valid, state))
-        return state
+    def recording(build):
+        def record(self, keys, values, key_valid):
+            kept = keys.clone(), values.clone()  # a donated build may write over its inputs
+            state = build(self, keys, values, key_valid)
+            builds.append((self, *kept, key_valid, state))
+            return state
+        return record
 
-    monkeypatch.setattr(SRformerCrossAttention, "init_state", recording_init_state)
+    monkeypatch.setattr(SRformerCrossAttention, "init_state", recording(original))
+    monkeypatch.setattr(SRformerCrossAttention, "init_state_from_donated",
+                        recording(SRformerCrossAttention.init_state_from_donated))
     model = large_activation_model(family)
     ids, mask = padded_batch(model)
     dec = decoder_inputs(model, ids.shape[0], 10)

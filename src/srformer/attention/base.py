@@ -16,7 +16,7 @@ SegmentFreeCrossAttention` (output independent of the decoder position: ``linear
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -188,6 +188,34 @@ class CrossAttentionMechanism(nn.Module):
             The state, or None (the default) where the state is built otherwise.
         """
         return None
+
+    def init_state_from_donated(
+        self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None
+    ) -> CrossAttentionState:
+        """:meth:`init_state` for a caller that hands over the memory of ``keys`` and ``values`` (the layer's own
+        projections at the first generation step, read by nothing after the build, as ``nn.ReLU(inplace=True)``
+        treats its input): the build may overwrite them and keep their memory in the state, instead of
+        allocating (and page-faulting) a buffer of its own. Same arguments, result and errors as
+        :meth:`init_state`, which this default calls; a mechanism whose state needs a buffer the size of the keys
+        overrides it."""
+        return self.init_state(keys, values, key_valid)
+
+    def finite_check_fields(self, state: CrossAttentionState) -> tuple[str, ...]:
+        """The fields of ``state`` whose values the NaN/inf check at the state build reads
+        (:func:`srformer.models.cross_attention.check_finite_state`): every floating-point tensor field here. A
+        mechanism overrides it to leave out fields that another checked field witnesses (one that is non-finite
+        whenever they are), since each checked field costs one read of its memory at the first step.
+
+        Args:
+            state: the state this module built.
+
+        Returns:
+            Field names of ``state``.
+        """
+        return tuple(
+            field.name for field in fields(state)
+            if isinstance(value := getattr(state, field.name), torch.Tensor) and value.is_floating_point()
+        )
 
     def initialize_parameters(self, init: InitFunctions) -> None:
         """Give this module's own parameters and seeded buffers their initial values through ``init``'s functions

@@ -169,8 +169,13 @@ def run_cross_attention(
                 # the first single-token step of a lean cache: built lean directly (no segment-major copy); the
                 # step below projects its segment's rows
                 state = build_lean(keys, values, key_valid)
-            else:
+            elif output_attentions or tracing() or _shares_memory(keys, key_value_states):
+                # the weights read the projections again below; a graph's inputs, and an encoder output seen
+                # through an identity projection, are not this function's to overwrite
                 state = attention.init_state(keys, values, key_valid)  # float32-or-wider state
+            else:  # nothing reads these projections after the build: their memory may become the state's
+                state = attention.init_state_from_donated(keys, values, key_valid)
+                keys = values = None  # possibly overwritten; the check re-projects them if it must diagnose
         if not tracing():  # the check needs a host sync; compile/export run without it
             check_finite_state(key_value_states, keys, values, state, layer_idx, attention, project=project)
 
@@ -236,6 +241,11 @@ def _store_state(
     cache.is_updated[layer_idx] = True
 
 
+def _shares_memory(tensor: torch.Tensor, other: torch.Tensor) -> bool:
+    """Whether two tensors are views of one storage."""
+    return tensor.untyped_storage().data_ptr() == other.untyped_storage().data_ptr()
+
+
 def check_finite_state(
     encoder_states: torch.Tensor,
     keys: torch.Tensor | None,
@@ -256,8 +266,10 @@ def check_finite_state(
         keys: (B, H, k, d) projected encoder keys, or None for a state built block by block (they are then
             projected again with ``project``, only to tell where a non-finite value came from).
         values: (B, H, k, d) projected encoder values, or None likewise.
-        state: the state built from them; every floating-point tensor field (``K^T V``-derived RAF
-            inputs and readouts, ``norm(K)``, ...) is checked.
+        state: the state built from them; the fields the module names
+            (:meth:`~srformer.attention.base.CrossAttentionMechanism.finite_check_fields`: every floating-point
+            tensor field, ``K^T V``-derived RAF inputs and readouts, ``norm(K)``, ..., less those another field
+            witnesses) are checked, all floating-point fields without a module.
         layer_idx: the decoder layer index, named in the message (None if unknown).
         attention: the layer's SRformer module; its RAF leak and threshold, if it has them, are
             reported when the state is what overflowed.
@@ -268,9 +280,12 @@ def check_finite_state(
             recurrent state) and the fixes (bf16 or fp32 instead of fp16, ``kv_clamp``, a lower
             learning rate / gradient clipping; a RAF threshold trained to zero or below).
     """
-    fields = dataclasses.fields(state) if dataclasses.is_dataclass(state) else ()
+    if isinstance(attention, CrossAttentionMechanism):
+        names: tuple[str, ...] = attention.finite_check_fields(state)
+    else:
+        names = tuple(field.name for field in dataclasses.fields(state)) if dataclasses.is_dataclass(state) else ()
     checked = [
-        value for value in (encoder_states, *(getattr(state, field.name) for field in fields))
+        value for value in (encoder_states, *(getattr(state, name) for name in names))
         if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel()
     ]
     if not checked:
