@@ -269,6 +269,27 @@ def test_a_changed_setting_reruns_only_its_named_settings_cells(tmp_path, monkey
     assert trained == []
 
 
+def test_the_base_trains_with_the_settings_given_to_full_in_a_folder_named_after_them(tmp_path, monkeypatch):
+    """An encoder_window given to every setting reaches the trained base too (its source may be longer than the
+    encoder's positions), and a base trained without settings is not reused for it."""
+    from srformer.data.pairs import SummaryPair
+
+    trained = []
+    monkeypatch.setattr(compare_module, "train_stage",
+                        lambda spec, pairs, output, settings: trained.append((output.name, spec.srformer)) or {})
+    monkeypatch.setattr(compare_module, "evaluate_stage", lambda run_dir, test_pairs, **_: (
+        {"num_examples": len(test_pairs), "seconds": 0.5, **{k: 10.0 for k in ("rouge1", "rouge2", "rougeL",
+                                                                               "rougeLsum")}},
+        [f"summary {i}" for i in range(len(test_pairs))]))
+    pairs = [SummaryPair(f"document {i} words", f"summary {i}", str(i)) for i in range(3)]
+    settings = CompareSettings(model="t5-tiny", base_steps=2, variants=("full",), segment_sizes=(8,), ablations=(),
+                               seeds=(0,), progress=False, variant_settings={"full": {"encoder_window": 32}})
+    compare_module.run_compare(tmp_path, pairs, pairs, settings)
+    (base_name, base_config), (cell_name, cell_config) = trained
+    assert base_name == "base@encoder_window=32" and base_config.encoder_window == 32
+    assert cell_name == "full-seed0@encoder_window=32" and cell_config.encoder_window == 32
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not DATA.is_dir(), reason="needs the shared xsum_sample data")
 def test_zero_finetuning_steps_score_the_converted_base_as_it_is(tmp_path, monkeypatch):

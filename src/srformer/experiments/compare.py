@@ -3,7 +3,8 @@
 Protocol (the paper converts a pretrained full-attention model and fine-tunes it, Sec. 4.1):
 
 1. Base model. With ``base_steps > 0`` a model with full cross attention is trained on the training
-   pairs (a named config such as ``t5-tiny`` starts from random weights with a Unigram tokenizer
+   pairs, with the extra settings given to ``full`` (``--setting encoder_window=512`` for a source longer than the
+   encoder's positions; the folder is then ``base@encoder_window=512``) (a named config such as ``t5-tiny`` starts from random weights with a Unigram tokenizer
    trained on the same pairs; no pretrained weights can be downloaded on an offline machine). With
    ``base_steps = 0`` the given checkpoint or hub model (e.g. ``t5-small``) is the base: the
    paper's exact protocol.
@@ -120,10 +121,13 @@ def run_compare(
     cells = grid_cells(settings)
 
     if settings.base_steps > 0:
-        base = output / "base"
+        # the base trains with the settings given to `full` (e.g. an encoder_window for inputs longer than the
+        # encoder's positions); its folder is named after them, as a cell's is
+        base_extra = settings.variant_settings.get("full", {})
+        base = output / ("base" + settings_suffix(base_extra))
         tqdm.write(f"base model ({settings.model}, full attention, {settings.base_steps} steps) -> {base}")
         train_stage(
-            _spec(settings, settings.model, "full", None, {}), train_pairs, base,
+            _spec(settings, settings.model, "full", None, base_extra), train_pairs, base,
             _training(settings, settings.base_steps, settings.base_learning_rate, settings.base_seed),
         )
         base_model = str(base)
