@@ -7,7 +7,8 @@ step records); the training step is timed at ``--training-batch-size`` (default 
 Ratios are taken within a run, against that run's ``full-sdpa`` (or ``segmented``), so machine load shared by all
 variants of a run cancels out.
 
-Usage: ``python scripts/summarize_bench_runs.py runs/run1-k4096/bench.json runs/run2-k4096/bench.json ...``
+Usage: ``python scripts/summarize_bench_runs.py [--json OUT.json] runs/run1-k4096/bench.json ...``; ``--json``
+also writes the table as ``{"k=K, s=S, batch B": {label: {"min", "median", "max", "runs"}}}``.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def ratios_of(records: list[dict]) -> dict[str, float]:
     return out
 
 
-def main(paths: list[str]) -> None:
+def main(paths: list[str], json_path: str | None = None) -> None:
     by_shape: dict[tuple, list[dict[str, float]]] = defaultdict(list)
     for path in paths:
         with open(path, encoding="utf-8") as handle:
@@ -53,15 +54,27 @@ def main(paths: list[str]) -> None:
                          if r["metric"] == "cross_attention_step_time")
             by_shape[shape].append(ratios_of(mine))
     print("| shape | ratio | min / median / max | runs |\n| --- | --- | --- | --- |")
+    table: dict[str, dict[str, dict[str, float]]] = {}
     for (k, s, b), runs in sorted(by_shape.items()):
         for label, *_ in RATIOS:
             values = [run[label] for run in runs if label in run]
             if values:
                 print(f"| k={k}, s={s}, batch {b} | {label} | {min(values):.2f} / {statistics.median(values):.2f} / "
                       f"{max(values):.2f} | {len(values)} |")
+                table.setdefault(f"k={k}, s={s}, batch {b}", {})[label] = {
+                    "min": min(values), "median": statistics.median(values), "max": max(values), "runs": len(values)}
+    if json_path is not None:
+        with open(json_path, "w", encoding="utf-8") as handle:
+            json.dump(table, handle, indent=2)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
+    arguments = sys.argv[1:]
+    output = None
+    if arguments[:1] == ["--json"]:
+        if len(arguments) < 2:
+            sys.exit(__doc__)
+        output, arguments = arguments[1], arguments[2:]
+    if not arguments:
         sys.exit(__doc__)
-    main(sys.argv[1:])
+    main(arguments, output)
