@@ -39,7 +39,9 @@ class CompareSettings(BaseModelBudget, SummaryShapes, Decoding, SeedGrid):
             registered variant (:mod:`srformer.core.registry`).
         segment_sizes: segment sizes ``s`` in tokens.
         ablations: named settings run only at ``ablation_segment_size`` (Table 3); default: every named
-            setting that is not a variant (the ablations I-IV and ``srformer-sigma``).
+            setting that is not a variant: the ablations I-IV and the settings beyond the paper
+            (``srformer-sigma``, ``srformer-two-sided``, ``block-topk-b4``, ``quest-tree``, ``knn-4``, ...), less
+            those in ``variants``. ``--ablations`` with no name runs none.
         ablation_segment_size: segment size of the ablations; None = the largest of ``segment_sizes``.
         no_repeat_ngram_size: decoding forbids repeating an n-gram of this size (0 = off). Default
             3, the usual summarization setting (e.g. BART's CNN/DM config): small models trained
