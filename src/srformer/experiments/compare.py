@@ -4,8 +4,9 @@ Protocol (the paper converts a pretrained full-attention model and fine-tunes it
 
 1. Base model. With ``base_steps > 0`` a model with full cross attention is trained on the training
    pairs, with the extra settings given to ``full`` (``--setting encoder_window=512`` for a source longer than the
-   encoder's positions; the folder is then ``base@encoder_window=512``) (a named config such as ``t5-tiny`` starts from random weights with a Unigram tokenizer
-   trained on the same pairs; no pretrained weights can be downloaded on an offline machine). With
+   encoder's positions; the folder is then ``base@encoder_window=512``). A named config such as ``t5-tiny`` starts
+   from random weights with a Unigram tokenizer trained on the same pairs (no pretrained weights can be downloaded
+   on an offline machine). With
    ``base_steps = 0`` the given checkpoint or hub model (e.g. ``t5-small``) is the base: the
    paper's exact protocol.
 2. Cells. Every named setting (a variant, an ablation or the Eq. 10 mix, see
