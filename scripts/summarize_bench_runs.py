@@ -13,9 +13,9 @@ also writes the table as ``{"k=K, s=S, batch B": {label: {"min", "median", "max"
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
-import sys
 from collections import defaultdict
 
 #: (label, metric, numerator variant, denominator variant, whether the ratio is denominator / numerator).
@@ -69,12 +69,8 @@ def main(paths: list[str], json_path: str | None = None) -> None:
 
 
 if __name__ == "__main__":
-    arguments = sys.argv[1:]
-    output = None
-    if arguments[:1] == ["--json"]:
-        if len(arguments) < 2:
-            sys.exit(__doc__)
-        output, arguments = arguments[1], arguments[2:]
-    if not arguments:
-        sys.exit(__doc__)
-    main(arguments, output)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("bench_json", nargs="+", help="bench.json of one run")
+    parser.add_argument("--json", metavar="OUT.json", help="also write the table here")
+    arguments = parser.parse_args()
+    main(arguments.bench_json, arguments.json)

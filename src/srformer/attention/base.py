@@ -201,10 +201,10 @@ class CrossAttentionMechanism(nn.Module):
         return self.init_state(keys, values, key_valid)
 
     def finite_check_fields(self, state: CrossAttentionState) -> tuple[str, ...]:
-        """The fields of ``state`` whose values the NaN/inf check at the state build reads
-        (:func:`srformer.models.cross_attention.check_finite_state`): every floating-point tensor field here. A
-        mechanism overrides it to leave out fields that another checked field witnesses (one that is non-finite
-        whenever they are), since each checked field costs one read of its memory at the first step.
+        """The fields of ``state`` the NaN/inf check at the state build reads where they hold floating-point
+        tensors (:func:`srformer.models.cross_attention.check_finite_state`): every field here. A mechanism
+        overrides it to leave out fields that another checked field witnesses (one that is non-finite whenever
+        they are), since each checked field costs one read of its memory at the first step.
 
         Args:
             state: the state this module built.
@@ -212,10 +212,7 @@ class CrossAttentionMechanism(nn.Module):
         Returns:
             Field names of ``state``.
         """
-        return tuple(
-            field.name for field in fields(state)
-            if isinstance(value := getattr(state, field.name), torch.Tensor) and value.is_floating_point()
-        )
+        return tuple(field.name for field in fields(state))
 
     def initialize_parameters(self, init: InitFunctions) -> None:
         """Give this module's own parameters and seeded buffers their initial values through ``init``'s functions

@@ -51,7 +51,14 @@ from srformer.attention.raf import RecurrentAccumulateAndFire
 from srformer.attention.raf import update as raf_update
 from srformer.attention.schedule import segment_index, tracing
 from srformer.attention.segmented import LeanSegmentState, SegmentedCrossAttention, SegmentState, cast
-from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, extend, required
+from srformer.attention.state import (
+    CrossAttentionState,
+    accumulation_dtype,
+    autocast_off,
+    extend,
+    required,
+    shares_storage,
+)
 
 #: Positions per block when the lean build sums ``norm(K)`` block by block
 #: (:meth:`SRformerCrossAttention._key_norm_of_blocks`), as the standard build does over its segments.
@@ -316,12 +323,9 @@ class SRformerCrossAttention(SegmentedCrossAttention):
             projected, total = self._segment_products(keys, values)
             return projected, total[:, 0], False
         wide = accumulation_dtype(keys.dtype)
-        if buffer is None:
-            products = torch.matmul(keys.to(wide).transpose(-1, -2), values.to(wide))  # K_j^T V_j
-        else:  # the same batched product, into the given memory
-            products = buffer
-            torch.bmm(keys.to(wide).reshape(-1, s, d).transpose(1, 2), values.to(wide).reshape(-1, s, d),
-                      out=products.view(-1, d, d))
+        products = keys.new_empty(*keys.shape[:3], d, d, dtype=wide) if buffer is None else buffer
+        torch.bmm(keys.to(wide).reshape(-1, s, d).transpose(1, 2), values.to(wide).reshape(-1, s, d),
+                  out=products.view(-1, d, d))  # K_j^T V_j
         total = products[:, 0].clone()  # K^T V: slot by slot, each (B, H, d, d) read once (a strided sum over
         for j in range(1, products.shape[1]):  # axis 1 costs about twice as much on a CPU)
             total.add_(products[:, j])
@@ -675,7 +679,6 @@ def _donated_buffer(
     rows = donated.transpose(1, 2)  # transformers' projections: (B, k, H, d) memory
     if not rows.is_contiguous() or rows.numel() != math.prod(shape):
         return None
-    pointer = donated.untyped_storage().data_ptr()
-    if any(tensor.untyped_storage().data_ptr() == pointer for tensor in state_tensors):
+    if any(shares_storage(tensor, donated) for tensor in state_tensors):
         return None
     return rows.view(shape)

@@ -146,6 +146,11 @@ class CrossAttentionState:
         return total
 
 
+def shares_storage(tensor: torch.Tensor, other: torch.Tensor) -> bool:
+    """Whether ``tensor`` and ``other`` are views of one storage (writing one may change the other)."""
+    return tensor.untyped_storage().data_ptr() == other.untyped_storage().data_ptr()
+
+
 def rows_in_encoder_order(rows: torch.Tensor, positions: torch.Tensor, encoder_length: int) -> torch.Tensor:
     """Per-head rows of a state's own layout moved back to encoder order, zero where no row lands (padding).
 

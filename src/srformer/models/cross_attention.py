@@ -17,7 +17,7 @@ from transformers.cache_utils import DynamicLayer, EncoderDecoderCache
 from srformer.attention.base import CrossAttentionMechanism
 from srformer.attention.projection import HeadProjection
 from srformer.attention.schedule import tracing
-from srformer.attention.state import CrossAttentionState, SRformerCacheLayer
+from srformer.attention.state import CrossAttentionState, SRformerCacheLayer, shares_storage
 from srformer.attention.weights import cross_attention_weights
 
 
@@ -169,7 +169,7 @@ def run_cross_attention(
                 # the first single-token step of a lean cache: built lean directly (no segment-major copy); the
                 # step below projects its segment's rows
                 state = build_lean(keys, values, key_valid)
-            elif output_attentions or tracing() or _shares_memory(keys, key_value_states):
+            elif output_attentions or tracing() or shares_storage(keys, key_value_states):
                 # the weights read the projections again below; a graph's inputs, and an encoder output seen
                 # through an identity projection, are not this function's to overwrite
                 state = attention.init_state(keys, values, key_valid)  # float32-or-wider state
@@ -239,11 +239,6 @@ def _store_state(
     else:
         layers[layer_idx] = SRformerCacheLayer(state, key_shape, dtype)
     cache.is_updated[layer_idx] = True
-
-
-def _shares_memory(tensor: torch.Tensor, other: torch.Tensor) -> bool:
-    """Whether two tensors are views of one storage."""
-    return tensor.untyped_storage().data_ptr() == other.untyped_storage().data_ptr()
 
 
 def check_finite_state(
