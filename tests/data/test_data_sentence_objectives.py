@@ -1,4 +1,4 @@
-"""Cued copy, gap sentences and sentence reordering: each target is recoverable from the window it came from."""
+"""Cued copy, gap sentences, sentence reordering and marked copy: each target is recoverable from its window."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from srformer.data.sentence_objectives import cued_copy, gap_sentences, sentence_reordering, unigram_f1
+from srformer.data.sentence_objectives import cued_copy, gap_sentences, marked_copy, sentence_reordering, unigram_f1
 
 SEPARATOR, MASK = 1000, 1001
 sentence_lists = st.lists(st.lists(st.integers(3, 40), min_size=1, max_size=20), min_size=1, max_size=12)
@@ -93,3 +93,25 @@ def test_reordering_shuffles_sentences_and_targets_the_original(sentences, seed,
     assert target == window[:limit]
     if len(set(window)) == len(window):  # distinct tokens: any other order is visible
         assert source != window
+
+
+@settings(max_examples=200, deadline=None)
+@given(sentences=sentence_lists, seed=st.integers(0, 10**6), limit=st.integers(1, 30))
+def test_marked_copy_removing_the_marker_gives_the_window_and_the_target_follows_it(sentences, seed, limit):
+    source, target = marked_copy(sentences, random.Random(seed), marker_id=SEPARATOR, max_target_length=limit)
+    window = [token for sentence in sentences for token in sentence]
+    at = source.index(SEPARATOR)
+    assert source.count(SEPARATOR) == 1 and source[:at] + source[at + 1:] == window
+    assert any(sentence[:limit] == target and window[:at] == [t for s in sentences[:index] for t in s]
+               for index, sentence in enumerate(sentences))  # the marker stands before the sentence it copies
+    assert source[at + 1:at + 1 + len(target)] == target and 1 <= len(target) <= limit
+
+
+def test_marked_copy_draws_every_sentence_and_rejects_bad_input():
+    sentences = [[5, 6], [], [7, 8, 9], [10]]
+    targets = {tuple(marked_copy(sentences, random.Random(seed), marker_id=SEPARATOR, max_target_length=8)[1])
+               for seed in range(200)}
+    assert targets == {(5, 6), (7, 8, 9), (10,)}
+    assert marked_copy([[], []], random.Random(0), marker_id=SEPARATOR, max_target_length=8) is None
+    with pytest.raises(ValueError, match="max_target_length"):
+        marked_copy([[5, 6]], random.Random(0), marker_id=SEPARATOR, max_target_length=0)

@@ -77,7 +77,7 @@ def test_sentence_objectives_use_the_sentence_starts():
     documents = [list(range(3 + 100 * d, 63 + 100 * d)) for d in range(4)]
     starts = [list(range(0, 60, 5)) for _ in documents]
     mix = recipe(max_source_length=48, curriculum_start=48, max_target_length=24,
-                 objective_mix={"cued": 1.0, "gap": 1.0, "reorder": 1.0})
+                 objective_mix={"cued": 1.0, "gap": 1.0, "reorder": 1.0, "marked": 1.0})
     examples = PretrainExamples(documents, mix, max_steps=4, examples_per_step=10, seed=3, sentinel_ids=SENTINELS,
                                 eos_id=1, sentence_starts=starts)
     seen = set()
@@ -92,9 +92,15 @@ def test_sentence_objectives_use_the_sentence_starts():
             assert target[0] == cue[-1] + 1  # the sentence goes on after its cue
         elif objective == "gap":
             assert SENTINELS[1] in source and target
+        elif objective == "marked":
+            at = source.index(SENTINELS[2])
+            assert source[at + 1:at + 1 + len(target)] == target  # the sentence after the marker
+            assert (target[0] - 3) % 5 == 0 or at == 0  # a sentence start (or the window's first, partial one)
+            # a whole 5-token sentence, or the window's cut first or last piece
+            assert len(target) <= 5 and (len(target) == 5 or at == 0 or at + 1 + len(target) == len(source))
         else:
             assert objective == "reorder" and set(target) <= set(source)
-    assert seen == {"cued", "gap", "reorder"}
+    assert seen == {"cued", "gap", "reorder", "marked"}
     with pytest.raises(ValueError, match="sentence_starts"):
         PretrainExamples(documents, mix, max_steps=4, examples_per_step=10, seed=3, sentinel_ids=SENTINELS, eos_id=1)
 

@@ -8,6 +8,10 @@ the decoder do that:
   window; the target is the rest of that sentence. The cue is the shortest prefix (from ``min_cue`` tokens) that
   occurs once in the window, so the answer is unique and can only be found by matching the cue's content. It is
   the real-text form of the recall probe (:mod:`srformer.probe.tasks`).
+* **Marked copy**: the source is the window with a marker token put before one of its sentences; the target is that
+  sentence. The marker is one token, so the first target token is found by content in one hop; the rest of the
+  sentence must then be copied from wherever the marker stands (not from target position ``t`` to source
+  position ``t``). It is the one-hop step before cued copy's two-hop match.
 * **Gap-sentence generation** (Zhang et al. 2020, "PEGASUS: Pre-training with Extracted Gap-sentences for
   Abstractive Summarization", Sec. 3.1, the *Ind-Orig* selection): each sentence is scored by ROUGE-1 F1 against
   the rest of the window (here over token ids), the best-scoring ``gap_ratio`` of them are replaced by a mask token
@@ -25,7 +29,7 @@ import collections
 import random
 from collections.abc import Sequence
 
-__all__ = ["cued_copy", "gap_sentences", "sentence_reordering", "unigram_f1"]
+__all__ = ["cued_copy", "gap_sentences", "marked_copy", "sentence_reordering", "unigram_f1"]
 
 
 def _flatten(sentences: Sequence[Sequence[int]]) -> list[int]:
@@ -77,6 +81,33 @@ def cued_copy(sentences: Sequence[Sequence[int]], rng: random.Random, *, separat
             if _occurrences(window, cue) == 1:
                 return [*cue, separator_id, *window], sentence[length:length + max_target_length]
     return None
+
+
+def marked_copy(sentences: Sequence[Sequence[int]], rng: random.Random, *, marker_id: int,
+                max_target_length: int) -> tuple[list[int], list[int]] | None:
+    """Marked copy: ``(window with [marker_id] before one sentence, that sentence)``, or None without a non-empty
+    sentence.
+
+    The sentence is drawn uniformly among the non-empty ones; the target is its first ``max_target_length`` tokens.
+    The source is one token longer than the window.
+
+    Args:
+        sentences: the window's sentences, token ids each (the window is their concatenation).
+        rng: the random source (the only one used).
+        marker_id: a token id that does not occur in the window (a sentinel).
+        max_target_length: the longest target (tokens, >= 1).
+
+    Raises:
+        ValueError: ``max_target_length < 1``.
+    """
+    if max_target_length < 1:
+        raise ValueError(f"max_target_length must be at least 1 token, got {max_target_length}")
+    kept = [list(sentence) for sentence in sentences if sentence]
+    if not kept:
+        return None
+    index = rng.randrange(len(kept))
+    source = [*_flatten(kept[:index]), marker_id, *_flatten(kept[index:])]
+    return source, kept[index][:max_target_length]
 
 
 def unigram_f1(candidate: Sequence[int], reference: Sequence[int]) -> float:

@@ -20,21 +20,26 @@ from dataclasses import dataclass, field
 from typing import Any, overload
 
 from srformer.data.objectives import copy_target, noise_span_counts, span_corruption
-from srformer.data.sentence_objectives import cued_copy, gap_sentences, sentence_reordering
+from srformer.data.sentence_objectives import cued_copy, gap_sentences, marked_copy, sentence_reordering
 from srformer.training.curriculum import CURRICULUM_GROWTHS, check_curriculum, curriculum_length
 from srformer.training.settings_base import SettingsBase, require_float, require_int
 
 __all__ = ["OBJECTIVES", "SENTENCE_OBJECTIVES", "PretrainExamples", "PretrainRecipe", "parse_objective_mix"]
 
 #: Objective names of :attr:`PretrainRecipe.objective_mix`: T5 span corruption, copy, cued copy, PEGASUS gap
-#: sentences and sentence reordering.
-OBJECTIVES: tuple[str, ...] = ("span", "copy", "cued", "gap", "reorder")
+#: sentences, sentence reordering and marked copy.
+OBJECTIVES: tuple[str, ...] = ("span", "copy", "cued", "gap", "reorder", "marked")
 
 #: The objectives that need the documents' sentence boundaries.
-SENTENCE_OBJECTIVES: tuple[str, ...] = ("cued", "gap", "reorder")
+SENTENCE_OBJECTIVES: tuple[str, ...] = ("cued", "gap", "reorder", "marked")
+
 
 #: The longest cue of a cued copy example (tokens); the window leaves room for it and its separator.
 MAX_CUE = 8
+
+#: Source tokens a sentence objective adds to its window (the cue and its separator; the marker), so that the
+#: source stays within the curriculum's length.
+SOURCE_EXTRA: dict[str, int] = {"cued": MAX_CUE + 1, "marked": 1}
 
 #: T5's number of sentinel tokens (``<extra_id_0>`` ... ``<extra_id_99>``); more when the input length needs them.
 DEFAULT_SENTINELS = 100
@@ -187,11 +192,11 @@ class PretrainExamples(Sequence[dict[str, list[int]]]):
         sentence_starts: per document, the token offsets where its sentences start (increasing; 0 need not be
             listed), aligned with ``documents``; required when the mix holds a sentence objective
             (:data:`SENTENCE_OBJECTIVES`). The cued copy's separator is ``<extra_id_0>``, the gap mask
-            ``<extra_id_1>``.
+            ``<extra_id_1>``, the marked copy's marker ``<extra_id_2>``.
 
     Raises:
         ValueError: no non-empty document; a sentence objective without ``sentence_starts``, or ``sentence_starts``
-            of another length than ``documents``; fewer than two sentinel ids for the sentence objectives.
+            of another length than ``documents``; fewer than three sentinel ids for the sentence objectives.
     """
 
     def __init__(self, documents: Sequence[Sequence[int]], recipe: PretrainRecipe, *, max_steps: int,
@@ -202,8 +207,8 @@ class PretrainExamples(Sequence[dict[str, list[int]]]):
         if recipe.needs_sentences and sentence_starts is None:
             raise ValueError(f"the objective mix {recipe.objective_mix} holds a sentence objective "
                              f"({', '.join(SENTENCE_OBJECTIVES)}): give sentence_starts")
-        if recipe.needs_sentences and len(sentinel_ids) < 2:
-            raise ValueError("the sentence objectives need two sentinel ids (separator and gap mask)")
+        if recipe.needs_sentences and len(sentinel_ids) < 3:
+            raise ValueError("the sentence objectives need three sentinel ids (separator, gap mask and marker)")
         kept = [index for index, tokens in enumerate(documents) if tokens]
         self.documents = [list(documents[index]) for index in kept]
         self.sentence_starts = ([sorted({0, *sentence_starts[index]}) for index in kept]
@@ -254,11 +259,13 @@ class PretrainExamples(Sequence[dict[str, list[int]]]):
         target_length = self.recipe.target_length - 1
         pair: tuple[list[int], list[int]] | None = None
         if objective in SENTENCE_OBJECTIVES:
-            size = length - 1 - (MAX_CUE + 1 if objective == "cued" else 0)
+            size = length - 1 - SOURCE_EXTRA.get(objective, 0)
             sentences = self.sentences(document, start, size) if size >= 2 else []
             if objective == "cued":
                 pair = cued_copy(sentences, rng, separator_id=self.sentinel_ids[0], max_target_length=target_length,
                                  max_cue=MAX_CUE)
+            elif objective == "marked":
+                pair = marked_copy(sentences, rng, marker_id=self.sentinel_ids[2], max_target_length=target_length)
             elif objective == "gap":
                 pair = gap_sentences(sentences, mask_id=self.sentinel_ids[1], max_target_length=target_length)
             else:

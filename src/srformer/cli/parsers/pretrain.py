@@ -14,11 +14,11 @@ def add_parser(subparsers) -> None:
     defaults = PretrainRecipe()
     parser = subparsers.add_parser(
         "pretrain", help="pretrain a small T5/BART from documents (span corruption, copy, cued copy, gap "
-                         "sentences, reordering; length curriculum)",
+                         "sentences, reordering, marked copy; length curriculum)",
         description=(
             "Train a Unigram tokenizer and a randomly initialised named config on the documents of --data with T5 "
             "span corruption, copying and the sentence objectives (cued copy, PEGASUS gap sentences, sentence "
-            "reordering), the source growing from --curriculum-start tokens to "
+            "reordering, marked copy), the source growing from --curriculum-start tokens to "
             "--max-source-length. The --output folder is a checkpoint that `srformer train --model`, "
             "`srformer compare --model` and AutoModelForSeq2SeqLM.from_pretrained load."
         ),
@@ -40,7 +40,8 @@ def add_parser(subparsers) -> None:
                         help="tokenizer pieces, before the sentinel tokens (default: %(default)s)")
     parser.add_argument("--objective-mix", default="span=0.5,copy=0.5",
                         help="relative weights of span (T5 span corruption), copy, cued (cued copy), gap (PEGASUS gap "
-                             "sentences) and reorder (sentence reordering) (default: %(default)s)")
+                             "sentences), reorder (sentence reordering) and marked (marked copy) "
+                             "(default: %(default)s)")
     parser.add_argument("--noise-density", type=float, default=defaults.noise_density,
                         help="span corruption: fraction of tokens dropped (default: %(default)s)")
     parser.add_argument("--mean-span-length", type=float, default=defaults.mean_span_length,
