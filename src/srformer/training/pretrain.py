@@ -305,7 +305,8 @@ def plot_log(result: PretrainResult, recipe: PretrainRecipe, path: Path) -> Path
     left.set_xlabel("optimizer step")
     left.set_ylabel("training loss (nats / target token)")
     mix = ", ".join(f"{name} {weight:g}" for name, weight in recipe.objective_mix.items())
-    left.set_title(f"{recipe.model}: {mix}, curriculum from {recipe.curriculum_start} tokens")
+    start = f"from {Path(recipe.init_from).name}" if recipe.init_from else recipe.model
+    fig.suptitle(f"{start}: {mix}, curriculum from {recipe.curriculum_start} tokens", fontsize=10)
     if result.copy_history:
         right.plot([e["step"] for e in result.copy_history], [100 * e["copy_accuracy"] for e in result.copy_history],
                    marker="o")
