@@ -7,6 +7,7 @@ import json
 import pytest
 
 from srformer.data.pairs import SummaryPair
+from srformer.evaluation.rouge import score_summaries
 from srformer.experiments import compare as compare_module
 from srformer.experiments.compare import Cell, CellResult, CompareSettings, summarize
 from srformer.experiments.compare_report import table2
@@ -52,7 +53,24 @@ def test_an_old_finished_cell_is_reused_and_gets_its_reading_check_from_its_pred
     assert result.distinct_outputs == 1 and result.metrics["rouge1"] == 10.0
     assert result.reading["distinct_outputs"] == 1 and result.reading["distinct_fraction"] == 0.5
     assert result.reading["copy_rate"] == pytest.approx(0.5)  # every 3-gram of document a, none of document b
+    # the control: the same output for both documents scores the same against the other document's reference
+    assert result.reading["mismatched_rouge1"] == pytest.approx(
+        score_summaries(predictions, [p.summary for p in PAIRS]).mean()["rouge1"])
     assert json.loads((run_dir / "cell.json").read_text())["reading"] == result.reading
+
+
+def test_a_reading_check_recorded_before_the_control_gets_it_from_the_predictions(tmp_path, no_training):
+    run_dir = tmp_path / "srformer-s8-seed0"
+    predictions = ["A storm hit.", "Budget passed."]  # each its own reference: 100 against it, 0 against the other
+    record = old_record(run_dir, predictions)
+    record["reading"] = {"distinct_outputs": 2, "distinct_fraction": 1.0, "copy_rate": 0.0, "lead3_rouge1": 1.0,
+                         "lead3_rouge2": 0.0, "lead3_rougeL": 1.0, "num_documents": 2}
+    (run_dir / "cell.json").write_text(json.dumps(record))
+    (run_dir / "test_predictions.jsonl").write_text(
+        "".join(json.dumps({"id": p.id, "prediction": s}) + "\n" for p, s in zip(PAIRS, predictions, strict=True)))
+    result = compare_module._run_cell(Cell("srformer", 8, 0), SETTINGS, "base", PAIRS, PAIRS, run_dir)
+    assert result.reading["mismatched_rouge1"] == 0.0 and result.reading["distinct_outputs"] == 2
+    assert json.loads((run_dir / "cell.json").read_text())["reading"]["mismatched_rouge1"] == 0.0
 
 
 def test_an_old_cell_without_predictions_loads_with_no_reading_check(tmp_path, no_training):

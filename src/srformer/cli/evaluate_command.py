@@ -19,7 +19,9 @@ def reading_line(reading: dict) -> str:
     return (f"reading check: {reading['distinct_outputs']} distinct outputs for {reading['num_documents']} documents "
             f"({100 * reading['distinct_fraction']:.0f}%), {copy} of output 3-grams copied from the source, "
             f"ROUGE-1/2/L against the source's lead-3: {reading['lead3_rouge1']:.2f} / {reading['lead3_rouge2']:.2f} / "
-            f"{reading['lead3_rougeL']:.2f}")
+            f"{reading['lead3_rougeL']:.2f}"
+            + (f"; ROUGE-1/2 against another document's reference: {reading['mismatched_rouge1']:.2f} / "
+               f"{reading['mismatched_rouge2']:.2f}" if "mismatched_rouge1" in reading else ""))
 
 
 def baselines_line(baselines: dict) -> str:

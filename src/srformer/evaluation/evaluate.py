@@ -92,7 +92,7 @@ def evaluate_summarizer(
         variant=settings.variant if settings else "full",
         segment_size=settings.segment_size if settings and not keeps_own_attention(settings.variant) else None,
         target_length=settings.target_length if settings and not keeps_own_attention(settings.variant) else None,
-        reading=reading_check(generated.summaries, [p.document for p in pairs]),
+        reading=reading_check(generated.summaries, [p.document for p in pairs], [p.summary for p in pairs]),
         baselines=baseline_summary(pairs, generated.summaries, rouge.per_document),
     )
     return metrics, generated.summaries

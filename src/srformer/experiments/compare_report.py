@@ -55,6 +55,13 @@ def _lead3(group: dict) -> str:
     return "-" if not reading else f"{reading['lead3_rouge1']:.2f}"
 
 
+def _mismatched(group: dict) -> str:
+    """ROUGE-1 of the summaries against another document's reference (mean over seeds), or "-" without it."""
+    reading = group.get("reading")
+    value = reading.get("mismatched_rouge1") if reading else None
+    return "-" if value is None else f"{value:.2f}"
+
+
 def _words(group: dict) -> str:
     """Mean output length in words (over documents and seeds), or "-" without the length baselines."""
     baselines = group.get("baselines")
@@ -154,6 +161,7 @@ def _lead3_row(payload: dict, size: int) -> dict | None:
         f"{reference} − this, ROUGE-L": _delta_other(payload, lead["name"], size, "rougeL", reference),
         f"docs {reference} better / worse": wins,
         "distinct outputs": "-", "copied 3-grams": "100%", "lead-3 ROUGE-1": "100.00",
+        "ROUGE-1 vs another doc's reference": "-",
         "words": f"{lead['words']:.0f}" if "words" in lead else "-",
         "lead (length-matched) ROUGE-1": "-", "this − matched lead, ROUGE-1 (95% CI)": "-",
         "this − matched lead, ROUGE-2": "-", "oracle (length-capped) ROUGE-1": "-", "decode s": 0.0,
@@ -211,6 +219,7 @@ def table2(payload: dict) -> str:
                 "distinct outputs": _distinct(group),
                 "copied 3-grams": _copy_rate(group),
                 "lead-3 ROUGE-1": _lead3(group),
+                "ROUGE-1 vs another doc's reference": _mismatched(group),
                 **length_baseline_columns(group),
                 "decode s": group["decode_seconds"],
                 "decode × full": _decode_ratio(payload, group),
@@ -260,6 +269,7 @@ def table3(payload: dict) -> str:
             "distinct outputs": _distinct(group),
             "copied 3-grams": _copy_rate(group),
             "lead-3 ROUGE-1": _lead3(group),
+            "ROUGE-1 vs another doc's reference": _mismatched(group),
             **length_baseline_columns(group),
         })
     if not rows:
@@ -362,7 +372,9 @@ def write_report(payload: dict, output: Path) -> None:
         "different summaries written for the test documents (mean over seeds): a model that ignores its input "
         "writes one summary for all of them. \"Copied 3-grams\" is the share of the summaries' word 3-grams found in "
         "their own document, \"lead-3 ROUGE-1\" the summaries' ROUGE-1 against their document's first three "
-        "sentences (both mean over seeds; - for cells recorded without predictions to check). The lead-3 row "
+        "sentences (both mean over seeds; - for cells recorded without predictions to check). \"ROUGE-1 vs another "
+        "doc's reference\" scores each summary against the next document's reference: what a summary that ignored "
+        "its document would score, so ROUGE-1 minus it is what reading earns. The lead-3 row "
         "is no model: each document's first three sentences (pysbd) as its summary. \"Words\" is the outputs' mean "
         "length; the length-matched lead is each document's lead cut to its output's word count (the floor), the "
         "length-capped oracle the greedy ROUGE-1+2 oracle of the document's sentences within those words (the "
