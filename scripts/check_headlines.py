@@ -375,9 +375,8 @@ CLAIMS: list[Claim] = [
               *(rouge1(bbc, name) for name in ("knn", "block-topk-b4", "block-topk", "srformer", "segmented",
                                                "linear")))),
     Claim(README, "where BBC cannot tell them apart (+{:.1f} ROUGE-1, CI {:.1f} to {:.1f})",
-          BBC_LONG, lambda bbc: (paired_rouge1(bbc, "srformer", "segmented")["mean"],
-                                 paired_rouge1(bbc, "srformer", "segmented")["low"],
-                                 paired_rouge1(bbc, "srformer", "segmented")["high"])),
+          BBC_LONG, lambda bbc: tuple(paired_rouge1(bbc, "srformer", "segmented")[key]
+                                      for key in ("mean", "low", "high"))),
     Claim(README, "the probe puts `srformer` above `segmented` ({:.1f} against {:.1f}% at k=128)",
           PICK, lambda pick: (off(pick, "srformer", K128_100), off(pick, "segmented", K128_100))),
     Claim(README, "SumPubMed, the first 4,096 tokens of 300 papers, one seed: `full` scores {:.1f} ROUGE-1, only "

@@ -33,7 +33,6 @@ OBJECTIVES: tuple[str, ...] = ("span", "copy", "cued", "gap", "reorder", "marked
 #: The objectives that need the documents' sentence boundaries.
 SENTENCE_OBJECTIVES: tuple[str, ...] = ("cued", "gap", "reorder", "marked")
 
-
 #: The longest cue of a cued copy example (tokens); the window leaves room for it and its separator.
 MAX_CUE = 8
 
