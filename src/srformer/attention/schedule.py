@@ -66,9 +66,10 @@ def real_lengths(
 ) -> tuple[torch.Tensor, bool]:
     """Real (unpadded) encoder length of each example, and whether compaction is needed.
 
-    Eager: one host sync per sequence (never per decoding step) to skip compaction when nothing is
-    padded. Under ``torch.compile``/``torch.export`` (:func:`tracing`) there is no sync: any given
-    mask is compacted (the same result, one gather more).
+    No host sync: any given mask is compacted (for a mask with no padding, the same result as none, one gather
+    more), so that building a state never waits for the device (a sync per layer and sequence would stall the
+    kernel launches of a GPU's first step). A batch with nothing padded usually comes with no mask at all:
+    transformers' SDPA path drops an all-ones encoder mask.
 
     An example whose mask is all zero (an empty document) has length 0; the attention modules
     define its output as that of an empty memory, 0 (``docs/design.md``, "Empty encoder inputs").
@@ -81,11 +82,8 @@ def real_lengths(
 
     Returns:
         ``(lengths, padded)``: (batch,) long lengths in tokens, and whether positions must be
-        compacted (an example shorter than ``k``; always True for a given mask while tracing).
+        compacted (True for any given mask).
     """
     if key_valid is None:
         return torch.full((batch,), key_length, dtype=torch.long, device=device), False
-    lengths = key_valid.to(device=device, dtype=torch.bool).sum(dim=1)
-    if tracing():
-        return lengths, True
-    return lengths, bool(lengths.min() < key_length)
+    return key_valid.to(device=device, dtype=torch.bool).sum(dim=1), True

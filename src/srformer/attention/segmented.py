@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import torch
 from torch.nn import functional as F
@@ -30,6 +31,9 @@ from srformer.attention.layout import block_index, segment_major, segment_order,
 from srformer.attention.schedule import num_segments, real_lengths, segment_index, tracing
 from srformer.attention.state import CrossAttentionState, autocast_off, rows_in_encoder_order
 from srformer.core import mechanism
+
+if TYPE_CHECKING:
+    from srformer.core import SRformerConfig
 
 
 @dataclass(kw_only=True)
@@ -49,6 +53,11 @@ class SegmentState(CrossAttentionState):
         segment_table: (B, T+1) long, ``i(t)`` for ``t = 0 .. T`` (later steps use column T).
         segment_valid: (B, M, s) bool, the positions a softmax may attend: the real ones, and for an
             empty document all of segment 0 (zero keys and values, so its output is 0).
+        segment_bias: (B, M, 1, 1, s) ``segment_valid`` as the additive mask a step hands to
+            ``scaled_dot_product_attention`` (0 where attendable, the dtype's lowest number elsewhere:
+            :func:`additive_mask`), in the keys' dtype: a step
+            reads its block with one ``index_select`` instead of building the mask (three operator calls fewer per
+            layer and token); None in a state built without it (the step then builds the mask).
     """
 
     keys: torch.Tensor
@@ -56,6 +65,7 @@ class SegmentState(CrossAttentionState):
     positions: torch.Tensor
     segment_table: torch.Tensor
     segment_valid: torch.Tensor
+    segment_bias: torch.Tensor | None = None
 
     def anchors(self) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: D102 - see the base class
         return self.keys, self.values
@@ -116,6 +126,16 @@ def restrict(block_allowed: torch.Tensor, extra_mask: torch.Tensor | None) -> to
     return block_allowed & extra_mask.view(block_allowed.shape)
 
 
+def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(B, M, s) bool attendable positions as the (B, M, 1, 1, s) additive attention mask of ``dtype``: 0 where
+    True, the dtype's lowest finite number where False (``scaled_dot_product_attention`` adds it to the scaled
+    scores: a masked score becomes that number or ``-inf``, whose ``exp`` is 0 next to any attendable position's,
+    so the softmax equals the masked one exactly; finite, so that the state passes the NaN/inf check)."""
+    batch, max_segments, s = allowed.shape
+    bias = torch.zeros(batch, max_segments, 1, 1, s, dtype=dtype, device=allowed.device)
+    return bias.masked_fill_(~allowed.view(batch, max_segments, 1, 1, s), torch.finfo(dtype).min)
+
+
 def cast(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``tensor.to(dtype)``, skipped (no dispatcher call) when the dtype already matches: a decode step
     is a few dozen small operations, so even no-op calls show in its time."""
@@ -141,6 +161,10 @@ class SegmentedCrossAttention(CrossAttentionMechanism):
         ValueError: for a variant this class does not compute (use
             :func:`srformer.attention.build_cross_attention`, which reads the registry).
     """
+
+    def __init__(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> None:
+        super().__init__(config, head_dim, scale)
+        self._offsets: dict[tuple[int, int, torch.device], torch.Tensor] = {}  # see _block_offsets
 
     # ------------------------------------------------------------------ what the softmax reads (hooks)
     def context_blocks(
@@ -233,15 +257,20 @@ class SegmentedCrossAttention(CrossAttentionMechanism):
         s = self.settings.resolved_segment_size()
         lengths, compact = real_lengths(key_valid, batch, k, keys.device)
         keys, values, order = segment_major(keys, values, key_valid if compact else None, s)
-        fields = self._schedule_fields(lengths, order)
+        fields = self._schedule_fields(lengths, order, compacted=compact)
         if compact or order.shape[1] != k:
             mask = (fields["segment_valid"] & (lengths > 0)[:, None, None])[:, :, None, :, None].to(keys.dtype)
             keys, values = keys * mask, values * mask
-        return SegmentState(keys=keys, values=values, **fields)
+        return SegmentState(keys=keys, values=values, segment_bias=additive_mask(fields["segment_valid"], keys.dtype),
+                            **fields)
 
-    def _schedule_fields(self, lengths: torch.Tensor, order: torch.Tensor) -> dict[str, torch.Tensor]:
+    def _schedule_fields(
+        self, lengths: torch.Tensor, order: torch.Tensor, *, compacted: bool = True
+    ) -> dict[str, torch.Tensor]:
         """The index fields shared by both layouts' states, from the real lengths (B,) and the segment-major
-        order (B, M*s) (:func:`~srformer.attention.layout.segment_order`); checks the schedule in eager mode."""
+        order (B, M*s) (:func:`~srformer.attention.layout.segment_order`); checks the schedule in eager mode
+        (:meth:`_check_schedule`), with a host sync only where the shapes cannot tell: ``M > T`` and ``compacted``
+        (a mask was given: some example may be shorter than the longest)."""
         batch, padded = order.shape
         s = self.settings.resolved_segment_size()
         max_segments = padded // s
@@ -249,8 +278,8 @@ class SegmentedCrossAttention(CrossAttentionMechanism):
         real_valid = (torch.arange(padded, device=device)[None, :] < lengths[:, None]).view(batch, max_segments, s)
         empty = lengths == 0
         segments = num_segments(lengths, s).clamp(min=1)  # an empty example has one (empty) segment
-        if not tracing():
-            self._check_schedule(segments)
+        if not tracing() and max_segments > self.settings.target_length:  # else no example can have too many
+            self._check_schedule(segments if compacted else max_segments)
         # attendable positions: the real ones; all of segment 0 (zero keys/values) for an empty example
         first_segment = torch.arange(max_segments, device=device)[None, :, None] == 0
         target = self.settings.target_length
@@ -284,7 +313,7 @@ class SegmentedCrossAttention(CrossAttentionMechanism):
         lengths, compact = real_lengths(key_valid, batch, k, device)
         s = self.settings.resolved_segment_size()
         order = segment_order(key_valid if compact else None, batch, k, s, device)
-        return LeanSegmentState(**self._schedule_fields(lengths, order))
+        return LeanSegmentState(**self._schedule_fields(lengths, order, compacted=compact))
 
     def streamed_state(
         self, project_block: ProjectBlock, key_length: int, key_valid: torch.Tensor | None, block: int
@@ -308,9 +337,12 @@ class SegmentedCrossAttention(CrossAttentionMechanism):
         attended_at_first_step = torch.div(first_step * m, self.settings.target_length, rounding_mode="floor") == j
         return (j < m) & (attended_at_first_step | (j == m - 1))
 
-    def _check_schedule(self, segments: torch.Tensor) -> None:
+    def _check_schedule(self, segments: torch.Tensor | int) -> None:
+        """Warn (or raise, with ``strict_schedule``) when an example has more segments than ``target_length``:
+        ``segments`` is (B,) long, each example's count (one host sync), or the largest count when the shapes
+        give it (an int: every example is as long as the longest, no sync)."""
         target = self.settings.target_length
-        worst = int(segments.max())
+        worst = segments if isinstance(segments, int) else int(segments.max())
         if worst > target:
             message = (
                 f"An encoder input has {worst} segments of {self.settings.resolved_segment_size()} tokens but "
@@ -480,9 +512,21 @@ class SegmentedCrossAttention(CrossAttentionMechanism):
         segment = self._segment_at(state, position)  # (B,) i(t)
         max_segments = state.segment_valid.shape[1]
         # (B,) flat block index b * M + i_b(t) (block_index without its reshapes: fewer ops per step)
-        index = segment + torch.arange(0, segment.shape[0] * max_segments, max_segments, device=segment.device)
+        index = segment + self._block_offsets(segment.shape[0], max_segments, segment.device)
         new_state = replace(state, last_segment=segment)
         context = None
+        if isinstance(state, SegmentState) and state.segment_bias is not None and self._reads_one_block():
+            # the scheduled block alone: its keys, values and additive mask, one index_select each
+            output = None
+            if self.has_softmax:
+                keys = state.keys.flatten(0, 1).index_select(0, index)  # (B, H, s, d)
+                values = state.values.flatten(0, 1).index_select(0, index)
+                block_mask = state.segment_bias.flatten(0, 1).index_select(0, index)  # (B, 1, 1, s)
+                output = F.scaled_dot_product_attention(
+                    queries, cast(keys, queries.dtype), cast(values, queries.dtype),
+                    attn_mask=cast(block_mask, queries.dtype), scale=self.scale,
+                )
+            return self._step_output(queries, output, state, new_state, index), new_state
         if isinstance(state, LeanSegmentState):
             assert isinstance(new_state, LeanSegmentState)
             context, new_state = self._lean_segment(state, new_state, index, project_rows)
@@ -501,6 +545,32 @@ class SegmentedCrossAttention(CrossAttentionMechanism):
                 queries, cast(keys, queries.dtype), cast(values, queries.dtype), attn_mask=mask, scale=self.scale
             )
         return self._step_output(queries, output, state, new_state, index), new_state
+
+    def finite_check_fields(self, state: CrossAttentionState) -> tuple[str, ...]:
+        """The base's fields less ``segment_bias``, finite by construction (:func:`additive_mask`)."""
+        return tuple(name for name in super().finite_check_fields(state) if name != "segment_bias")
+
+    def _reads_one_block(self) -> bool:
+        """Whether a step's softmax reads the scheduled block alone: no further blocks, global tokens or block bias
+        (the hooks are those of this class), so that :meth:`step` may take its shortest path."""
+        cls = type(self)
+        base = SegmentedCrossAttention
+        return (cls.context_blocks is base.context_blocks and cls.state_context_blocks is base.state_context_blocks
+                and cls.global_tokens is base.global_tokens and cls.block_bias is base.block_bias)
+
+    def _block_offsets(self, batch: int, max_segments: int, device: torch.device) -> torch.Tensor:
+        """(B,) long ``b * M``, the first flat block of each example: made once per batch size, block count and
+        device in eager mode and kept on the module (no operator call per step), made in the graph when traced."""
+        if tracing():
+            return torch.arange(0, batch * max_segments, max_segments, device=device)
+        key = (batch, max_segments, device)
+        offsets = self._offsets.get(key)
+        if offsets is None:
+            offsets = torch.arange(0, batch * max_segments, max_segments, device=device)
+            if len(self._offsets) >= 8:  # a bounded cache: beams, batch sizes and lengths change across calls
+                self._offsets.clear()
+            self._offsets[key] = offsets
+        return offsets
 
     def _step_output(
         self,
