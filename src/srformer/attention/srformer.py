@@ -48,8 +48,8 @@ from srformer.attention.base import ProjectBlock, sum_over_blocks
 from srformer.attention.initialization import InitFunctions
 from srformer.attention.layout import block_index, take_blocks
 from srformer.attention.raf import RecurrentAccumulateAndFire
-from srformer.attention.raf import update as raf_update
-from srformer.attention.schedule import segment_index, tracing
+from srformer.attention.raf_scan import raf_scan_
+from srformer.attention.schedule import segment_index
 from srformer.attention.segmented import LeanSegmentState, SegmentedCrossAttention, SegmentState, cast
 from srformer.attention.state import (
     CrossAttentionState,
@@ -59,10 +59,6 @@ from srformer.attention.state import (
     required,
     shares_storage,
 )
-
-#: Positions per block when the lean build sums ``norm(K)`` block by block
-#: (:meth:`SRformerCrossAttention._key_norm_of_blocks`), as the standard build does over its segments.
-KEY_NORM_BLOCK = 64
 
 if TYPE_CHECKING:
     from srformer.core import SRformerConfig
@@ -176,11 +172,12 @@ class SRformerCrossAttention(SegmentedCrossAttention):
         """Build the per-sequence state (standard layout) from the projected encoder keys/values.
 
         Cost, once per sequence: the segment-major copy of :meth:`SegmentedCrossAttention.init_state`, O(k*d^2)
-        per head for the ``K_j^T V_j`` products and ``W`` (on the values, or on each product when ``s >= d``:
-        :meth:`_products_without_autograd`), ``norm(K)`` and an m-step RAF recurrence on (d, d) matrices (paper
-        Table 1). Without autograd (generation) the readouts are written over the products' buffer one segment
-        at a time (:meth:`_readout_in_place`); with it (training, or any RAF parameter requiring a gradient)
-        the differentiable scan runs.
+        per head for the ``K_j^T V_j`` products and ``W`` (on the values: :meth:`_raf_inputs_without_autograd`),
+        ``norm(K)`` and an m-step RAF recurrence on (d, d) matrices (paper Table 1). Without autograd (generation)
+        every step but the recurrence is batched and the recurrence is one operator call
+        (:func:`~srformer.attention.raf_scan.raf_scan_`, a Triton kernel on CUDA), writing the readouts over the
+        inputs' buffer: a fixed number of operator calls and no host sync, whatever the number of segments; with
+        autograd (training, or any RAF parameter requiring a gradient) the differentiable scan runs.
 
         An empty document (all-zero mask row) has one segment of zero keys and values: its recurrent term is
         RAF of a zero input, so its output is that of an empty memory, 0 (``docs/design.md``, "Empty encoder
@@ -224,17 +221,19 @@ class SRformerCrossAttention(SegmentedCrossAttention):
         keys, values = state.keys, state.values  # (B, M, H, s, d), zero at padding
         batch, max_segments, heads, _, d = keys.shape
         visited = self._visited(state.num_segments, max_segments)
-        if not self._tracks_gradients(keys, values):  # generation: the no-autograd build, at its floor
-            key_norm = self._key_norm_of_blocks(keys.unbind(1), heads, d)  # the M segment blocks (B, H, s, d)
+        if not self._tracks_gradients(keys, values):  # generation: batched, the RAF scan one operator call
+            key_norm = self._key_norm(keys, dim=(1, 3))  # (B, H, d)
             factor = self.scale / key_norm[:, :, None, :]  # (B, H, 1, d)
             buffer = None if donated is None else _donated_buffer(donated, (batch, max_segments, heads, d, d),
                                                                   accumulation_dtype(keys.dtype), (keys, values))
-            products, total, project_slots = self._products_without_autograd(keys, values, buffer)
-            raf_readout = self._readout_in_place(products, total, visited, state.num_segments, factor, project_slots)
+            inputs, total = self._raf_inputs_without_autograd(keys, values, buffer)
+            if self.raf is None:  # ablation III: the readout is P_j itself
+                raf_readout = inputs.mul_(factor[:, None]).mul_(visited[:, :, None, None, None])
+            else:
+                raf_readout = raf_scan_(inputs, visited, factor, self.raf.leak, self.raf.threshold, self.raf.two_sided)
             return extend(SRformerState, state, raf_readout=raf_readout, raf_total=total, key_norm=key_norm)
         # training: the autograd formulation
-        wide = accumulation_dtype(keys.dtype)
-        key_norm = self._key_norm(keys.to(wide), dim=(1, 3))
+        key_norm = self._key_norm(keys, dim=(1, 3))
         factor = self.scale / key_norm[:, :, None, :]  # (B, H, 1, d)
         segment_products, total = self._segment_products(keys, values)  # (B, M, H, d, d), (B, 1, H, d, d)
         raf_inputs = self._recurrent_input(total, segment_products)
@@ -267,181 +266,56 @@ class SRformerCrossAttention(SegmentedCrossAttention):
         parameters = () if self.raf is None else tuple(self.raf.parameters())
         return keys.requires_grad or values.requires_grad or any(p.requires_grad for p in parameters)
 
-    def _key_norm_of_blocks(self, blocks: Sequence[torch.Tensor], heads: int, d: int) -> torch.Tensor:
-        """``norm(K) + eps`` (Eq. 13) without autograd, from the keys split into (B, H, n, d) blocks of positions
-        (any strides), zero at padding: the squares of one block at a time are summed over its positions into a
-        (B, H, d) accumulator, through a reused block-sized buffer that stays in cache (one strided reduction
-        over all k positions costs four to thirteen times as much on a CPU). Ones under ablation II.
-
-        Args:
-            blocks: the key blocks (B, H, n_i, d), together every position once.
-            heads, d: ``H`` and the head size.
-
-        Returns:
-            (B, H, d) in the accumulation dtype.
-        """
-        first = blocks[0]
-        batch, wide = first.shape[0], accumulation_dtype(first.dtype)
-        if not self.divides_by_key_norm:
-            return first.new_ones(batch, heads, d, dtype=wide)
-        squares = first.new_empty(batch, heads, max(block.shape[2] for block in blocks), d, dtype=wide)
-        sums = first.new_zeros(batch, heads, d, dtype=wide)
-        for block in blocks:
-            square = squares[:, :, : block.shape[2]]
-            if block.dtype == wide:
-                torch.mul(block, block, out=square)
-            else:  # square in the accumulation dtype, not in bf16/fp16
-                square.copy_(block).square_()
-            sums.add_(square.sum(dim=2))
-        return sums.sqrt_().add_(self.settings.norm_eps)
-
-    def _products_without_autograd(
+    def _raf_inputs_without_autograd(
         self, keys: torch.Tensor, values: torch.Tensor, buffer: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor, bool]:
-        """The per-segment products and ``W K^T V`` for the no-autograd build, with ``W`` applied where it
-        costs least (Eq. 15-16; ``W`` acts on the last axis, so ``(K_j^T V_j) W^T = K_j^T (V_j W^T)``).
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The RAF inputs of every segment and ``W K^T V`` for the no-autograd build, batched (Eq. 14-16): a fixed
+        number of operator calls whatever the number of segments.
 
-        ``W`` on the values costs ``k*d^2`` per head and a (B, M, H, s, d) temporary; ``W`` on each segment's
-        (d, d) product costs ``m*d^3 = k*d^2 * d/s`` per head and no temporary, applied one segment at a time
-        by :meth:`_readout_in_place`. The products come first when ``s >= d`` (no more multiply-adds, one
-        encoder-length temporary fewer), with ``kv_clamp`` (the products are clamped before ``W``, as the
-        BART authors did) and under ablation III (no ``W``); otherwise the values are projected first.
+        ``W`` acts on the last axis, so ``(K_j^T V_j) W^T = K_j^T (V_j W^T)``: without ``kv_clamp`` the values are
+        projected first (``k*d^2`` multiply-adds per head, a temporary of the values' size), then one batched
+        matrix product gives every ``W K_j^T V_j``; with ``kv_clamp`` the products are clamped before ``W``, as the
+        BART authors did; under ablation III there is no ``W``.
 
         Args:
             keys, values: (B, M, H, s, d) segment-major, zero at padding.
-            buffer: (B, M, H, d, d) contiguous memory in the accumulation dtype for the ``K_j^T V_j`` products
-                (the donated projection, :meth:`init_state_from_donated`), or None for a fresh one.
+            buffer: (B, M, H, d, d) contiguous memory in the accumulation dtype for the products (the donated
+                projection, :meth:`init_state_from_donated`), or None for a fresh one.
 
         Returns:
-            ``(products, total, project_slots)``: (B, M, H, d, d) ``K_j^T V_j`` (clamped when ``kv_clamp`` is
-            set), or ``W K_j^T V_j`` when ``project_slots`` is False; (B, H, d, d) ``W K^T V`` (the clamp
-            applied to ``K^T V`` before ``W``); and whether ``W`` is still to be applied to each product.
+            ``(inputs, total)``: (B, M, H, d, d) ``x_j = W P_j = W K^T V - W K_j^T V_j`` (``W K_j^T V_j`` under
+            ablation IV), contiguous, in ``buffer`` when given; (B, H, d, d) ``W K^T V``.
         """
         s, d = keys.shape[-2:]
-        clamp = self.settings.kv_clamp
-        if self.raf is not None and clamp is None and s < d:
-            projected, total = self._segment_products(keys, values)
-            return projected, total[:, 0], False
         wide = accumulation_dtype(keys.dtype)
+        clamp = self.settings.kv_clamp
+        project_values = self.raf is not None and clamp is None
+        right = self._project(values.to(wide)) if project_values else values.to(wide)
         products = keys.new_empty(*keys.shape[:3], d, d, dtype=wide) if buffer is None else buffer
-        torch.bmm(keys.to(wide).reshape(-1, s, d).transpose(1, 2), values.to(wide).reshape(-1, s, d),
-                  out=products.view(-1, d, d))  # K_j^T V_j
-        total = products[:, 0].clone()  # K^T V: slot by slot, each (B, H, d, d) read once (a strided sum over
-        for j in range(1, products.shape[1]):  # axis 1 costs about twice as much on a CPU)
-            total.add_(products[:, j])
+        torch.bmm(keys.to(wide).reshape(-1, s, d).transpose(1, 2), right.reshape(-1, s, d),
+                  out=products.view(-1, d, d))  # K_j^T V_j (W K_j^T V_j when the values were projected)
+        del right
+        total = products.sum(dim=1)  # (B, H, d, d)
         if clamp is not None:
             total = total.clamp(-clamp, clamp)
             products.clamp_(-clamp, clamp)
-        return products, self._project(total), self.raf is not None
+        if not project_values:
+            total = self._project(total)
+            if self.raf is not None:  # kv_clamp: W after the clamp, back into the products' memory
+                products.copy_(self._project(products))
+        if not self.raf_reads_segment_products:
+            torch.sub(total.unsqueeze(1), products, out=products)  # x_j = W K^T V - W K_j^T V_j
+        return products, total
 
     def _key_norm(self, keys: torch.Tensor, dim: int | tuple[int, ...]) -> torch.Tensor:
-        """``norm(K) + eps`` (Eq. 13), (B, H, d), the L2 norm of each key feature over the positions on ``dim``
-        (keys zero at padding, in the accumulation dtype); ones under ablation II. Its gradient is 0, not NaN,
-        at an all-zero column."""
+        """``norm(K) + eps`` (Eq. 13), (B, H, d) in the accumulation dtype: the L2 norm of each key feature over the
+        positions on ``dim`` (keys zero at padding), computed in that dtype without a widened copy of the keys;
+        ones under ablation II. Its gradient is 0, not NaN, at an all-zero column."""
+        wide = accumulation_dtype(keys.dtype)
         if not self.divides_by_key_norm:
             reduced = (dim,) if isinstance(dim, int) else dim
-            return keys.new_ones([n for axis, n in enumerate(keys.shape) if axis not in reduced])
-        return torch.linalg.vector_norm(keys, dim=dim) + self.settings.norm_eps
-
-    def _readout_in_place(
-        self,
-        segment_products: torch.Tensor,
-        total: torch.Tensor,
-        visited: torch.Tensor,
-        segments: torch.Tensor,
-        factor: torch.Tensor,
-        project_slots: bool = False,
-    ) -> torch.Tensor:
-        """The readouts ``scale * RAF_out_j / norm(K)`` of every segment without autograd, written over
-        ``segment_products`` (B, M, H, d, d) one segment at a time.
-
-        The same operations as the autograd path (:meth:`RecurrentAccumulateAndFire.scan`, then the
-        factor), in the same order, so the same function at every segment a query reads (equal to float
-        rounding: ``W`` may be applied to the product rather than to the values, and the sums run in
-        another order). The only (B, M, H, d, d) tensor is the products' buffer, read once and overwritten
-        with the readouts (no stacked copies). When every example visits its segments ``0 .. m_b - 1`` (no
-        segment skipped by the schedule; padding allowed), the update runs in place on one (B, H, d, d)
-        membrane and one spike buffer, with no temporaries (fresh tensors cost page faults on CPU), and the
-        slots after an example's last segment are set to 0 (no query reads them); otherwise (a skipping
-        schedule, or compile/export, where the check's host sync is not allowed) the rows that do not fire
-        carry their state (:func:`raf.update`).
-
-        Args:
-            segment_products: ``W K_j^T V_j``, or ``K_j^T V_j`` when ``project_slots`` (clamped when
-                ``kv_clamp`` is set), consumed.
-            total: (B, H, d, d) ``W K^T V``.
-            visited: (B, M) bool, the segments the schedule visits (:meth:`_visited`).
-            segments: (B,) long, ``m_b``, each example's number of segments.
-            factor: (B, H, 1, d) ``scale / norm(K)``.
-            project_slots: apply ``W`` to each product here, one segment at a time, into a reused
-                (B, H, d, d) buffer (:meth:`_products_without_autograd`).
-
-        Returns:
-            ``segment_products``' storage holding the readouts.
-        """
-        batch, max_segments, heads, d, _ = segment_products.shape
-        raf = self.raf
-        if raf is None:  # ablation III: the readout is P_j itself
-            for j in range(max_segments):
-                slot = segment_products[:, j]
-                torch.mul(self._recurrent_input(total, slot), factor, out=slot)
-            return segment_products
-        leak = raf.leak.to(segment_products.dtype)
-        threshold = raf.threshold.to(segment_products.dtype)
-        if project_slots:  # x W^T (W on the last axis) as one bmm per segment: a slot's (H, d, d) flattens to (H*d, d)
-            weight = raf.linear.weight.to(segment_products.dtype).t().expand(batch, d, d)
-            projected = segment_products.new_empty(batch, heads * d, d)
-
-        def product(j: int) -> torch.Tensor:
-            """``W K_j^T V_j`` of segment ``j`` (in the reused buffer when ``W`` is applied here)."""
-            slot = segment_products[:, j]
-            if not project_slots:
-                return slot
-            return torch.bmm(slot.view(batch, heads * d, d), weight, out=projected).view(batch, heads, d, d)
-
-        if tracing():
-            prefix = all_visited = False
-        else:  # eager: one host sync
-            counts = visited.sum(dim=1)
-            prefix, all_visited = torch.stack([(counts == segments).all(), (counts == max_segments).all()]).tolist()
-        if not prefix or raf.two_sided:
-            # compile/export, a schedule that skips segments, or the two-sided neuron: carry the state of rows
-            # that do not fire
-            membrane = potential = segment_products.new_zeros(batch, heads, d, d)
-            for j in range(max_segments):
-                fire_j = visited[:, j].view(-1, 1, 1, 1)
-                membrane, potential = raf_update(
-                    membrane, potential, self._recurrent_input(total, product(j)), leak, threshold, fire_j,
-                    raf.two_sided,
-                )
-                torch.mul(raf.activation(potential), factor, out=segment_products[:, j])
-            return segment_products
-        # Paper neuron; every example visits its segments 0 .. m_b - 1 in order: fire for every slot, in place, with no
-        # temporaries (Appendix A.2, the same update as raf.update); the slots after an example's last segment
-        # are read by no query and are zeroed at the end.
-        membrane = segment_products.new_zeros(batch, heads, d, d)
-        spikes = torch.empty_like(membrane)
-        subtract_in_product = project_slots and not self.raf_reads_segment_products
-        if subtract_in_product:
-            total_rows = total.reshape(batch, heads * d, d)
-        for j in range(max_segments):
-            slot = segment_products[:, j]
-            if subtract_in_product:  # x_j = W K^T V - W K_j^T V_j, the subtraction inside W's matrix product
-                inputs = torch.baddbmm(
-                    total_rows, slot.view(batch, heads * d, d), weight, alpha=-1.0, out=projected
-                ).view(batch, heads, d, d)
-            else:
-                inputs = product(j)
-                if not self.raf_reads_segment_products:
-                    inputs = torch.sub(total, inputs, out=slot)  # x_j = W P_j = W K^T V - W K_j^T V_j
-            torch.addcmul(inputs, membrane, leak, out=membrane)  # mem = leak * mem + x
-            torch.div(membrane, threshold, out=slot).sub_(1.0)  # y = mem / threshold - 1
-            torch.gt(slot, 0, out=spikes)  # soft reset where y > 0: mem -= threshold
-            membrane.sub_(spikes.mul_(threshold))
-            slot.clamp_(min=0).mul_(factor)  # relu(y) * scale / norm(K)
-        if not all_visited:
-            segment_products.masked_fill_(~visited[:, :, None, None, None], 0.0)
-        return segment_products
+            return keys.new_ones([n for axis, n in enumerate(keys.shape) if axis not in reduced], dtype=wide)
+        return torch.linalg.vector_norm(keys, dim=dim, dtype=wide) + self.settings.norm_eps
 
     def _segment_products(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``W K_j^T V_j`` of every segment, (B, M, H, d, d), and ``W K^T V``, (B, 1, H, d, d), in the
@@ -503,7 +377,7 @@ class SRformerCrossAttention(SegmentedCrossAttention):
             products = keys.new_empty(batch, heads, d, d)  # copies both to contiguous memory first (4x the time)
             for b in range(batch):
                 torch.bmm(keys[b].transpose(-1, -2), values[b], out=products[b])
-            key_norm = self._key_norm_of_blocks(keys.split(KEY_NORM_BLOCK, dim=2), heads, d)
+            key_norm = self._key_norm(keys, dim=2)
         return self._lean_from_sums(lean, products, key_norm)
 
     def _lean_from_sums(
@@ -634,6 +508,13 @@ class SRformerCrossAttention(SegmentedCrossAttention):
         else:  # standard layout: scale * RAF_out_i / norm(K), (B, H, d, d)
             assert isinstance(state, SRformerState), type(state)
             readout = state.raf_readout.flatten(0, 1).index_select(0, index)
+        if (softmax_output is not None and self.mix_logit is None and readout.dtype == queries.dtype
+                and softmax_output.dtype == queries.dtype):
+            # O_S + Q_t . readout (Eq. 11) as one batched multiply-add over the B*H heads: (B*H, 1, d) rows
+            batch, heads, _, d = queries.shape
+            rows = torch.baddbmm(softmax_output.reshape(batch * heads, 1, d), queries.reshape(batch * heads, 1, d),
+                                 readout.reshape(batch * heads, d, d))
+            return rows.view(batch, heads, 1, d)
         recurrent = torch.matmul(cast(queries, readout.dtype), readout)
         return self._combine(softmax_output, cast(recurrent, queries.dtype))
 

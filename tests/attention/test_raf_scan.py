@@ -1,0 +1,135 @@
+"""The RAF recurrence as one operator (``srformer::raf_scan_``): the loop and the Triton kernel against the neuron's
+own scan (:meth:`RecurrentAccumulateAndFire.scan`, the training path) in float64."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from srformer.attention.raf import RecurrentAccumulateAndFire
+from srformer.attention.raf_scan import raf_scan_, raf_scan_loop
+from srformer.benchmarks.operator_count import OperatorCounter
+from tests.tolerance import assert_exact
+
+SOURCE = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def _case(two_sided: bool, skip: bool, seed: int = 0):
+    """Inputs (B=3, M=7, H=2, d=4) in float64 large enough to fire often; every example visits its first m_b
+    segments (m = 7, 4, 1), or with ``skip`` an irregular pattern (a schedule that skips segments)."""
+    generator = torch.Generator().manual_seed(seed)
+    inputs = torch.randn(3, 7, 2, 4, 4, generator=generator, dtype=torch.float64) * 2.0
+    if skip:
+        visited = torch.rand(3, 7, generator=generator) > 0.4
+    else:
+        visited = torch.arange(7)[None, :] < torch.tensor([7, 4, 1])[:, None]
+    factor = torch.rand(3, 2, 1, 4, generator=generator, dtype=torch.float64) + 0.5
+    raf = RecurrentAccumulateAndFire(4, 0.7, 0.9, 1.0, "two_sided" if two_sided else "paper").double()
+    return inputs, visited, factor, raf
+
+
+def _expected(inputs, visited, factor, raf):
+    zeros = inputs.new_zeros(inputs.shape[0], *inputs.shape[2:])
+    with torch.no_grad():
+        outputs, _, _ = raf.scan(inputs, visited, zeros, zeros, axis=1)
+    return outputs * factor[:, None] * visited[:, :, None, None, None]
+
+
+@pytest.mark.parametrize("two_sided", [False, True])
+@pytest.mark.parametrize("skip", [False, True])
+def test_the_operator_equals_the_neurons_scan(two_sided, skip):
+    """Readouts RAF_out_j * factor at visited segments and 0 elsewhere, the neuron's state carried over the
+    segments an example skips; the result is written over the inputs."""
+    inputs, visited, factor, raf = _case(two_sided, skip)
+    expected = _expected(inputs, visited, factor, raf)
+    written = inputs.clone()
+    result = raf_scan_(written, visited, factor, raf.leak, raf.threshold, raf.two_sided)
+    assert result.data_ptr() == written.data_ptr()
+    assert_exact(result, expected, "readouts")
+    assert expected.abs().max() > 0  # the neuron fired
+
+
+def test_the_operator_is_one_call_whatever_the_number_of_segments():
+    counts = []
+    for segments in (3, 40):
+        inputs = torch.randn(1, segments, 2, 4, 4)
+        visited = torch.ones(1, segments, dtype=torch.bool)
+        raf = RecurrentAccumulateAndFire(4, 0.7, 0.9, 1.0, "paper")
+        with torch.no_grad(), OperatorCounter() as counter:
+            raf_scan_(inputs, visited, torch.ones(1, 2, 1, 4), raf.leak, raf.threshold)
+        counts.append(counter.calls["srformer.raf_scan_"])
+        assert counter.total < 10, counter.calls
+    assert counts == [1, 1]
+
+
+def test_the_operator_compiles_into_one_graph():
+    inputs, visited, factor, raf = _case(False, True)
+    inputs, factor = inputs.float(), factor.float()
+
+    def build(x: torch.Tensor) -> torch.Tensor:
+        return raf_scan_(x * 1.0, visited, factor, raf.leak.float(), raf.threshold.float()) + 0.0
+
+    compiled = torch.compile(build, backend="aot_eager", fullgraph=True)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(inputs), build(inputs))
+
+
+@pytest.mark.parametrize("bad", ["shape", "visited", "factor"])
+def test_bad_shapes_are_refused_with_the_argument_named(bad):
+    inputs, visited, factor, raf = _case(False, False)
+    if bad == "shape":
+        inputs = inputs[..., :3]
+    elif bad == "visited":
+        visited = visited[:, :3]
+    else:
+        factor = factor[:, :, :, :2]
+    with pytest.raises(ValueError, match=f"`{'inputs' if bad == 'shape' else bad}`"):
+        raf_scan_(inputs, visited, factor, raf.leak, raf.threshold)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed")
+def test_the_triton_kernel_equals_the_loop_under_the_interpreter():
+    """The CUDA kernel run by Triton's interpreter on the CPU (``TRITON_INTERPRET=1``, set before Triton is imported,
+    hence a child process), in float64: the loop's readouts, for both neurons, with skipped segments and an entry
+    count that is not a multiple of the kernel's block (H*d*d = 2*6*6 = 72 < 1024)."""
+    script = textwrap.dedent("""
+        import torch
+        from srformer.attention import raf_scan
+        raf_scan.TRITON_BLOCK = 32  # several programs per example, the last one partly masked
+        generator = torch.Generator().manual_seed(1)
+        worst = 0.0
+        for two_sided in (False, True):
+            inputs = torch.randn(3, 9, 2, 6, 6, generator=generator, dtype=torch.float64) * 2.0
+            visited = torch.rand(3, 9, generator=generator) > 0.3
+            factor = torch.rand(3, 2, 1, 6, generator=generator, dtype=torch.float64) + 0.5
+            leak, threshold = torch.tensor(0.7, dtype=torch.float64), torch.tensor(0.9, dtype=torch.float64)
+            expected = inputs.clone()
+            raf_scan.raf_scan_loop(expected, visited, factor, leak, threshold, two_sided)
+            kernel = inputs.clone()
+            raf_scan.raf_scan_triton(kernel, visited, factor, leak, threshold, two_sided)
+            assert expected.abs().max() > 0
+            worst = max(worst, float((kernel - expected).abs().max()))
+        print(worst)
+    """)
+    environment = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": SOURCE, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environment,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    # float64: the kernel may fuse leak * mem + x (one rounding fewer per segment); 9 segments of values of order 10
+    assert float(result.stdout.strip().splitlines()[-1]) <= 9 * 4 * 10 * torch.finfo(torch.float64).eps
+
+
+def test_the_loop_is_the_cpu_path():
+    """On the CPU the operator runs :func:`raf_scan_loop`: the same numbers, bit for bit."""
+    inputs, visited, factor, raf = _case(False, True)
+    a, b = inputs.clone(), inputs.clone()
+    raf_scan_(a, visited, factor, raf.leak, raf.threshold)
+    raf_scan_loop(b, visited, factor, raf.leak.detach(), raf.threshold.detach(), False)
+    assert torch.equal(a, b)
