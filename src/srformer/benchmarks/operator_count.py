@@ -46,15 +46,26 @@ __all__ = [
 
 #: Operators that copy a value to the host, or size their output from the data, so that the host waits for the
 #: device: ``_local_scalar_dense`` (``.item()``, ``bool()``, ``int()``, ``.tolist()``), ``equal``, and the
-#: data-dependent shapes (``nonzero``: boolean indexing, ``masked_select``, ``unique``).
+#: data-dependent shapes (``nonzero``, ``masked_select``, ``unique``, and indexing with a boolean mask, which
+#: :class:`OperatorCounter` names ``aten.index[bool]`` / ``aten.index_put[bool]``).
 SYNC_OPERATORS: frozenset[str] = frozenset({
     "aten._local_scalar_dense", "aten.equal", "aten.nonzero", "aten.masked_select", "aten._unique2",
-    "aten.unique_dim", "aten.unique_consecutive",
+    "aten.unique_dim", "aten.unique_consecutive", "aten.index[bool]", "aten.index_put[bool]",
 })
+
+_INDEXING = frozenset({"aten.index", "aten.index_put", "aten.index_put_", "aten._index_put_impl_"})
+
+
+def _boolean_index(args: Any) -> bool:
+    """Whether an indexing call's indices (its second argument) hold a boolean mask."""
+    indices = args[1] if len(args) > 1 else ()
+    return any(isinstance(index, torch.Tensor) and index.dtype in (torch.bool, torch.uint8)
+               for index in (indices if isinstance(indices, list | tuple) else ()))
 
 
 class OperatorCounter(TorchDispatchMode):
-    """Counts aten operator calls by name (``aten.mm``, ...) while active: ``with OperatorCounter() as c: ...``.
+    """Counts aten operator calls by name (``aten.mm``, ...) while active: ``with OperatorCounter() as c: ...``;
+    an indexing call with a boolean mask is named ``aten.index[bool]`` (``aten.index_put[bool]``): it syncs.
 
     Attributes:
         calls: a ``Counter`` of operator names (the overload packet, e.g. ``aten.add``).
@@ -65,7 +76,10 @@ class OperatorCounter(TorchDispatchMode):
         self.calls: Counter[str] = Counter()
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.calls[str(func.overloadpacket)] += 1
+        name = str(func.overloadpacket)
+        if name in _INDEXING and _boolean_index(args):
+            name = ("aten.index" if name == "aten.index" else "aten.index_put") + "[bool]"
+        self.calls[name] += 1
         return func(*args, **(kwargs or {}))
 
     @property

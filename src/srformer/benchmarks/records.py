@@ -140,7 +140,8 @@ KNOWN_VARIANTS: Sequence[str] = LiveNames(
 #: Metric name -> its unit. Units: ``ms`` and ``s`` (wall-clock time), ``tokens/s`` (new tokens of
 #: all sequences of the batch per second), ``bytes``, ``FLOPs`` (floating-point operations as
 #: counted by ``torch.utils.flop_counter.FlopCounterMode``: 2 per multiply-accumulate),
-#: ``MACs`` (multiply-accumulates: the product counts of paper Table 1), ``elements`` (numbers held).
+#: ``MACs`` (multiply-accumulates: the product counts of paper Table 1), ``elements`` (numbers held), ``calls``
+#: (aten operator calls) and ``syncs`` (those among them that wait for the device).
 METRIC_UNITS: dict[str, str] = {
     "cross_attention_step_time": "ms",
     "cross_attention_prefill_time": "ms",
@@ -154,6 +155,10 @@ METRIC_UNITS: dict[str, str] = {
     "attention_core_generation_flops": "FLOPs",
     "table1_computation": "MACs",
     "table1_memory": "elements",
+    "first_step_operator_calls": "calls",
+    "operator_calls_per_token": "calls",
+    "first_step_host_syncs": "syncs",
+    "host_syncs_per_token": "syncs",
 }
 
 #: Every unit a record may carry.

@@ -37,6 +37,15 @@ class MetricTable:
 
 
 TABLES: tuple[MetricTable, ...] = (
+    MetricTable("operator_calls_per_token", "Operator calls per generated token", "fraction",
+                "aten calls of one more greedy generate() token, whole decoder, batch 1 (views included): on a GPU an "
+                "eager step costs about one launch per call whatever k. (x) = variant / full-sdpa: lower is fewer."),
+    MetricTable("first_step_operator_calls", "Operator calls of the first step", "fraction",
+                "aten calls of generate()'s first step: every layer's cache fill or state build, then one step. "
+                "(x) = variant / full-sdpa."),
+    MetricTable("first_step_host_syncs", "Host syncs of the first step", "fraction",
+                "Calls that make the host wait for the device (.item(), bool(tensor), torch.equal, nonzero, ...) in "
+                "the first step; transformers' generate() makes some of its own. (x) = variant / full-sdpa."),
     MetricTable("cross_attention_step_time", "Cross-attention time per decoder step (ms)", "speedup",
                 "One cross-attention module (decoder layer 0), single-token calls at consecutive positions after the "
                 "cache is filled, mean per step, median of repeats. (x) = full-sdpa time / variant time: higher is "

@@ -7,11 +7,13 @@ that the variants of one shape run next to each other):
 1. FLOPs: paper Table 1 counts, FlopCounterMode counts of the attention core (per example and
    head) and of one teacher-forced cross-attention module call, and the Figure 5 series
    (``k = 8q``, ``d = 64``, ``s = 64``, ``T = q``);
-2. cross-attention time per decoder step (one layer; :mod:`~srformer.benchmarks.cross_attention_step`);
-3. ``generate()`` throughput with the encoder excluded, and the cross-attention cache bytes
+2. aten operator calls and host syncs of ``generate()``'s first step and of each further token, the measure of
+   eager GPU cost that any device gives (:mod:`~srformer.benchmarks.operator_count`);
+3. cross-attention time per decoder step (one layer; :mod:`~srformer.benchmarks.cross_attention_step`);
+4. ``generate()`` throughput with the encoder excluded, and the cross-attention cache bytes
    (:mod:`~srformer.benchmarks.generation`);
-4. training step time (:mod:`~srformer.benchmarks.training_step`);
-5. peak memory during ``generate()`` (CPU: child processes, :mod:`~srformer.benchmarks.memory`;
+5. training step time (:mod:`~srformer.benchmarks.training_step`);
+6. peak memory during ``generate()`` (CPU: child processes, :mod:`~srformer.benchmarks.memory`;
    CUDA: measured with the generation runs).
 
 With ``compiled`` set (``srformer bench --compiled``), the step and ``generate()`` sections also time each
@@ -23,7 +25,7 @@ the default run fits in about 15 minutes on 2 cores.
 
 This module is the runner and the public face of the suite; its parts live beside it: the settings
 (:mod:`~srformer.benchmarks.suite_settings`), the run's shared state and compile probe
-(:mod:`~srformer.benchmarks.suite_context`) and one task builder per section (:mod:`~srformer.benchmarks.suite_flops`,
+(:mod:`~srformer.benchmarks.suite_context`) and one task builder per section (:mod:`~srformer.benchmarks.suite_flops`, :mod:`~srformer.benchmarks.suite_operators`,
 :mod:`~srformer.benchmarks.suite_step`, :mod:`~srformer.benchmarks.suite_generate`,
 :mod:`~srformer.benchmarks.suite_training`, :mod:`~srformer.benchmarks.suite_memory`).
 """
@@ -44,6 +46,7 @@ from srformer.benchmarks.suite_context import SuiteContext, Task
 from srformer.benchmarks.suite_flops import flop_tasks
 from srformer.benchmarks.suite_generate import generate_tasks
 from srformer.benchmarks.suite_memory import memory_tasks
+from srformer.benchmarks.suite_operators import operator_tasks
 from srformer.benchmarks.suite_settings import SECTIONS, SuiteSettings, with_overrides
 from srformer.benchmarks.suite_step import step_tasks
 from srformer.benchmarks.suite_training import training_tasks
@@ -55,6 +58,7 @@ __all__ = ["SECTIONS", "SuiteSettings", "environment_summary", "run_suite", "wit
 #: The task builder of each of :data:`SECTIONS`.
 _TASK_BUILDERS: dict[str, Callable[[SuiteContext], list[Task]]] = {
     "flops": flop_tasks,
+    "operators": operator_tasks,
     "step": step_tasks,
     "generate": generate_tasks,
     "training": training_tasks,

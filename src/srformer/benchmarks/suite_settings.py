@@ -23,7 +23,7 @@ MODEL_SHAPES: dict[str, dict] = {
 }
 
 #: Sections of the suite, in run order.
-SECTIONS: tuple[str, ...] = ("flops", "step", "generate", "training", "memory")
+SECTIONS: tuple[str, ...] = ("flops", "operators", "step", "generate", "training", "memory")
 
 
 @dataclass(frozen=True)

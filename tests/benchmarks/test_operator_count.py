@@ -1,0 +1,81 @@
+"""Operator calls and host syncs of generate() (:mod:`srformer.benchmarks.operator_count`), and the budgets the
+segment mechanisms keep: on a GPU an eager step costs about one launch per aten call whatever the input length, so a
+count that grows with the input, or a step far above full attention's, is a cost on every GPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from srformer.benchmarks.operator_count import (
+    OperatorCounter,
+    count_calls,
+    count_generation_operators,
+    long_input_model,
+)
+from srformer.benchmarks.variants import t5_config
+
+LENGTHS = (1024, 4096)  # 64 and 256 segments of 16 tokens
+
+
+def _counts(name: str):
+    model = long_input_model(name, shape="t5-tiny", segment_size=16, target_length=16)
+    return [count_generation_operators(model, length) for length in LENGTHS]
+
+
+@pytest.fixture(scope="module")
+def full():
+    return _counts("full")
+
+
+def test_the_counter_counts_calls_and_syncs():
+    x = torch.ones(3)
+    _, calls = count_calls(lambda: (x + 1).sum().item())
+    assert calls["aten.add"] == 1 and calls["aten.sum"] == 1 and calls["aten._local_scalar_dense"] == 1
+    with OperatorCounter() as counter:
+        torch.equal(x, x + 0)
+        x[x > 0]  # a boolean index: nonzero, sized by the data
+    assert counter.syncs >= 2 and counter.total >= 4
+
+
+def test_full_attention_counts_do_not_depend_on_the_input_length(full):
+    assert full[0].first_step_calls == full[1].first_step_calls > 0
+    assert full[0].calls_per_token == full[1].calls_per_token > 0
+    layers = t5_config("t5-tiny").num_decoder_layers
+    assert full[0].calls_per_token > 10 * layers  # the whole decoder is counted, not one layer
+
+
+@pytest.mark.filterwarnings("ignore:An encoder input has")
+@pytest.mark.parametrize("name", ["segmented", "srformer"])
+def test_segment_mechanisms_keep_their_operator_budgets(name, full):
+    """Per token at most 1.25x full attention's calls; a first step whose calls do not grow with the input (no loop
+    over segments: srformer's RAF recurrence is one operator) and stay within 3x full's; no host sync per token
+    beyond full's, and in the first step at most one per layer beyond it (the NaN/inf check of each layer's
+    state)."""
+    counts = _counts(name)
+    layers = t5_config("t5-tiny").num_decoder_layers
+    for count, reference in zip(counts, full, strict=True):
+        assert count.calls_per_token <= 1.25 * reference.calls_per_token, count.summary()
+        assert count.first_step_calls <= 3 * reference.first_step_calls, count.summary()
+        assert count.syncs_per_token <= reference.syncs_per_token, count.per_token_by_operator
+        assert count.first_step_syncs <= reference.first_step_syncs + layers, count.first_step_by_operator
+    assert counts[0].first_step_calls == counts[1].first_step_calls, [c.summary() for c in counts]
+    assert counts[0].calls_per_token == counts[1].calls_per_token
+
+
+def test_srformer_first_step_runs_the_recurrence_as_one_call_per_layer():
+    count = _counts("srformer")[1]
+    layers = t5_config("t5-tiny").num_decoder_layers
+    assert count.first_step_by_operator.get("srformer.raf_scan_") == layers
+
+
+@pytest.mark.parametrize("tokens", [(2, 5), (1, 1), (1,)])
+def test_bad_token_counts_are_refused(tokens):
+    model = long_input_model("full", shape="t5-tiny")
+    with pytest.raises(ValueError, match="`tokens`"):
+        count_generation_operators(model, 16, tokens=tokens)
+
+
+def test_an_unknown_variant_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match="Unknown long-input variant 'nope'; choose from full"):
+        long_input_model("nope")
