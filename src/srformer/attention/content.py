@@ -73,11 +73,19 @@ class ContentState(CrossAttentionState):
         keys: (B, H, k, d) projected encoder keys, in encoder order (padding included), contiguous.
         values: (B, H, k, d) projected encoder values, contiguous.
         key_valid: (B, k) bool, True at real encoder positions.
+        rank_order: (B, 1, k, 1) float64 or None: a mechanism that ranks the keys in a decoder step (``knn``) keeps
+            the position term of its order keys here (:func:`~srformer.attention.selection.position_order`:
+            ``-inf`` at padding), built once; None for the others.
+        key_bias: (B, H, k, 1) in the keys' dtype or None: with ``rank_order``, each key's additive attention mask
+            (0 at real positions, the dtype's lowest number at padding), one per head so that a step gathers it with
+            the keys' index.
     """
 
     keys: torch.Tensor
     values: torch.Tensor
     key_valid: torch.Tensor
+    rank_order: torch.Tensor | None = None
+    key_bias: torch.Tensor | None = None
 
     def anchors(self) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: D102 - see the base class
         return self.keys, self.values
@@ -89,6 +97,12 @@ class ContentState(CrossAttentionState):
     def encoder_values(self, encoder_length: int) -> torch.Tensor:
         """The values, as :meth:`encoder_keys`."""
         return self.values * self.key_valid[:, None, :, None].to(self.values.dtype)
+
+
+def cast(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``tensor.to(dtype)``, without a dispatcher call when the dtype already matches (a decoding step is a few
+    dozen small kernels: even a no-op call shows in its time)."""
+    return tensor if tensor.dtype == dtype else tensor.to(dtype)
 
 
 def unit_rows(x: torch.Tensor) -> torch.Tensor:
