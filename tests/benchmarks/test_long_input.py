@@ -11,6 +11,8 @@ import torch
 
 import srformer.models.memory_estimate as memory_estimate
 from srformer.benchmarks.long_input import LongInputSettings, run_long_input, write_long_input
+from srformer.benchmarks.long_input_probe import MAX_BATCH_CAP, _largest_batch
+from srformer.benchmarks.variants import t5_config
 from srformer.cli.main import main
 from srformer.config import SRformerConfig
 from srformer.models.memory_estimate import check_decode_memory, estimate_decode_memory
@@ -49,8 +51,48 @@ def test_a_variant_that_cannot_fit_is_refused_with_its_estimate(tmp_path):
     assert "refused (est." in write_long_input(tmp_path)["markdown"].read_text()
 
 
+def test_a_batch_in_another_dtype_with_the_largest_batch_is_recorded_and_another_setting_refused(tmp_path):
+    settings = LongInputSettings(**{**TINY, "variants": ("full", "srformer"), "end_to_end": (), "batch_size": 3,
+                                    "dtype": "bfloat16", "max_batch": True})
+    records = run_long_input(settings, tmp_path, log=lambda line: None)
+    decode = {r["variant"]: r for r in records if r["kind"] == "decode"}
+    # full caches keys and values of every layer, for 3 inputs, in bf16: 2 * 3 * 600 * 4 * 32 * 2 bytes * 2 layers
+    assert decode["full"]["state_bytes"] == 2 * 3 * 600 * 4 * 32 * 2 * 2
+    largest = {r["variant"]: r for r in records if r["kind"] == "max_batch"}
+    assert set(largest) == {"full", "srformer"}
+    budget = json.loads((tmp_path / "long_input.json").read_text())["memory_budget"]
+    for variant, record in largest.items():  # the largest batch whose estimate fits, and not one more
+        config = SRformerConfig(variant=variant, segment_size=16, target_length=16, encoder_window=256,
+                                window_overlap=0.5, window_batch_size=8)
+        estimate = [estimate_decode_memory(config, t5_config("t5-tiny"), n, 600, torch.bfloat16).total
+                    for n in (record["max_batch"], record["max_batch"] + 1)]
+        assert record["how"].startswith("estimated") and record["max_batch"] >= 3
+        assert estimate[0] <= budget and (estimate[1] > budget or record["max_batch"] == MAX_BATCH_CAP)
+    text = write_long_input(tmp_path)["markdown"].read_text()
+    assert "CPU, bfloat16, batch 3, eager" in text and "Largest batch that fits" in text
+    with pytest.raises(ValueError, match="batch_size: 3 there, 1 now"):
+        run_long_input(LongInputSettings(**{**TINY, "variants": ("full",), "end_to_end": (), "dtype": "bfloat16"}),
+                       tmp_path, log=lambda line: None)
+
+
+def test_the_largest_batch_search_finds_the_boundary():
+    for limit in (0, 1, 2, 5, 8, 100, 4096):
+        tried: list[int] = []
+
+        def fits(n: int, limit: int = limit, tried: list[int] = tried) -> bool:
+            tried.append(n)
+            return n <= limit
+
+        assert _largest_batch(fits, 1, 4096) == limit
+        assert len(tried) <= 2 * 13 + 1  # doubling, then bisection
+    assert _largest_batch(lambda n: n <= 7, 4, 4096) == 7
+    assert _largest_batch(lambda n: n <= 2, 4, 4096) == 2  # the starting batch does not fit
+
+
 @pytest.mark.parametrize("bad,message", [(dict(variants=("nope",)), "nope"), (dict(lengths=(0,)), "lengths"),
-                                         (dict(new_tokens=1), "new_tokens"), (dict(window_overlap=1.0), "overlap")])
+                                         (dict(new_tokens=1), "new_tokens"), (dict(window_overlap=1.0), "overlap"),
+                                         (dict(dtype="int8"), "dtype"), (dict(batch_size=0), "batch_size"),
+                                         (dict(device="tpu"), "device")])
 def test_bad_settings_are_refused(bad, message):
     with pytest.raises(ValueError, match=message):
         LongInputSettings(**{**TINY, **bad})

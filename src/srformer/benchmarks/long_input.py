@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from srformer.attention.knn_index import faiss_available
-from srformer.benchmarks.long_input_variants import LONG_INPUT_VARIANTS
+from srformer.benchmarks.long_input_variants import DTYPES, LONG_INPUT_VARIANTS
 from srformer.benchmarks.memory import CHILD_ENVIRONMENT
 from srformer.benchmarks.plots import plt
 from srformer.benchmarks.suite_settings import MODEL_SHAPES
@@ -59,8 +59,16 @@ class LongInputSettings:
         encoder_window: tokens per encoder window.
         window_overlap: share of a window shared with the next, in ``[0, 1)``.
         window_batch_size: windows per encoder call.
-        memory_budget: bytes a variant's estimate may use; None: the memory available when the run starts.
+        memory_budget: bytes a variant's estimate may use; None: the memory available when the run starts (on
+            CUDA: when the length's child process starts).
         seed: seed of the random weights and tokens.
+        device: ``cpu``, ``cuda`` (``cuda:N``) or ``auto``; peak memory is the resident set's on the CPU and CUDA's
+            allocator's on a GPU.
+        dtype: the model's and its encoder output's dtype: ``float32``, ``bfloat16`` or ``float16``.
+        batch_size: inputs decoded together (copies of one encoded input).
+        compiled: decode with a static cache and transformers' compiled step (``torch.compile``, fullgraph; CUDA
+            graphs on a GPU); an untimed call compiles first.
+        max_batch: also find each variant's largest batch that fits (measured on CUDA, estimated on the CPU).
     """
 
     lengths: tuple[int, ...] = (4096, 16384, 65536, 262144)
@@ -76,6 +84,11 @@ class LongInputSettings:
     window_batch_size: int = 8
     memory_budget: int | None = None
     seed: int = 0
+    device: str = "cpu"
+    dtype: str = "float32"
+    batch_size: int = 1
+    compiled: bool = False
+    max_batch: bool = False
 
     def __post_init__(self) -> None:
         unknown = [name for name in (*self.variants, *self.end_to_end) if name not in LONG_INPUT_VARIANTS]
@@ -88,6 +101,12 @@ class LongInputSettings:
         if not isinstance(self.new_tokens, int) or self.new_tokens < 2:
             raise ValueError(f"`new_tokens` must be an int >= 2 (one step builds the state), got {self.new_tokens!r}.")
         check_window_settings(self.encoder_window, self.window_overlap, self.window_batch_size)
+        if self.dtype not in DTYPES:
+            raise ValueError(f"`dtype` must be one of {', '.join(DTYPES)}, got {self.dtype!r}.")
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ValueError(f"`batch_size` must be an int >= 1, got {self.batch_size!r}.")
+        if self.device != "auto" and self.device != "cpu" and not self.device.startswith("cuda"):
+            raise ValueError(f"Unknown device {self.device!r}: use cpu, cuda or auto.")
 
     @classmethod
     def quick(cls) -> LongInputSettings:
@@ -95,7 +114,9 @@ class LongInputSettings:
         return cls(lengths=(1024, 4096), shape="t5-tiny", new_tokens=4, segment_size=16, target_length=16,
                    encoder_window=256)
 
-    def job(self, length: int, variants: Sequence[str], end_to_end: Sequence[str], budget: int) -> dict[str, Any]:
+    def job(
+        self, length: int, variants: Sequence[str], end_to_end: Sequence[str], budget: int | None
+    ) -> dict[str, Any]:
         """The child's job for one input length (:mod:`srformer.benchmarks.long_input_probe`)."""
         shared = {"segment_size": self.segment_size, "target_length": self.target_length}
         options = {name: {**shared, **LONG_INPUT_VARIANTS[name]} for name in (*variants, *end_to_end)}
@@ -103,7 +124,13 @@ class LongInputSettings:
                    "window_batch_size": self.window_batch_size}
         return {"length": length, "variants": list(variants), "end_to_end": list(end_to_end), "options": options,
                 "windows": windows, "shape": self.shape, "new_tokens": self.new_tokens, "seed": self.seed,
-                "memory_budget": budget}
+                "memory_budget": budget, "device": self.device, "dtype": self.dtype, "batch_size": self.batch_size,
+                "compiled": self.compiled, "max_batch": self.max_batch}
+
+    def measured_as(self) -> dict[str, Any]:
+        """The settings that change what a record measures: a run folder holds records of one such setting."""
+        return {name: value for name, value in asdict(self).items()
+                if name not in ("lengths", "variants", "end_to_end", "memory_budget", "max_batch")}
 
 
 def _key(record: dict) -> tuple:
@@ -122,17 +149,26 @@ def run_long_input(
         RuntimeError: if a child process fails (its standard error is in the message); the records it finished
             are kept.
     """
+    if settings.device == "auto":
+        settings = replace(settings, device="cuda" if torch.cuda.is_available() else "cpu")
+    if settings.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError("--device cuda was requested but torch sees no CUDA device; use --device cpu or auto.")
     folder = Path(output)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "long_input.json"
     payload = json.loads(path.read_text()) if path.exists() else {"records": []}
+    if payload["records"]:
+        _check_same_measurement(payload.get("settings", {}), settings, path)
     payload["settings"] = asdict(settings)
-    budget = settings.memory_budget or available_memory(torch.device("cpu")) or 2**62
+    on_cpu = settings.device == "cpu"
+    # on CUDA the child reads the free device memory itself (the parent does not touch the GPU)
+    budget = settings.memory_budget or (available_memory(torch.device("cpu")) or 2**62 if on_cpu else None)
     payload["memory_budget"] = budget
     records: list[dict] = payload["records"]
     done = {_key(r) for r in records}
     for length in settings.lengths:
-        variants = [v for v in settings.variants if ("decode", v, length) not in done]
+        variants = [v for v in settings.variants if ("decode", v, length) not in done
+                    or (settings.max_batch and ("max_batch", v, length) not in done)]
         end_to_end = [v for v in settings.end_to_end if ("end_to_end", v, length) not in done]
         if not variants and not end_to_end and ("encode", None, length) in done:
             continue
@@ -159,7 +195,25 @@ def run_long_input(
     return records
 
 
+def _check_same_measurement(stored: dict, settings: LongInputSettings, path: Path) -> None:
+    """Refuse to add records measured another way (device, dtype, batch, compiled, shape, ...) to ``path``'s; a
+    stored setting that an older file lacks reads as its default."""
+    defaults = asdict(LongInputSettings())
+    wanted = settings.measured_as()
+    changed = [f"{name}: {stored.get(name, defaults[name])!r} there, {value!r} now" for name, value in wanted.items()
+               if _normal(stored.get(name, defaults[name])) != _normal(value)]
+    if changed:
+        raise ValueError(f"{path} holds records measured with other settings ({'; '.join(changed)}); use another "
+                         "--output folder for these settings, or the same settings to resume.")
+
+
+def _normal(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
 def _describe(record: dict) -> str:
+    if record["kind"] == "max_batch":
+        return f"{record['variant']}: largest batch {record['max_batch']} ({record['how'].split(':')[0]})"
     if record["kind"] == "encode":
         return f"encode: {record['seconds']:.1f} s, peak {_mib(record['peak_bytes'])}"
     if record.get("refused"):
@@ -194,7 +248,8 @@ def long_input_table(records: Sequence[dict], settings: dict) -> str:
     lines = [
         "# Generating from very long inputs",
         "",
-        f"Synthetic: random {settings['shape']} weights and tokens, batch 1, {settings['new_tokens']} new tokens "
+        f"Synthetic: random {settings['shape']} weights and tokens, {_measured_on(settings)}, "
+        f"{settings['new_tokens']} new tokens "
         f"(greedy), segment size {settings['segment_size']}, target length {settings['target_length']}, encoder "
         f"windows of {settings['encoder_window']} tokens with overlap {settings['window_overlap']}. Columns: input "
         "length in tokens. \"refused (est. X)\": the variant's estimated memory exceeds the budget, so it was not run.",
@@ -223,6 +278,13 @@ def long_input_table(records: Sequence[dict], settings: dict) -> str:
                 else:
                     cells.append(fmt(record[field_name]))
             lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+    largest = {(r["variant"], r["length"]): r for r in records if r["kind"] == "max_batch"}
+    if largest:
+        how = next(iter(largest.values()))["how"]
+        lines += ["", "## Largest batch that fits", "", how[0].upper() + how[1:] + ".", "", head]
+        for variant in variants:
+            cells = [str(largest[(variant, n)]["max_batch"]) if (variant, n) in largest else "-" for n in lengths]
+            lines.append(f"| {variant} | " + " | ".join(cells) + " |")
     end_to_end = [r for r in records if r["kind"] == "end_to_end"]
     if end_to_end:
         lines += ["", "## End to end: generate(input_ids=...)", "",
@@ -230,6 +292,14 @@ def long_input_table(records: Sequence[dict], settings: dict) -> str:
         for r in sorted(end_to_end, key=lambda r: (r["variant"], r["length"])):
             lines.append(f"| {r['variant']} | {r['length']:,} | {r['seconds']:,.1f} | {r['peak_bytes'] / 2**20:,.0f} |")
     return "\n".join(lines) + "\n"
+
+
+def _measured_on(settings: dict) -> str:
+    """``"CPU, float32, batch 1, eager"``-like words for a run's device, dtype, batch and compilation (an older file
+    without them was measured on the CPU, in float32, batch 1, eager)."""
+    device = str(settings.get("device", "cpu")).replace("cuda", "CUDA").replace("cpu", "CPU")
+    compiled = "compiled (static cache)" if settings.get("compiled") else "eager"
+    return f"{device}, {settings.get('dtype', 'float32')}, batch {settings.get('batch_size', 1)}, {compiled}"
 
 
 _PLOT_TITLES = {

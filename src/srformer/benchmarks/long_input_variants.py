@@ -10,7 +10,10 @@ from typing import Any
 
 from srformer.core import NAMED_SETTINGS
 
-__all__ = ["LONG_INPUT_VARIANTS"]
+__all__ = ["DTYPES", "LONG_INPUT_VARIANTS"]
+
+#: The dtypes a long-input run may decode in (``srformer long-bench --dtype``).
+DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 
 #: The variants of the long-input benchmark: a name and its :class:`~srformer.config.SRformerConfig` settings
 #: (``-lean``: ``lean_cache=True``; ``full`` over chunked encodings is SLED; ``knn-flat``/``knn-ivf``: ``knn``

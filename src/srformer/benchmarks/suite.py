@@ -25,7 +25,8 @@ the default run fits in about 15 minutes on 2 cores.
 
 This module is the runner and the public face of the suite; its parts live beside it: the settings
 (:mod:`~srformer.benchmarks.suite_settings`), the run's shared state and compile probe
-(:mod:`~srformer.benchmarks.suite_context`) and one task builder per section (:mod:`~srformer.benchmarks.suite_flops`, :mod:`~srformer.benchmarks.suite_operators`,
+(:mod:`~srformer.benchmarks.suite_context`) and one task builder per section (:mod:`~srformer.benchmarks.suite_flops`,
+:mod:`~srformer.benchmarks.suite_operators`,
 :mod:`~srformer.benchmarks.suite_step`, :mod:`~srformer.benchmarks.suite_generate`,
 :mod:`~srformer.benchmarks.suite_training`, :mod:`~srformer.benchmarks.suite_memory`).
 """

@@ -21,7 +21,8 @@ def run(args) -> int:
         end_to_end=tuple(args.end_to_end) if args.end_to_end is not None else None,
         new_tokens=args.new_tokens, segment_size=args.segment_size, target_length=args.target_length,
         encoder_window=args.encoder_window, window_overlap=args.window_overlap,
-        window_batch_size=args.window_batch_size, memory_budget=args.memory_budget,
+        window_batch_size=args.window_batch_size, memory_budget=args.memory_budget, device=args.device,
+        dtype=args.dtype, batch_size=args.batch_size, compiled=args.compiled or None, max_batch=args.max_batch or None,
     )
     run_long_input(settings, args.output, log=lambda line: print(line, file=sys.stderr, flush=True))
     written = write_long_input(args.output)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from srformer.benchmarks.long_input_variants import LONG_INPUT_VARIANTS
+from srformer.benchmarks.long_input_variants import DTYPES, LONG_INPUT_VARIANTS
 
 
 def _segment_size(text: str) -> int | str:
@@ -39,6 +39,17 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--window-batch-size", type=int, default=None, help="windows per encoder call (default 8)")
     parser.add_argument("--memory-budget", type=int, default=None,
                         help="bytes a variant may need (default: the memory available at the start)")
+    parser.add_argument("--device", default=None,
+                        help="cpu (default), cuda, cuda:N or auto; on CUDA peak memory is the allocator's")
+    parser.add_argument("--dtype", choices=DTYPES, default=None,
+                        help="model and encoder output dtype (default float32)")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="inputs decoded together: copies of one encoded input (default 1)")
+    parser.add_argument("--compiled", action="store_true",
+                        help="decode with a static cache and transformers' compiled step (torch.compile, fullgraph; "
+                             "CUDA graphs on a GPU); an untimed call compiles first")
+    parser.add_argument("--max-batch", action="store_true",
+                        help="also find each variant's largest batch that fits (tried on CUDA, estimated on the CPU)")
     parser.set_defaults(run=run)
 
 
