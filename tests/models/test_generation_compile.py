@@ -19,13 +19,16 @@ compiled == eager to ``exact_tolerance`` (float64 rounding-order differences at 
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 from torch._dynamo.utils import counters
 from transformers import CompileConfig
 
-from tests.models.conftest import decoder_inputs
-from tests.models.test_generation_strategies import DECODER_GAIN, batch, generate, model_for
+from srformer.core import NAMED_SETTINGS
+from tests.models.conftest import BUILDERS, converted, decoder_inputs
+from tests.models.test_generation_strategies import DECODER_GAIN, SETTINGS, batch, generate, model_for
 from tests.tolerance import (
     FLOAT32_UNIT_ROUNDOFF,
     assert_exact,
@@ -70,6 +73,30 @@ def test_fullgraph_static_cache_generate_equals_eager(family, variant, lean):
     compiled_logits, eager_logits = torch.stack(compiled.logits, 1), torch.stack(eager.logits, 1)
     # generate() reports float32 logits of the float64 model: the float64 results agree to exact_tolerance,
     # and each side then rounds to float32 once (u32 relative each, so at most 2 u32 |logit| apart).
+    tolerance = exact_tolerance(eager_logits) + 2 * FLOAT32_UNIT_ROUNDOFF * magnitude(eager_logits)
+    assert max_difference(compiled_logits, eager_logits) <= tolerance
+
+
+#: The long-input picks (docs/choosing.md), by named setting: their selection (top-k over keys, leaves, groups or
+#: blocks) must stay inside one graph too.
+PICKS = [("t5", "knn"), ("bart", "knn"), ("t5", "quest-tree"), ("t5", "block-topk-b4"), ("bart", "quest-tree")]
+
+
+@functools.cache
+def _pick(family: str, name: str):
+    base = BUILDERS[family]("sdpa").double()
+    torch.manual_seed(1)
+    return converted(base, **{**NAMED_SETTINGS[name], **SETTINGS})
+
+
+@pytest.mark.parametrize("family,name", PICKS)
+def test_the_picks_decode_in_one_graph_for_every_position(family, name):
+    """Static cache, fullgraph: one graph serves all five decoder positions (no recompilation as the position
+    moves), and its tokens and logits are eager's."""
+    compiled, eager, graphs = _compiled_generate(_pick(family, name), "aot_eager")
+    assert graphs == 1
+    assert torch.equal(compiled.sequences, eager.sequences)
+    compiled_logits, eager_logits = torch.stack(compiled.logits, 1), torch.stack(eager.logits, 1)
     tolerance = exact_tolerance(eager_logits) + 2 * FLOAT32_UNIT_ROUNDOFF * magnitude(eager_logits)
     assert max_difference(compiled_logits, eager_logits) <= tolerance
 
