@@ -59,7 +59,7 @@ from srformer.attention.content import (
 from srformer.attention.knn_index import INDEX_KINDS, EncoderIndex, build_encoder_index, faiss_available, require_faiss
 from srformer.attention.projection import HeadProjection
 from srformer.attention.schedule import real_lengths
-from srformer.attention.selection import position_order, ranked_top, top_positions
+from srformer.attention.selection import ranked_top, top_positions
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off
 from srformer.core import MechanismSettings, integer_setting
 
@@ -272,7 +272,7 @@ class KNNCrossAttention(ContentSparseCrossAttention):
             ValueError: for an indexed state without ``project_rows``.
         """
         if not isinstance(state, IndexedKNNState):
-            if isinstance(state, ContentState) and state.rank_order is not None and queries.shape[2] == 1:
+            if isinstance(state, ContentState) and state.ranked and queries.shape[2] == 1:
                 return self._step(queries, state), state
             return super().step(queries, state, position=position, project_rows=project_rows)
         if project_rows is None:
@@ -302,7 +302,6 @@ class KNNCrossAttention(ContentSparseCrossAttention):
         Returns:
             (B, H, 1, d) in the queries' dtype.
         """
-        assert state.rank_order is not None and state.key_bias is not None
         keys, values = state.keys, state.values  # (B, H, k, d)
         batch, heads, k, d = keys.shape
         width = min(self.top_keys, k)
@@ -334,17 +333,8 @@ class KNNCrossAttention(ContentSparseCrossAttention):
             ``key_bias`` (B, H, k, 1); the values are zero at padding (never read with weight there), so that an
             empty document, whose step reads padding only, has output 0.
         """
-        base = content_base_state(keys, values, key_valid)
-        real = base.key_valid[:, None, :, None]  # (B, 1, k, 1)
-        batch, heads, k, _ = base.keys.shape
-        bias = torch.zeros(batch, 1, k, 1, dtype=base.keys.dtype, device=real.device)
-        bias.masked_fill_(~real, torch.finfo(base.keys.dtype).min)
-        return replace(
-            base,
-            values=base.values * real.to(base.values.dtype),
-            rank_order=position_order(real, dim=2),
-            key_bias=bias.expand(batch, heads, k, 1).contiguous(),
-        )
+        base = content_base_state(keys, values, key_valid, ranked=True)
+        return replace(base, values=base.values * base.key_valid[:, None, :, None].to(base.values.dtype))
 
     def finite_check_fields(self, state: CrossAttentionState) -> tuple[str, ...]:
         """Every field but ``rank_order`` and ``key_bias``: built from the mask alone (``-inf``/the lowest number at

@@ -64,13 +64,18 @@ def _order_keys(scores: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
     return torch.addcmul(scores, torch.hypot(scores, _FLOOR), order)  # float64 (order's dtype)
 
 
-def _tie_pass(scores: torch.Tensor, allowed: torch.Tensor, width: int) -> torch.Tensor:
-    """The ``width`` first positions along the last axis (allowed first, score descending, position ascending;
-    among the positions not allowed, the earlier), in ascending order: one ``topk`` for the ``width``-th score
-    ``v``, every position above it and the earliest of those equal to it (any floating dtype)."""
+def _tie_pass(
+    scores: torch.Tensor, allowed: torch.Tensor, width: int, first: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The ``width`` first positions along the last axis (``first`` ones before all, then allowed ones, score
+    descending, position ascending; among the positions not allowed, the earlier), in ascending order: one ``topk``
+    for the ``width``-th score ``v``, every position above it and the earliest of those equal to it (any floating
+    dtype)."""
     info = torch.finfo(scores.dtype)
     scores = torch.nan_to_num(scores, nan=info.min, posinf=info.max, neginf=info.min)
     scores = scores.masked_fill(~allowed, float("-inf"))  # below every allowed position
+    if first is not None:
+        scores = scores.masked_fill(first, float("inf"))  # above every other position
     cut = torch.topk(scores, width, dim=-1, sorted=False).values.amin(dim=-1, keepdim=True)
     at = scores == cut
     above = scores > cut
@@ -79,25 +84,34 @@ def _tie_pass(scores: torch.Tensor, allowed: torch.Tensor, width: int) -> torch.
     return torch.topk(index.masked_fill(~chosen, scores.shape[-1]), width, dim=-1, largest=False).values
 
 
-def ranked_top(scores: torch.Tensor, order: torch.Tensor, width: int, dim: int = -1) -> torch.Tensor:
-    """The ``width`` positions first in the order (``order`` finite first, score descending, position ascending), in
-    no particular order: a decoder step's selection (``knn``'s keys, ``block-topk``'s blocks). Float32 scores: the
-    order keys and one ``topk`` (module docstring; four kernels, no host sync); float64: :func:`top_positions`'s
-    tie pass. Positions whose ``order`` is ``-inf`` come after all others, in any order among themselves.
+def ranked_top(
+    scores: torch.Tensor, order: torch.Tensor, width: int, dim: int = -1, first: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The ``width`` positions first in the order (``first`` ones, then those whose ``order`` is finite, score
+    descending, position ascending), in no particular order: a decoder step's selection (``knn``'s keys,
+    ``block-topk``'s blocks). Float32 scores: the order keys and one ``topk`` (module docstring; four kernels, a fifth
+    for ``first``, no host sync); float64: :func:`top_positions`'s tie pass. Positions whose ``order`` is ``-inf``
+    come after all others, in any order among themselves; ``first`` ones before all others, in any order.
 
     Args:
         scores: (..., n, ...) selection scores, ``n`` along ``dim``, float32 or float64 (or narrower).
         order: float64 broadcastable to ``scores``, from :func:`position_order` (on ``scores``' positions).
         width: how many positions to return, ``1 <= width <= n``.
         dim: the positions' axis.
+        first: bool broadcastable to ``scores``, or None: positions returned before any other (``block-topk``'s
+            scheduled segment), at most ``width`` per row.
 
     Returns:
         long, ``scores``' shape with ``width`` along ``dim``.
     """
     if scores.dtype != torch.float64:
-        return torch.topk(_order_keys(scores, order), width, dim=dim, sorted=False).indices
+        keys = _order_keys(scores, order)
+        if first is not None:
+            keys = keys.masked_fill(first, float("inf"))
+        return torch.topk(keys, width, dim=dim, sorted=False).indices
     allowed = (order > float("-inf")).expand_as(scores)
-    chosen = _tie_pass(scores.transpose(dim, -1), allowed.transpose(dim, -1), width)
+    tail = None if first is None else first.expand_as(scores).transpose(dim, -1)
+    chosen = _tie_pass(scores.transpose(dim, -1), allowed.transpose(dim, -1), width, tail)
     return chosen.transpose(dim, -1)
 
 
