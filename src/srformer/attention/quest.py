@@ -158,24 +158,31 @@ class QuestSettings(MechanismSettings):
 class QuestBoundsState(CrossAttentionState):
     """What both layouts of ``quest`` keep for the selection. ``num_segments`` is ``m = ceil(n / s)``.
 
-    Shapes: B = batch (times beams), H = heads, d = head_dim, N = ``L·b`` compacted rows (the padded encoder length
-    rounded up to whole leaves), L leaves, G groups (0 without ``group_size``).
+    Shapes: B = batch (times beams), H = heads, d = head_dim, N = ``L·b`` compacted rows, L leaves, G groups (0
+    without ``group_size``), ``Ls`` slots (``G·g`` with groups, else ``L``), T = ``target_length``. Where ``b``
+    divides ``s`` (the layout the constant-cost step reads, :meth:`QuestCrossAttention.step`), the leaves cover
+    whole segments of the longest example plus one leaf that is never real (the "spare" leaf empty slots point to);
+    otherwise ``N`` is the padded encoder length rounded up to whole leaves.
 
     Attributes:
         positions: (B, N) long, the encoder position of each compacted row (an example's real positions first, in
             order; 0 past its length).
-        leaf_bounds: (B, H, L, 2d): per leaf, the element-wise maximum then the element-wise minimum of its real
-            keys (float32 or wider, detached; 0 for a leaf without real positions), so that a query's bound is one
-            product with ``[max(Q, 0), min(Q, 0)]`` (:func:`bound_features`). Without groups it is stored as a
-            transposed view of a (B, H, 2d, L) tensor (the leaves contiguous for the step's one matrix product);
-            with groups, (B, H, G·g, 2d) rows in the groups' order ``π`` (a group's leaves one contiguous block;
-            0 at empty slots).
+        leaf_bounds: (B, H, Ls, 2d): per slot, the element-wise maximum then the element-wise minimum of its
+            leaf's real keys (float32 or wider, detached), so that a query's bound is one product with
+            ``[max(Q, 0), min(Q, 0)]`` (:func:`bound_features`); a slot without a real leaf holds an inverted box
+            (maximum ``-BIG``, minimum ``+BIG``, :data:`_INVERTED`), whose bound is below every real leaf's. With
+            groups the slots are in the groups' order ``π`` (a group's leaves one contiguous block), and the rows
+            layout keeps them in float16 (:func:`outward_half_scaled`).
         leaf_real: (B, L) bool, True for a leaf with a real position.
         leaf_order: (B, H, G·g) long, ``π``: the leaves of group ``G`` are ``leaf_order[..., G·g:(G + 1)·g]``;
             values ``>= L`` are empty slots. (B, H, 0) without groups.
-        group_bounds: (B, H, G, 2d), the same as ``leaf_bounds`` per group, a transposed view of a (B, H, 2d, G)
-            tensor.
+        group_bounds: (B, H, G, 2d), the same as ``leaf_bounds`` per group (float32 or wider).
         group_real: (B, H, G) bool, True for a group with a real leaf.
+        step_segment: (B, T + 1) long, ``i(t)`` of decoder positions ``t = 0 .. T`` (later ones read ``i(T)``).
+        slot_leaf: (B, H, Ls, 1) long, the leaf of each slot (the spare leaf at an empty slot).
+        slot_segment: (B, H or 1, Ls, 1) long, the segment ``j·b // s`` that leaf ``j`` of each slot covers (-1 for
+            the spare leaf and empty slots).
+        group_true: (B, H, G, 1) bool, all True (a step marks the groups it leaves out on a copy).
     """
 
     positions: torch.Tensor
@@ -184,6 +191,10 @@ class QuestBoundsState(CrossAttentionState):
     leaf_order: torch.Tensor
     group_bounds: torch.Tensor
     group_real: torch.Tensor
+    step_segment: torch.Tensor
+    slot_leaf: torch.Tensor
+    slot_segment: torch.Tensor
+    group_true: torch.Tensor
 
     def anchors(self) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: D102 - see the base class
         return self.leaf_bounds, self.positions
@@ -191,18 +202,30 @@ class QuestBoundsState(CrossAttentionState):
 
 @dataclass(kw_only=True)
 class QuestState(QuestBoundsState):
-    """The standard layout: the bounds plus every key and value, compacted.
+    """The standard layout: the bounds plus every key and value, compacted, in one table.
 
     Attributes:
-        keys, values: (B, H, N, d) projected keys and values in compacted order (zero past an example's length),
-            contiguous.
+        table: (B, H, N, W) in the keys' dtype, contiguous: per compacted row its key (``d`` columns), its value
+            (``d``), an additive attention bias (0 at a real row, :func:`_masked_bias` past the example's
+            length) and zeros up to ``W``, a multiple of 8 (zero past an example's length but for the bias). A
+            step reads its chosen leaves' rows with one gather. :attr:`keys` and :attr:`values` are views of it.
     """
 
-    keys: torch.Tensor
-    values: torch.Tensor
+    table: torch.Tensor
+
+    @property
+    def keys(self) -> torch.Tensor:
+        """(B, H, N, d) the projected keys in compacted order (a view of :attr:`table`)."""
+        return self.table[..., :_table_head_dim(self.table)]
+
+    @property
+    def values(self) -> torch.Tensor:
+        """(B, H, N, d) the projected values in compacted order (a view of :attr:`table`)."""
+        d = _table_head_dim(self.table)
+        return self.table[..., d:2 * d]
 
     def anchors(self) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: D102 - see the base class
-        return self.keys, self.values
+        return self.table, self.positions
 
     def encoder_keys(self, encoder_length: int) -> torch.Tensor:
         """The keys in encoder order, (B, H, k, d), zero at padded positions (one scatter, at each call; rows past
@@ -214,17 +237,35 @@ class QuestState(QuestBoundsState):
         return rows_in_encoder_order(self.values, self.positions, encoder_length)
 
 
+#: Columns of :attr:`QuestState.table` besides the key and the value: the bias, then zeros (``W = 2d + 8``).
+_TABLE_EXTRA = 8
+
+
+def _masked_bias(dtype: torch.dtype) -> float:
+    """The additive bias of a row that is not read: the dtype's lowest value, or float32's for a wider dtype (so that
+    the state's finiteness check, which reads it in float32, sees a finite number). Finite, so that an example
+    without real keys takes a uniform softmax over rows whose values are zero, not NaN."""
+    return max(torch.finfo(dtype).min, torch.finfo(torch.float32).min)
+
+
+def _table_head_dim(table: torch.Tensor) -> int:
+    """``d`` of a :attr:`QuestState.table` (B, H, N, 2d + 8)."""
+    return (table.shape[-1] - _TABLE_EXTRA) // 2
+
+
 class EncoderRows:
     """The encoder output a :class:`QuestRowsState` reads its rows from, and the layer's projections: shared by the
     layers (not a tensor field, so beam reordering never copies it; the state's ``slot`` maps its rows).
 
     Attributes:
         states: (B0, k, D) the encoder output of the batch the state was built for (held, not copied).
+        flat: (B0·k, D) a view of it.
         projection: the layer's key/value projections per head.
     """
 
     def __init__(self, states: torch.Tensor, projection: HeadProjection) -> None:
         self.states = states
+        self.flat = states.reshape(-1, states.shape[-1])
         self.projection = projection
 
 
@@ -235,10 +276,20 @@ class QuestRowsState(QuestBoundsState):
 
     Attributes:
         slot: (B,) long, each row's example in :attr:`encoder` (reordered with the beams like every tensor field).
+        row_index: (B, H, L, b) long, the row of :attr:`EncoderRows.flat` each compacted row reads (an expanded
+            view over the heads).
+        row_bias: (B, H, L, b), the additive attention bias of each compacted row (0 real, :func:`_masked_bias` past
+            the example's length; float32 or wider; an expanded view).
+        value_weight: (B, H, d, D), the layer's value projection per head, zero for an example without real keys.
+        value_offset: (B, H, 1, d), its value bias likewise, or None without one.
         encoder: the encoder output and the layer's projections (:class:`EncoderRows`).
     """
 
     slot: torch.Tensor
+    row_index: torch.Tensor
+    row_bias: torch.Tensor
+    value_weight: torch.Tensor
+    value_offset: torch.Tensor | None
     encoder: EncoderRows
 
     is_lean: ClassVar[bool] = True
@@ -269,6 +320,12 @@ def key_bounds(
 
 #: Power iterations per node of the leaves' tree.
 _POWER_ITERATIONS = 4
+#: Half the extent of the "inverted box" stored for an empty leaf or group (maximum ``-BIG``, minimum ``+BIG``): its
+#: bound is ``-BIG·|Q_t|_1``, below every real block's, so a step ranks it last without a mask (float32 or wider).
+_INVERTED = 2.0**64
+#: The same for float16 bounds: a power of two above every stored float16 bound (which :func:`outward_half_scaled`
+#: keeps within ``±2^15``).
+_INVERTED_HALF = 65504.0
 
 
 def start_direction(dim: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -279,6 +336,13 @@ def start_direction(dim: int, dtype: torch.dtype, device: torch.device) -> torch
 
 def similarity_order(centres: torch.Tensor, real: torch.Tensor, group: int) -> torch.Tensor:
     """``π``: each head's leaves ordered by a principal-direction tree over their centres (module docstring).
+
+    All heads and all nodes of a level at once: ``D`` levels of a fixed number of batched operations (no loop over
+    heads, nodes or power iterations). A node's principal direction is reached as ``C^4 v_0`` (``C`` the node's
+    covariance over its real leaves, ``v_0`` the fixed start), computed as ``C^2 (C^2 v_0)``: the power iterations
+    without their normalisations, which scale the direction by a positive number and so leave the order of the
+    projections unchanged (the centres are first divided by their largest magnitude per head, so that ``C^4`` stays
+    within float32's range). A node without a real leaf, or whose leaves coincide, keeps its order.
 
     Args:
         centres: (B, H, L, d) the leaves' box centres (float32 or wider).
@@ -291,25 +355,26 @@ def similarity_order(centres: torch.Tensor, real: torch.Tensor, group: int) -> t
     batch, heads, leaves, d = centres.shape
     depth = max(0, -(-leaves // group) - 1).bit_length()
     slots = group << depth
-    points = F.pad(centres, (0, 0, 0, slots - leaves))
-    full = F.pad(real, (0, slots - leaves))[:, None, :].expand(batch, heads, slots)
-    order = torch.arange(slots, device=centres.device).expand(batch, heads, slots)
-    start = start_direction(d, centres.dtype, centres.device)
+    present = F.pad(real, (0, slots - leaves)).to(centres.dtype)[:, None, :, None].expand(batch, heads, slots, 1)
+    scale = centres.abs().amax(dim=(2, 3), keepdim=True).clamp(min=torch.finfo(centres.dtype).tiny)
+    index = torch.arange(slots, device=centres.device, dtype=centres.dtype).expand(batch, heads, slots)[..., None]
+    # one row per slot: its centre (0 at an empty slot), whether it is real, and its leaf index
+    table = torch.cat([F.pad(centres / scale, (0, 0, 0, slots - leaves)) * present, present, index], dim=-1)
+    table = table.view(batch * heads, slots, d + 2)
+    start = start_direction(d, centres.dtype, centres.device)[:, None]
     for level in range(depth):
         nodes, size = 1 << level, slots >> level
-        members = points.gather(2, order[..., None].expand(-1, -1, -1, d)).view(batch, heads, nodes, size, d)
-        present = full.gather(2, order).view(batch, heads, nodes, size)
-        weight = present[..., None].to(points.dtype)
-        mean = (members * weight).sum(dim=3, keepdim=True) / weight.sum(dim=3, keepdim=True).clamp(min=1)
-        centred = (members - mean) * weight
-        direction = start.expand(batch, heads, nodes, d)
-        for _ in range(_POWER_ITERATIONS):
-            direction = torch.einsum("bhnsd,bhns->bhnd", centred, torch.einsum("bhnsd,bhnd->bhns", centred, direction))
-            direction = direction / direction.norm(dim=-1, keepdim=True).clamp(min=torch.finfo(points.dtype).tiny)
-        projection = torch.einsum("bhnsd,bhnd->bhns", centred, direction).masked_fill(~present, float("inf"))
-        ranks = torch.argsort(projection, dim=-1, stable=True)
-        order = order.reshape(batch, heads, nodes, size).gather(-1, ranks).view(batch, heads, slots)
-    return order
+        rows = table.view(batch * heads * nodes, size, d + 2)
+        points, weight = rows[..., :d], rows[..., d:d + 1]
+        mean = points.sum(dim=1, keepdim=True) / weight.sum(dim=1, keepdim=True).clamp(min=1)
+        centred = (points - mean) * weight
+        covariance = centred.transpose(1, 2) @ centred
+        square = covariance @ covariance
+        direction = square @ (square @ start.expand(batch * heads * nodes, d, 1))
+        projection = (centred @ direction).masked_fill(weight == 0, float("inf"))
+        ranks = torch.argsort(projection, dim=1, stable=True)
+        table = rows.gather(1, ranks.expand(-1, -1, d + 2)).view(batch * heads, slots, d + 2)
+    return table[..., d + 1].view(batch, heads, slots).to(torch.long)
 
 
 def group_bounds(
@@ -319,8 +384,9 @@ def group_bounds(
     bounds ((B, H, L, d) each, (B, L) bool).
 
     Returns:
-        ``(order, low, high, real)``: (B, H, G·g) long; (B, H, G, d) each, 0 for a group without a real leaf;
-        (B, H, G) bool. Empty (G = 0) tensors when ``group`` is None.
+        ``(order, low, high, real)``: (B, H, G·g) long; (B, H, G, d) each, an inverted box (``low = +BIG``,
+        ``high = -BIG``, :data:`_INVERTED`) for a group without a real leaf; (B, H, G) bool. Empty (G = 0) tensors
+        when ``group`` is None.
     """
     batch, heads, leaves, d = low.shape
     if group is None:
@@ -337,9 +403,9 @@ def group_bounds(
     group_low = low.gather(2, gathered).masked_fill(absent, float("inf")).view(batch, heads, groups, group, d)
     group_high = high.gather(2, gathered).masked_fill(absent, float("-inf")).view(batch, heads, groups, group, d)
     group_real = present.view(batch, heads, groups, group).any(dim=-1)
-    none = ~group_real[..., None]
-    return (order, group_low.amin(dim=3).masked_fill(none, 0.0), group_high.amax(dim=3).masked_fill(none, 0.0),
-            group_real)
+    none = ~group_real[..., None]  # an inverted box: its bound is below every real group's (see _INVERTED)
+    return (order, group_low.amin(dim=3).masked_fill(none, _INVERTED),
+            group_high.amax(dim=3).masked_fill(none, -_INVERTED), group_real)
 
 
 def bound_features(queries: torch.Tensor) -> torch.Tensor:
@@ -380,6 +446,31 @@ def outward_half(bounds: torch.Tensor) -> torch.Tensor:
     return torch.where(is_high, raised, lowered).contiguous()
 
 
+def outward_half_scaled(bounds: torch.Tensor) -> torch.Tensor:
+    """``[high, low]`` bounds (B, H, n, 2d) in float16 without a host sync: each head's bounds divided by the power of
+    two that brings its largest magnitude to at most ``2^15`` (1 when it already is), then rounded outward (each
+    maximum up, each minimum down). A positive factor per head leaves the order of that head's bounds for any query
+    unchanged, and a power of two is exact, so the choice of leaves is that of :func:`outward_half` whenever that
+    keeps float16 (every magnitude below ``2^15``), and otherwise still the choice by upper bounds.
+
+    Args:
+        bounds: (B, H, n, 2d), the maxima in the first ``d`` columns and the minima in the last ``d``.
+    """
+    if bounds.numel() == 0:
+        return bounds.to(torch.float16)
+    d = bounds.shape[-1] // 2
+    largest = bounds.abs().amax(dim=(2, 3), keepdim=True)
+    exponent = torch.frexp(largest / 2.0**15)[1].clamp(min=0)  # largest / 2^e <= 2^15
+    scaled = torch.ldexp(bounds, -exponent)
+    half = scaled.to(torch.float16)
+    wide = half.to(bounds.dtype)
+    is_high = torch.arange(2 * d, device=bounds.device) < d
+    outward = torch.where(is_high, torch.where(wide < scaled, torch.nextafter(half, half.new_tensor(float("inf"))),
+                                               half),
+                          torch.where(wide > scaled, torch.nextafter(half, half.new_tensor(float("-inf"))), half))
+    return outward.contiguous()
+
+
 def _group_rows(bounds: torch.Tensor, groups: torch.Tensor, size: int) -> torch.Tensor:
     """The rows of whole groups: ``bounds`` (B, H, G·g, e) in the groups' order, ``groups`` (B, H, q, P) long ->
     (B, H, q, P·g, e), one ``index_select`` of ``g·e``-wide rows (far faster on the CPU than one per leaf)."""
@@ -389,11 +480,6 @@ def _group_rows(bounds: torch.Tensor, groups: torch.Tensor, size: int) -> torch.
     base = (torch.arange(batch * heads, device=groups.device) * count).view(batch, heads, 1, 1)
     picked = flat.index_select(0, (base + groups).reshape(-1))
     return picked.view(*groups.shape[:3], groups.shape[3] * size, width)
-
-
-def _transposed(rows: torch.Tensor) -> torch.Tensor:
-    """``rows`` (..., n, e) as a transposed view of a contiguous (..., e, n) tensor."""
-    return rows.transpose(-1, -2).contiguous().transpose(-1, -2)
 
 
 class QuestCrossAttention(CrossAttentionMechanism):
@@ -410,46 +496,66 @@ class QuestCrossAttention(CrossAttentionMechanism):
         real = rows[None, :] < lengths[:, None]
         return key_bounds(keys.detach().to(accumulation_dtype(keys.dtype)), real, self.settings.resolved_leaf_size())
 
-    def _stacked_bounds(
-        self, low: torch.Tensor, high: torch.Tensor, leaf_real: torch.Tensor, compact: bool = False
-    ) -> dict[str, torch.Tensor]:
-        """The state's bound fields from the leaves' minimum and maximum keys ((B, H, L, d) each, (B, L) bool);
-        ``compact``: the leaves' bounds in float16 rounded outward (:func:`outward_half`) where groups are used.
-        Built one head at a time (heads are independent): the tree's and the float16 conversion's temporaries are
-        one head's, not every head's."""
-        group = self.settings.group_size
-        heads = [self._head_bounds(low[:, h:h + 1], high[:, h:h + 1], leaf_real, compact) for h in range(low.shape[1])]
-        fields = {name: torch.cat([head[name] for head in heads], dim=1) for name in heads[0]}
-        # the leaves contiguous along the last axis where a step multiplies every one of them (see QuestBoundsState)
-        fields["group_bounds"] = _transposed(fields["group_bounds"])
-        if group is None:
-            fields["leaf_bounds"] = _transposed(fields["leaf_bounds"])
-        return {**fields, "leaf_real": leaf_real}
+    def _whole_segments(self) -> bool:
+        """Whether ``b`` divides ``s``: every leaf then lies in one segment, and the state takes the layout of the
+        constant-cost step (:meth:`step`)."""
+        return self.settings.resolved_segment_size() % self.settings.resolved_leaf_size() == 0
 
-    def _head_bounds(
-        self, low: torch.Tensor, high: torch.Tensor, leaf_real: torch.Tensor, compact: bool
+    def _stacked_bounds(
+        self, low: torch.Tensor, high: torch.Tensor, leaf_real: torch.Tensor, lengths: torch.Tensor,
+        compact: bool = False,
     ) -> dict[str, torch.Tensor]:
-        """:meth:`_stacked_bounds` of one head's (or a few heads') ``low``/``high`` ((B, h, L, d) each), as rows."""
+        """The state's selection fields from the leaves' minimum and maximum keys ((B, H, L, d) each, (B, L) bool)
+        and the real lengths (B,); ``compact``: the leaves' bounds in float16 rounded outward
+        (:func:`outward_half_scaled`) where groups are used. All heads at once."""
         group = self.settings.group_size
+        batch, heads, leaves, d = low.shape
         order, group_low, group_high, group_real = group_bounds(low, high, leaf_real, group)
-        leaf_bounds = torch.cat([high, low], dim=-1)
-        if group is not None:  # in the groups' order: a chosen group's leaves are one contiguous block
-            index = order.clamp(max=low.shape[2] - 1)[..., None].expand(-1, -1, -1, leaf_bounds.shape[-1])
-            leaf_bounds = leaf_bounds.gather(2, index).masked_fill((order >= low.shape[2])[..., None], 0.0)
+        inverted = torch.cat([low.new_full((d,), -_INVERTED), low.new_full((d,), _INVERTED)])
+        bounds = torch.cat([high, low], dim=-1)  # 0 at a leaf without real keys
+        segment_leaves = self.settings.resolved_segment_size() // self.settings.resolved_leaf_size()
+        leaf_segment = torch.arange(leaves, device=low.device) // max(1, segment_leaves)
+        if self._whole_segments():
+            leaf_segment[-1] = -1  # the spare leaf (_schedule) is never in a segment
+        if group is None:
+            absent = ~leaf_real[:, None, :, None]
+            leaf_bounds = torch.where(absent, inverted, bounds)
+            slot_leaf = torch.arange(leaves, device=low.device)[None, None, :, None].expand(batch, heads, -1, 1)
+            slot_segment = leaf_segment[None, None, :, None].expand(batch, 1, -1, 1)
+        else:  # in the groups' order: a chosen group's leaves are one contiguous block
+            empty = order >= leaves
+            slot_leaf = order.clamp(max=leaves - 1)  # an empty slot reads the last leaf (the spare one, or masked)
+            absent = (empty | ~leaf_real[:, None, :].expand(-1, heads, -1).gather(2, slot_leaf))[..., None]
+            leaf_bounds = bounds.gather(2, slot_leaf[..., None].expand(-1, -1, -1, 2 * d)).masked_fill(absent, 0.0)
             if compact:
-                leaf_bounds = outward_half(leaf_bounds)
-        return {"leaf_bounds": leaf_bounds, "leaf_order": order,
-                "group_bounds": torch.cat([group_high, group_low], dim=-1), "group_real": group_real}
+                leaf_bounds = outward_half_scaled(leaf_bounds)
+                inverted = inverted.clamp(-_INVERTED_HALF, _INVERTED_HALF).to(torch.float16)
+            leaf_bounds = torch.where(absent, inverted, leaf_bounds)
+            slot_segment = leaf_segment[slot_leaf].masked_fill(empty, -1)[..., None]
+            slot_leaf = slot_leaf[..., None]
+        s, target = self.settings.resolved_segment_size(), self.settings.target_length
+        positions = torch.arange(target + 1, device=low.device)
+        segments = num_segments(lengths, s).clamp(min=1)
+        return {
+            "leaf_bounds": leaf_bounds.contiguous(), "leaf_order": order, "leaf_real": leaf_real,
+            "group_bounds": torch.cat([group_high, group_low], dim=-1), "group_real": group_real,
+            "step_segment": segment_index(positions, segments, target), "slot_leaf": slot_leaf,
+            "slot_segment": slot_segment, "group_true": group_real.new_ones(batch, heads, group_real.shape[2], 1),
+        }
 
     def _schedule(self, key_valid: torch.Tensor | None, batch: int, length: int,
                   device: torch.device) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """``(lengths, order, N)``: real lengths (B,), the compaction order (B, k) and the compacted rows ``N``."""
+        """``(lengths, order, N)``: real lengths (B,), the compaction order (B, k) and the compacted rows ``N``:
+        ``ceil(k / b)`` leaves, or, where ``b`` divides ``s``, ``ceil(k / s)`` whole segments of leaves and one
+        spare leaf."""
         lengths, padded = real_lengths(key_valid, batch, length, device)
         if padded and key_valid is not None:
             order = compaction_order(key_valid.to(device=device, dtype=torch.bool))
         else:
             order = torch.arange(length, device=device).expand(batch, -1)
-        b = self.settings.resolved_leaf_size()
+        b, s = self.settings.resolved_leaf_size(), self.settings.resolved_segment_size()
+        if self._whole_segments():
+            return lengths, order, (max(1, -(-length // s)) * (s // b) + 1) * b
         return lengths, order, max(1, -(-length // b)) * b
 
     def _base_fields(self, lengths: torch.Tensor, order: torch.Tensor, rows: int) -> dict[str, torch.Tensor]:
@@ -458,6 +564,11 @@ class QuestCrossAttention(CrossAttentionMechanism):
         positions = F.pad(order.masked_fill(~inside, 0), (0, rows - order.shape[1]))
         return {"lengths": lengths, "num_segments": num_segments(lengths, s).clamp(min=1),
                 "last_segment": torch.full_like(lengths, -1), "positions": positions.contiguous()}
+
+    def finite_check_fields(self, state: CrossAttentionState) -> tuple[str, ...]:
+        """The keys and values (the table, standard layout) and the leaves' bounds: the group bounds and the
+        rows layout's bias and value weights are computed from (or are) values they witness."""
+        return ("table", "leaf_bounds") if isinstance(state, QuestState) else ("leaf_bounds",)
 
     @autocast_off
     def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> QuestState:
@@ -474,21 +585,27 @@ class QuestCrossAttention(CrossAttentionMechanism):
         lengths, order, rows = self._schedule(key_valid, batch, length, keys.device)
         base = self._base_fields(lengths, order, rows)
         index = order[:, None, :, None].expand(-1, heads, -1, d)
-        real = (torch.arange(length, device=keys.device)[None, :] < lengths[:, None])[:, None, :, None]
-        spare = rows - length
-        compact_keys = F.pad(torch.gather(keys, 2, index) * real.to(keys.dtype), (0, 0, 0, spare)).contiguous()
-        compact_values = F.pad(torch.gather(values, 2, index) * real.to(values.dtype), (0, 0, 0, spare)).contiguous()
-        return QuestState(**base, **self._stacked_bounds(*self._leaf_bounds(compact_keys, lengths)),
-                          keys=compact_keys, values=compact_values)
+        real = torch.arange(rows, device=keys.device)[None, :] < lengths[:, None]  # (B, N)
+        dtype = torch.promote_types(keys.dtype, values.dtype)
+        scale = real[:, None, :length, None].to(dtype)
+        bias = torch.zeros((), dtype=dtype, device=keys.device).masked_fill(~real, _masked_bias(dtype))
+        table = torch.cat([
+            F.pad(torch.cat([torch.gather(keys, 2, index), torch.gather(values, 2, index)], dim=-1).to(dtype)
+                  * scale, (0, 0, 0, rows - length)),
+            bias[:, None, :, None].expand(-1, heads, -1, 1),
+            bias.new_zeros(()).expand(batch, heads, rows, _TABLE_EXTRA - 1),
+        ], dim=-1)
+        bounds = self._leaf_bounds(table[..., :d], lengths)
+        return QuestState(**base, **self._stacked_bounds(*bounds, lengths), table=table)
 
     @autocast_off
     def indexed_state(
         self, encoder_states: torch.Tensor, key_valid: torch.Tensor | None, projection: HeadProjection
     ) -> QuestRowsState | None:
-        """The state that reads rows of the encoder output, for a batch whose longest input has at least
-        ``rows_min_keys`` real tokens; None otherwise (the standard state is built). The keys are projected
-        :data:`BOUNDS_CHUNK` compacted positions at a time for the bounds and dropped: ``O(chunk·H·d)`` transient
-        memory.
+        """The state that reads rows of the encoder output, for a batch whose encoder length (padding included: the
+        choice needs no host sync) is at least ``rows_min_keys``; None otherwise (the standard state is built).
+        The keys are projected :data:`BOUNDS_CHUNK` compacted positions at a time for the bounds and dropped:
+        ``O(chunk·H·d)`` transient memory.
 
         Args:
             encoder_states: (B, k, D) the encoder output.
@@ -496,10 +613,11 @@ class QuestCrossAttention(CrossAttentionMechanism):
             projection: the layer's key/value projections per head.
         """
         batch, length, width = encoder_states.shape
-        lengths, order, rows = self._schedule(key_valid, batch, length, encoder_states.device)
-        if batch == 0 or int(lengths.max()) < self.settings.resolved_rows_min_keys():
+        if batch == 0 or length < self.settings.resolved_rows_min_keys():
             return None
+        lengths, order, rows = self._schedule(key_valid, batch, length, encoder_states.device)
         b = self.settings.resolved_leaf_size()
+        heads = projection.key_weight.shape[0]
         chunk = -(-BOUNDS_CHUNK // b) * b
         padded_order = F.pad(order, (0, rows - length))
         parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
@@ -515,9 +633,21 @@ class QuestCrossAttention(CrossAttentionMechanism):
         lows, highs, reals = zip(*parts, strict=True)
         low, high, leaf_real = torch.cat(lows, dim=2), torch.cat(highs, dim=2), torch.cat(reals, dim=1)
         del parts, lows, highs
+        base = self._base_fields(lengths, order, rows)
+        wide = accumulation_dtype(encoder_states.dtype)
+        real = torch.arange(rows, device=encoder_states.device)[None, :] < lengths[:, None]  # (B, N)
+        slot = torch.arange(batch, device=encoder_states.device)
+        row_index = (slot[:, None] * length + base["positions"]).view(batch, 1, rows // b, b)
+        row_bias = torch.zeros((), dtype=wide, device=real.device).masked_fill(~real, _masked_bias(wide))
+        some = (lengths > 0).to(wide)[:, None, None, None]
+        offset = None
+        if projection.value_bias is not None:
+            offset = projection.value_bias.to(wide)[None, :, None, :] * some
         return QuestRowsState(
-            **self._base_fields(lengths, order, rows), **self._stacked_bounds(low, high, leaf_real, compact=True),
-            slot=torch.arange(batch, device=encoder_states.device), encoder=EncoderRows(encoder_states, projection),
+            **base, **self._stacked_bounds(low, high, leaf_real, lengths, compact=True), slot=slot,
+            row_index=row_index.expand(-1, heads, -1, -1), row_bias=row_bias.view(batch, 1, rows // b, b).expand(
+                -1, heads, -1, -1), value_weight=projection.value_weight.to(wide)[None] * some, value_offset=offset,
+            encoder=EncoderRows(encoder_states, projection),
         )
 
     def lean(self, state: CrossAttentionState) -> CrossAttentionState:
@@ -670,6 +800,10 @@ class QuestCrossAttention(CrossAttentionMechanism):
         """One decoder position: the same output as :meth:`forward` there. From a :class:`QuestRowsState` the chosen
         rows are read from the encoder output in the absorbed form (module docstring).
 
+        Where ``b`` divides ``s`` (and, with groups, the chosen groups hold at least ``r + s/b`` slots or every
+        group is chosen) the step is a fixed sequence of about twenty batched operations whatever the input length,
+        with no host sync (:meth:`_choose_and_read`); otherwise it takes the general path of :meth:`forward`.
+
         Args:
             queries: (B, H, 1, d) projected decoder query at ``position``.
             state: either layout. position: absolute decoder position ``t``. project_rows: unused.
@@ -682,12 +816,120 @@ class QuestCrossAttention(CrossAttentionMechanism):
         """
         if not isinstance(state, QuestBoundsState):
             raise ValueError(f"{type(self).__name__} cannot step a {type(state).__name__}; build it with init_state().")
+        if self._constant_step(state):
+            return self._choose_and_read(queries, state, position)
         segments = self._segments(state, position, 1)
         if isinstance(state, QuestRowsState):
             output = self._read_encoder_rows(queries, state, segments)
         else:
             output = self._read(queries, self._standard(state), segments, 0.0)
         return output, replace(state, last_segment=segments[:, -1])
+
+    def _slots_read(self, state: QuestBoundsState) -> int:
+        """``K = s/b + r``: the slots a constant-cost step reads (the segment's leaves and ``r`` more), at most all."""
+        s, b = self.settings.resolved_segment_size(), self.settings.resolved_leaf_size()
+        return min(s // b + self.settings.resolved_top_leaves(), state.leaf_bounds.shape[2])
+
+    def _constant_step(self, state: QuestBoundsState) -> bool:
+        """Whether :meth:`step` takes the constant-cost path: ``b`` divides ``s``, and without groups, or with every
+        group chosen, or with the chosen groups' ``p·g`` slots at least ``K`` (so that no leaf of a group left out
+        is ever among the first ``K``)."""
+        if not self._whole_segments():
+            return False
+        group = self.settings.group_size
+        if group is None:
+            return True
+        groups, top = state.group_bounds.shape[2], self.settings.resolved_top_groups()
+        return top >= groups or top * group >= self._slots_read(state)
+
+    def _feature_limits(self, dim: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The clamp limits that turn ``[Q, Q]`` into :func:`bound_features` ``[max(Q, 0), min(Q, 0)]`` in one
+        operation: (2d,) each, made once per dtype and device."""
+        cache: dict[tuple[int, torch.dtype, torch.device], tuple[torch.Tensor, torch.Tensor]]
+        cache = self.__dict__.setdefault("_limits", {})
+        key = (dim, dtype, device)
+        if key not in cache:
+            inf = torch.full((dim,), float("inf"), dtype=dtype, device=device)
+            zero = torch.zeros(dim, dtype=dtype, device=device)
+            cache[key] = (torch.cat([zero, -inf]), torch.cat([inf, zero]))
+        return cache[key]
+
+    def _choose_and_read(
+        self, queries: torch.Tensor, state: QuestBoundsState, position: int | torch.Tensor
+    ) -> tuple[torch.Tensor, QuestBoundsState]:
+        """The constant-cost step (``b`` divides ``s``; :meth:`_constant_step`): the same choice as
+        :meth:`select`, as one ranking of the slots.
+
+        Every slot's bound is computed (one product), the leaves of the groups not among the ``p`` of largest
+        bound (one sort of the groups) rank last (-inf), the ``s/b`` leaves of segment ``i(t)`` rank first (+inf),
+        and the first ``K = s/b + r`` slots of one stable sort are read: the segment, then the ``r`` candidates of
+        largest bound (ties: the earlier slot, i.e. the earlier leaf, or the earlier in ``π``). Leaves without a
+        real key rank below every real one (their inverted boxes), and their rows, like the segment's rows past
+        the example's length, carry the lowest bias, so they are read with weight 0 (an example without real keys:
+        output 0). One gather reads the chosen leaves' rows, one softmax attention mixes them.
+
+        Args:
+            queries: (B, H, 1, d). state: either layout. position: ``t``.
+
+        Returns:
+            ``(output, state)``: (B, H, 1, d) in the queries' dtype, and the state with ``last_segment = i(t)``.
+        """
+        batch, heads, _, d = queries.shape
+        group, width = self.settings.group_size, self._slots_read(state)
+        target = self.settings.target_length
+        table = state.step_segment
+        if isinstance(position, int):
+            segment = table[:, min(position, target)]
+        else:
+            segment = table.index_select(1, position.reshape(1).clamp(max=target)).view(-1)
+        with torch.no_grad(), torch.autocast(device_type=queries.device.type, enabled=False):
+            wide = state.group_bounds.dtype
+            lows, highs = self._feature_limits(d, wide, queries.device)
+            features = torch.cat([queries, queries], dim=-1).to(wide).clamp(lows, highs)  # (B, H, 1, 2d)
+            scores = (features * state.leaf_bounds).sum(dim=-1, keepdim=True)  # (B, H, Ls, 1)
+            groups = state.group_bounds.shape[2]
+            if group is not None and self.settings.resolved_top_groups() < groups:
+                group_scores = (features * state.group_bounds).sum(dim=-1, keepdim=True)  # (B, H, G, 1)
+                top = group_scores.sort(dim=2, descending=True, stable=True).indices[:, :, :self.settings
+                                                                                   .resolved_top_groups()]
+                left_out = state.group_true.scatter(2, top, False)  # (B, H, G, 1)
+                scores = scores.view(batch, heads, groups, group).masked_fill(left_out, float("-inf")).view(
+                    batch, heads, -1, 1)
+            scores = scores.masked_fill(state.slot_segment == segment.view(-1, 1, 1, 1), float("inf"))
+            chosen = scores.sort(dim=2, descending=True, stable=True).indices[:, :, :width]  # (B, H, K, 1)
+            if group is not None:
+                chosen = state.slot_leaf.gather(2, chosen)
+        if isinstance(state, QuestRowsState):
+            output = self._attend_encoder_rows(queries, state, chosen)
+        else:
+            assert isinstance(state, QuestState)
+            b = self.settings.resolved_leaf_size()
+            rows = state.table.view(batch, heads, -1, b * state.table.shape[-1])
+            read = rows.gather(2, chosen.expand(-1, -1, -1, rows.shape[-1])).view(batch, heads, width * b, -1)
+            output = F.scaled_dot_product_attention(
+                queries, read[..., :d].to(queries.dtype), read[..., d:2 * d].to(queries.dtype),
+                attn_mask=read[..., 2 * d].unsqueeze(2).to(queries.dtype), scale=self.scale,
+            )
+        return output, replace(state, last_segment=segment)
+
+    def _attend_encoder_rows(
+        self, queries: torch.Tensor, state: QuestRowsState, chosen: torch.Tensor
+    ) -> torch.Tensor:
+        """The absorbed form (module docstring) over the rows of the chosen leaves (B, H, K, 1) long: (B, H, 1, d)."""
+        batch, heads, width, _ = chosen.shape
+        b = state.row_index.shape[-1]
+        index = chosen.expand(-1, -1, -1, b)
+        rows = state.encoder.flat[state.row_index.gather(2, index).view(batch, heads, width * b)]  # (B, H, S, D)
+        bias = state.row_bias.gather(2, index).view(batch, heads, 1, width * b)
+        key_weight = state.encoder.projection.key_weight  # (H, d, D)
+        wide = state.value_weight.dtype
+        hidden_queries = (queries.to(wide).transpose(-1, -2) * key_weight.to(wide)).sum(dim=-2, keepdim=True)
+        mixed = F.scaled_dot_product_attention(hidden_queries, rows.to(wide), rows.to(wide), attn_mask=bias,
+                                               scale=self.scale)  # (B, H, 1, D)
+        output = (mixed * state.value_weight).sum(dim=-1).unsqueeze(2)  # (B, H, 1, d)
+        if state.value_offset is not None:
+            output = output + state.value_offset
+        return output.to(queries.dtype)
 
     def _read_encoder_rows(
         self, queries: torch.Tensor, state: QuestRowsState, segments: torch.Tensor
