@@ -98,8 +98,12 @@ DEFAULT_TOP_GROUPS = 16
 #: The shortest input (real tokens) whose generation reads rows of the encoder output, when ``rows_min_keys`` is
 #: None.
 DEFAULT_ROWS_MIN_KEYS = 16384
-#: Encoder positions projected at a time when the bounds are built from the encoder output.
-BOUNDS_CHUNK = 4096
+#: Encoder positions projected at a time when the bounds are built from the encoder output (at least; see
+#: :data:`MAX_BOUNDS_CHUNKS`).
+BOUNDS_CHUNK = 16384
+#: The most chunks the bounds are built in (so that the build's operator count does not grow with the input): a longer
+#: input projects ``ceil(N / 4)`` positions at a time.
+MAX_BOUNDS_CHUNKS = 4
 #: Elements of gathered leaf bounds per chunk of queries in the parallel path (bounds its memory).
 _GATHER_BUDGET = 1 << 24
 
@@ -368,10 +372,10 @@ def similarity_order(centres: torch.Tensor, real: torch.Tensor, group: int) -> t
         points, weight = rows[..., :d], rows[..., d:d + 1]
         mean = points.sum(dim=1, keepdim=True) / weight.sum(dim=1, keepdim=True).clamp(min=1)
         centred = (points - mean) * weight
-        covariance = centred.transpose(1, 2) @ centred
-        square = covariance @ covariance
-        direction = square @ (square @ start.expand(batch * heads * nodes, d, 1))
-        projection = (centred @ direction).masked_fill(weight == 0, float("inf"))
+        covariance = torch.bmm(centred.transpose(1, 2), centred)
+        square = torch.bmm(covariance, covariance)
+        direction = torch.bmm(square, torch.bmm(square, start.expand(batch * heads * nodes, d, 1)))
+        projection = torch.bmm(centred, direction).masked_fill(weight == 0, float("inf"))
         ranks = torch.argsort(projection, dim=1, stable=True)
         table = rows.gather(1, ranks.expand(-1, -1, d + 2)).view(batch * heads, slots, d + 2)
     return table[..., d + 1].view(batch, heads, slots).to(torch.long)
@@ -604,8 +608,8 @@ class QuestCrossAttention(CrossAttentionMechanism):
     ) -> QuestRowsState | None:
         """The state that reads rows of the encoder output, for a batch whose encoder length (padding included: the
         choice needs no host sync) is at least ``rows_min_keys``; None otherwise (the standard state is built).
-        The keys are projected :data:`BOUNDS_CHUNK` compacted positions at a time for the bounds and dropped:
-        ``O(chunk·H·d)`` transient memory.
+        The keys are projected :data:`BOUNDS_CHUNK` compacted positions at a time (in at most
+        :data:`MAX_BOUNDS_CHUNKS` chunks) for the bounds and dropped: ``O(chunk·H·d)`` transient memory.
 
         Args:
             encoder_states: (B, k, D) the encoder output.
@@ -618,7 +622,7 @@ class QuestCrossAttention(CrossAttentionMechanism):
         lengths, order, rows = self._schedule(key_valid, batch, length, encoder_states.device)
         b = self.settings.resolved_leaf_size()
         heads = projection.key_weight.shape[0]
-        chunk = -(-BOUNDS_CHUNK // b) * b
+        chunk = -(-max(BOUNDS_CHUNK, -(-rows // MAX_BOUNDS_CHUNKS)) // b) * b  # at most MAX_BOUNDS_CHUNKS chunks
         padded_order = F.pad(order, (0, rows - length))
         parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         with torch.no_grad():
