@@ -22,14 +22,15 @@ and are computed from detached queries and keys), only through the softmax over 
 choice depends on its own keys only: padded positions never enter a mean, and segments past its ``m`` (padding in
 the batch's segment-major state) are never candidates, so the output does not depend on the padding or the batch.
 
-The schedule, compaction and segment-major state are those of
-:class:`~srformer.attention.segmented.SegmentedCrossAttention`; the state adds each segment's mean key
-(:class:`BlockTopkState`). The segment blocks are chosen per query *and head*, which the base's
-``context_blocks`` hooks (one block per query) cannot express, so both paths gather per (query, head):
-``(B, H, q, r + 1, s, d)`` blocks of keys and values, with no ``q x k`` score matrix. There is no lean layout.
-Cost per head: one step ``O(m·d + m·log r + (r + 1)·s·d)`` (the gates, their top ``r``, the softmax); the parallel
-path the same per query, ``O(q·(m·d + (r + 1)·s·d))``; building the state ``O(k·d)`` (the segment-major copy
-and the means). The state keeps every key and value, ``O(k·d)``.
+The schedule and compaction are those of :class:`~srformer.attention.segmented.SegmentedCrossAttention`. The
+segment blocks are chosen per query *and head*, which the base's ``context_blocks`` hooks (one block per query)
+cannot express, so the state lays the keys and values out by block and head (:class:`BlockTopkState`, with each
+block's mean key and mask) and both paths gather per (query, head): ``(B, H, q, r + 1, s, d)`` blocks of keys and
+values, with no ``q x k`` score matrix. A decoder step is a fixed sequence of about twenty kernels, whatever the
+input length (:meth:`BlockTopkCrossAttention.step`; on a GPU a step's cost is its kernel launches). There is no lean
+layout. Cost per head: one step ``O(m·d + m·log r + (r + 1)·s·d)`` (the gates, their top ``r``, the softmax); the
+parallel path the same per query, ``O(q·(m·d + (r + 1)·s·d))``; building the state ``O(k·d)`` (the segment-major
+and the block copies, the means). The state keeps every key and value, ``O(k·d)``.
 
 Selection blocks smaller than a segment (``block_size`` b, beyond MoBA's one block per segment; NSA selects
 blocks of a size of their own). Each segment is cut into ``n = ceil(s / b)`` blocks of ``b`` real positions (the

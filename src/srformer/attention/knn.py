@@ -31,12 +31,15 @@ parallel path (training, teacher forcing, a multi-token chunk) always searches e
   the selected keys to the queries, those keys and their values.
 
 Costs per head: a decoder step scores every key and selects, ``O(k·d + k·log K)``, then the softmax over ``K``
-keys, ``O(K·d)``. The parallel (training) path scores all ``q x k`` pairs, ``O(q·k·d)`` like full attention, so it
-saves no training time; it then reads ``K`` keys per query. The state is the projected keys and values (``2·k·d``
-numbers, growing with the input; no lean layout: the keys must all be kept to be searched). With an index the
-layers keep nothing of the input's length; the index holds the encoder output once (``k·D`` float32 numbers, ``D``
-= d_model, plus ``sqrt(k)`` centroids for ``"ivf"``), and a step costs the search (``O(k·D)`` per query and head
-flat; about ``(probes·k/lists + lists)·D`` ivf) plus ``O(K·D·d)`` to project the retrieved rows.
+keys, ``O(K·d)``: a fixed sequence of 14 kernels per layer whatever ``k`` (one product for the scores, one ``topk``
+of order keys that settles ties by position, :func:`~srformer.attention.selection.ranked_top`, one gather, one
+``scaled_dot_product_attention``; on a GPU a step's cost is its kernel launches). The parallel (training) path
+scores all ``q x k`` pairs, ``O(q·k·d)`` like full attention, so it saves no training time; it then reads ``K``
+keys per query. The state is the projected keys and values (``2·k·d`` numbers, growing with the input, plus a
+float64 position term and a mask per position; no lean layout: the keys must all be kept to be searched). With an
+index the layers keep nothing of the input's length; the index holds the encoder output once (``k·D`` float32
+numbers, ``D`` = d_model, plus ``sqrt(k)`` centroids for ``"ivf"``), and a step costs the search (``O(k·D)`` per
+query and head flat; about ``(probes·k/lists + lists)·D`` ivf) plus ``O(K·D·d)`` to project the retrieved rows.
 """
 
 from __future__ import annotations
