@@ -23,7 +23,7 @@ __all__ = ["position_order", "ranked_top", "top_positions"]
 
 #: The smallest normal float32, ``2^-126``: the floor under a score's magnitude in its order key, so that a zero
 #: score's key still carries its position (a 0-d CPU tensor: an operand of any device's elementwise kernels).
-_FLOOR = torch.tensor(torch.finfo(torch.float32).tiny, dtype=torch.float32)
+_FLOOR = torch.tensor(torch.finfo(torch.float32).tiny, dtype=torch.float32, device="cpu")
 #: The widest position term: ``2^(52 - 25)`` positions keep their keys distinct in float64.
 _MAX_POSITION_BITS = 26
 
