@@ -183,9 +183,9 @@ class QuestBoundsState(CrossAttentionState):
         group_bounds: (B, H, G, 2d), the same as ``leaf_bounds`` per group (float32 or wider).
         group_real: (B, H, G) bool, True for a group with a real leaf.
         step_segment: (B, T + 1) long, ``i(t)`` of decoder positions ``t = 0 .. T`` (later ones read ``i(T)``).
+        step_forced: (B, T + 1, H, s/b, 1) long, the slots of the ``s/b`` leaves of segment ``i(t)`` (where ``b``
+            divides ``s``; an expanded view without groups).
         slot_leaf: (B, H, Ls, 1) long, the leaf of each slot (the spare leaf at an empty slot).
-        slot_segment: (B, H or 1, Ls, 1) long, the segment ``j·b // s`` that leaf ``j`` of each slot covers (-1 for
-            the spare leaf and empty slots).
         group_true: (B, H, G, 1) bool, all True (a step marks the groups it leaves out on a copy).
     """
 
@@ -196,8 +196,8 @@ class QuestBoundsState(CrossAttentionState):
     group_bounds: torch.Tensor
     group_real: torch.Tensor
     step_segment: torch.Tensor
+    step_forced: torch.Tensor
     slot_leaf: torch.Tensor
-    slot_segment: torch.Tensor
     group_true: torch.Tensor
 
     def anchors(self) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: D102 - see the base class
@@ -209,24 +209,34 @@ class QuestState(QuestBoundsState):
     """The standard layout: the bounds plus every key and value, compacted, in one table.
 
     Attributes:
-        table: (B, H, N, W) in the keys' dtype, contiguous: per compacted row its key (``d`` columns), its value
-            (``d``), an additive attention bias (0 at a real row, :func:`_masked_bias` past the example's
-            length) and zeros up to ``W``, a multiple of 8 (zero past an example's length but for the bias). A
-            step reads its chosen leaves' rows with one gather. :attr:`keys` and :attr:`values` are views of it.
+        table: (B, H, L, b·W) in the keys' dtype, contiguous, the ``b`` rows of each leaf side by side: per
+            compacted row its key (``d`` columns), its value (``d``), an additive attention bias (0 at a real row,
+            :func:`_masked_bias` past the example's length) and zeros (``W = 2d + 8``; zero past an example's
+            length but for the bias). A step reads its chosen leaves' rows with one gather. :attr:`rows`,
+            :attr:`keys` and :attr:`values` are views of it.
     """
 
     table: torch.Tensor
 
     @property
+    def rows(self) -> torch.Tensor:
+        """(B, H, N, W) :attr:`table` one compacted row per line (a view)."""
+        batch, heads, leaves, width = self.table.shape
+        b = self.positions.shape[1] // leaves
+        return self.table.view(batch, heads, leaves * b, width // b)
+
+    @property
     def keys(self) -> torch.Tensor:
         """(B, H, N, d) the projected keys in compacted order (a view of :attr:`table`)."""
-        return self.table[..., :_table_head_dim(self.table)]
+        rows = self.rows
+        return rows[..., :_table_head_dim(rows)]
 
     @property
     def values(self) -> torch.Tensor:
         """(B, H, N, d) the projected values in compacted order (a view of :attr:`table`)."""
-        d = _table_head_dim(self.table)
-        return self.table[..., d:2 * d]
+        rows = self.rows
+        d = _table_head_dim(rows)
+        return rows[..., d:2 * d]
 
     def anchors(self) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: D102 - see the base class
         return self.table, self.positions
@@ -253,7 +263,7 @@ def _masked_bias(dtype: torch.dtype) -> float:
 
 
 def _table_head_dim(table: torch.Tensor) -> int:
-    """``d`` of a :attr:`QuestState.table` (B, H, N, 2d + 8)."""
+    """``d`` of :attr:`QuestState.rows` (B, H, N, 2d + 8)."""
     return (table.shape[-1] - _TABLE_EXTRA) // 2
 
 
@@ -280,10 +290,10 @@ class QuestRowsState(QuestBoundsState):
 
     Attributes:
         slot: (B,) long, each row's example in :attr:`encoder` (reordered with the beams like every tensor field).
-        row_index: (B, H, L, b) long, the row of :attr:`EncoderRows.flat` each compacted row reads (an expanded
-            view over the heads).
-        row_bias: (B, H, L, b), the additive attention bias of each compacted row (0 real, :func:`_masked_bias` past
-            the example's length; float32 or wider; an expanded view).
+        row_index: (B, H, Ls, b) long, per slot the rows of :attr:`EncoderRows.flat` its leaf reads (without groups
+            an expanded view over the heads).
+        row_bias: (B, H, Ls, b), per slot the additive attention bias of its leaf's rows (0 real,
+            :func:`_masked_bias` past the example's length; float32 or wider).
         value_weight: (B, H, d, D), the layer's value projection per head, zero for an example without real keys.
         value_offset: (B, H, 1, d), its value bias likewise, or None without one.
         encoder: the encoder output and the layer's projections (:class:`EncoderRows`).
@@ -517,15 +527,18 @@ class QuestCrossAttention(CrossAttentionMechanism):
         order, group_low, group_high, group_real = group_bounds(low, high, leaf_real, group)
         inverted = torch.cat([low.new_full((d,), -_INVERTED), low.new_full((d,), _INVERTED)])
         bounds = torch.cat([high, low], dim=-1)  # 0 at a leaf without real keys
-        segment_leaves = self.settings.resolved_segment_size() // self.settings.resolved_leaf_size()
-        leaf_segment = torch.arange(leaves, device=low.device) // max(1, segment_leaves)
-        if self._whole_segments():
-            leaf_segment[-1] = -1  # the spare leaf (_schedule) is never in a segment
+        s, target = self.settings.resolved_segment_size(), self.settings.target_length
+        step_segment = segment_index(torch.arange(target + 1, device=low.device), num_segments(lengths, s).clamp(
+            min=1), target)  # (B, T + 1)
+        per_segment = max(1, s // self.settings.resolved_leaf_size())  # s/b where b divides s
+        # the leaves of segment i(t) (never past the spare leaf; used only where b divides s)
+        step_leaves = (step_segment[..., None] * per_segment + torch.arange(per_segment, device=low.device)).clamp(
+            max=leaves - 1)  # (B, T + 1, s/b)
         if group is None:
             absent = ~leaf_real[:, None, :, None]
             leaf_bounds = torch.where(absent, inverted, bounds)
             slot_leaf = torch.arange(leaves, device=low.device)[None, None, :, None].expand(batch, heads, -1, 1)
-            slot_segment = leaf_segment[None, None, :, None].expand(batch, 1, -1, 1)
+            step_forced = step_leaves[:, :, None, :, None].expand(-1, -1, heads, -1, 1)
         else:  # in the groups' order: a chosen group's leaves are one contiguous block
             empty = order >= leaves
             slot_leaf = order.clamp(max=leaves - 1)  # an empty slot reads the last leaf (the spare one, or masked)
@@ -535,16 +548,15 @@ class QuestCrossAttention(CrossAttentionMechanism):
                 leaf_bounds = outward_half_scaled(leaf_bounds)
                 inverted = inverted.clamp(-_INVERTED_HALF, _INVERTED_HALF).to(torch.float16)
             leaf_bounds = torch.where(absent, inverted, leaf_bounds)
-            slot_segment = leaf_segment[slot_leaf].masked_fill(empty, -1)[..., None]
+            slot_of_leaf = torch.argsort(order, dim=2)[..., :leaves]  # π's inverse on the leaves
+            step_forced = slot_of_leaf.gather(2, step_leaves.view(batch, 1, -1).expand(-1, heads, -1)).view(
+                batch, heads, target + 1, per_segment).permute(0, 2, 1, 3)[..., None].contiguous()
             slot_leaf = slot_leaf[..., None]
-        s, target = self.settings.resolved_segment_size(), self.settings.target_length
-        positions = torch.arange(target + 1, device=low.device)
-        segments = num_segments(lengths, s).clamp(min=1)
         return {
             "leaf_bounds": leaf_bounds.contiguous(), "leaf_order": order, "leaf_real": leaf_real,
             "group_bounds": torch.cat([group_high, group_low], dim=-1), "group_real": group_real,
-            "step_segment": segment_index(positions, segments, target), "slot_leaf": slot_leaf,
-            "slot_segment": slot_segment, "group_true": group_real.new_ones(batch, heads, group_real.shape[2], 1),
+            "step_segment": step_segment, "step_forced": step_forced, "slot_leaf": slot_leaf,
+            "group_true": group_real.new_ones(batch, heads, group_real.shape[2], 1),
         }
 
     def _schedule(self, key_valid: torch.Tensor | None, batch: int, length: int,
@@ -600,7 +612,9 @@ class QuestCrossAttention(CrossAttentionMechanism):
             bias.new_zeros(()).expand(batch, heads, rows, _TABLE_EXTRA - 1),
         ], dim=-1)
         bounds = self._leaf_bounds(table[..., :d], lengths)
-        return QuestState(**base, **self._stacked_bounds(*bounds, lengths), table=table)
+        b = self.settings.resolved_leaf_size()
+        return QuestState(**base, **self._stacked_bounds(*bounds, lengths),
+                          table=table.view(batch, heads, rows // b, b * table.shape[-1]))
 
     @autocast_off
     def indexed_state(
@@ -642,15 +656,22 @@ class QuestCrossAttention(CrossAttentionMechanism):
         real = torch.arange(rows, device=encoder_states.device)[None, :] < lengths[:, None]  # (B, N)
         slot = torch.arange(batch, device=encoder_states.device)
         row_index = (slot[:, None] * length + base["positions"]).view(batch, 1, rows // b, b)
-        row_bias = torch.zeros((), dtype=wide, device=real.device).masked_fill(~real, _masked_bias(wide))
+        row_bias = torch.zeros((), dtype=wide, device=real.device).masked_fill(~real, _masked_bias(wide)).view(
+            batch, 1, rows // b, b)
+        fields = self._stacked_bounds(low, high, leaf_real, lengths, compact=True)
+        if self.settings.group_size is None:  # per slot: a slot is a leaf
+            row_index, row_bias = row_index.expand(-1, heads, -1, -1), row_bias.expand(-1, heads, -1, -1)
+        else:  # per slot in the groups' order
+            slots = fields["slot_leaf"].expand(-1, -1, -1, b)
+            row_index = row_index.expand(-1, heads, -1, -1).gather(2, slots)
+            row_bias = row_bias.expand(-1, heads, -1, -1).gather(2, slots)
         some = (lengths > 0).to(wide)[:, None, None, None]
         offset = None
         if projection.value_bias is not None:
             offset = projection.value_bias.to(wide)[None, :, None, :] * some
         return QuestRowsState(
-            **base, **self._stacked_bounds(low, high, leaf_real, lengths, compact=True), slot=slot,
-            row_index=row_index.expand(-1, heads, -1, -1), row_bias=row_bias.view(batch, 1, rows // b, b).expand(
-                -1, heads, -1, -1), value_weight=projection.value_weight.to(wide)[None] * some, value_offset=offset,
+            **base, **fields, slot=slot, row_index=row_index, row_bias=row_bias,
+            value_weight=projection.value_weight.to(wide)[None] * some, value_offset=offset,
             encoder=EncoderRows(encoder_states, projection),
         )
 
@@ -881,11 +902,12 @@ class QuestCrossAttention(CrossAttentionMechanism):
         batch, heads, _, d = queries.shape
         group, width = self.settings.group_size, self._slots_read(state)
         target = self.settings.target_length
-        table = state.step_segment
         if isinstance(position, int):
-            segment = table[:, min(position, target)]
+            segment, forced = state.step_segment[:, min(position, target)], state.step_forced[:, min(position, target)]
         else:
-            segment = table.index_select(1, position.reshape(1).clamp(max=target)).view(-1)
+            at = position.reshape(1).clamp(max=target)
+            segment = state.step_segment.index_select(1, at).view(-1)
+            forced = state.step_forced.index_select(1, at).squeeze(1)  # (B, H, s/b, 1)
         with torch.no_grad(), torch.autocast(device_type=queries.device.type, enabled=False):
             wide = state.group_bounds.dtype
             lows, highs = self._feature_limits(d, wide, queries.device)
@@ -899,17 +921,17 @@ class QuestCrossAttention(CrossAttentionMechanism):
                 left_out = state.group_true.scatter(2, top, False)  # (B, H, G, 1)
                 scores = scores.view(batch, heads, groups, group).masked_fill(left_out, float("-inf")).view(
                     batch, heads, -1, 1)
-            scores = scores.masked_fill(state.slot_segment == segment.view(-1, 1, 1, 1), float("inf"))
-            chosen = scores.sort(dim=2, descending=True, stable=True).indices[:, :, :width]  # (B, H, K, 1)
-            if group is not None:
-                chosen = state.slot_leaf.gather(2, chosen)
+            scores = scores.scatter(2, forced, float("inf"))
+            chosen = scores.sort(dim=2, descending=True, stable=True).indices[:, :, :width]  # (B, H, K, 1) slots
         if isinstance(state, QuestRowsState):
-            output = self._attend_encoder_rows(queries, state, chosen)
+            output = self._attend_encoder_rows(queries, state, chosen)  # its tables are per slot
         else:
             assert isinstance(state, QuestState)
+            if group is not None:
+                chosen = state.slot_leaf.gather(2, chosen)  # the table is per leaf
             b = self.settings.resolved_leaf_size()
-            rows = state.table.view(batch, heads, -1, b * state.table.shape[-1])
-            read = rows.gather(2, chosen.expand(-1, -1, -1, rows.shape[-1])).view(batch, heads, width * b, -1)
+            read = state.table.gather(2, chosen.expand(-1, -1, -1, state.table.shape[-1])).view(
+                batch, heads, width * b, -1)
             output = F.scaled_dot_product_attention(
                 queries, read[..., :d].to(queries.dtype), read[..., d:2 * d].to(queries.dtype),
                 attn_mask=read[..., 2 * d].unsqueeze(2).to(queries.dtype), scale=self.scale,
@@ -919,7 +941,7 @@ class QuestCrossAttention(CrossAttentionMechanism):
     def _attend_encoder_rows(
         self, queries: torch.Tensor, state: QuestRowsState, chosen: torch.Tensor
     ) -> torch.Tensor:
-        """The absorbed form (module docstring) over the rows of the chosen leaves (B, H, K, 1) long: (B, H, 1, d)."""
+        """The absorbed form (module docstring) over the rows of the chosen slots (B, H, K, 1) long: (B, H, 1, d)."""
         batch, heads, width, _ = chosen.shape
         b = state.row_index.shape[-1]
         index = chosen.expand(-1, -1, -1, b)
