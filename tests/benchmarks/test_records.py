@@ -74,7 +74,7 @@ def test_record_error_is_a_value_error():
 
 
 def test_every_metric_has_a_known_unit_and_cuda_devices_are_accepted():
-    assert set(METRIC_UNITS.values()) <= {"ms", "s", "tokens/s", "bytes", "FLOPs", "MACs", "elements"}
+    assert set(METRIC_UNITS.values()) <= {"ms", "s", "tokens/s", "bytes", "FLOPs", "MACs", "elements", "calls", "syncs"}
     assert BenchRecord(**dict(GOOD, device="cuda:1")).device == "cuda:1"
     assert "srformer-lean" in BENCH_VARIANTS and "full-sdpa" in BENCH_VARIANTS
 

@@ -117,3 +117,32 @@ def test_the_error_reports_the_raf_neuron_without_a_torch_warning_when_gradients
     finally:
         torch.set_warn_always(warn_always)
     assert not [str(w.message) for w in caught if "requires_grad" in str(w.message)]
+
+
+@pytest.mark.parametrize("variant", ["srformer", "knn"])
+def test_a_deferred_check_raises_the_same_error_at_the_next_step(family, variant, monkeypatch):
+    """On an accelerator the check's flag reaches the host without a sync and is read at the layer's next step
+    (cross_attention.finite_check_mode); forced here on the CPU: generating one token does not check, a second
+    step raises the error the immediate check gives."""
+    monkeypatch.setattr(cross_attention, "FINITE_CHECK_OVERRIDE", "deferred")
+    model = converted(BUILDERS[family](), **{**SETTINGS, "variant": variant})
+    ids, mask = padded_batch(model)
+    hidden = encoder_output(model, ids, mask)
+    hidden[1, 3, 5] = float("nan")
+
+    def generate(tokens: int):
+        with torch.no_grad():
+            return model.generate(encoder_outputs=BaseModelOutput(last_hidden_state=hidden.clone()),
+                                  attention_mask=mask, max_new_tokens=tokens, min_new_tokens=tokens)
+
+    assert generate(1).shape[1] == 2  # the documented gap: one token is not checked
+    with pytest.raises(ValueError, match=r"decoder layer 0: the encoder output holds 1 NaN/inf value"):
+        generate(3)
+    hidden[1, 3, 5] = 0.0
+    assert generate(3).shape[1] == 4  # finite: no error at any step
+
+
+def test_the_check_is_deferred_on_accelerators_only():
+    assert cross_attention.finite_check_mode(torch.device("cpu")) == "now"
+    assert cross_attention.finite_check_mode(torch.device("cuda")) == "deferred"
+    assert cross_attention.finite_check_mode(torch.device("meta")) == "deferred"

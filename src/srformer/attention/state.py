@@ -240,6 +240,9 @@ class SRformerCacheLayer(DynamicLayer):
     """
 
     state: CrossAttentionState | None
+    #: A NaN/inf check of the state still to be read at the layer's next step (on an accelerator:
+    #: :class:`srformer.models.cross_attention.PendingFiniteCheck`), or None.
+    pending_check: object | None = None
 
     def __init__(self, state: CrossAttentionState, key_shape: tuple[int, int, int], dtype: torch.dtype) -> None:
         super().__init__()
@@ -340,4 +343,5 @@ class SRformerCacheLayer(DynamicLayer):
     def reset(self) -> None:
         """Drop the state (the next forward pass rebuilds it from the encoder output)."""
         self.state = None
+        self.pending_check = None
         super().reset()

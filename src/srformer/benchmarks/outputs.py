@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from srformer.benchmarks.plots import plot_figure5, plot_step_time
+from srformer.benchmarks.plots import plot_figure5, plot_operator_calls, plot_step_time
 from srformer.benchmarks.records import BenchRecord, write_records_json
 from srformer.benchmarks.report import write_report
 
@@ -25,7 +25,8 @@ def write_outputs(
 ) -> dict[str, Path]:
     """Write every output file of a run into ``output_dir`` (created if needed).
 
-    ``step_time.png`` is skipped when there is no step-time record (its section was not run).
+    ``step_time.png`` is skipped when there is no step-time record (its section was not run), ``operators.png``
+    when there is no operator count.
 
     Args:
         records: the run's records.
@@ -46,4 +47,6 @@ def write_outputs(
     }
     if any(r.metric == "cross_attention_step_time" for r in records):
         written["step_time.png"] = plot_step_time(records, output_dir / "step_time.png")
+    if any(r.metric == "operator_calls_per_token" for r in records):
+        written["operators.png"] = plot_operator_calls(records, output_dir / "operators.png")
     return written

@@ -101,6 +101,52 @@ def plot_step_time(records: Iterable[BenchRecord], path: str | Path, *, batch_si
     return _save(fig, path)
 
 
+def plot_operator_calls(records: Iterable[BenchRecord], path: str | Path) -> Path:
+    """Operator calls against encoder length ``k``, log-log, one line per variant and segment size: per generated
+    token (left) and in the first step (right), with ``full-sdpa``'s budgets shaded (1.25x its calls per token,
+    3x its first step: ``docs/benchmarks.md``, "Operator calls").
+
+    Raises:
+        ValueError: if there is no operator-count record.
+    """
+    chosen = [r for r in records if r.metric in ("operator_calls_per_token", "first_step_operator_calls")]
+    if not chosen:
+        raise ValueError("No operator-count records to plot.")
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
+    panels = (("operator_calls_per_token", "aten calls per generated token", 1.25),
+              ("first_step_operator_calls", "aten calls of the first step (state builds + one step)", 3.0))
+    colors: dict[str, str] = {}
+    for ax, (metric, title, budget) in zip(axes, panels, strict=True):
+        rows = [r for r in chosen if r.metric == metric]
+        for variant in BENCH_VARIANTS:
+            for s in sorted({r.segment_size for r in rows if r.variant == variant}, key=lambda v: v or 0):
+                points = sorted((r.encoder_length, r.value) for r in rows
+                                if r.variant == variant and r.segment_size == s)
+                if not points:
+                    continue
+                xs, ys = zip(*points, strict=True)
+                label = variant if s is None else f"{variant}, s={s}"
+                color = colors.setdefault(label, "black" if variant == "full-sdpa" else f"C{len(colors) % 10}")
+                ax.plot(xs, ys, marker="o", markersize=4, color=color, label=label)
+                if variant == "full-sdpa":
+                    ax.fill_between(xs, ys, [budget * y for y in ys], color="grey", alpha=0.15,
+                                    label="budget: 1.25x full-sdpa per token, 3x in the first step")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        plain = FuncFormatter(lambda value, _: f"{value:g}")
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(plain)
+        lengths = sorted({r.encoder_length for r in rows})
+        ax.set_xticks(lengths, [str(k) for k in lengths])
+        ax.set_xlabel("encoder length k (tokens)")
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+    handles, labels = axes[0].get_legend_handles_labels()
+    axes[1].legend(handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle("Operator calls of eager generate(), batch 1 (on a GPU each costs about one launch)", fontsize=10)
+    return _save(fig, path)
+
+
 def plot_figure5(
     records: Iterable[BenchRecord],
     path: str | Path,

@@ -140,6 +140,7 @@ def run_cross_attention(
     state: CrossAttentionState | None = None
     keys: torch.Tensor | None = None  # projected here when the state is built, or for the weights
     values: torch.Tensor | None = None
+    pending: PendingFiniteCheck | None = None  # the deferred check of a state built here
     if cache is not None and cache.is_updated.get(cache_index):
         layer = cache.cross_attention_cache.layers[cache_index]
         if not isinstance(layer, SRformerCacheLayer) or layer.state is None:
@@ -148,6 +149,10 @@ def run_cross_attention(
                 "start generation with a fresh cache after converting the model."
             )
         state = layer.state
+        earlier = layer.pending_check
+        if isinstance(earlier, PendingFiniteCheck) and earlier.ready():
+            layer.pending_check = None
+            earlier.raise_if_non_finite()
     if state is None or (state.is_lean and q_len > 1):
         # Built once per sequence; a lean state meeting a multi-token chunk is rebuilt in the
         # standard layout (its RAF outputs do not depend on the tokens decoded so far).
@@ -176,8 +181,11 @@ def run_cross_attention(
             else:  # nothing reads these projections after the build: their memory may become the state's
                 state = attention.init_state_from_donated(keys, values, key_valid)
                 keys = values = None  # possibly overwritten; the check re-projects them if it must diagnose
-        if not tracing():  # the check needs a host sync; compile/export run without it
-            check_finite_state(key_value_states, keys, values, state, layer_idx, attention, project=project)
+        if not tracing():  # the check reads a flag on the host; compile/export run without it
+            if cache is not None and finite_check_mode(key_value_states.device) == "deferred":
+                pending = PendingFiniteCheck.start(key_value_states, state, layer_idx, attention, project)
+            else:
+                check_finite_state(key_value_states, keys, values, state, layer_idx, attention, project=project)
 
     # an int (dynamic cache) or a 0-d tensor (static cache): used on the device, never synced to the host
     start = 0 if cache is None else cache.self_attention_cache.get_seq_length(cache_index) - q_len
@@ -221,6 +229,10 @@ def run_cross_attention(
             state = attention.lean(state)
         key_shape = (queries.shape[1], key_value_states.shape[1], queries.shape[3])  # (H, k, d)
         _store_state(cache, cache_index, state, key_shape, queries.dtype)
+        if pending is not None:
+            stored = cache.cross_attention_cache.layers[cache_index]
+            assert isinstance(stored, SRformerCacheLayer)
+            stored.pending_check = pending
     return output, weights
 
 
@@ -239,6 +251,85 @@ def _store_state(
     else:
         layers[layer_idx] = SRformerCacheLayer(state, key_shape, dtype)
     cache.is_updated[layer_idx] = True
+
+
+#: Where the NaN/inf check of a freshly built state is read (:func:`finite_check_mode`); None: by device.
+FINITE_CHECK_OVERRIDE: str | None = None
+
+
+def finite_check_mode(device: torch.device) -> str:
+    """How a generation cache's freshly built state is checked for NaN/inf: ``"now"`` on the CPU, where reading
+    the check's flag waits for nothing (:func:`check_finite_state` at the build); ``"deferred"`` on an accelerator
+    (:class:`PendingFiniteCheck`: the flag is copied to the host without waiting and read at the layer's next step,
+    which raises there), so that the first step's kernel launches never wait for the device. A forward pass without
+    a cache always checks now. :data:`FINITE_CHECK_OVERRIDE` (``"now"`` or ``"deferred"``) overrides the device's
+    choice (tests, and the operator count of what a GPU runs)."""
+    if FINITE_CHECK_OVERRIDE is not None:
+        return FINITE_CHECK_OVERRIDE
+    return "now" if device.type == "cpu" else "deferred"
+
+
+class PendingFiniteCheck:
+    """A state's NaN/inf check whose flag is on its way to the host (:func:`finite_check_mode` ``"deferred"``).
+
+    :meth:`start` reduces the encoder output and the state's checked fields to one flag on the device (no host
+    sync) and copies it to pinned host memory without waiting (on CUDA, with an event marking the copy); the layer's
+    next call reads it once the copy is done (:meth:`ready`: the event has completed, which generate()'s own sync
+    after each token ensures) and, if a value was not finite, raises :func:`check_finite_state`'s error
+    (:meth:`raise_if_non_finite`). Consequence: the error comes one decoder step after the state was built, and a
+    generation of one token is not checked.
+    """
+
+    def __init__(self, flag: torch.Tensor, event: object | None, diagnose: Callable[[], None]) -> None:
+        self.flag, self.event, self.diagnose = flag, event, diagnose
+
+    @classmethod
+    def start(
+        cls, encoder_states: torch.Tensor, state: CrossAttentionState, layer_idx: int | None,
+        attention: CrossAttentionMechanism, project: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+    ) -> PendingFiniteCheck:
+        """Start the check of ``state`` built from ``encoder_states`` (arguments as :func:`check_finite_state`)."""
+        checked = _checked_tensors(encoder_states, state, attention)
+        with torch.no_grad():
+            finite = torch.stack([torch.stack(torch.aminmax(t)).float() for t in checked]).isfinite().all()
+        event = None
+        if finite.device.type == "cuda":
+            host = torch.empty((), dtype=torch.bool, pin_memory=True)
+            host.copy_(finite, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+        else:
+            host = finite.to("cpu")
+
+        def diagnose() -> None:
+            check_finite_state(encoder_states, None, None, state, layer_idx, attention, project=project)
+
+        return cls(host, event, diagnose)
+
+    def ready(self) -> bool:
+        """Whether the flag has reached the host (asks the event; never waits)."""
+        return self.event is None or bool(self.event.query())  # type: ignore[attr-defined]
+
+    def raise_if_non_finite(self) -> None:
+        """Raise :func:`check_finite_state`'s ``ValueError`` when the flag says a value was not finite (the flag's
+        host memory is read directly: no operator call, no sync)."""
+        if not bool(self.flag.numpy()):
+            self.diagnose()
+            raise ValueError("SRformer cross attention: a NaN/inf value reached the cross-attention state.")
+
+
+def _checked_tensors(
+    encoder_states: torch.Tensor, state: CrossAttentionState, attention: torch.nn.Module | None
+) -> list[torch.Tensor]:
+    """The floating-point tensors a NaN/inf check reads: the encoder output and the fields the module names."""
+    if isinstance(attention, CrossAttentionMechanism):
+        names: tuple[str, ...] = attention.finite_check_fields(state)
+    else:
+        names = tuple(field.name for field in dataclasses.fields(state)) if dataclasses.is_dataclass(state) else ()
+    return [
+        value for value in (encoder_states, *(getattr(state, name) for name in names))
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel()
+    ]
 
 
 def check_finite_state(
@@ -275,14 +366,7 @@ def check_finite_state(
             recurrent state) and the fixes (bf16 or fp32 instead of fp16, ``kv_clamp``, a lower
             learning rate / gradient clipping; a RAF threshold trained to zero or below).
     """
-    if isinstance(attention, CrossAttentionMechanism):
-        names: tuple[str, ...] = attention.finite_check_fields(state)
-    else:
-        names = tuple(field.name for field in dataclasses.fields(state)) if dataclasses.is_dataclass(state) else ()
-    checked = [
-        value for value in (encoder_states, *(getattr(state, name) for name in names))
-        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel()
-    ]
+    checked = _checked_tensors(encoder_states, state, attention)
     if not checked:
         return
     with torch.no_grad():
