@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.nn import functional as F
@@ -280,8 +281,8 @@ class PendingFiniteCheck:
     generation of one token is not checked.
     """
 
-    def __init__(self, flag: torch.Tensor, event: object | None, diagnose: Callable[[], None]) -> None:
-        self.flag, self.event, self.diagnose = flag, event, diagnose
+    def __init__(self, flag: Any, event: object | None, diagnose: Callable[[], None]) -> None:
+        self.flag, self.event, self.diagnose = flag, event, diagnose  # flag: a 0-d NumPy view of host memory
 
     @classmethod
     def start(
@@ -304,7 +305,8 @@ class PendingFiniteCheck:
         def diagnose() -> None:
             check_finite_state(encoder_states, None, None, state, layer_idx, attention, project=project)
 
-        return cls(host, event, diagnose)
+        # a NumPy view of the host memory, made now: the copy lands in it, and reading it later is no operator call
+        return cls(host.numpy(), event, diagnose)
 
     def ready(self) -> bool:
         """Whether the flag has reached the host (asks the event; never waits)."""
@@ -313,7 +315,7 @@ class PendingFiniteCheck:
     def raise_if_non_finite(self) -> None:
         """Raise :func:`check_finite_state`'s ``ValueError`` when the flag says a value was not finite (the flag's
         host memory is read directly: no operator call, no sync)."""
-        if not bool(self.flag.numpy()):
+        if not bool(self.flag):
             self.diagnose()
             raise ValueError("SRformer cross attention: a NaN/inf value reached the cross-attention state.")
 
