@@ -417,8 +417,8 @@ MECHANISMS: tuple[Mechanism, ...] = (
             selects_keys=True,
         ),
         step_cost="O(m·d + m·log r + (r + 1)·s·d); with blocks of b: O((k/b)·d + (k/b)·log r + (s + r·b)·d)",
-        build_cost="O(k·d) (segment-major copy of keys/values, the blocks' mean keys)",
-        state_size="2·k·d + (k/b)·d (keys and values, segment-major; the mean keys, b = s by default)",
+        build_cost="O(k·d) (keys/values copied segment-major, then per head and block; the blocks' mean keys)",
+        state_size="2·k·d + (k/b)·d (keys and values per head and block of b; the mean keys, b = s by default)",
         named_settings={"block-topk-b4": {"block_size": 4, "top_segments": 16}},
     ),
     Mechanism(
