@@ -30,7 +30,9 @@ recall probe). Since the keys are fixed before decoding, each head's leaves are 
 principal-direction tree over their box centres ``(min + max) / 2`` (a PCA tree; Sproull 1991, Verma, Kpotufe &
 Dasgupta 2009): the leaves, padded to ``g·2^D`` slots, are split in halves ``D`` times, each node along its own
 principal direction (4 power iterations from a fixed seeded vector, on the centres less the node's mean, over its
-real leaves), each half keeping the leaves below or above the median projection (a stable sort; empty slots last).
+real leaves; computed as ``C^2 (C^2 v_0)`` without the iterations' normalisations, which do not change the order of
+the projections), each half keeping the leaves below or above the median projection (a stable sort; empty slots
+last). Each level is a fixed number of batched operations over every head and node (:func:`similarity_order`).
 ``π`` is the resulting order and the groups are its consecutive runs of ``g``. An example's real leaves come first
 and empty slots sort last, so an example batched with longer ones keeps all its leaves in the first node until the
 nodes are the size of its own tree: its order depends on its own keys only (up to exact ties between projections).
@@ -48,14 +50,25 @@ the documented behaviour, not an error.
   hold real positions only and an example's output depends on its own real keys only.
 * **Empty memory**: an example without real keys has output 0.
 
-Costs per head and decoder step, ``k`` keys, ``L = k/b`` leaves, ``G = L/g`` groups: the group bounds ``O(G·d)``,
-the leaf bounds of the chosen groups ``O(p·g·d)``, the softmax over ``s + r·b`` keys ``O((s + r·b)·d)``; one level:
-``O(L·d + (s + r·b)·d)``. Building: one pass over the keys for the bounds, ``O(k·d)``, and with groups the tree,
-``O(L·d·log(L/g))``. The standard state keeps the
-keys and values (compacted) plus ``2·(L + G)·d`` bounds.
+**The step** is, where ``b`` divides ``s`` (and, with groups, the ``p`` chosen groups hold at least ``r + s/b``
+slots, or every group is chosen: ``quest`` and ``quest-tree`` at their segment sizes), a fixed sequence of about
+25 batched operations whatever the input length, with no host sync (an eager GPU step is bound by its operator
+launches): every slot's bound in one product, the groups left out ranked last (one sort of the groups' bounds), the
+``s/b`` leaves of segment ``i(t)`` ranked first, one stable sort of the slots, whose first ``s/b + r`` are read with
+one gather, and one softmax attention (``scaled_dot_product_attention``) with an additive bias that gives rows past
+the example's length weight 0 (:meth:`QuestCrossAttention._choose_and_read`); the same choice as the general path,
+which :meth:`QuestCrossAttention.forward` and the other settings take (``select``).
 
-**Reading rows from the encoder output** (``rows_min_keys``): generation from an input of at least
-``rows_min_keys`` real tokens keeps no keys or values per layer, only the bounds and the compaction order (the
+Costs per head and decoder step, ``k`` keys, ``L = k/b`` leaves, ``G = L/g`` groups: the bounds of every slot
+``O(L·d)`` (the general path: the group bounds ``O(G·d)`` and the leaf bounds of the chosen groups ``O(p·g·d)``; the
+constant-cost step trades these reads for fewer operator launches), the softmax over ``s + r·b`` keys
+``O((s + r·b)·d)``. Building: one pass over the keys for the bounds, ``O(k·d)``, and with groups the tree,
+``O(L·d·log(L/g))`` in ``O(log(L/g))`` batched operations. The standard state keeps the keys and values (compacted,
+with a bias column, in one table) plus ``2·(L + G)·d`` bounds.
+
+**Reading rows from the encoder output** (``rows_min_keys``): generation from an encoder output of at least
+``rows_min_keys`` positions (padding included, so that the choice needs no host sync) keeps no keys or values per
+layer, only the bounds and the compaction order (the
 layer's keys are projected once, chunk by chunk, for the bounds, and dropped). A step then reads the ``s + r·b``
 chosen rows ``h_x`` of the encoder output, which ``generate()`` keeps anyway, through the layer's projections
 without projecting them (the absorbed form, exact up to rounding)::
@@ -65,9 +78,10 @@ without projecting them (the absorbed form, exact up to rounding)::
 
 ``O((s + r·b)·D + D·d)`` per head and step (``D = d_model``) instead of projecting the rows, ``O((s + r·b)·D·d)``.
 Memory per layer: ``2·(L + G)·d`` bounds per head instead of ``2·k·d`` keys and values; with groups the leaves'
-bounds are kept in float16, each maximum rounded up and each minimum rounded down (:func:`outward_half`: still
-upper bounds, half the memory), so a near-tie between two leaves may be settled otherwise than by the standard
-state's float32 bounds.
+bounds are kept in float16, each head's divided by the power of two that keeps them within float16's range (1 for
+keys below ``2^15``), each maximum rounded up and each minimum rounded down (:func:`outward_half_scaled`: still
+upper bounds up to a positive factor per head, which does not change a head's ranking; half the memory), so a
+near-tie between two leaves may be settled otherwise than by the standard state's float32 bounds.
 """
 
 from __future__ import annotations
@@ -95,8 +109,8 @@ DEFAULT_LEAF_SIZE = 16
 DEFAULT_TOP_LEAVES = 16
 #: ``p`` when ``top_groups`` is None.
 DEFAULT_TOP_GROUPS = 16
-#: The shortest input (real tokens) whose generation reads rows of the encoder output, when ``rows_min_keys`` is
-#: None.
+#: The shortest encoder output (positions, padding included) whose generation reads rows of the encoder output,
+#: when ``rows_min_keys`` is None.
 DEFAULT_ROWS_MIN_KEYS = 16384
 #: Encoder positions projected at a time when the bounds are built from the encoder output (at least; see
 #: :data:`MAX_BOUNDS_CHUNKS`).
@@ -120,7 +134,7 @@ class QuestSettings(MechanismSettings):
             scored first, then the leaves of the ``p`` best). At least 1. None (default): one level, every leaf
             scored (Quest itself).
         top_groups: ``p``, the groups whose leaves are scored. At least 1. None: 16. Unused without ``group_size``.
-        rows_min_keys: the shortest input (real tokens, the longest of the batch) whose generation keeps no keys or
+        rows_min_keys: the shortest encoder output (positions, padding included) whose generation keeps no keys or
             values per layer and reads the chosen rows of the encoder output (module docstring). None: 16,384. A
             runtime option; 1 reads rows for every input.
     """
@@ -380,15 +394,16 @@ def similarity_order(centres: torch.Tensor, real: torch.Tensor, group: int) -> t
         nodes, size = 1 << level, slots >> level
         rows = table.view(batch * heads * nodes, size, d + 2)
         points, weight = rows[..., :d], rows[..., d:d + 1]
-        mean = points.sum(dim=1, keepdim=True) / weight.sum(dim=1, keepdim=True).clamp(min=1)
+        # a node without a real leaf gets NaN here; its projections are all +inf below, so it keeps its order
+        mean = points.sum(dim=1, keepdim=True) / weight.sum(dim=1, keepdim=True)
         centred = (points - mean) * weight
         covariance = torch.bmm(centred.transpose(1, 2), centred)
         square = torch.bmm(covariance, covariance)
         direction = torch.bmm(square, torch.bmm(square, start.expand(batch * heads * nodes, d, 1)))
         projection = torch.bmm(centred, direction).masked_fill(weight == 0, float("inf"))
         ranks = torch.argsort(projection, dim=1, stable=True)
-        table = rows.gather(1, ranks.expand(-1, -1, d + 2)).view(batch * heads, slots, d + 2)
-    return table[..., d + 1].view(batch, heads, slots).to(torch.long)
+        table = rows.gather(1, ranks.expand(-1, -1, d + 2))  # (B·H·nodes, size, d + 2), the next level's view
+    return table[..., d + 1].reshape(batch, heads, slots).to(torch.long)
 
 
 def group_bounds(
@@ -443,7 +458,7 @@ def upper_bound(queries: torch.Tensor, low: torch.Tensor, high: torch.Tensor) ->
 def outward_half(bounds: torch.Tensor) -> torch.Tensor:
     """``[high, low]`` bounds (..., 2d) in float16, each maximum rounded up and each minimum rounded down, so that
     they still bound every key (half the memory of float32). Unchanged (float32 or wider) when a value lies beyond
-    float16's range (65,504).
+    float16's range (65,504): that check is a host sync, so the state uses :func:`outward_half_scaled` instead.
 
     Args:
         bounds: (..., 2d), the maxima in the first ``d`` columns and the minima in the last ``d``.
