@@ -37,9 +37,11 @@ def add_parser(subparsers) -> None:
         description=(
             "Measure full (sdpa, eager), segmented and SRformer cross attention (and their lean-cache modes) side by "
             "side in one run, on a randomly initialised t5-small-sized model: cross-attention time per decoder step, "
-            "generate() throughput (encoder excluded), training step time, peak memory and cache bytes, and "
-            "FlopCounterMode FLOPs next to the paper's Table 1. Writes bench.json, bench.md, step_time.png and "
-            "figure5.png. Lists take spaces or commas: --encoder-lengths 512 1024 or 512,1024."
+            "generate() throughput (encoder excluded), training step time, peak memory and cache bytes, "
+            "FlopCounterMode FLOPs next to the paper's Table 1, and the operator calls and host syncs of generate()'s "
+            "first step and of each token (an eager GPU pays about one launch per call). Writes bench.json, bench.md, "
+            "step_time.png, operators.png and figure5.png. Lists take spaces or commas: --encoder-lengths 512 1024 "
+            "or 512,1024."
         ),
     )
     parser.add_argument("--output", required=True, help="output directory")
