@@ -406,37 +406,6 @@ def similarity_order(centres: torch.Tensor, real: torch.Tensor, group: int) -> t
     return table[..., d + 1].reshape(batch, heads, slots).to(torch.long)
 
 
-def group_bounds(
-    low: torch.Tensor, high: torch.Tensor, leaf_real: torch.Tensor, group: int | None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The leaves' order ``π`` and the bounds of groups of ``group`` consecutive leaves in it, from the leaves'
-    bounds ((B, H, L, d) each, (B, L) bool).
-
-    Returns:
-        ``(order, low, high, real)``: (B, H, G·g) long; (B, H, G, d) each, an inverted box (``low = +BIG``,
-        ``high = -BIG``, :data:`_INVERTED`) for a group without a real leaf; (B, H, G) bool. Empty (G = 0) tensors
-        when ``group`` is None.
-    """
-    batch, heads, leaves, d = low.shape
-    if group is None:
-        empty = low.new_zeros(batch, heads, 0, d)
-        return (torch.zeros(batch, heads, 0, dtype=torch.long, device=low.device), empty, empty,
-                leaf_real.new_zeros(batch, heads, 0))
-    order = similarity_order((low + high) / 2, leaf_real, group)
-    slots = order.shape[-1]
-    groups = slots // group
-    index = order.clamp(max=leaves - 1)
-    present = (order < leaves) & leaf_real[:, None, :].expand(-1, heads, -1).gather(2, index)
-    absent = ~present[..., None]
-    gathered = index[..., None].expand(-1, -1, -1, d)
-    group_low = low.gather(2, gathered).masked_fill(absent, float("inf")).view(batch, heads, groups, group, d)
-    group_high = high.gather(2, gathered).masked_fill(absent, float("-inf")).view(batch, heads, groups, group, d)
-    group_real = present.view(batch, heads, groups, group).any(dim=-1)
-    none = ~group_real[..., None]  # an inverted box: its bound is below every real group's (see _INVERTED)
-    return (order, group_low.amin(dim=3).masked_fill(none, _INVERTED),
-            group_high.amax(dim=3).masked_fill(none, -_INVERTED), group_real)
-
-
 def bound_features(queries: torch.Tensor) -> torch.Tensor:
     """``[max(Q, 0), min(Q, 0)]``: (B, H, q, d) -> (B, H, q, 2d), whose product with a block's ``[high, low]`` is
     Quest's bound ``sum_c max(q_c·low_c, q_c·high_c)`` (``high >= low``)."""
@@ -539,7 +508,6 @@ class QuestCrossAttention(CrossAttentionMechanism):
         (:func:`outward_half_scaled`) where groups are used. All heads at once."""
         group = self.settings.group_size
         batch, heads, leaves, d = low.shape
-        order, group_low, group_high, group_real = group_bounds(low, high, leaf_real, group)
         inverted = torch.cat([low.new_full((d,), -_INVERTED), low.new_full((d,), _INVERTED)])
         bounds = torch.cat([high, low], dim=-1)  # 0 at a leaf without real keys
         s, target = self.settings.resolved_segment_size(), self.settings.target_length
@@ -554,22 +522,34 @@ class QuestCrossAttention(CrossAttentionMechanism):
             leaf_bounds = torch.where(absent, inverted, bounds)
             slot_leaf = torch.arange(leaves, device=low.device)[None, None, :, None].expand(batch, heads, -1, 1)
             step_forced = step_leaves[:, :, None, :, None].expand(-1, -1, heads, -1, 1)
+            order = torch.zeros(batch, heads, 0, dtype=torch.long, device=low.device)
+            group_bounds = bounds.new_zeros(batch, heads, 0, 2 * d)
+            group_real = leaf_real.new_zeros(batch, heads, 0)
         else:  # in the groups' order: a chosen group's leaves are one contiguous block
+            order = similarity_order((low + high) / 2, leaf_real, group)
+            groups = order.shape[2] // group
             empty = order >= leaves
             slot_leaf = order.clamp(max=leaves - 1)  # an empty slot reads the last leaf (the spare one, or masked)
             absent = (empty | ~leaf_real[:, None, :].expand(-1, heads, -1).gather(2, slot_leaf))[..., None]
-            leaf_bounds = bounds.gather(2, slot_leaf[..., None].expand(-1, -1, -1, 2 * d)).masked_fill(absent, 0.0)
+            gathered = bounds.gather(2, slot_leaf[..., None].expand(-1, -1, -1, 2 * d))
+            slot_bounds = torch.where(absent, inverted, gathered)
+            # a group's box is the envelope of its leaves' (an inverted box changes no maximum or minimum of real
+            # ones; a group without a real leaf keeps an inverted box)
+            members = slot_bounds.view(batch, heads, groups, group, 2 * d)
+            group_bounds = torch.cat([members[..., :d].amax(dim=3), members[..., d:].amin(dim=3)], dim=-1)
+            group_real = ~absent.view(batch, heads, groups, group).all(dim=-1)
+            leaf_bounds = slot_bounds
             if compact:
-                leaf_bounds = outward_half_scaled(leaf_bounds)
-                inverted = inverted.clamp(-_INVERTED_HALF, _INVERTED_HALF).to(torch.float16)
-            leaf_bounds = torch.where(absent, inverted, leaf_bounds)
+                half = outward_half_scaled(slot_bounds.masked_fill(absent, 0.0))
+                leaf_bounds = torch.where(absent, inverted.clamp(-_INVERTED_HALF, _INVERTED_HALF).to(torch.float16),
+                                          half)
             slot_of_leaf = torch.argsort(order, dim=2)[..., :leaves]  # π's inverse on the leaves
             step_forced = slot_of_leaf.gather(2, step_leaves.view(batch, 1, -1).expand(-1, heads, -1)).view(
                 batch, heads, target + 1, per_segment).permute(0, 2, 1, 3)[..., None].contiguous()
             slot_leaf = slot_leaf[..., None]
         return {
             "leaf_bounds": leaf_bounds.contiguous(), "leaf_order": order, "leaf_real": leaf_real,
-            "group_bounds": torch.cat([group_high, group_low], dim=-1), "group_real": group_real,
+            "group_bounds": group_bounds, "group_real": group_real,
             "step_segment": step_segment, "step_forced": step_forced, "slot_leaf": slot_leaf,
             "group_true": group_real.new_ones(batch, heads, group_real.shape[2], 1),
         }
@@ -650,25 +630,33 @@ class QuestCrossAttention(CrossAttentionMechanism):
             return None
         lengths, order, rows = self._schedule(key_valid, batch, length, encoder_states.device)
         b = self.settings.resolved_leaf_size()
-        heads = projection.key_weight.shape[0]
+        heads, d = projection.key_weight.shape[:2]
         chunk = -(-max(BOUNDS_CHUNK, -(-rows // MAX_BOUNDS_CHUNKS)) // b) * b  # at most MAX_BOUNDS_CHUNKS chunks
-        padded_order = F.pad(order, (0, rows - length))
-        parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        wide = accumulation_dtype(encoder_states.dtype)
+        row = torch.arange(rows, device=encoder_states.device)
+        inside = row[None, :] < lengths[:, None]  # (B, N)
+        # a row past the example's length reads its leaf's first row instead, which leaves a real leaf's minimum and
+        # maximum unchanged (a leaf without real rows gets bounds of 0 below): no masks per chunk
+        source = F.pad(order, (0, rows - length)).gather(1, torch.where(inside, row, row - row % b))
+        weight = projection.key_weight.reshape(heads * d, width)
+        bias = None if projection.key_bias is None else projection.key_bias.reshape(heads * d)
+        lows: list[torch.Tensor] = []
+        highs: list[torch.Tensor] = []
         with torch.no_grad():
             for start in range(0, rows, chunk):
-                stop = min(rows, start + chunk)
-                index = padded_order[:, start:stop]
+                index = source[:, start:start + chunk]
                 hidden = torch.gather(encoder_states.detach(), 1, index[:, :, None].expand(-1, -1, width))
-                keys = torch.einsum("bnD,hdD->bhnd", hidden.to(projection.key_weight.dtype), projection.key_weight)
-                if projection.key_bias is not None:
-                    keys = keys + projection.key_bias[None, :, None, :]
-                parts.append(self._leaf_bounds(keys, lengths, start))
-        lows, highs, reals = zip(*parts, strict=True)
-        low, high, leaf_real = torch.cat(lows, dim=2), torch.cat(highs, dim=2), torch.cat(reals, dim=1)
-        del parts, lows, highs
+                keys = F.linear(hidden.to(weight.dtype), weight, bias)  # (B, n, H·d)
+                low, high = keys.view(batch, -1, b, heads * d).aminmax(dim=2)
+                lows.append(low)
+                highs.append(high)
+        leaf_real = inside[:, ::b]  # (B, L): a leaf is real where its first row is
+        empty = ~leaf_real[:, :, None, None]
+        low, high = (torch.cat(parts, dim=1).view(batch, rows // b, heads, d).masked_fill(empty, 0.0).transpose(1, 2)
+                     .to(accumulation_dtype(weight.dtype)) for parts in (lows, highs))
+        del lows, highs
         base = self._base_fields(lengths, order, rows)
-        wide = accumulation_dtype(encoder_states.dtype)
-        real = torch.arange(rows, device=encoder_states.device)[None, :] < lengths[:, None]  # (B, N)
+        real = inside
         slot = torch.arange(batch, device=encoder_states.device)
         row_index = (slot[:, None] * length + base["positions"]).view(batch, 1, rows // b, b)
         row_bias = torch.zeros((), dtype=wide, device=real.device).masked_fill(~real, _masked_bias(wide)).view(
