@@ -44,8 +44,9 @@ number of groups) reads every real position: full attention. Since ``m`` and ``n
 the documented behaviour, not an error.
 
 * **Selection**: bounds are computed in float32 or wider with autocast off from detached queries and keys; the
-  choice is a hard top-k (:func:`~srformer.attention.selection.top_positions`) without gradient; the gradient flows
-  through the softmax over the chosen positions. The model's scale is positive and does not change the order.
+  choice is a hard top-k (:func:`~srformer.attention.selection.top_positions`; on the constant-cost step one stable
+  sort, which settles ties the same way) without gradient; the gradient flows through the softmax over the chosen
+  positions. The model's scale is positive and does not change the order.
 * **Padding**: positions are compacted (each example's real positions first, in order), so leaves and segments
   hold real positions only and an example's output depends on its own real keys only.
 * **Empty memory**: an example without real keys has output 0.
