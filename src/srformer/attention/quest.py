@@ -883,6 +883,17 @@ class QuestCrossAttention(CrossAttentionMechanism):
             cache[key] = (torch.cat([zero, -inf]), torch.cat([inf, zero]))
         return cache[key]
 
+    def _batch_head_index(self, batch: int, heads: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(arange(B) as (B, 1, 1, 1), arange(H) as (1, H, 1, 1))``, made once per shape and device: with a (B, H, K,
+        1) index they read row ``[b, h, index[b, h, k]]`` of a (B, H, n, ...) table in one indexing operation."""
+        cache: dict[tuple[int, int, torch.device], tuple[torch.Tensor, torch.Tensor]]
+        cache = self.__dict__.setdefault("_batch_heads", {})
+        key = (batch, heads, device)
+        if key not in cache:
+            cache[key] = (torch.arange(batch, device=device).view(batch, 1, 1, 1),
+                          torch.arange(heads, device=device).view(1, heads, 1, 1))
+        return cache[key]
+
     def _choose_and_read(
         self, queries: torch.Tensor, state: QuestBoundsState, position: int | torch.Tensor
     ) -> tuple[torch.Tensor, QuestBoundsState]:
@@ -934,8 +945,8 @@ class QuestCrossAttention(CrossAttentionMechanism):
             if group is not None:
                 chosen = state.slot_leaf.gather(2, chosen)  # the table is per leaf
             b = self.settings.resolved_leaf_size()
-            read = state.table.gather(2, chosen.expand(-1, -1, -1, state.table.shape[-1])).view(
-                batch, heads, width * b, -1)
+            example, head = self._batch_head_index(batch, heads, queries.device)
+            read = state.table[example, head, chosen].view(batch, heads, width * b, -1)
             output = F.scaled_dot_product_attention(
                 queries, read[..., :d].to(queries.dtype), read[..., d:2 * d].to(queries.dtype),
                 attn_mask=read[..., 2 * d].unsqueeze(2).to(queries.dtype), scale=self.scale,
@@ -948,9 +959,9 @@ class QuestCrossAttention(CrossAttentionMechanism):
         """The absorbed form (module docstring) over the rows of the chosen slots (B, H, K, 1) long: (B, H, 1, d)."""
         batch, heads, width, _ = chosen.shape
         b = state.row_index.shape[-1]
-        index = chosen.expand(-1, -1, -1, b)
-        rows = state.encoder.flat[state.row_index.gather(2, index).view(batch, heads, width * b)]  # (B, H, S, D)
-        bias = state.row_bias.gather(2, index).view(batch, heads, 1, width * b)
+        example, head = self._batch_head_index(batch, heads, chosen.device)
+        rows = state.encoder.flat[state.row_index[example, head, chosen].view(batch, heads, width * b)]  # (B, H, S, D)
+        bias = state.row_bias[example, head, chosen].view(batch, heads, 1, width * b)
         key_weight = state.encoder.projection.key_weight  # (H, d, D)
         wide = state.value_weight.dtype
         hidden_queries = (queries.to(wide).transpose(-1, -2) * key_weight.to(wide)).sum(dim=-2, keepdim=True)
