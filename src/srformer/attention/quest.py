@@ -946,10 +946,11 @@ class QuestCrossAttention(CrossAttentionMechanism):
                 chosen = state.slot_leaf.gather(2, chosen)  # the table is per leaf
             b = self.settings.resolved_leaf_size()
             example, head = self._batch_head_index(batch, heads, queries.device)
-            read = state.table[example, head, chosen].view(batch, heads, width * b, -1)
+            read = state.table[example, head, chosen].view(batch, heads, width * b, -1)  # (B, H, S, W)
+            keys, values, bias, _ = read.split([d, d, 1, _TABLE_EXTRA - 1], dim=-1)
             output = F.scaled_dot_product_attention(
-                queries, read[..., :d].to(queries.dtype), read[..., d:2 * d].to(queries.dtype),
-                attn_mask=read[..., 2 * d].unsqueeze(2).to(queries.dtype), scale=self.scale,
+                queries, keys.to(queries.dtype), values.to(queries.dtype),
+                attn_mask=bias.transpose(-1, -2).to(queries.dtype), scale=self.scale,
             )
         return output, replace(state, last_segment=segment)
 
