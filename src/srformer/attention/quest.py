@@ -54,11 +54,12 @@ the documented behaviour, not an error.
 **The step** is, where ``b`` divides ``s`` (and, with groups, the ``p`` chosen groups hold at least ``r + s/b``
 slots, or every group is chosen: ``quest`` and ``quest-tree`` at their segment sizes), a fixed sequence of about
 25 batched operations whatever the input length (``quest-tree`` on t5-small: 23 per layer with the standard state,
-29 reading encoder rows; full attention's step is one ``scaled_dot_product_attention``), with no host sync (an eager GPU step is bound by its operator
-launches): every slot's bound in one product, the groups left out ranked last (one sort of the groups' bounds), the
-``s/b`` leaves of segment ``i(t)`` ranked first, one stable sort of the slots, whose first ``s/b + r`` are read with
-one indexing, and one softmax attention (``scaled_dot_product_attention``) with an additive bias that gives rows past
-the example's length weight 0 (:meth:`QuestCrossAttention._choose_and_read`); the same choice as the general path,
+29 reading encoder rows; full attention's step is one ``scaled_dot_product_attention``), with no host sync (an
+eager GPU step is bound by its operator launches): every slot's bound in one product, the groups left out ranked
+last (one sort of the groups' bounds), the ``s/b`` leaves of segment ``i(t)`` ranked first, one stable sort of the
+slots, whose first ``s/b + r`` are read with one indexing, and one softmax attention
+(``scaled_dot_product_attention``) with an additive bias that gives rows past the example's length weight 0
+(:meth:`QuestCrossAttention._choose_and_read`); the same choice as the general path,
 which :meth:`QuestCrossAttention.forward` and the other settings take (``select``).
 
 Costs per head and decoder step, ``k`` keys, ``L = k/b`` leaves, ``G = L/g`` groups: the bounds of every slot
