@@ -391,3 +391,25 @@ def test_donated_projections_that_cannot_hold_the_readouts_are_left_alone(case):
     assert state.raf_readout.untyped_storage().data_ptr() != donated.untyped_storage().data_ptr()
     assert torch.equal(donated.detach(), keys)
     assert_exact(state.raf_readout.detach(), expected.raf_readout.detach(), "raf_readout")
+
+
+@pytest.mark.filterwarnings("ignore:An encoder input has")
+@pytest.mark.parametrize("settings", [{}, {"ablation": "no_raf"}, {"raf_neuron": "two_sided"}])
+@pytest.mark.parametrize("grad", [False, True])
+def test_an_input_of_more_segments_than_t_keeps_one_readout_per_visitable_segment(settings, grad):
+    """M = 11 segments (k = 21, s = 2) and T = 4: positions 0..4 visit at most 5 segments, so the state keeps 5
+    readout slots, not 11; every position's output (parallel and incremental, both builds) equals the float64
+    reference, which fires the neuron over the visited segments of all 11."""
+    from srformer.attention import naive
+
+    module = _module("srformer", segment_size=2, target_length=4, **settings)
+    queries, keys, values, valid = _inputs(3, 2, 21, 7, 4, [21, 12, 5])
+    with torch.set_grad_enabled(grad):
+        state = module.init_state(keys.clone().requires_grad_(grad), values, valid)
+        parallel, _ = module(queries, state)
+        incremental, _ = _incremental(module, queries, state)
+    assert state.raf_readout.shape[1] == 5 and state.readout_slot.shape == (3, 11)
+    parameters = {name: p.detach() for name, p in module.named_parameters()}
+    expected = naive.srformer_attention(queries, keys, values, valid, module.settings, parameters=parameters)
+    assert_exact(parallel.detach(), expected, "parallel")
+    assert_exact(incremental.detach(), expected, "incremental")

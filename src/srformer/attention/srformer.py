@@ -71,15 +71,20 @@ class SRformerState(SegmentState):
     (:func:`~srformer.attention.state.accumulation_dtype`).
 
     Attributes:
-        raf_readout: (B, M, H, d, d) ``scale * RAF_out_j / norm(K)``: the RAF output in force while segment ``j``
+        raf_readout: (B, V, H, d, d) ``scale * RAF_out_j / norm(K)``: the RAF output in force while segment ``j``
             is attended (Eq. 13-16, A.2), computed once for every visited segment, with the attention scale and
-            ``norm(K)`` folded in, so that ``O_R[t] = Q_t . raf_readout[i(t)]``.
+            ``norm(K)`` folded in, so that ``O_R[t] = Q_t . raf_readout[slot(i(t))]``. One slot per segment the
+            schedule can visit: ``V = min(M, T + 1)`` (the decoder positions ``0 .. T`` visit at most ``T + 1``
+            segments), so an input of many more segments than ``T`` keeps ``(T + 1) d^2`` numbers per head, not
+            ``m d^2``; 0 in the slots past an example's visited segments.
+        readout_slot: (B, M) long, the slot of each segment's readout (segment ``j`` itself when ``V = M``).
         raf_total: (B, H, d, d) ``W K^T V`` over real positions (Eq. 15; ``W`` is the RAF linear layer, applied on
             the last axis; no ``W`` under ablation III).
         key_norm: (B, H, d) ``norm(K) + eps`` over real positions (Eq. 13); ones under ablation II.
     """
 
     raf_readout: torch.Tensor
+    readout_slot: torch.Tensor
     raf_total: torch.Tensor
     key_norm: torch.Tensor
 
@@ -227,11 +232,15 @@ class SRformerCrossAttention(SegmentedCrossAttention):
             buffer = None if donated is None else _donated_buffer(donated, (batch, max_segments, heads, d, d),
                                                                   accumulation_dtype(keys.dtype), (keys, values))
             inputs, total = self._raf_inputs_without_autograd(keys, values, buffer)
+            readout_slot, slot_segment, fires = self._readout_slots(visited)
+            if slot_segment is not None:  # only the visited segments' inputs, in order (the others carry the neuron)
+                inputs = self._in_slots(inputs, slot_segment)
             if self.raf is None:  # ablation III: the readout is P_j itself
-                raf_readout = inputs.mul_(factor[:, None]).mul_(visited[:, :, None, None, None])
+                raf_readout = inputs.mul_(factor[:, None]).mul_(fires[:, :, None, None, None])
             else:
-                raf_readout = raf_scan_(inputs, visited, factor, self.raf.leak, self.raf.threshold, self.raf.two_sided)
-            return extend(SRformerState, state, raf_readout=raf_readout, raf_total=total, key_norm=key_norm)
+                raf_readout = raf_scan_(inputs, fires, factor, self.raf.leak, self.raf.threshold, self.raf.two_sided)
+            return extend(SRformerState, state, raf_readout=raf_readout, readout_slot=readout_slot, raf_total=total,
+                          key_norm=key_norm)
         # training: the autograd formulation
         key_norm = self._key_norm(keys, dim=(1, 3))
         factor = self.scale / key_norm[:, :, None, :]  # (B, H, 1, d)
@@ -245,7 +254,46 @@ class SRformerCrossAttention(SegmentedCrossAttention):
         if self.monitor is not None:
             self.monitor.observe_raf(raf_inputs.detach(), raf_outputs.detach(), visited)
         raf_readout = raf_outputs * factor[:, None]
-        return extend(SRformerState, state, raf_readout=raf_readout, raf_total=total[:, 0], key_norm=key_norm)
+        readout_slot, slot_segment, fires = self._readout_slots(visited)
+        if slot_segment is not None:
+            raf_readout = self._in_slots(raf_readout, slot_segment) * fires[:, :, None, None, None]
+        return extend(SRformerState, state, raf_readout=raf_readout, readout_slot=readout_slot, raf_total=total[:, 0],
+                      key_norm=key_norm)
+
+    def _readout_slots(self, visited: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """The readout slots of :class:`SRformerState` from the visited segments (B, M) bool.
+
+        Returns:
+            ``(readout_slot, slot_segment, fires)``: (B, M) long, each segment's slot (its rank among the example's
+            visited segments; an unvisited one, which no query reads, the previous visited one's); (B, V) long, the
+            segment of each slot, or None when ``V = M`` (slot = segment); (B, V) bool, the slots that hold a
+            visited segment (``visited`` itself when ``V = M``).
+        """
+        batch, max_segments = visited.shape
+        slots = min(max_segments, self.settings.target_length + 1)
+        if slots == max_segments:
+            segments = torch.arange(max_segments, device=visited.device)
+            return segments.expand(batch, -1).contiguous(), None, visited
+        rank = visited.long().cumsum(dim=1) - 1  # (B, M): 0 for segment 0, which every example visits
+        target = torch.where(visited, rank, slots)  # unvisited segments land in a spare column, then dropped
+        segments = torch.arange(max_segments, device=visited.device).expand(batch, -1)
+        slot_segment = rank.new_zeros(batch, slots + 1).scatter_(1, target, segments)[:, :slots]
+        fires = torch.arange(slots, device=visited.device)[None, :] < visited.sum(dim=1, keepdim=True)
+        return rank.clamp(min=0), slot_segment, fires
+
+    def _in_slots(self, per_segment: torch.Tensor, slot_segment: torch.Tensor) -> torch.Tensor:
+        """(B, M, H, d, d) per-segment tensors gathered to the readout slots: (B, V, H, d, d), contiguous."""
+        batch, max_segments = per_segment.shape[:2]
+        slots = slot_segment.shape[1]
+        flat = (slot_segment + self._block_offsets(batch, max_segments, slot_segment.device)[:, None]).reshape(-1)
+        return per_segment.flatten(0, 1).index_select(0, flat).view(batch, slots, *per_segment.shape[2:])
+
+    def _readout_index(self, state: SRformerState, segments: torch.Tensor) -> torch.Tensor:
+        """Flat indices into ``state.raf_readout.flatten(0, 1)`` of the segments (B, q) long: (B*q,) long."""
+        slots = state.raf_readout.shape[1]
+        if slots != state.readout_slot.shape[1]:  # V < M: segment -> slot
+            segments = state.readout_slot.gather(1, segments)
+        return block_index(segments, slots)
 
     def finite_check_fields(self, state: CrossAttentionState) -> tuple[str, ...]:
         """The base's fields less the segment-major ``keys`` and ``values`` when ``raf_total`` witnesses them:
@@ -435,7 +483,7 @@ class SRformerCrossAttention(SegmentedCrossAttention):
         lean = extend(LeanSRformerState, lean, raf_total=state.raf_total, key_norm=state.key_norm)
         if self.raf is None:  # ablation III: its output is recomputed at each step
             return lean
-        batch, max_segments, heads, d, _ = state.raf_readout.shape
+        batch, max_segments, heads, _, d = state.keys.shape
         # The RAF inputs are not kept in the standard layout; rebuild them for the visited prefix.
         raf_inputs, _ = self._raf_inputs(state.keys, state.values)
         done = self._visited(state.num_segments, max_segments)
@@ -456,8 +504,7 @@ class SRformerCrossAttention(SegmentedCrossAttention):
             return output
         assert isinstance(state, SRformerState), type(state)
         q = queries.shape[2]
-        index = block_index(segments_of_query, state.raf_readout.shape[1])
-        readout = take_blocks(state.raf_readout, index, q)
+        readout = take_blocks(state.raf_readout, self._readout_index(state, segments_of_query), q)
         query_rows = queries.transpose(1, 2).unsqueeze(-2).to(readout.dtype)  # (B, q, H, 1, d)
         recurrent = torch.matmul(query_rows, readout).squeeze(-2).transpose(1, 2)  # (B, H, q, d)
         if self.monitor is not None:
@@ -485,7 +532,7 @@ class SRformerCrossAttention(SegmentedCrossAttention):
             q = queries.shape[2]
             positions = torch.arange(q, device=queries.device) + start_position
             segments = segment_index(positions, state.num_segments, self.settings.target_length)  # (B, q)
-            readout = take_blocks(state.raf_readout, block_index(segments, state.raf_readout.shape[1]), q)
+            readout = take_blocks(state.raf_readout, self._readout_index(state, segments), q)
         query_rows = queries.transpose(1, 2).unsqueeze(-2).to(readout.dtype)  # (B, q, H, 1, d)
         recurrent = torch.matmul(query_rows, readout).squeeze(-2).transpose(1, 2)  # (B, H, q, d)
         return self._combine(softmax_output, recurrent.to(queries.dtype))
@@ -507,6 +554,10 @@ class SRformerCrossAttention(SegmentedCrossAttention):
             readout = required(new_state.segment_readout, "segment_readout")
         else:  # standard layout: scale * RAF_out_i / norm(K), (B, H, d, d)
             assert isinstance(state, SRformerState), type(state)
+            slots = state.raf_readout.shape[1]
+            if slots != state.readout_slot.shape[1]:  # V < M: the segment's slot, then its flat index
+                slot = state.readout_slot.view(-1).index_select(0, index)
+                index = slot + self._block_offsets(slot.shape[0], slots, slot.device)
             readout = state.raf_readout.flatten(0, 1).index_select(0, index)
         if (softmax_output is not None and self.mix_logit is None and readout.dtype == queries.dtype
                 and softmax_output.dtype == queries.dtype):
