@@ -182,26 +182,3 @@ def test_settings_default_registry_entry_and_bad_values():
             SRformerConfig(variant="knn", top_keys=bad)
     with pytest.raises(ValueError, match="top_keys"):
         SRformerConfig(variant="segmented", top_keys=4)
-
-
-def test_a_float32_step_with_many_ties_reads_the_keys_of_the_float64_reference():
-    """Small integer keys and queries: many equal scores, exact in float32 and float64 alike. The float32 step
-    (order keys, one topk: selection.ranked_top) and the float32 parallel path read the same keys as the float64
-    reference (ties to the earlier position, padding never, however it is placed), so they differ from it by float32
-    rounding only; an empty document's step output is 0."""
-    module = _module("knn", scale=0.5, top_keys=3)
-    lengths = [11, 6, 2, 0]
-    generator = torch.Generator().manual_seed(11)
-    queries, keys, values = (torch.randint(-2, 3, shape, generator=generator).double()
-                             for shape in [(4, 2, 5, 4), (4, 2, 11, 4), (4, 2, 11, 4)])
-    values = values + torch.arange(11, dtype=torch.float64)[:, None]  # a different value at every position
-    valid = torch.arange(11)[None, :] < torch.tensor(lengths)[:, None]
-    for what, (mask, k, v) in {"right": (valid, keys, values), "left": _left_padded(valid, keys, values)}.items():
-        expected = _reference(module, queries, k, v, mask)
-        state = module.init_state(k.float(), v.float(), mask)
-        step, _ = _incremental(module, queries.float(), state)
-        parallel, _ = module(queries.float(), state)
-        for output in (step, parallel):
-            assert output.dtype == torch.float32
-            assert (output.double() - expected).abs().max().item() <= 1e-5 * expected.abs().max().item(), what
-        assert torch.equal(step[3], torch.zeros_like(step[3]))

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from srformer.attention.selection import position_order, ranked_top, top_positions
+from srformer.attention.selection import top_positions
 
 
 def _by_sort(scores: torch.Tensor, allowed: torch.Tensor, width: int) -> torch.Tensor:
@@ -42,54 +42,3 @@ def test_allowed_positions_come_first_and_ties_go_to_the_earlier_position():
     assert top_positions(scores, allowed, 2).tolist() == [[1, 2]]  # 9.0 is not allowed; the tie goes to 1 and 2
     assert top_positions(scores, allowed, 5).tolist() == [[0, 1, 2, 3, 4]]  # more than allowed: all, ascending
     assert top_positions(scores, allowed, 0).shape == (1, 0)
-
-
-def _ranked_by_sort(scores: torch.Tensor, allowed: torch.Tensor, width: int, first: torch.Tensor) -> set[tuple]:
-    """Reference of ``ranked_top``: ``first`` positions, then allowed ones by a stable descending sort, as sets of
-    (row, position) (the positions not allowed that fill a row may be any)."""
-    lowest = torch.finfo(scores.dtype).min
-    clean = torch.nan_to_num(scores, nan=lowest, posinf=torch.finfo(scores.dtype).max, neginf=lowest).double()
-    key = torch.where(allowed, clean, float("-inf")).masked_fill(first, float("inf"))
-    order = key.sort(dim=-1, descending=True, stable=True).indices[..., :width]
-    keep = torch.gather(key, -1, order) > float("-inf")  # the filling positions are unspecified
-    return {(row, int(p)) for row in range(scores.shape[0]) for p, k in zip(order[row], keep[row], strict=True) if k}
-
-
-@settings(max_examples=80, deadline=None)
-@given(rows=st.integers(1, 4), n=st.integers(1, 40), wide=st.booleans(), data=st.data())
-def test_ranked_top_orders_by_score_then_position_with_the_scheduled_first(rows, n, wide, data):
-    """A step's selection (order keys in float32, the tie pass in float64) against a stable sort: ties among few
-    distinct values, NaN and infinities, zeros of both signs, the smallest float32 numbers (subnormal, next to 0),
-    the largest; positions not allowed after all others, ``first`` positions before them."""
-    width = data.draw(st.integers(1, n))
-    tiny = torch.finfo(torch.float32).tiny
-    levels = [-1.0, 0.0, -0.0, 0.5, 2.0, 3e38, -3e38, tiny, -tiny, 1e-45, -1e-45, 2 * tiny, float("nan"),
-              float("inf"), float("-inf")]
-    values = data.draw(st.lists(st.sampled_from(levels), min_size=rows * n, max_size=rows * n))
-    scores = torch.tensor(values, dtype=torch.float64 if wide else torch.float32).view(rows, n)
-    allowed = torch.tensor(data.draw(st.lists(st.booleans(), min_size=rows * n, max_size=rows * n))).view(rows, n)
-    firsts = data.draw(st.integers(0, width))
-    first = torch.zeros(rows, n, dtype=torch.bool)
-    first[:, data.draw(st.permutations(range(n)))[:firsts]] = True
-    expected = _ranked_by_sort(scores, allowed, width, first)
-    order = position_order(allowed)
-    # along the last axis, and along an inner one (as a step ranks a column of scores)
-    for chosen in (ranked_top(scores, order, width, first=first),
-                   ranked_top(scores[:, :, None], order[:, :, None], width, dim=1, first=first[:, :, None])[..., 0]):
-        assert chosen.shape == (rows, width)
-        assert len({(row, int(p)) for row in range(rows) for p in chosen[row]}) == rows * width  # distinct
-        assert expected <= {(row, int(p)) for row in range(rows) for p in chosen[row]}
-
-
-def test_order_keys_keep_float32_scores_apart_and_ties_in_position_order():
-    """Distinct float32 scores one unit in the last place apart keep their order whatever the positions (the
-    position term is below half a unit), down to the subnormals; equal ones go to the earlier position."""
-    n = 1 << 12
-    base = torch.tensor([1.0, -1.0, 3e38, torch.finfo(torch.float32).tiny, 1e-45, 0.0])
-    for value in base:
-        upper = torch.nextafter(value, torch.tensor(float("inf")))
-        scores = torch.full((n,), float(value))
-        scores[0] = upper  # the higher score at the earliest position: last in position order among the rest
-        scores[-1] = upper
-        chosen = ranked_top(scores, position_order(torch.ones(n, dtype=torch.bool)), 3)
-        assert sorted(chosen.tolist()) == [0, 1, n - 1], float(value)

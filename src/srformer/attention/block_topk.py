@@ -22,15 +22,14 @@ and are computed from detached queries and keys), only through the softmax over 
 choice depends on its own keys only: padded positions never enter a mean, and segments past its ``m`` (padding in
 the batch's segment-major state) are never candidates, so the output does not depend on the padding or the batch.
 
-The schedule and compaction are those of :class:`~srformer.attention.segmented.SegmentedCrossAttention`. The
-segment blocks are chosen per query *and head*, which the base's ``context_blocks`` hooks (one block per query)
-cannot express, so the state lays the keys and values out by block and head (:class:`BlockTopkState`, with each
-block's mean key and mask) and both paths gather per (query, head): ``(B, H, q, r + 1, s, d)`` blocks of keys and
-values, with no ``q x k`` score matrix. A decoder step is a fixed sequence of about twenty kernels, whatever the
-input length (:meth:`BlockTopkCrossAttention.step`; on a GPU a step's cost is its kernel launches). There is no lean
-layout. Cost per head: one step ``O(m·d + m·log r + (r + 1)·s·d)`` (the gates, their top ``r``, the softmax); the
-parallel path the same per query, ``O(q·(m·d + (r + 1)·s·d))``; building the state ``O(k·d)`` (the segment-major
-and the block copies, the means). The state keeps every key and value, ``O(k·d)``.
+The schedule, compaction and segment-major state are those of
+:class:`~srformer.attention.segmented.SegmentedCrossAttention`; the state adds each segment's mean key
+(:class:`BlockTopkState`). The segment blocks are chosen per query *and head*, which the base's
+``context_blocks`` hooks (one block per query) cannot express, so both paths gather per (query, head):
+``(B, H, q, r + 1, s, d)`` blocks of keys and values, with no ``q x k`` score matrix. There is no lean layout.
+Cost per head: one step ``O(m·d + m·log r + (r + 1)·s·d)`` (the gates, their top ``r``, the softmax); the parallel
+path the same per query, ``O(q·(m·d + (r + 1)·s·d))``; building the state ``O(k·d)`` (the segment-major copy
+and the means). The state keeps every key and value, ``O(k·d)``.
 
 Selection blocks smaller than a segment (``block_size`` b, beyond MoBA's one block per segment; NSA selects
 blocks of a size of their own). Each segment is cut into ``n = ceil(s / b)`` blocks of ``b`` real positions (the
@@ -55,11 +54,10 @@ import torch
 from torch.nn import functional as F
 
 from srformer.attention.base import ProjectRows
-from srformer.attention.content import cast
 from srformer.attention.schedule import segment_index
 from srformer.attention.segmented import SegmentedCrossAttention, SegmentState
-from srformer.attention.selection import position_order, ranked_top, top_positions
-from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, rows_in_encoder_order
+from srformer.attention.selection import top_positions
+from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, extend
 from srformer.core import MechanismSettings, integer_setting
 
 if TYPE_CHECKING:
@@ -105,81 +103,87 @@ class BlockTopkSettings(MechanismSettings):
 
 @dataclass(kw_only=True)
 class BlockTopkState(SegmentState):
-    """The ``block-topk`` state: :class:`~srformer.attention.segmented.SegmentState`'s schedule and real positions,
-    its keys and values laid out by selection block and head, each block's mean key, and what a decoder step reads
-    to choose and mask blocks without rebuilding it (:meth:`BlockTopkCrossAttention.step`).
-
-    ``n = ceil(s / b)`` blocks per segment; block ``j`` holds compacted positions ``(j % n)·b ..`` (at most ``b``,
-    within the segment) of segment ``j // n``; a segment's last block is padded to ``b`` rows when ``b`` does not
-    divide ``s`` (zero keys and values, masked).
+    """The ``block-topk`` state: :class:`~srformer.attention.segmented.SegmentState` plus each selection block's mean
+    key.
 
     Attributes:
-        keys: (B, H, M·n, b·d), head-major, **not** the segment-major layout of the base class: block ``j`` of head
-            ``h`` is row ``j`` of head ``h``, its ``b`` keys side by side (zero at padding), so that a step gathers
-            the blocks it chose with one ``gather`` per tensor. (:meth:`encoder_keys` reads them in encoder order.)
-        values: (B, H, M·n, b·d), the values, same layout.
-        segment_bias: as in the base class (the paths here read :attr:`block_bias`).
         mean_keys: (B, H, M·n, d), built as a transposed view of a (B, H, d, M·n) tensor: the mean of each
-            selection block's real keys (the gates' keys; detached, in float32 or the keys' dtype when wider); zero
-            for a block without real positions.
+            selection block's real keys, block ``j`` holding positions ``(j % n)·b ..`` (at most ``b``, within the
+            segment) of segment ``j // n`` (``n = ceil(s / b)`` blocks per segment; the gates' keys; detached, in
+            float32 or the keys' dtype when wider); zero for a block without real positions.
         block_real: (B, M·n) bool, True for a block with at least one real position (only those are candidates).
-        block_bias: (B, H, M·n, b) in the keys' dtype: each block position's additive attention mask, 0 where the
-            softmax may attend (the segment's ``segment_valid``), the dtype's lowest number elsewhere (padding, the
-            rows past a segment's end); one copy per head, so that a step gathers it with the keys' index.
-        rank_order: (B, 1, M·n, 1) float64, the blocks' position term of the order keys
-            (:func:`~srformer.attention.selection.position_order`): ``-inf`` for a block without real positions.
-        block_segment: (B, 1, M·n, 1) long, ``j // n``, the segment of each block.
     """
 
     mean_keys: torch.Tensor
     block_real: torch.Tensor
-    block_bias: torch.Tensor
-    rank_order: torch.Tensor
-    block_segment: torch.Tensor
 
     @property
     def blocks_per_segment(self) -> int:
         """``n = ceil(s / b)``, the selection blocks of one segment."""
-        return self.mean_keys.shape[2] // self.segment_valid.shape[1]
-
-    def _in_encoder_order(self, blocks: torch.Tensor, encoder_length: int) -> torch.Tensor:
-        """Head-major blocks (B, H, M·n, b·d) back in encoder order, (B, H, k, d), zero at padding."""
-        batch, heads = blocks.shape[:2]
-        max_segments, s = self.segment_valid.shape[1:]
-        d = self.mean_keys.shape[-1]
-        rows = blocks.reshape(batch, heads, max_segments, -1, d)[:, :, :, :s].reshape(batch, heads, -1, d)
-        return rows_in_encoder_order(rows, self.positions, encoder_length)
+        return self.mean_keys.shape[2] // self.keys.shape[1]
 
 
-def by_block(tensor: torch.Tensor, blocks_per_segment: int, block_size: int, fill: float | bool = 0) -> torch.Tensor:
-    """A segment-major tensor (B, M, s) cut into selection blocks, (B, M·n, b): each segment padded with ``fill``
-    to ``n·b`` positions (``n = blocks_per_segment``, ``b = block_size``)."""
-    batch, max_segments, s = tensor.shape
-    spare = blocks_per_segment * block_size - s
-    padded = F.pad(tensor, (0, spare), value=fill) if spare else tensor
-    return padded.reshape(batch, max_segments * blocks_per_segment, block_size)
+def take_blocks(
+    tensor: torch.Tensor, blocks: torch.Tensor, blocks_per_segment: int, block_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The positions of the selection blocks ``blocks`` chose per query and head, from a segment-major tensor.
 
-
-def head_major_blocks(blocks: torch.Tensor, blocks_per_segment: int, block_size: int) -> torch.Tensor:
-    """Segment-major keys or values (B, M, H, s, d) as head-major selection blocks (B, H, M·n, b·d) (one copy;
-    each segment padded with zero rows to ``n·b``)."""
-    batch, max_segments, heads, s, d = blocks.shape
-    spare = blocks_per_segment * block_size - s
-    padded = F.pad(blocks, (0, 0, 0, spare)) if spare else blocks
-    return padded.transpose(1, 2).reshape(batch, heads, max_segments * blocks_per_segment, block_size * d)
-
-
-def gather_blocks(tensor: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
-    """The rows ``tensor[b, h, blocks[b, h, i]]`` of a per-head block tensor.
+    Block ``j`` is positions ``(j % n)·b .. (j % n)·b + b - 1`` of segment ``j // n`` (``n = blocks_per_segment``,
+    ``b = block_size``); a position past the segment's end (the last block of a segment when ``b`` does not divide
+    ``s``) is returned as the segment's last row and marked outside. One ``index_select`` of rows from the tensor
+    viewed as ``(B·M·H·s, ...)`` (or ``(B·M·s,)``), of whole blocks where they tile the segments: on the CPU several
+    times faster than advanced indexing with one index tensor per dimension, which it equals. A non-contiguous
+    tensor (not a state built by ``init_state``) takes the advanced-indexing path.
 
     Args:
-        tensor: (B, H, M·n, w) (the state's keys, values or block masks).
-        blocks: (B, H, N) long block indices.
+        tensor: (B, M, H, s, ...) per head (the state's keys and values) or (B, M, s) shared by the heads (its
+            ``segment_valid``, its positions).
+        blocks: (B, H, q, N) long block indices in ``[0, M·n - 1]``.
+        blocks_per_segment: ``n = ceil(s / b)``.
+        block_size: ``b``, at most ``s``.
 
     Returns:
-        (B, H, N, w).
+        ``(rows, inside)``: (B, H, q, N, b, ...) gathered, ``O(N·b·d)`` per query and head; (B, H, q, N, b) bool,
+        False at positions past a segment's end.
     """
-    return tensor.gather(2, blocks[..., None].expand(-1, -1, -1, tensor.shape[-1]))
+    batch, heads = blocks.shape[0], blocks.shape[1]
+    shared = tensor.dim() == 3
+    segments, s = tensor.shape[1], tensor.shape[2 if shared else 3]
+    offset = (blocks % blocks_per_segment) * block_size
+    position = offset[..., None] + torch.arange(block_size, device=blocks.device)  # (B, H, q, N, b)
+    inside = position < s
+    if s % block_size == 0 and tensor.is_contiguous():  # blocks tile the segments: one index per block, not per row
+        return _take_whole_blocks(tensor, blocks, blocks_per_segment), inside
+    position = position.clamp(max=s - 1)
+    batch_index = torch.arange(batch, device=blocks.device)[:, None, None, None, None]
+    segment = (blocks // blocks_per_segment)[..., None]
+    if shared:
+        if not tensor.is_contiguous():
+            return tensor[batch_index, segment, position], inside
+        rows = (batch_index * segments + segment) * s + position
+        return tensor.reshape(-1).index_select(0, rows.reshape(-1)).view(position.shape), inside
+    head_index = torch.arange(heads, device=blocks.device)[None, :, None, None, None]
+    if not tensor.is_contiguous():
+        return tensor[batch_index, segment, head_index, position], inside
+    # rows of one dimension: index_select on a 2-D view is an order of magnitude faster than on (rows, b, d)
+    flat = tensor.reshape(batch * segments * heads * s, -1)
+    rows = ((batch_index * segments + segment) * heads + head_index) * s + position
+    return flat.index_select(0, rows.reshape(-1)).view(*position.shape, *tensor.shape[4:]), inside
+
+
+def _take_whole_blocks(tensor: torch.Tensor, blocks: torch.Tensor, n: int) -> torch.Tensor:
+    """:func:`take_blocks` for blocks that tile the segments (``b·n = s``) of a contiguous tensor: one row of the
+    tensor viewed as ``(B·M·H·n, b·...)`` (or ``(B·M·n, b)``) per block."""
+    batch, heads = blocks.shape[0], blocks.shape[1]
+    segments = tensor.shape[1]
+    batch_index = torch.arange(batch, device=blocks.device)[:, None, None, None]
+    if tensor.dim() == 3:
+        flat = tensor.reshape(batch * segments * n, -1)
+        return flat.index_select(0, (batch_index * segments * n + blocks).reshape(-1)).view(*blocks.shape, -1)
+    head_index = torch.arange(heads, device=blocks.device)[None, :, None, None]
+    flat = tensor.reshape(batch * segments * heads * n, -1)  # 2-D: index_select is far faster than on (rows, b, d)
+    rows = ((batch_index * segments + blocks // n) * heads + head_index) * n + blocks % n
+    return flat.index_select(0, rows.reshape(-1)).view(*blocks.shape, -1, *tensor.shape[4:])
 
 
 class BlockTopkCrossAttention(SegmentedCrossAttention):
@@ -188,10 +192,9 @@ class BlockTopkCrossAttention(SegmentedCrossAttention):
 
     @autocast_off
     def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> BlockTopkState:
-        """:meth:`SegmentedCrossAttention.init_state` in the head-major block layout, plus each block's mean key (one
-        sum over the keys, ``O(k·d)`` per head), mask, position term and segment (:class:`BlockTopkState`);
-        arguments, errors and empty documents as there (an empty document has one segment of zero keys and values,
-        all attendable: its output is 0)."""
+        """:meth:`SegmentedCrossAttention.init_state` plus each segment's mean key (one sum over the segment-major
+        keys, ``O(k·d)`` per head); arguments, errors and empty documents as there (an empty document has one
+        segment of zero keys and values: its output is 0)."""
         state = super().init_state(keys, values, key_valid)
         batch, segments, heads, s, d = state.keys.shape
         block = self.settings.resolved_block_size()
@@ -205,29 +208,10 @@ class BlockTopkCrossAttention(SegmentedCrossAttention):
         padded = F.pad(state.keys.detach().to(wide), (0, 0, 0, spare))  # (B, M, H, n·b, d), a temporary copy
         sums = padded.view(batch, segments, heads, n, block, d).sum(dim=4)  # (B, M, H, n, d)
         mean_keys = sums / counts[:, :, None, :, None]
-        # head-major and stored transposed, (B, H, d, M·n) in memory: the parallel path's gates are one batched
-        # product with the blocks as the contiguous dimension, a third faster than with the transposed view
+        # head-major and stored transposed, (B, H, d, M·n) in memory: a step's gates are one batched product with
+        # the blocks as the contiguous dimension, a third faster than with the transposed view
         mean_keys = mean_keys.permute(0, 2, 4, 1, 3).reshape(batch, heads, d, segments * n).transpose(-1, -2)
-        block_real = real.any(dim=-1).flatten(1)  # (B, M·n)
-        attendable = by_block(state.segment_valid, n, block, fill=False)  # (B, M·n, b)
-        bias = torch.zeros(batch, 1, segments * n, block, dtype=state.keys.dtype, device=attendable.device)
-        bias.masked_fill_(~attendable[:, None], torch.finfo(bias.dtype).min)
-        block_segment = torch.arange(segments * n, device=attendable.device) // n
-        return BlockTopkState(
-            lengths=state.lengths, num_segments=state.num_segments, last_segment=state.last_segment,
-            positions=state.positions, segment_table=state.segment_table, segment_valid=state.segment_valid,
-            segment_bias=state.segment_bias,
-            keys=head_major_blocks(state.keys, n, block), values=head_major_blocks(state.values, n, block),
-            mean_keys=mean_keys, block_real=block_real,
-            block_bias=bias.expand(-1, heads, -1, -1).contiguous(),
-            rank_order=position_order(block_real[:, None, :, None], dim=2),
-            block_segment=block_segment.view(1, 1, -1, 1).expand(batch, -1, -1, -1).contiguous(),
-        )
-
-    def finite_check_fields(self, state: CrossAttentionState) -> tuple[str, ...]:
-        """Every field but ``block_bias`` and ``rank_order``: built from the mask alone (the lowest number and
-        ``-inf`` at padding on purpose)."""
-        return tuple(name for name in super().finite_check_fields(state) if name not in ("block_bias", "rank_order"))
+        return extend(BlockTopkState, state, mean_keys=mean_keys, block_real=real.any(dim=-1).flatten(1))
 
     def select_segments(
         self, queries: torch.Tensor, state: BlockTopkState, segments: torch.Tensor
@@ -275,30 +259,28 @@ class BlockTopkCrossAttention(SegmentedCrossAttention):
             slots; and the (B, H, q, n + R) long block of each slot.
         """
         blocks, valid = self.select_segments(queries, state, segments)
-        batch, heads, q, slots = blocks.shape
-        block, d = self.settings.resolved_block_size(), queries.shape[-1]
-        flat = blocks.reshape(batch, heads, q * slots)
-        keys = gather_blocks(state.keys, flat).view(batch, heads, q, slots * block, d).to(queries.dtype)
-        bias = gather_blocks(state.block_bias, flat).view(batch, heads, q, slots, block)
-        bias = bias.masked_fill(~valid[..., None], torch.finfo(bias.dtype).min).flatten(-2).to(queries.dtype)
+        n, b = state.blocks_per_segment, self.settings.resolved_block_size()
+        keys = take_blocks(state.keys, blocks, n, b)[0].to(queries.dtype)  # (B, H, q, n + R, b, d)
+        real, inside = take_blocks(state.segment_valid, blocks, n, b)
+        allowed = real & inside & valid[..., None]  # (B, H, q, n + R, b)
         # per query and head, (n + R)·b keys times one query: an einsum, several times faster than a batch of
         # matrix-vector products on the CPU, and no transposed copy of the keys
-        logits = torch.einsum("bhqkd,bhqd->bhqk", keys, queries) * self.scale + bias
-        # every query has an attendable key: its scheduled segment has one (state invariant)
-        return torch.softmax(logits, dim=-1).view(batch, heads, q, slots, block), blocks
+        logits = torch.einsum("bhqkd,bhqd->bhqk", keys.flatten(-3, -2), queries) * self.scale
+        logits = logits.masked_fill(~allowed.flatten(-2), float("-inf"))
+        # every query has an allowed key: its scheduled segment has one (state invariant)
+        return torch.softmax(logits, dim=-1).view(allowed.shape), blocks
 
     def _attend(
         self, queries: torch.Tensor, state: BlockTopkState, segments: torch.Tensor, dropout: float
     ) -> torch.Tensor:
-        """``A V`` over the selected blocks: (B, H, q, d) in the queries' dtype (the parallel path)."""
+        """``A V`` over the selected blocks: (B, H, q, d) in the queries' dtype (both paths)."""
         probabilities, blocks = self.probabilities(queries, state, segments)
         if dropout > 0.0:
             probabilities = F.dropout(probabilities, p=dropout, training=True)
-        batch, heads, q, slots = blocks.shape
-        d = queries.shape[-1]
-        values = gather_blocks(state.values, blocks.reshape(batch, heads, q * slots)).to(queries.dtype)
+        n, b = state.blocks_per_segment, self.settings.resolved_block_size()
+        values = take_blocks(state.values, blocks, n, b)[0].to(queries.dtype)  # (B, H, q, n + R, b, d)
         # (B, H, q, 1, (n + R)·b) @ (B, H, q, (n + R)·b, d)
-        return (probabilities.flatten(-2).unsqueeze(-2) @ values.view(batch, heads, q, -1, d)).squeeze(-2)
+        return (probabilities.flatten(-2).unsqueeze(-2) @ values.flatten(-3, -2)).squeeze(-2)
 
     def _output(
         self, queries: torch.Tensor, state: SegmentState, segments_of_query: torch.Tensor, dropout: float
@@ -315,12 +297,8 @@ class BlockTopkCrossAttention(SegmentedCrossAttention):
         position: int | torch.Tensor,
         project_rows: ProjectRows | None = None,
     ) -> tuple[torch.Tensor, CrossAttentionState]:
-        """Cross attention for one decoder position, in a short fixed sequence of kernels (a decoding step on a GPU
-        costs its kernel launches): the gates of the ``M·n`` blocks (one batched matrix-vector product), the blocks
-        of segment ``i(t)`` and the ``R`` other real blocks of largest gate in one ``topk`` of order keys
-        (:func:`~srformer.attention.selection.ranked_top`, the scheduled blocks placed first), one gather of their
-        keys, values and masks, and one ``scaled_dot_product_attention`` over the ``(n + R)·b`` keys. The same blocks
-        and output as the parallel path; no tensor of encoder length is touched but the gates, no host sync.
+        """Cross attention for one decoder position: the gates of the ``m·n`` blocks, their top ``r``, and one
+        softmax over the ``s + r·b`` gathered keys; no tensor of encoder length is touched, no host sync.
 
         Args:
             queries: (B, H, 1, d) projected decoder query at ``position``.
@@ -337,31 +315,7 @@ class BlockTopkCrossAttention(SegmentedCrossAttention):
         if not isinstance(state, BlockTopkState):
             raise ValueError(f"{type(self).__name__} cannot step a {type(state).__name__}; build it with init_state().")
         segment = self._segment_at(state, position)  # (B,) i(t)
-        if queries.shape[2] != 1:
-            return self._attend(queries, state, segment[:, None], 0.0), replace(state, last_segment=segment)
-        batch, heads, _, d = queries.shape
-        mean_keys = state.mean_keys  # (B, H, M·n, d)
-        max_blocks, n = mean_keys.shape[2], state.blocks_per_segment
-        block = self.settings.resolved_block_size()
-        width = n + min(self.settings.resolved_top_segments(), max_blocks - n)
-        with torch.no_grad(), torch.autocast(device_type=queries.device.type, enabled=False):
-            query = cast(queries, mean_keys.dtype)
-            if self.scale != 1.0:
-                query = query * self.scale
-            # (B·H, M·n, d) @ (B·H, d, 1): the gates as a column, so that the chosen blocks index the blocks' axis
-            gates = torch.bmm(mean_keys.reshape(batch * heads, max_blocks, d), query.reshape(-1, d, 1))
-            scheduled = state.block_segment == segment.view(batch, 1, 1, 1)  # (B, 1, M·n, 1)
-            chosen = ranked_top(gates.view(batch, heads, max_blocks, 1), state.rank_order, width, dim=2,
-                                first=scheduled)  # (B, H, n + R, 1)
-        rows = chosen.expand(-1, -1, -1, block * d)
-        keys = state.keys.gather(2, rows).view(batch, heads, width * block, d)
-        values = state.values.gather(2, rows).view(batch, heads, width * block, d)
-        mask = state.block_bias.gather(2, chosen.expand(-1, -1, -1, block)).view(batch, heads, 1, width * block)
-        dtype = queries.dtype
-        output = F.scaled_dot_product_attention(
-            queries, cast(keys, dtype), cast(values, dtype), attn_mask=cast(mask, dtype), scale=self.scale
-        )
-        return output, replace(state, last_segment=segment)
+        return self._attend(queries, state, segment[:, None], 0.0), replace(state, last_segment=segment)
 
     def attention_weights(
         self,
@@ -388,12 +342,9 @@ class BlockTopkCrossAttention(SegmentedCrossAttention):
         positions = torch.arange(queries.shape[2], device=queries.device) + start_position
         segments = segment_index(positions, state.num_segments, self.settings.target_length)  # (B, q)
         probabilities, blocks = self.probabilities(queries, state, segments)
-        batch, heads, q, slots = blocks.shape
-        block = self.settings.resolved_block_size()
-        encoder = by_block(state.positions.to(torch.long).view(state.segment_valid.shape), state.blocks_per_segment,
-                           block)  # (B, M·n, b); 0 past a segment's end
-        encoder = gather_blocks(encoder[:, None].expand(-1, heads, -1, -1), blocks.reshape(batch, heads, q * slots))
+        encoder_positions = take_blocks(state.positions.to(torch.long).view(state.segment_valid.shape), blocks,
+                                        state.blocks_per_segment, self.settings.resolved_block_size())[0]
         weights = queries.new_zeros(*queries.shape[:3], keys.shape[2])
         # masked keys have probability exactly 0, so the positions they carry (padding) receive nothing
-        weights.scatter_add_(3, encoder.view(batch, heads, q, slots * block), probabilities.flatten(3))
+        weights.scatter_add_(3, encoder_positions.flatten(3), probabilities.flatten(3))
         return weights * (state.lengths > 0).to(weights.dtype)[:, None, None, None]

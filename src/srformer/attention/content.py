@@ -33,7 +33,6 @@ from torch.nn import functional as F
 
 from srformer.attention.schedule import real_lengths
 from srformer.attention.segment_free import SegmentFreeCrossAttention
-from srformer.attention.selection import position_order
 from srformer.attention.state import CrossAttentionState, accumulation_dtype
 from srformer.core import MechanismSettings
 
@@ -74,24 +73,11 @@ class ContentState(CrossAttentionState):
         keys: (B, H, k, d) projected encoder keys, in encoder order (padding included), contiguous.
         values: (B, H, k, d) projected encoder values, contiguous.
         key_valid: (B, k) bool, True at real encoder positions.
-        rank_order: (B, 1, k, 1) float64: for a mechanism whose decoder step ranks every key (``knn``), the position
-            term of the order keys (:func:`~srformer.attention.selection.position_order`: ``-inf`` at padding),
-            built once; (B, 1, 0, 1), empty, for the others.
-        key_bias: (B, H, k, 1) in the keys' dtype: with ``rank_order``, each key's additive attention mask (0 at
-            real positions, the dtype's lowest number at padding), one per head so that a step gathers it with the
-            keys' index; (B, H, 0, 1), empty, for the others.
     """
 
     keys: torch.Tensor
     values: torch.Tensor
     key_valid: torch.Tensor
-    rank_order: torch.Tensor
-    key_bias: torch.Tensor
-
-    @property
-    def ranked(self) -> bool:
-        """Whether :attr:`rank_order` and :attr:`key_bias` cover the keys (they are not empty)."""
-        return self.rank_order.shape[2] == self.keys.shape[2]
 
     def anchors(self) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: D102 - see the base class
         return self.keys, self.values
@@ -103,12 +89,6 @@ class ContentState(CrossAttentionState):
     def encoder_values(self, encoder_length: int) -> torch.Tensor:
         """The values, as :meth:`encoder_keys`."""
         return self.values * self.key_valid[:, None, :, None].to(self.values.dtype)
-
-
-def cast(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``tensor.to(dtype)``, without a dispatcher call when the dtype already matches (a decoding step is a few
-    dozen small kernels: even a no-op call shows in its time)."""
-    return tensor if tensor.dtype == dtype else tensor.to(dtype)
 
 
 def unit_rows(x: torch.Tensor) -> torch.Tensor:
@@ -150,29 +130,18 @@ def slot_softmax(queries: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor, 
     return torch.softmax(logits, dim=-1) * some.to(logits.dtype)
 
 
-def content_base_state(
-    keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None, *, ranked: bool = False
-) -> ContentState:
+def content_base_state(keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> ContentState:
     """The :class:`ContentState` fields of a sequence (a subclass's ``init_state`` extends them).
 
     Args:
         keys, values: (B, H, k, d). key_valid: (B, k) bool or None (nothing padded).
-        ranked: build ``rank_order`` and ``key_bias`` for a step that ranks every key (``knn``); else they are empty.
     """
-    batch, heads, k, _ = keys.shape
+    batch, _, k, _ = keys.shape
     lengths, _ = real_lengths(key_valid, batch, k, keys.device)
     if key_valid is None:
         valid = torch.ones(batch, k, dtype=torch.bool, device=keys.device)
     else:
         valid = key_valid.to(device=keys.device, dtype=torch.bool)
-    if ranked:
-        real = valid[:, None, :, None]  # (B, 1, k, 1)
-        rank_order = position_order(real, dim=2)
-        bias = torch.zeros(batch, 1, k, 1, dtype=keys.dtype, device=keys.device)
-        key_bias = bias.masked_fill_(~real, torch.finfo(keys.dtype).min).expand(-1, heads, -1, -1).contiguous()
-    else:
-        rank_order = torch.zeros(batch, 1, 0, 1, dtype=torch.float64, device=keys.device)
-        key_bias = keys.new_zeros(batch, heads, 0, 1)
     return ContentState(
         lengths=lengths,
         num_segments=torch.ones_like(lengths),
@@ -180,8 +149,6 @@ def content_base_state(
         keys=keys.contiguous(),  # once per sequence, so that a step's gather reads whole rows (gather_rows)
         values=values.contiguous(),
         key_valid=valid,
-        rank_order=rank_order,
-        key_bias=key_bias,
     )
 
 

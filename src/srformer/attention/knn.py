@@ -31,38 +31,28 @@ parallel path (training, teacher forcing, a multi-token chunk) always searches e
   the selected keys to the queries, those keys and their values.
 
 Costs per head: a decoder step scores every key and selects, ``O(k·d + k·log K)``, then the softmax over ``K``
-keys, ``O(K·d)``: a fixed sequence of 14 kernels per layer whatever ``k`` (one product for the scores, one ``topk``
-of order keys that settles ties by position, :func:`~srformer.attention.selection.ranked_top`, one gather, one
-``scaled_dot_product_attention``; on a GPU a step's cost is its kernel launches). The parallel (training) path
-scores all ``q x k`` pairs, ``O(q·k·d)`` like full attention, so it saves no training time; it then reads ``K``
-keys per query. The state is the projected keys and values (``2·k·d`` numbers, growing with the input, plus a
-float64 position term and a mask per position; no lean layout: the keys must all be kept to be searched). With an
-index the layers keep nothing of the input's length; the index holds the encoder output once (``k·D`` float32
-numbers, ``D`` = d_model, plus ``sqrt(k)`` centroids for ``"ivf"``), and a step costs the search (``O(k·D)`` per
-query and head flat; about ``(probes·k/lists + lists)·D`` ivf) plus ``O(K·D·d)`` to project the retrieved rows.
+keys, ``O(K·d)``. The parallel (training) path scores all ``q x k`` pairs, ``O(q·k·d)`` like full attention, so it
+saves no training time; it then reads ``K`` keys per query. The state is the projected keys and values (``2·k·d``
+numbers, growing with the input; no lean layout: the keys must all be kept to be searched). With an index the
+layers keep nothing of the input's length; the index holds the encoder output once (``k·D`` float32 numbers, ``D``
+= d_model, plus ``sqrt(k)`` centroids for ``"ivf"``), and a step costs the search (``O(k·D)`` per query and head
+flat; about ``(probes·k/lists + lists)·D`` ivf) plus ``O(K·D·d)`` to project the retrieved rows.
 """
 
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
-from torch.nn import functional as F
 
 from srformer.attention.base import ProjectRows
-from srformer.attention.content import (
-    ContentSparseCrossAttention,
-    ContentState,
-    cast,
-    content_base_state,
-    slot_softmax,
-)
+from srformer.attention.content import ContentSparseCrossAttention, ContentState, content_base_state, slot_softmax
 from srformer.attention.knn_index import INDEX_KINDS, EncoderIndex, build_encoder_index, faiss_available, require_faiss
 from srformer.attention.projection import HeadProjection
 from srformer.attention.schedule import real_lengths
-from srformer.attention.selection import ranked_top, top_positions
+from srformer.attention.selection import top_positions
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off
 from srformer.core import MechanismSettings, integer_setting
 
@@ -275,8 +265,6 @@ class KNNCrossAttention(ContentSparseCrossAttention):
             ValueError: for an indexed state without ``project_rows``.
         """
         if not isinstance(state, IndexedKNNState):
-            if isinstance(state, ContentState) and state.ranked and queries.shape[2] == 1:
-                return self._step(queries, state), state
             return super().step(queries, state, position=position, project_rows=project_rows)
         if project_rows is None:
             raise ValueError("An indexed knn state needs `project_rows` to project the retrieved encoder rows.")
@@ -290,41 +278,9 @@ class KNNCrossAttention(ContentSparseCrossAttention):
         probabilities = slot_softmax(queries, keys, found.view(batch, heads, length, top), self.scale)
         return torch.einsum("bhqs,bhqsd->bhqd", probabilities, values), state
 
-    def _step(self, queries: torch.Tensor, state: ContentState) -> torch.Tensor:
-        """One decoder position from an exact state: the same keys and output as the parallel path, in a short
-        fixed sequence of kernels (a decoding step on a GPU costs its kernel launches): the scores of all ``k`` keys
-        (one batched matrix-vector product), their top ``min(K, k)`` by order key
-        (:func:`~srformer.attention.selection.ranked_top`: the tie rule without a second pass, padding last), one
-        gather of the chosen keys, values and masks, and one ``scaled_dot_product_attention`` over them. No host
-        sync.
-
-        Args:
-            queries: (B, H, 1, d) projected decoder queries.
-            state: from :meth:`init_state` (``rank_order`` and ``key_bias`` set).
-
-        Returns:
-            (B, H, 1, d) in the queries' dtype.
-        """
-        keys, values = state.keys, state.values  # (B, H, k, d)
-        batch, heads, k, d = keys.shape
-        width = min(self.top_keys, k)
-        with torch.no_grad(), torch.autocast(device_type=queries.device.type, enabled=False):
-            wide = torch.float64 if torch.float64 in (queries.dtype, keys.dtype) else torch.float32
-            # (B·H, k, d) @ (B·H, d, 1): the scores as a column, so that the top positions index the keys' axis
-            scores = torch.bmm(cast(keys, wide).view(batch * heads, k, d), cast(queries, wide).reshape(-1, d, 1))
-            index = ranked_top(scores.view(batch, heads, k, 1), state.rank_order, width, dim=2)  # (B, H, S, 1)
-        rows = index.expand(-1, -1, -1, d)
-        mask = state.key_bias.gather(2, index).view(batch, heads, 1, width)
-        dtype = queries.dtype
-        return F.scaled_dot_product_attention(
-            queries, cast(keys.gather(2, rows), dtype), cast(values.gather(2, rows), dtype),
-            attn_mask=cast(mask, dtype), scale=self.scale,
-        )
-
     @autocast_off
     def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> ContentState:
-        """The keys and values in encoder order and the real positions, plus what a decoder step reads besides them
-        (:meth:`step`): each position's term of the order keys and each key's additive mask.
+        """The keys and values in encoder order and the real positions (nothing else: the search runs per query).
 
         Args:
             keys: (B, H, k, d) projected encoder keys.
@@ -332,17 +288,9 @@ class KNNCrossAttention(ContentSparseCrossAttention):
             key_valid: (B, k) bool, True at real encoder positions; None when nothing is padded.
 
         Returns:
-            A :class:`~srformer.attention.content.ContentState` with ``rank_order`` (B, 1, k, 1) float64 and
-            ``key_bias`` (B, H, k, 1); the values are zero at padding (never read with weight there), so that an
-            empty document, whose step reads padding only, has output 0.
+            A :class:`~srformer.attention.content.ContentState`; an empty document has no real key (output 0).
         """
-        base = content_base_state(keys, values, key_valid, ranked=True)
-        return replace(base, values=base.values * base.key_valid[:, None, :, None].to(base.values.dtype))
-
-    def finite_check_fields(self, state: CrossAttentionState) -> tuple[str, ...]:
-        """Every field but ``rank_order`` and ``key_bias``: built from the mask alone (``-inf``/the lowest number at
-        padding on purpose)."""
-        return tuple(name for name in super().finite_check_fields(state) if name not in ("rank_order", "key_bias"))
+        return content_base_state(keys, values, key_valid)
 
     def slots(self, queries: torch.Tensor, state: CrossAttentionState) -> tuple[torch.Tensor, torch.Tensor]:
         """The top ``K`` real keys of every query by ``Q_t . K_j`` (ties: the earlier position).

@@ -30,9 +30,7 @@ recall probe). Since the keys are fixed before decoding, each head's leaves are 
 principal-direction tree over their box centres ``(min + max) / 2`` (a PCA tree; Sproull 1991, Verma, Kpotufe &
 Dasgupta 2009): the leaves, padded to ``g·2^D`` slots, are split in halves ``D`` times, each node along its own
 principal direction (4 power iterations from a fixed seeded vector, on the centres less the node's mean, over its
-real leaves; computed as ``C^2 (C^2 v_0)`` without the iterations' normalisations, which do not change the order of
-the projections), each half keeping the leaves below or above the median projection (a stable sort; empty slots
-last). Each level is a fixed number of batched operations over every head and node (:func:`similarity_order`).
+real leaves), each half keeping the leaves below or above the median projection (a stable sort; empty slots last).
 ``π`` is the resulting order and the groups are its consecutive runs of ``g``. An example's real leaves come first
 and empty slots sort last, so an example batched with longer ones keeps all its leaves in the first node until the
 nodes are the size of its own tree: its order depends on its own keys only (up to exact ties between projections).
@@ -44,34 +42,20 @@ number of groups) reads every real position: full attention. Since ``m`` and ``n
 the documented behaviour, not an error.
 
 * **Selection**: bounds are computed in float32 or wider with autocast off from detached queries and keys; the
-  choice is a hard top-k (:func:`~srformer.attention.selection.top_positions`; on the constant-cost step one stable
-  sort, which settles ties the same way) without gradient; the gradient flows through the softmax over the chosen
-  positions. The model's scale is positive and does not change the order.
+  choice is a hard top-k (:func:`~srformer.attention.selection.top_positions`) without gradient; the gradient flows
+  through the softmax over the chosen positions. The model's scale is positive and does not change the order.
 * **Padding**: positions are compacted (each example's real positions first, in order), so leaves and segments
   hold real positions only and an example's output depends on its own real keys only.
 * **Empty memory**: an example without real keys has output 0.
 
-**The step** is, where ``b`` divides ``s`` (and, with groups, the ``p`` chosen groups hold at least ``r + s/b``
-slots, or every group is chosen: ``quest`` and ``quest-tree`` at their segment sizes), a fixed sequence of about
-25 batched operations whatever the input length (``quest-tree`` on t5-small: 23 per layer with the standard state,
-29 reading encoder rows; full attention's step is one ``scaled_dot_product_attention``), with no host sync (an
-eager GPU step is bound by its operator launches): every slot's bound in one product, the groups left out ranked
-last (one sort of the groups' bounds), the ``s/b`` leaves of segment ``i(t)`` ranked first, one stable sort of the
-slots, whose first ``s/b + r`` are read with one indexing, and one softmax attention
-(``scaled_dot_product_attention``) with an additive bias that gives rows past the example's length weight 0
-(:meth:`QuestCrossAttention._choose_and_read`); the same choice as the general path,
-which :meth:`QuestCrossAttention.forward` and the other settings take (``select``).
+Costs per head and decoder step, ``k`` keys, ``L = k/b`` leaves, ``G = L/g`` groups: the group bounds ``O(G·d)``,
+the leaf bounds of the chosen groups ``O(p·g·d)``, the softmax over ``s + r·b`` keys ``O((s + r·b)·d)``; one level:
+``O(L·d + (s + r·b)·d)``. Building: one pass over the keys for the bounds, ``O(k·d)``, and with groups the tree,
+``O(L·d·log(L/g))``. The standard state keeps the
+keys and values (compacted) plus ``2·(L + G)·d`` bounds.
 
-Costs per head and decoder step, ``k`` keys, ``L = k/b`` leaves, ``G = L/g`` groups: the bounds of every slot
-``O(L·d)`` (the general path: the group bounds ``O(G·d)`` and the leaf bounds of the chosen groups ``O(p·g·d)``; the
-constant-cost step trades these reads for fewer operator launches), the softmax over ``s + r·b`` keys
-``O((s + r·b)·d)``. Building: one pass over the keys for the bounds, ``O(k·d)``, and with groups the tree,
-``O(L·d·log(L/g))`` in ``O(log(L/g))`` batched operations. The standard state keeps the keys and values (compacted,
-with a bias column, in one table) plus ``2·(L + G)·d`` bounds.
-
-**Reading rows from the encoder output** (``rows_min_keys``): generation from an encoder output of at least
-``rows_min_keys`` positions (padding included, so that the choice needs no host sync) keeps no keys or values per
-layer, only the bounds and the compaction order (the
+**Reading rows from the encoder output** (``rows_min_keys``): generation from an input of at least
+``rows_min_keys`` real tokens keeps no keys or values per layer, only the bounds and the compaction order (the
 layer's keys are projected once, chunk by chunk, for the bounds, and dropped). A step then reads the ``s + r·b``
 chosen rows ``h_x`` of the encoder output, which ``generate()`` keeps anyway, through the layer's projections
 without projecting them (the absorbed form, exact up to rounding)::
@@ -81,10 +65,9 @@ without projecting them (the absorbed form, exact up to rounding)::
 
 ``O((s + r·b)·D + D·d)`` per head and step (``D = d_model``) instead of projecting the rows, ``O((s + r·b)·D·d)``.
 Memory per layer: ``2·(L + G)·d`` bounds per head instead of ``2·k·d`` keys and values; with groups the leaves'
-bounds are kept in float16, each head's divided by the power of two that keeps them within float16's range (1 for
-keys below ``2^15``), each maximum rounded up and each minimum rounded down (:func:`outward_half_scaled`: still
-upper bounds up to a positive factor per head, which does not change a head's ranking; half the memory), so a
-near-tie between two leaves may be settled otherwise than by the standard state's float32 bounds.
+bounds are kept in float16, each maximum rounded up and each minimum rounded down (:func:`outward_half`: still
+upper bounds, half the memory), so a near-tie between two leaves may be settled otherwise than by the standard
+state's float32 bounds.
 """
 
 from __future__ import annotations
@@ -112,15 +95,11 @@ DEFAULT_LEAF_SIZE = 16
 DEFAULT_TOP_LEAVES = 16
 #: ``p`` when ``top_groups`` is None.
 DEFAULT_TOP_GROUPS = 16
-#: The shortest encoder output (positions, padding included) whose generation reads rows of the encoder output,
-#: when ``rows_min_keys`` is None.
+#: The shortest input (real tokens) whose generation reads rows of the encoder output, when ``rows_min_keys`` is
+#: None.
 DEFAULT_ROWS_MIN_KEYS = 16384
-#: Encoder positions projected at a time when the bounds are built from the encoder output (at least; see
-#: :data:`MAX_BOUNDS_CHUNKS`).
-BOUNDS_CHUNK = 16384
-#: The most chunks the bounds are built in (so that the build's operator count does not grow with the input): a longer
-#: input projects ``ceil(N / 4)`` positions at a time.
-MAX_BOUNDS_CHUNKS = 4
+#: Encoder positions projected at a time when the bounds are built from the encoder output.
+BOUNDS_CHUNK = 4096
 #: Elements of gathered leaf bounds per chunk of queries in the parallel path (bounds its memory).
 _GATHER_BUDGET = 1 << 24
 
@@ -137,7 +116,7 @@ class QuestSettings(MechanismSettings):
             scored first, then the leaves of the ``p`` best). At least 1. None (default): one level, every leaf
             scored (Quest itself).
         top_groups: ``p``, the groups whose leaves are scored. At least 1. None: 16. Unused without ``group_size``.
-        rows_min_keys: the shortest encoder output (positions, padding included) whose generation keeps no keys or
+        rows_min_keys: the shortest input (real tokens, the longest of the batch) whose generation keeps no keys or
             values per layer and reads the chosen rows of the encoder output (module docstring). None: 16,384. A
             runtime option; 1 reads rows for every input.
     """
@@ -179,31 +158,24 @@ class QuestSettings(MechanismSettings):
 class QuestBoundsState(CrossAttentionState):
     """What both layouts of ``quest`` keep for the selection. ``num_segments`` is ``m = ceil(n / s)``.
 
-    Shapes: B = batch (times beams), H = heads, d = head_dim, N = ``L·b`` compacted rows, L leaves, G groups (0
-    without ``group_size``), ``Ls`` slots (``G·g`` with groups, else ``L``), T = ``target_length``. Where ``b``
-    divides ``s`` (the layout the constant-cost step reads, :meth:`QuestCrossAttention.step`), the leaves cover
-    whole segments of the longest example plus one leaf that is never real (the "spare" leaf empty slots point to);
-    otherwise ``N`` is the padded encoder length rounded up to whole leaves.
+    Shapes: B = batch (times beams), H = heads, d = head_dim, N = ``L·b`` compacted rows (the padded encoder length
+    rounded up to whole leaves), L leaves, G groups (0 without ``group_size``).
 
     Attributes:
         positions: (B, N) long, the encoder position of each compacted row (an example's real positions first, in
             order; 0 past its length).
-        leaf_bounds: (B, H, Ls, 2d): per slot, the element-wise maximum then the element-wise minimum of its
-            leaf's real keys (float32 or wider, detached), so that a query's bound is one product with
-            ``[max(Q, 0), min(Q, 0)]`` (:func:`bound_features`); a slot without a real leaf holds an inverted box
-            (maximum ``-BIG``, minimum ``+BIG``, :data:`_INVERTED`), whose bound is below every real leaf's. With
-            groups the slots are in the groups' order ``π`` (a group's leaves one contiguous block), and the rows
-            layout keeps them in float16 (:func:`outward_half_scaled`).
+        leaf_bounds: (B, H, L, 2d): per leaf, the element-wise maximum then the element-wise minimum of its real
+            keys (float32 or wider, detached; 0 for a leaf without real positions), so that a query's bound is one
+            product with ``[max(Q, 0), min(Q, 0)]`` (:func:`bound_features`). Without groups it is stored as a
+            transposed view of a (B, H, 2d, L) tensor (the leaves contiguous for the step's one matrix product);
+            with groups, (B, H, G·g, 2d) rows in the groups' order ``π`` (a group's leaves one contiguous block;
+            0 at empty slots).
         leaf_real: (B, L) bool, True for a leaf with a real position.
         leaf_order: (B, H, G·g) long, ``π``: the leaves of group ``G`` are ``leaf_order[..., G·g:(G + 1)·g]``;
             values ``>= L`` are empty slots. (B, H, 0) without groups.
-        group_bounds: (B, H, G, 2d), the same as ``leaf_bounds`` per group (float32 or wider).
+        group_bounds: (B, H, G, 2d), the same as ``leaf_bounds`` per group, a transposed view of a (B, H, 2d, G)
+            tensor.
         group_real: (B, H, G) bool, True for a group with a real leaf.
-        step_segment: (B, T + 1) long, ``i(t)`` of decoder positions ``t = 0 .. T`` (later ones read ``i(T)``).
-        step_forced: (B, T + 1, H, s/b, 1) long, the slots of the ``s/b`` leaves of segment ``i(t)`` (where ``b``
-            divides ``s``; an expanded view without groups).
-        slot_leaf: (B, H, Ls, 1) long, the leaf of each slot (the spare leaf at an empty slot).
-        group_true: (B, H, G, 1) bool, all True (a step marks the groups it leaves out on a copy).
     """
 
     positions: torch.Tensor
@@ -212,10 +184,6 @@ class QuestBoundsState(CrossAttentionState):
     leaf_order: torch.Tensor
     group_bounds: torch.Tensor
     group_real: torch.Tensor
-    step_segment: torch.Tensor
-    step_forced: torch.Tensor
-    slot_leaf: torch.Tensor
-    group_true: torch.Tensor
 
     def anchors(self) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: D102 - see the base class
         return self.leaf_bounds, self.positions
@@ -223,40 +191,18 @@ class QuestBoundsState(CrossAttentionState):
 
 @dataclass(kw_only=True)
 class QuestState(QuestBoundsState):
-    """The standard layout: the bounds plus every key and value, compacted, in one table.
+    """The standard layout: the bounds plus every key and value, compacted.
 
     Attributes:
-        table: (B, H, L, b·W) in the keys' dtype, contiguous, the ``b`` rows of each leaf side by side: per
-            compacted row its key (``d`` columns), its value (``d``), an additive attention bias (0 at a real row,
-            :func:`_masked_bias` past the example's length) and zeros (``W = 2d + 8``; zero past an example's
-            length but for the bias). A step reads its chosen leaves' rows with one indexing. :attr:`rows`,
-            :attr:`keys` and :attr:`values` are views of it.
+        keys, values: (B, H, N, d) projected keys and values in compacted order (zero past an example's length),
+            contiguous.
     """
 
-    table: torch.Tensor
-
-    @property
-    def rows(self) -> torch.Tensor:
-        """(B, H, N, W) :attr:`table` one compacted row per line (a view)."""
-        batch, heads, leaves, width = self.table.shape
-        b = self.positions.shape[1] // leaves
-        return self.table.view(batch, heads, leaves * b, width // b)
-
-    @property
-    def keys(self) -> torch.Tensor:
-        """(B, H, N, d) the projected keys in compacted order (a view of :attr:`table`)."""
-        rows = self.rows
-        return rows[..., :_table_head_dim(rows)]
-
-    @property
-    def values(self) -> torch.Tensor:
-        """(B, H, N, d) the projected values in compacted order (a view of :attr:`table`)."""
-        rows = self.rows
-        d = _table_head_dim(rows)
-        return rows[..., d:2 * d]
+    keys: torch.Tensor
+    values: torch.Tensor
 
     def anchors(self) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: D102 - see the base class
-        return self.table, self.positions
+        return self.keys, self.values
 
     def encoder_keys(self, encoder_length: int) -> torch.Tensor:
         """The keys in encoder order, (B, H, k, d), zero at padded positions (one scatter, at each call; rows past
@@ -268,35 +214,17 @@ class QuestState(QuestBoundsState):
         return rows_in_encoder_order(self.values, self.positions, encoder_length)
 
 
-#: Columns of :attr:`QuestState.table` besides the key and the value: the bias, then zeros (``W = 2d + 8``).
-_TABLE_EXTRA = 8
-
-
-def _masked_bias(dtype: torch.dtype) -> float:
-    """The additive bias of a row that is not read: the dtype's lowest value, or float32's for a wider dtype (so that
-    the state's finiteness check, which reads it in float32, sees a finite number). Finite, so that an example
-    without real keys takes a uniform softmax over rows whose values are zero, not NaN."""
-    return max(torch.finfo(dtype).min, torch.finfo(torch.float32).min)
-
-
-def _table_head_dim(table: torch.Tensor) -> int:
-    """``d`` of :attr:`QuestState.rows` (B, H, N, 2d + 8)."""
-    return (table.shape[-1] - _TABLE_EXTRA) // 2
-
-
 class EncoderRows:
     """The encoder output a :class:`QuestRowsState` reads its rows from, and the layer's projections: shared by the
     layers (not a tensor field, so beam reordering never copies it; the state's ``slot`` maps its rows).
 
     Attributes:
         states: (B0, k, D) the encoder output of the batch the state was built for (held, not copied).
-        flat: (B0·k, D) a view of it.
         projection: the layer's key/value projections per head.
     """
 
     def __init__(self, states: torch.Tensor, projection: HeadProjection) -> None:
         self.states = states
-        self.flat = states.reshape(-1, states.shape[-1])
         self.projection = projection
 
 
@@ -307,20 +235,10 @@ class QuestRowsState(QuestBoundsState):
 
     Attributes:
         slot: (B,) long, each row's example in :attr:`encoder` (reordered with the beams like every tensor field).
-        row_index: (B, H, Ls, b) long, per slot the rows of :attr:`EncoderRows.flat` its leaf reads (without groups
-            an expanded view over the heads).
-        row_bias: (B, H, Ls, b), per slot the additive attention bias of its leaf's rows (0 real,
-            :func:`_masked_bias` past the example's length; float32 or wider).
-        value_weight: (B, H, d, D), the layer's value projection per head, zero for an example without real keys.
-        value_offset: (B, H, 1, d), its value bias likewise, or None without one.
         encoder: the encoder output and the layer's projections (:class:`EncoderRows`).
     """
 
     slot: torch.Tensor
-    row_index: torch.Tensor
-    row_bias: torch.Tensor
-    value_weight: torch.Tensor
-    value_offset: torch.Tensor | None
     encoder: EncoderRows
 
     is_lean: ClassVar[bool] = True
@@ -351,12 +269,6 @@ def key_bounds(
 
 #: Power iterations per node of the leaves' tree.
 _POWER_ITERATIONS = 4
-#: Half the extent of the "inverted box" stored for an empty leaf or group (maximum ``-BIG``, minimum ``+BIG``): its
-#: bound is ``-BIG·|Q_t|_1``, below every real block's, so a step ranks it last without a mask (float32 or wider).
-_INVERTED = 2.0**64
-#: The same for float16 bounds: a power of two above every stored float16 bound (which :func:`outward_half_scaled`
-#: keeps within ``±2^15``).
-_INVERTED_HALF = 65504.0
 
 
 def start_direction(dim: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -367,13 +279,6 @@ def start_direction(dim: int, dtype: torch.dtype, device: torch.device) -> torch
 
 def similarity_order(centres: torch.Tensor, real: torch.Tensor, group: int) -> torch.Tensor:
     """``π``: each head's leaves ordered by a principal-direction tree over their centres (module docstring).
-
-    All heads and all nodes of a level at once: ``D`` levels of a fixed number of batched operations (no loop over
-    heads, nodes or power iterations). A node's principal direction is reached as ``C^4 v_0`` (``C`` the node's
-    covariance over its real leaves, ``v_0`` the fixed start), computed as ``C^2 (C^2 v_0)``: the power iterations
-    without their normalisations, which scale the direction by a positive number and so leave the order of the
-    projections unchanged (the centres are first divided by their largest magnitude per head, so that ``C^4`` stays
-    within float32's range). A node without a real leaf, or whose leaves coincide, keeps its order.
 
     Args:
         centres: (B, H, L, d) the leaves' box centres (float32 or wider).
@@ -386,27 +291,55 @@ def similarity_order(centres: torch.Tensor, real: torch.Tensor, group: int) -> t
     batch, heads, leaves, d = centres.shape
     depth = max(0, -(-leaves // group) - 1).bit_length()
     slots = group << depth
-    present = F.pad(real, (0, slots - leaves)).to(centres.dtype)[:, None, :, None].expand(batch, heads, slots, 1)
-    scale = centres.abs().amax(dim=(2, 3), keepdim=True).clamp(min=torch.finfo(centres.dtype).tiny)
-    index = torch.arange(slots, device=centres.device, dtype=centres.dtype).expand(batch, heads, slots)[..., None]
-    # one row per slot: its centre (0 at an empty slot), whether it is real, and its leaf index
-    table = torch.cat([F.pad(centres / scale, (0, 0, 0, slots - leaves)) * present, present, index], dim=-1)
-    table = table.view(batch * heads, slots, d + 2)
-    start = start_direction(d, centres.dtype, centres.device)[:, None]
+    points = F.pad(centres, (0, 0, 0, slots - leaves))
+    full = F.pad(real, (0, slots - leaves))[:, None, :].expand(batch, heads, slots)
+    order = torch.arange(slots, device=centres.device).expand(batch, heads, slots)
+    start = start_direction(d, centres.dtype, centres.device)
     for level in range(depth):
         nodes, size = 1 << level, slots >> level
-        rows = table.view(batch * heads * nodes, size, d + 2)
-        points, weight = rows[..., :d], rows[..., d:d + 1]
-        # a node without a real leaf gets NaN here; its projections are all +inf below, so it keeps its order
-        mean = points.sum(dim=1, keepdim=True) / weight.sum(dim=1, keepdim=True)
-        centred = (points - mean) * weight
-        covariance = torch.bmm(centred.transpose(1, 2), centred)
-        square = torch.bmm(covariance, covariance)
-        direction = torch.bmm(square, torch.bmm(square, start.expand(batch * heads * nodes, d, 1)))
-        projection = torch.bmm(centred, direction).masked_fill(weight == 0, float("inf"))
-        ranks = torch.argsort(projection, dim=1, stable=True)
-        table = rows.gather(1, ranks.expand(-1, -1, d + 2))  # (B·H·nodes, size, d + 2), the next level's view
-    return table[..., d + 1].reshape(batch, heads, slots).to(torch.long)
+        members = points.gather(2, order[..., None].expand(-1, -1, -1, d)).view(batch, heads, nodes, size, d)
+        present = full.gather(2, order).view(batch, heads, nodes, size)
+        weight = present[..., None].to(points.dtype)
+        mean = (members * weight).sum(dim=3, keepdim=True) / weight.sum(dim=3, keepdim=True).clamp(min=1)
+        centred = (members - mean) * weight
+        direction = start.expand(batch, heads, nodes, d)
+        for _ in range(_POWER_ITERATIONS):
+            direction = torch.einsum("bhnsd,bhns->bhnd", centred, torch.einsum("bhnsd,bhnd->bhns", centred, direction))
+            direction = direction / direction.norm(dim=-1, keepdim=True).clamp(min=torch.finfo(points.dtype).tiny)
+        projection = torch.einsum("bhnsd,bhnd->bhns", centred, direction).masked_fill(~present, float("inf"))
+        ranks = torch.argsort(projection, dim=-1, stable=True)
+        order = order.reshape(batch, heads, nodes, size).gather(-1, ranks).view(batch, heads, slots)
+    return order
+
+
+def group_bounds(
+    low: torch.Tensor, high: torch.Tensor, leaf_real: torch.Tensor, group: int | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The leaves' order ``π`` and the bounds of groups of ``group`` consecutive leaves in it, from the leaves'
+    bounds ((B, H, L, d) each, (B, L) bool).
+
+    Returns:
+        ``(order, low, high, real)``: (B, H, G·g) long; (B, H, G, d) each, 0 for a group without a real leaf;
+        (B, H, G) bool. Empty (G = 0) tensors when ``group`` is None.
+    """
+    batch, heads, leaves, d = low.shape
+    if group is None:
+        empty = low.new_zeros(batch, heads, 0, d)
+        return (torch.zeros(batch, heads, 0, dtype=torch.long, device=low.device), empty, empty,
+                leaf_real.new_zeros(batch, heads, 0))
+    order = similarity_order((low + high) / 2, leaf_real, group)
+    slots = order.shape[-1]
+    groups = slots // group
+    index = order.clamp(max=leaves - 1)
+    present = (order < leaves) & leaf_real[:, None, :].expand(-1, heads, -1).gather(2, index)
+    absent = ~present[..., None]
+    gathered = index[..., None].expand(-1, -1, -1, d)
+    group_low = low.gather(2, gathered).masked_fill(absent, float("inf")).view(batch, heads, groups, group, d)
+    group_high = high.gather(2, gathered).masked_fill(absent, float("-inf")).view(batch, heads, groups, group, d)
+    group_real = present.view(batch, heads, groups, group).any(dim=-1)
+    none = ~group_real[..., None]
+    return (order, group_low.amin(dim=3).masked_fill(none, 0.0), group_high.amax(dim=3).masked_fill(none, 0.0),
+            group_real)
 
 
 def bound_features(queries: torch.Tensor) -> torch.Tensor:
@@ -430,7 +363,7 @@ def upper_bound(queries: torch.Tensor, low: torch.Tensor, high: torch.Tensor) ->
 def outward_half(bounds: torch.Tensor) -> torch.Tensor:
     """``[high, low]`` bounds (..., 2d) in float16, each maximum rounded up and each minimum rounded down, so that
     they still bound every key (half the memory of float32). Unchanged (float32 or wider) when a value lies beyond
-    float16's range (65,504): that check is a host sync, so the state uses :func:`outward_half_scaled` instead.
+    float16's range (65,504).
 
     Args:
         bounds: (..., 2d), the maxima in the first ``d`` columns and the minima in the last ``d``.
@@ -447,31 +380,6 @@ def outward_half(bounds: torch.Tensor) -> torch.Tensor:
     return torch.where(is_high, raised, lowered).contiguous()
 
 
-def outward_half_scaled(bounds: torch.Tensor) -> torch.Tensor:
-    """``[high, low]`` bounds (B, H, n, 2d) in float16 without a host sync: each head's bounds divided by the power of
-    two that brings its largest magnitude to at most ``2^15`` (1 when it already is), then rounded outward (each
-    maximum up, each minimum down). A positive factor per head leaves the order of that head's bounds for any query
-    unchanged, and a power of two is exact, so the choice of leaves is that of :func:`outward_half` whenever that
-    keeps float16 (every magnitude below ``2^15``), and otherwise still the choice by upper bounds.
-
-    Args:
-        bounds: (B, H, n, 2d), the maxima in the first ``d`` columns and the minima in the last ``d``.
-    """
-    if bounds.numel() == 0:
-        return bounds.to(torch.float16)
-    d = bounds.shape[-1] // 2
-    largest = bounds.abs().amax(dim=(2, 3), keepdim=True)
-    exponent = torch.frexp(largest / 2.0**15)[1].clamp(min=0)  # largest / 2^e <= 2^15
-    scaled = torch.ldexp(bounds, -exponent)
-    half = scaled.to(torch.float16)
-    wide = half.to(bounds.dtype)
-    is_high = torch.arange(2 * d, device=bounds.device) < d
-    outward = torch.where(is_high, torch.where(wide < scaled, torch.nextafter(half, half.new_tensor(float("inf"))),
-                                               half),
-                          torch.where(wide > scaled, torch.nextafter(half, half.new_tensor(float("-inf"))), half))
-    return outward.contiguous()
-
-
 def _group_rows(bounds: torch.Tensor, groups: torch.Tensor, size: int) -> torch.Tensor:
     """The rows of whole groups: ``bounds`` (B, H, G·g, e) in the groups' order, ``groups`` (B, H, q, P) long ->
     (B, H, q, P·g, e), one ``index_select`` of ``g·e``-wide rows (far faster on the CPU than one per leaf)."""
@@ -481,6 +389,11 @@ def _group_rows(bounds: torch.Tensor, groups: torch.Tensor, size: int) -> torch.
     base = (torch.arange(batch * heads, device=groups.device) * count).view(batch, heads, 1, 1)
     picked = flat.index_select(0, (base + groups).reshape(-1))
     return picked.view(*groups.shape[:3], groups.shape[3] * size, width)
+
+
+def _transposed(rows: torch.Tensor) -> torch.Tensor:
+    """``rows`` (..., n, e) as a transposed view of a contiguous (..., e, n) tensor."""
+    return rows.transpose(-1, -2).contiguous().transpose(-1, -2)
 
 
 class QuestCrossAttention(CrossAttentionMechanism):
@@ -497,79 +410,46 @@ class QuestCrossAttention(CrossAttentionMechanism):
         real = rows[None, :] < lengths[:, None]
         return key_bounds(keys.detach().to(accumulation_dtype(keys.dtype)), real, self.settings.resolved_leaf_size())
 
-    def _whole_segments(self) -> bool:
-        """Whether ``b`` divides ``s``: every leaf then lies in one segment, and the state takes the layout of the
-        constant-cost step (:meth:`step`)."""
-        return self.settings.resolved_segment_size() % self.settings.resolved_leaf_size() == 0
-
     def _stacked_bounds(
-        self, low: torch.Tensor, high: torch.Tensor, leaf_real: torch.Tensor, lengths: torch.Tensor,
-        compact: bool = False,
+        self, low: torch.Tensor, high: torch.Tensor, leaf_real: torch.Tensor, compact: bool = False
     ) -> dict[str, torch.Tensor]:
-        """The state's selection fields from the leaves' minimum and maximum keys ((B, H, L, d) each, (B, L) bool)
-        and the real lengths (B,); ``compact``: the leaves' bounds in float16 rounded outward
-        (:func:`outward_half_scaled`) where groups are used. All heads at once."""
+        """The state's bound fields from the leaves' minimum and maximum keys ((B, H, L, d) each, (B, L) bool);
+        ``compact``: the leaves' bounds in float16 rounded outward (:func:`outward_half`) where groups are used.
+        Built one head at a time (heads are independent): the tree's and the float16 conversion's temporaries are
+        one head's, not every head's."""
         group = self.settings.group_size
-        batch, heads, leaves, d = low.shape
-        inverted = torch.cat([low.new_full((d,), -_INVERTED), low.new_full((d,), _INVERTED)])
-        bounds = torch.cat([high, low], dim=-1)  # 0 at a leaf without real keys
-        s, target = self.settings.resolved_segment_size(), self.settings.target_length
-        step_segment = segment_index(torch.arange(target + 1, device=low.device), num_segments(lengths, s).clamp(
-            min=1), target)  # (B, T + 1)
-        per_segment = max(1, s // self.settings.resolved_leaf_size())  # s/b where b divides s
-        # the leaves of segment i(t) (never past the spare leaf; used only where b divides s)
-        step_leaves = (step_segment[..., None] * per_segment + torch.arange(per_segment, device=low.device)).clamp(
-            max=leaves - 1)  # (B, T + 1, s/b)
+        heads = [self._head_bounds(low[:, h:h + 1], high[:, h:h + 1], leaf_real, compact) for h in range(low.shape[1])]
+        fields = {name: torch.cat([head[name] for head in heads], dim=1) for name in heads[0]}
+        # the leaves contiguous along the last axis where a step multiplies every one of them (see QuestBoundsState)
+        fields["group_bounds"] = _transposed(fields["group_bounds"])
         if group is None:
-            absent = ~leaf_real[:, None, :, None]
-            leaf_bounds = torch.where(absent, inverted, bounds)
-            slot_leaf = torch.arange(leaves, device=low.device)[None, None, :, None].expand(batch, heads, -1, 1)
-            step_forced = step_leaves[:, :, None, :, None].expand(-1, -1, heads, -1, 1)
-            order = torch.zeros(batch, heads, 0, dtype=torch.long, device=low.device)
-            group_bounds = bounds.new_zeros(batch, heads, 0, 2 * d)
-            group_real = leaf_real.new_zeros(batch, heads, 0)
-        else:  # in the groups' order: a chosen group's leaves are one contiguous block
-            order = similarity_order((low + high) / 2, leaf_real, group)
-            groups = order.shape[2] // group
-            empty = order >= leaves
-            slot_leaf = order.clamp(max=leaves - 1)  # an empty slot reads the last leaf (the spare one, or masked)
-            absent = (empty | ~leaf_real[:, None, :].expand(-1, heads, -1).gather(2, slot_leaf))[..., None]
-            gathered = bounds.gather(2, slot_leaf[..., None].expand(-1, -1, -1, 2 * d))
-            slot_bounds = torch.where(absent, inverted, gathered)
-            # a group's box is the envelope of its leaves' (an inverted box changes no maximum or minimum of real
-            # ones; a group without a real leaf keeps an inverted box)
-            members = slot_bounds.view(batch, heads, groups, group, 2 * d)
-            group_bounds = torch.cat([members[..., :d].amax(dim=3), members[..., d:].amin(dim=3)], dim=-1)
-            group_real = ~absent.view(batch, heads, groups, group).all(dim=-1)
-            leaf_bounds = slot_bounds
+            fields["leaf_bounds"] = _transposed(fields["leaf_bounds"])
+        return {**fields, "leaf_real": leaf_real}
+
+    def _head_bounds(
+        self, low: torch.Tensor, high: torch.Tensor, leaf_real: torch.Tensor, compact: bool
+    ) -> dict[str, torch.Tensor]:
+        """:meth:`_stacked_bounds` of one head's (or a few heads') ``low``/``high`` ((B, h, L, d) each), as rows."""
+        group = self.settings.group_size
+        order, group_low, group_high, group_real = group_bounds(low, high, leaf_real, group)
+        leaf_bounds = torch.cat([high, low], dim=-1)
+        if group is not None:  # in the groups' order: a chosen group's leaves are one contiguous block
+            index = order.clamp(max=low.shape[2] - 1)[..., None].expand(-1, -1, -1, leaf_bounds.shape[-1])
+            leaf_bounds = leaf_bounds.gather(2, index).masked_fill((order >= low.shape[2])[..., None], 0.0)
             if compact:
-                half = outward_half_scaled(slot_bounds.masked_fill(absent, 0.0))
-                leaf_bounds = torch.where(absent, inverted.clamp(-_INVERTED_HALF, _INVERTED_HALF).to(torch.float16),
-                                          half)
-            slot_of_leaf = torch.argsort(order, dim=2)[..., :leaves]  # π's inverse on the leaves
-            step_forced = slot_of_leaf.gather(2, step_leaves.view(batch, 1, -1).expand(-1, heads, -1)).view(
-                batch, heads, target + 1, per_segment).permute(0, 2, 1, 3)[..., None].contiguous()
-            slot_leaf = slot_leaf[..., None]
-        return {
-            "leaf_bounds": leaf_bounds.contiguous(), "leaf_order": order, "leaf_real": leaf_real,
-            "group_bounds": group_bounds, "group_real": group_real,
-            "step_segment": step_segment, "step_forced": step_forced, "slot_leaf": slot_leaf,
-            "group_true": group_real.new_ones(batch, heads, group_real.shape[2], 1),
-        }
+                leaf_bounds = outward_half(leaf_bounds)
+        return {"leaf_bounds": leaf_bounds, "leaf_order": order,
+                "group_bounds": torch.cat([group_high, group_low], dim=-1), "group_real": group_real}
 
     def _schedule(self, key_valid: torch.Tensor | None, batch: int, length: int,
                   device: torch.device) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """``(lengths, order, N)``: real lengths (B,), the compaction order (B, k) and the compacted rows ``N``:
-        ``ceil(k / b)`` leaves, or, where ``b`` divides ``s``, ``ceil(k / s)`` whole segments of leaves and one
-        spare leaf."""
+        """``(lengths, order, N)``: real lengths (B,), the compaction order (B, k) and the compacted rows ``N``."""
         lengths, padded = real_lengths(key_valid, batch, length, device)
         if padded and key_valid is not None:
             order = compaction_order(key_valid.to(device=device, dtype=torch.bool))
         else:
             order = torch.arange(length, device=device).expand(batch, -1)
-        b, s = self.settings.resolved_leaf_size(), self.settings.resolved_segment_size()
-        if self._whole_segments():
-            return lengths, order, (max(1, -(-length // s)) * (s // b) + 1) * b
+        b = self.settings.resolved_leaf_size()
         return lengths, order, max(1, -(-length // b)) * b
 
     def _base_fields(self, lengths: torch.Tensor, order: torch.Tensor, rows: int) -> dict[str, torch.Tensor]:
@@ -578,11 +458,6 @@ class QuestCrossAttention(CrossAttentionMechanism):
         positions = F.pad(order.masked_fill(~inside, 0), (0, rows - order.shape[1]))
         return {"lengths": lengths, "num_segments": num_segments(lengths, s).clamp(min=1),
                 "last_segment": torch.full_like(lengths, -1), "positions": positions.contiguous()}
-
-    def finite_check_fields(self, state: CrossAttentionState) -> tuple[str, ...]:
-        """The keys and values (the table, standard layout) and the leaves' bounds: the group bounds and the
-        rows layout's bias and value weights are computed from (or are) values they witness."""
-        return ("table", "leaf_bounds") if isinstance(state, QuestState) else ("leaf_bounds",)
 
     @autocast_off
     def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> QuestState:
@@ -599,29 +474,21 @@ class QuestCrossAttention(CrossAttentionMechanism):
         lengths, order, rows = self._schedule(key_valid, batch, length, keys.device)
         base = self._base_fields(lengths, order, rows)
         index = order[:, None, :, None].expand(-1, heads, -1, d)
-        real = torch.arange(rows, device=keys.device)[None, :] < lengths[:, None]  # (B, N)
-        dtype = torch.promote_types(keys.dtype, values.dtype)
-        scale = real[:, None, :length, None].to(dtype)
-        bias = torch.zeros((), dtype=dtype, device=keys.device).masked_fill(~real, _masked_bias(dtype))
-        table = torch.cat([
-            F.pad(torch.cat([torch.gather(keys, 2, index), torch.gather(values, 2, index)], dim=-1).to(dtype)
-                  * scale, (0, 0, 0, rows - length)),
-            bias[:, None, :, None].expand(-1, heads, -1, 1),
-            bias.new_zeros(()).expand(batch, heads, rows, _TABLE_EXTRA - 1),
-        ], dim=-1)
-        bounds = self._leaf_bounds(table[..., :d], lengths)
-        b = self.settings.resolved_leaf_size()
-        return QuestState(**base, **self._stacked_bounds(*bounds, lengths),
-                          table=table.view(batch, heads, rows // b, b * table.shape[-1]))
+        real = (torch.arange(length, device=keys.device)[None, :] < lengths[:, None])[:, None, :, None]
+        spare = rows - length
+        compact_keys = F.pad(torch.gather(keys, 2, index) * real.to(keys.dtype), (0, 0, 0, spare)).contiguous()
+        compact_values = F.pad(torch.gather(values, 2, index) * real.to(values.dtype), (0, 0, 0, spare)).contiguous()
+        return QuestState(**base, **self._stacked_bounds(*self._leaf_bounds(compact_keys, lengths)),
+                          keys=compact_keys, values=compact_values)
 
     @autocast_off
     def indexed_state(
         self, encoder_states: torch.Tensor, key_valid: torch.Tensor | None, projection: HeadProjection
     ) -> QuestRowsState | None:
-        """The state that reads rows of the encoder output, for a batch whose encoder length (padding included: the
-        choice needs no host sync) is at least ``rows_min_keys``; None otherwise (the standard state is built).
-        The keys are projected :data:`BOUNDS_CHUNK` compacted positions at a time (in at most
-        :data:`MAX_BOUNDS_CHUNKS` chunks) for the bounds and dropped: ``O(chunk·H·d)`` transient memory.
+        """The state that reads rows of the encoder output, for a batch whose longest input has at least
+        ``rows_min_keys`` real tokens; None otherwise (the standard state is built). The keys are projected
+        :data:`BOUNDS_CHUNK` compacted positions at a time for the bounds and dropped: ``O(chunk·H·d)`` transient
+        memory.
 
         Args:
             encoder_states: (B, k, D) the encoder output.
@@ -629,56 +496,28 @@ class QuestCrossAttention(CrossAttentionMechanism):
             projection: the layer's key/value projections per head.
         """
         batch, length, width = encoder_states.shape
-        if batch == 0 or length < self.settings.resolved_rows_min_keys():
-            return None
         lengths, order, rows = self._schedule(key_valid, batch, length, encoder_states.device)
+        if batch == 0 or int(lengths.max()) < self.settings.resolved_rows_min_keys():
+            return None
         b = self.settings.resolved_leaf_size()
-        heads, d = projection.key_weight.shape[:2]
-        chunk = -(-max(BOUNDS_CHUNK, -(-rows // MAX_BOUNDS_CHUNKS)) // b) * b  # at most MAX_BOUNDS_CHUNKS chunks
-        wide = accumulation_dtype(encoder_states.dtype)
-        row = torch.arange(rows, device=encoder_states.device)
-        inside = row[None, :] < lengths[:, None]  # (B, N)
-        # a row past the example's length reads its leaf's first row instead, which leaves a real leaf's minimum and
-        # maximum unchanged (a leaf without real rows gets bounds of 0 below): no masks per chunk
-        source = F.pad(order, (0, rows - length)).gather(1, torch.where(inside, row, row - row % b))
-        weight = projection.key_weight.reshape(heads * d, width)
-        bias = None if projection.key_bias is None else projection.key_bias.reshape(heads * d)
-        lows: list[torch.Tensor] = []
-        highs: list[torch.Tensor] = []
+        chunk = -(-BOUNDS_CHUNK // b) * b
+        padded_order = F.pad(order, (0, rows - length))
+        parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         with torch.no_grad():
             for start in range(0, rows, chunk):
-                index = source[:, start:start + chunk]
+                stop = min(rows, start + chunk)
+                index = padded_order[:, start:stop]
                 hidden = torch.gather(encoder_states.detach(), 1, index[:, :, None].expand(-1, -1, width))
-                keys = F.linear(hidden.to(weight.dtype), weight, bias)  # (B, n, H·d)
-                low, high = keys.view(batch, -1, b, heads * d).aminmax(dim=2)
-                lows.append(low)
-                highs.append(high)
-        leaf_real = inside[:, ::b]  # (B, L): a leaf is real where its first row is
-        empty = ~leaf_real[:, :, None, None]
-        low, high = (torch.cat(parts, dim=1).view(batch, rows // b, heads, d).masked_fill(empty, 0.0).transpose(1, 2)
-                     .to(accumulation_dtype(weight.dtype)) for parts in (lows, highs))
-        del lows, highs
-        base = self._base_fields(lengths, order, rows)
-        real = inside
-        slot = torch.arange(batch, device=encoder_states.device)
-        row_index = (slot[:, None] * length + base["positions"]).view(batch, 1, rows // b, b)
-        row_bias = torch.zeros((), dtype=wide, device=real.device).masked_fill(~real, _masked_bias(wide)).view(
-            batch, 1, rows // b, b)
-        fields = self._stacked_bounds(low, high, leaf_real, lengths, compact=True)
-        if self.settings.group_size is None:  # per slot: a slot is a leaf
-            row_index, row_bias = row_index.expand(-1, heads, -1, -1), row_bias.expand(-1, heads, -1, -1)
-        else:  # per slot in the groups' order
-            slots = fields["slot_leaf"].expand(-1, -1, -1, b)
-            row_index = row_index.expand(-1, heads, -1, -1).gather(2, slots)
-            row_bias = row_bias.expand(-1, heads, -1, -1).gather(2, slots)
-        some = (lengths > 0).to(wide)[:, None, None, None]
-        offset = None
-        if projection.value_bias is not None:
-            offset = projection.value_bias.to(wide)[None, :, None, :] * some
+                keys = torch.einsum("bnD,hdD->bhnd", hidden.to(projection.key_weight.dtype), projection.key_weight)
+                if projection.key_bias is not None:
+                    keys = keys + projection.key_bias[None, :, None, :]
+                parts.append(self._leaf_bounds(keys, lengths, start))
+        lows, highs, reals = zip(*parts, strict=True)
+        low, high, leaf_real = torch.cat(lows, dim=2), torch.cat(highs, dim=2), torch.cat(reals, dim=1)
+        del parts, lows, highs
         return QuestRowsState(
-            **base, **fields, slot=slot, row_index=row_index, row_bias=row_bias,
-            value_weight=projection.value_weight.to(wide)[None] * some, value_offset=offset,
-            encoder=EncoderRows(encoder_states, projection),
+            **self._base_fields(lengths, order, rows), **self._stacked_bounds(low, high, leaf_real, compact=True),
+            slot=torch.arange(batch, device=encoder_states.device), encoder=EncoderRows(encoder_states, projection),
         )
 
     def lean(self, state: CrossAttentionState) -> CrossAttentionState:
@@ -831,10 +670,6 @@ class QuestCrossAttention(CrossAttentionMechanism):
         """One decoder position: the same output as :meth:`forward` there. From a :class:`QuestRowsState` the chosen
         rows are read from the encoder output in the absorbed form (module docstring).
 
-        Where ``b`` divides ``s`` (and, with groups, the chosen groups hold at least ``r + s/b`` slots or every
-        group is chosen) the step is a fixed sequence of about twenty batched operations whatever the input length,
-        with no host sync (:meth:`_choose_and_read`); otherwise it takes the general path of :meth:`forward`.
-
         Args:
             queries: (B, H, 1, d) projected decoder query at ``position``.
             state: either layout. position: absolute decoder position ``t``. project_rows: unused.
@@ -847,133 +682,12 @@ class QuestCrossAttention(CrossAttentionMechanism):
         """
         if not isinstance(state, QuestBoundsState):
             raise ValueError(f"{type(self).__name__} cannot step a {type(state).__name__}; build it with init_state().")
-        if self._constant_step(state):
-            return self._choose_and_read(queries, state, position)
         segments = self._segments(state, position, 1)
         if isinstance(state, QuestRowsState):
             output = self._read_encoder_rows(queries, state, segments)
         else:
             output = self._read(queries, self._standard(state), segments, 0.0)
         return output, replace(state, last_segment=segments[:, -1])
-
-    def _slots_read(self, state: QuestBoundsState) -> int:
-        """``K = s/b + r``: the slots a constant-cost step reads (the segment's leaves and ``r`` more), at most all."""
-        s, b = self.settings.resolved_segment_size(), self.settings.resolved_leaf_size()
-        return min(s // b + self.settings.resolved_top_leaves(), state.leaf_bounds.shape[2])
-
-    def _constant_step(self, state: QuestBoundsState) -> bool:
-        """Whether :meth:`step` takes the constant-cost path: ``b`` divides ``s``, and without groups, or with every
-        group chosen, or with the chosen groups' ``p·g`` slots at least ``K`` (so that no leaf of a group left out
-        is ever among the first ``K``)."""
-        if not self._whole_segments():
-            return False
-        group = self.settings.group_size
-        if group is None:
-            return True
-        groups, top = state.group_bounds.shape[2], self.settings.resolved_top_groups()
-        return top >= groups or top * group >= self._slots_read(state)
-
-    def _feature_limits(self, dim: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """The clamp limits that turn ``[Q, Q]`` into :func:`bound_features` ``[max(Q, 0), min(Q, 0)]`` in one
-        operation: (2d,) each, made once per dtype and device."""
-        cache: dict[tuple[int, torch.dtype, torch.device], tuple[torch.Tensor, torch.Tensor]]
-        cache = self.__dict__.setdefault("_limits", {})
-        key = (dim, dtype, device)
-        if key not in cache:
-            inf = torch.full((dim,), float("inf"), dtype=dtype, device=device)
-            zero = torch.zeros(dim, dtype=dtype, device=device)
-            cache[key] = (torch.cat([zero, -inf]), torch.cat([inf, zero]))
-        return cache[key]
-
-    def _batch_head_index(self, batch: int, heads: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(arange(B) as (B, 1, 1, 1), arange(H) as (1, H, 1, 1))``, made once per shape and device: with a (B, H, K,
-        1) index they read row ``[b, h, index[b, h, k]]`` of a (B, H, n, ...) table in one indexing operation."""
-        cache: dict[tuple[int, int, torch.device], tuple[torch.Tensor, torch.Tensor]]
-        cache = self.__dict__.setdefault("_batch_heads", {})
-        key = (batch, heads, device)
-        if key not in cache:
-            cache[key] = (torch.arange(batch, device=device).view(batch, 1, 1, 1),
-                          torch.arange(heads, device=device).view(1, heads, 1, 1))
-        return cache[key]
-
-    def _choose_and_read(
-        self, queries: torch.Tensor, state: QuestBoundsState, position: int | torch.Tensor
-    ) -> tuple[torch.Tensor, QuestBoundsState]:
-        """The constant-cost step (``b`` divides ``s``; :meth:`_constant_step`): the same choice as
-        :meth:`select`, as one ranking of the slots.
-
-        Every slot's bound is computed (one product), the leaves of the groups not among the ``p`` of largest
-        bound (one sort of the groups) rank last (-inf), the ``s/b`` leaves of segment ``i(t)`` rank first (+inf),
-        and the first ``K = s/b + r`` slots of one stable sort are read: the segment, then the ``r`` candidates of
-        largest bound (ties: the earlier slot, i.e. the earlier leaf, or the earlier in ``π``). Leaves without a
-        real key rank below every real one (their inverted boxes), and their rows, like the segment's rows past
-        the example's length, carry the lowest bias, so they are read with weight 0 (an example without real keys:
-        output 0). One gather reads the chosen leaves' rows, one softmax attention mixes them.
-
-        Args:
-            queries: (B, H, 1, d). state: either layout. position: ``t``.
-
-        Returns:
-            ``(output, state)``: (B, H, 1, d) in the queries' dtype, and the state with ``last_segment = i(t)``.
-        """
-        batch, heads, _, d = queries.shape
-        group, width = self.settings.group_size, self._slots_read(state)
-        target = self.settings.target_length
-        if isinstance(position, int):
-            segment, forced = state.step_segment[:, min(position, target)], state.step_forced[:, min(position, target)]
-        else:
-            at = position.reshape(1).clamp(max=target)
-            segment = state.step_segment.index_select(1, at).view(-1)
-            forced = state.step_forced.index_select(1, at).squeeze(1)  # (B, H, s/b, 1)
-        with torch.no_grad(), torch.autocast(device_type=queries.device.type, enabled=False):
-            wide = state.group_bounds.dtype
-            lows, highs = self._feature_limits(d, wide, queries.device)
-            features = torch.cat([queries, queries], dim=-1).to(wide).clamp(lows, highs)  # (B, H, 1, 2d)
-            scores = (features * state.leaf_bounds).sum(dim=-1, keepdim=True)  # (B, H, Ls, 1)
-            groups = state.group_bounds.shape[2]
-            if group is not None and self.settings.resolved_top_groups() < groups:
-                group_scores = (features * state.group_bounds).sum(dim=-1, keepdim=True)  # (B, H, G, 1)
-                top = group_scores.sort(dim=2, descending=True, stable=True).indices[:, :, :self.settings
-                                                                                   .resolved_top_groups()]
-                left_out = state.group_true.scatter(2, top, False)  # (B, H, G, 1)
-                scores = scores.view(batch, heads, groups, group).masked_fill(left_out, float("-inf")).view(
-                    batch, heads, -1, 1)
-            scores = scores.scatter(2, forced, float("inf"))
-            chosen = scores.sort(dim=2, descending=True, stable=True).indices[:, :, :width]  # (B, H, K, 1) slots
-        if isinstance(state, QuestRowsState):
-            output = self._attend_encoder_rows(queries, state, chosen)  # its tables are per slot
-        else:
-            assert isinstance(state, QuestState)
-            if group is not None:
-                chosen = state.slot_leaf.gather(2, chosen)  # the table is per leaf
-            b = self.settings.resolved_leaf_size()
-            example, head = self._batch_head_index(batch, heads, queries.device)
-            read = state.table[example, head, chosen].view(batch, heads, width * b, -1)  # (B, H, S, W)
-            keys, values, bias, _ = read.split([d, d, 1, _TABLE_EXTRA - 1], dim=-1)
-            output = F.scaled_dot_product_attention(
-                queries, keys.to(queries.dtype), values.to(queries.dtype),
-                attn_mask=bias.transpose(-1, -2).to(queries.dtype), scale=self.scale,
-            )
-        return output, replace(state, last_segment=segment)
-
-    def _attend_encoder_rows(
-        self, queries: torch.Tensor, state: QuestRowsState, chosen: torch.Tensor
-    ) -> torch.Tensor:
-        """The absorbed form (module docstring) over the rows of the chosen slots (B, H, K, 1) long: (B, H, 1, d)."""
-        batch, heads, width, _ = chosen.shape
-        b = state.row_index.shape[-1]
-        example, head = self._batch_head_index(batch, heads, chosen.device)
-        rows = state.encoder.flat[state.row_index[example, head, chosen].view(batch, heads, width * b)]  # (B, H, S, D)
-        bias = state.row_bias[example, head, chosen].view(batch, heads, 1, width * b)
-        key_weight = state.encoder.projection.key_weight  # (H, d, D)
-        wide = state.value_weight.dtype
-        hidden_queries = (queries.to(wide).transpose(-1, -2) * key_weight.to(wide)).sum(dim=-2, keepdim=True)
-        mixed = F.scaled_dot_product_attention(hidden_queries, rows.to(wide), rows.to(wide), attn_mask=bias,
-                                               scale=self.scale)  # (B, H, 1, D)
-        output = (mixed * state.value_weight).sum(dim=-1).unsqueeze(2)  # (B, H, 1, d)
-        if state.value_offset is not None:
-            output = output + state.value_offset
-        return output.to(queries.dtype)
 
     def _read_encoder_rows(
         self, queries: torch.Tensor, state: QuestRowsState, segments: torch.Tensor

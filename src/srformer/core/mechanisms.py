@@ -417,8 +417,8 @@ MECHANISMS: tuple[Mechanism, ...] = (
             selects_keys=True,
         ),
         step_cost="O(m·d + m·log r + (r + 1)·s·d); with blocks of b: O((k/b)·d + (k/b)·log r + (s + r·b)·d)",
-        build_cost="O(k·d) (keys/values copied segment-major, then per head and block; the blocks' mean keys)",
-        state_size="2·k·d + (k/b)·d (keys and values per head and block of b; the mean keys, b = s by default)",
+        build_cost="O(k·d) (segment-major copy of keys/values, the blocks' mean keys)",
+        state_size="2·k·d + (k/b)·d (keys and values, segment-major; the mean keys, b = s by default)",
         named_settings={"block-topk-b4": {"block_size": 4, "top_segments": 16}},
     ),
     Mechanism(
@@ -463,8 +463,8 @@ MECHANISMS: tuple[Mechanism, ...] = (
             has_softmax_part=True, recurrent_term=False, global_term=True,
             selects_keys=True,
         ),
-        step_cost="O((k/b)·d + (s + r·b)·d), every leaf's bound scored in one product (with groups of g leaves, "
-        "those outside the p best groups ranked last); reading encoder rows: O((k/b)·d + (s + r·b)·D + D·d)",
+        step_cost="O((k/b)·d + (s + r·b)·d); with groups of g leaves: O((k/(g·b))·d + p·g·d + (s + r·b)·d); "
+        "reading encoder rows: O((s + r·b)·D + D·d)",
         build_cost="O(k·d) (keys/values compacted, the leaves' and groups' min/max keys); reading encoder rows: the "
         "keys projected once, chunk by chunk, for the bounds",
         state_size="2·k·d + 2·(k/b)·d (keys and values, the leaves' bounds); reading encoder rows: 2·(k/b)·d",
