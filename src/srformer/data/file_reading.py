@@ -10,6 +10,7 @@ import bz2
 import gzip
 import io
 import lzma
+import zlib
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -26,10 +27,48 @@ def data_extension(path: Path) -> str:
     return suffixes[-1] if suffixes else ""
 
 
+#: What a decompressor raises on a truncated or corrupt stream (gzip's ``BadGzipFile`` and bz2's errors are
+#: ``OSError``s; a stream cut short raises ``EOFError``).
+DECOMPRESSION_ERRORS: tuple[type[BaseException], ...] = (EOFError, OSError, zlib.error, lzma.LZMAError)
+
+
+class _Decompressed(io.RawIOBase):
+    """A decompressing stream whose read errors become one ``ValueError`` naming the file and the fix."""
+
+    def __init__(self, path: Path, stream: IO[bytes]) -> None:
+        super().__init__()
+        self._path, self._stream = path, stream
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        try:
+            data = self._stream.read(len(buffer))
+        except DECOMPRESSION_ERRORS as exc:
+            kind = self._path.suffix.lower().lstrip(".")
+            raise ValueError(
+                f"{self._path}: cannot be read as a {kind}-compressed file, it is truncated or corrupt "
+                f"({type(exc).__name__}: {exc}); download or compress it again"
+            ) from exc
+        buffer[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._stream.close()
+        super().close()
+
+
 def open_bytes(path: Path) -> IO[bytes]:
-    """``path`` opened for reading bytes, decompressed when its last suffix is one of :data:`COMPRESSIONS`."""
+    """``path`` opened for reading bytes, decompressed when its last suffix is one of :data:`COMPRESSIONS`.
+
+    Raises:
+        ValueError: while reading, for a compressed file that is truncated or corrupt (naming the file).
+    """
     opener = COMPRESSIONS.get(path.suffix.lower())
-    return cast(IO[bytes], opener(path, "rb")) if opener is not None else path.open("rb")
+    if opener is None:
+        return path.open("rb")
+    return cast(IO[bytes], io.BufferedReader(_Decompressed(path, opener(path, "rb"))))
 
 
 def open_text(path: Path) -> IO[str]:
