@@ -51,6 +51,9 @@ LONG_BENCH = "results/long-input/long_input.json"  # the quiet run, 4k to 262k t
 LONG_BENCH_1M = "results/long-input/1m/long_input.json"
 QUEST_LONG_BENCH = "results/long-input/quest/long_input.json"  # quest, quest-tree, block-topk-b4: next to other jobs
 QUEST_QUIET = "results/long-input/quest/262k-quiet/long_input.json"
+BATCHED_LONG_BENCH = "results/long-input/batched-builds/long_input.json"  # the six side by side, batched builds
+OPERATORS = "results/bench/operators/bench.json"  # operator calls, t5-small, batch 1, 4k / 16k / 65k
+SEED2_PROBE = "results/probe/long-input-convert0/seed2/long_probe.json"  # the third seed, 0 fine-tuning steps
 KNN_LAYOUTS = "results/long-input/knn-index/layouts.json"
 CONVERT0_PROBE = "results/probe/long-input-convert0/long_probe.json"  # k=512 models, 0 fine-tuning steps
 K512_PROBE = "results/probe/long-input-k512/long_probe.json"  # k=512 models, fine-tuned
@@ -198,6 +201,14 @@ def bench(records: Any, variant: str, metric: str) -> float:
     raise LookupError(f"no {metric} of {variant}")
 
 
+def bench_at(records: Any, variant: str, metric: str, encoder_length: int) -> float:
+    """A record's value at one encoder length (runs that measured several)."""
+    for item in records:
+        if (item["variant"], item["metric"], item["encoder_length"]) == (variant, metric, encoder_length):
+            return float(item["value"])
+    raise LookupError(f"no {metric} of {variant} at {encoder_length}")
+
+
 def bench_step(records: Any, variant: str) -> float:
     """One layer's step time × full-sdpa's."""
     step = "cross_attention_step_time"
@@ -294,22 +305,29 @@ CLAIMS: list[Claim] = [
               *(probe_off(probe, "quest", k) for k in (2048, K16, K65)))),
     Claim(README, "Fine-tuned `routing` falls to {:.0f}% at 16k",
           K512_PROBE, lambda probe: (probe_off(probe, "routing", K16),)),
-    Claim(README, "(its state: {:.1f} GiB at 65k tokens beside the encoder output, against full's {:.1f} GiB)",
+    Claim(README, "A third seed ([seed2](results/probe/long-input-convert0/seed2/long_probe.md)), whose base itself "
+          "loses facts beyond 512: `quest-tree` {:.0f} / {:.0f}% at 16k / 64k, `full` {:.0f} / {:.0f}%, `knn` {:.0f} / "
+          "{:.0f}%.",
+          SEED2_PROBE, lambda probe: tuple(probe_off(probe, name, k) for name in ("quest-tree", "full", "knn")
+                                           for k in (K16, K65))),
+    Claim(README, "`quest-tree` for its state ({:.1f} GiB at 65k tokens beside the encoder output, against full's "
+          "{:.1f} GiB)",
           QUEST_LONG_BENCH, lambda run: (state_beyond_encoder(run, "quest-tree", K65) / GiB,
                                          decode_bytes(run, "full", K65, "state_bytes") / GiB)),
-    Claim(README, "{:.0f} / {:.0f} / {:.0f} ms at 16k / 65k / 262k tokens, {:.1f} / {:.1f} / {:.1f}× `segmented`'s and "
-          "{:.2f}× `full`'s at 262k; {:.1f} GiB of state at 262k (`full` {:.1f} GiB), but",
-          QUEST_LONG_BENCH, lambda run: (
-              *(ms_per_token(run, "quest-tree", k) for k in (K16, K65, K262)),
+    Claim(README, "{:.1f} / {:.1f} / {:.1f}× `segmented`'s at 16k / 65k / 262k tokens and {:.2f}× `full`'s at 262k; "
+          "{:.1f} GiB of state at 262k beside the encoder output (`full` {:.1f} GiB), but {:.0f} s before the first "
+          "token ({:.1f}× `full`'s) while it builds its tree.",
+          BATCHED_LONG_BENCH, lambda run: (
               *(time_ratio(run, "quest-tree", k) for k in (K16, K65, K262)),
               time_ratio(run, "quest-tree", K262, "full"),
               state_beyond_encoder(run, "quest-tree", K262) / GiB,
-              decode_bytes(run, "full", K262, "state_bytes") / GiB)),
-    Claim(README, "a {:.1f} GiB peak and {:.0f} s before the first token while it builds its tree (a quiet rerun at "
-          "262k: [results/long-input/quest/262k-quiet](results/long-input/quest/262k-quiet/long_input.md), {:.1f}× "
-          "`segmented`'s time per token there)",
-          QUEST_QUIET, lambda run: (decode_bytes(run, "quest-tree", K262, "peak_bytes") / GiB,
-                                    first_token(run, "quest-tree", K262), time_ratio(run, "quest-tree", K262))),
+              decode_bytes(run, "full", K262, "state_bytes") / GiB,
+              first_token(run, "quest-tree", K262),
+              first_token(run, "quest-tree", K262) / first_token(run, "full", K262))),
+    Claim(README, "per token at 65k: `full` {:.0f}, `segmented` {:.1f}, `srformer` {:.1f}, `knn` {:.0f}, "
+          "`block-topk-b4` {:,.0f}, `quest-tree` {:,.0f};",
+          OPERATORS, lambda records: tuple(bench_at(records, name, "operator_calls_per_token", K65) for name in (
+              "full-sdpa", "segmented", "srformer", "knn", "block-topk-b4", "quest-tree"))),
     Claim(README, "{:.1f} GiB instead of {:.1f} GiB at 262k, {:.0f} ms per token instead of {:.0f}, and it runs at 1M "
           "tokens where `knn` is refused",
           LONG_BENCH, lambda run: (decode_bytes(run, "knn-ivf", K262, "peak_bytes") / GiB,
