@@ -115,6 +115,9 @@ def test_the_estimate_counts_keys_and_values_of_states_that_hold_them():
     assert full.encoder_output == 2 * k * 32 * element
     srformer = estimate_decode_memory(SRformerConfig("srformer", segment_size=10), model_config, 2, k, torch.float32)
     assert srformer.states == 2 * (keys_values + 2 * 4 * 100 * 8 * 8 * 4)  # plus m = 100 float32 d x d readouts
+    short = SRformerConfig("srformer", segment_size=10, target_length=20)  # positions 0..20 visit at most 21 segments
+    assert estimate_decode_memory(short, model_config, 2, k, torch.float32).states == 2 * (
+        keys_values + 2 * 4 * 21 * 8 * 8 * 4)
     lean = SRformerConfig("srformer", segment_size=10, lean_cache=True)
     assert estimate_decode_memory(lean, model_config, 2, k, torch.float32).states == 0
     assert estimate_decode_memory(SRformerConfig("linear"), model_config, 2, k, torch.float32).states == 0

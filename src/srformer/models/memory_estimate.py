@@ -9,7 +9,8 @@ sequences each; transformers copies the encoder output ``b`` times), ``L`` decod
 - per layer, a state that holds encoder-length tensors (the registry's ``state_grows_with_input``: ``full``, ``knn``,
   ``block-topk``, ``segmented`` and ``srformer`` without ``lean_cache``, ...): keys and values,
   ``2 * B' * H * k * d`` elements (an upper bound for the mechanisms that compress them), plus for ``srformer``
-  the ``m * d * d`` float32 RAF readouts per head (``m = ceil(k / s)``);
+  the ``V * d * d`` float32 RAF readouts per head (one per segment the schedule can visit:
+  ``V = min(ceil(k / s), T + 1)``);
 - per layer, a fixed-size state (``lean_cache=True``, ``linear``, ...): nothing that grows with ``k`` (its
   ``O(H * d^2)`` numbers are left out);
 - one layer's projected keys and values while its state is built, ``2 * B' * H * k * d`` elements;
@@ -109,7 +110,9 @@ def estimate_decode_memory(
     if grows and entry.capabilities.recurrent_term and config.recurrence:
         segment_size = config.for_input_length(input_length).segment_size
         assert isinstance(segment_size, int)
-        per_layer += batch * heads * -(-input_length // segment_size) * head_dim * head_dim * 4
+        # one float32 readout per segment the schedule can visit: at most T + 1 of them
+        readouts = min(-(-input_length // segment_size), config.target_length + 1)
+        per_layer += batch * heads * readouts * head_dim * head_dim * 4
     return DecodeMemory(batch * input_length * d_model * element, layers * per_layer, keys_values)
 
 
