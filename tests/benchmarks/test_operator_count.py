@@ -94,8 +94,9 @@ def test_an_unknown_variant_is_refused_with_the_choices():
 
 
 @pytest.mark.filterwarnings("ignore:An encoder input has")
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="knn, block-topk-b4 and quest-tree make 1.9-4x full attention's calls per "
-                   "token (docs/benchmarks.md, Operator calls): steps within the budget were slower on a CPU")
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="knn, block-topk-b4 and quest-tree make 1.9-4x full attention's calls per token "
+                   "(docs/benchmarks.md, Operator calls): steps within the budget were slower on a CPU")
 @pytest.mark.parametrize("name", ["knn", "block-topk-b4", "quest-tree"])
 def test_the_picks_keep_the_operator_budget_per_token(name, full):
     """Not met yet, and strict: the day a pick's step fits the budget this test fails, so that it becomes a kept
