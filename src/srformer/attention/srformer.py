@@ -284,9 +284,8 @@ class SRformerCrossAttention(SegmentedCrossAttention):
     def _in_slots(self, per_segment: torch.Tensor, slot_segment: torch.Tensor) -> torch.Tensor:
         """(B, M, H, d, d) per-segment tensors gathered to the readout slots: (B, V, H, d, d), contiguous."""
         batch, max_segments = per_segment.shape[:2]
-        slots = slot_segment.shape[1]
-        flat = (slot_segment + self._block_offsets(batch, max_segments, slot_segment.device)[:, None]).reshape(-1)
-        return per_segment.flatten(0, 1).index_select(0, flat).view(batch, slots, *per_segment.shape[2:])
+        gathered = per_segment.flatten(0, 1).index_select(0, block_index(slot_segment, max_segments))
+        return gathered.view(batch, slot_segment.shape[1], *per_segment.shape[2:])
 
     def _readout_index(self, state: SRformerState, segments: torch.Tensor) -> torch.Tensor:
         """Flat indices into ``state.raf_readout.flatten(0, 1)`` of the segments (B, q) long: (B*q,) long."""

@@ -42,6 +42,12 @@ def random_encoder_outputs(
     return BaseModelOutput(last_hidden_state=states), mask
 
 
+def compiled_generation_options(device: torch.device, compiled: bool) -> dict[str, Any]:
+    """``generate()`` keywords of the compiled decoding step on ``device`` (a static cache and
+    :func:`~srformer.benchmarks.compiled.compile_config`), or none when not ``compiled``."""
+    return {"cache_implementation": "static", "compile_config": compile_config(device)} if compiled else {}
+
+
 def generate_fixed(
     model: PreTrainedModel,
     encoder_outputs: BaseModelOutput,
@@ -63,9 +69,6 @@ def generate_fixed(
         raise TypeError(f"{type(model).__name__} has no generate() (it is not a GenerationMixin).")
     # transformers types generate() as taking `self: GenerativePreTrainedModel` under @torch.no_grad(), which mypy
     # reads as a second `self` parameter (newer transformers releases type it so that no ignore is needed)
-    options: dict[str, Any] = (
-        {"cache_implementation": "static", "compile_config": compile_config(model.device)} if compiled else {}
-    )
     output = model.generate(  # type: ignore[misc, unused-ignore]
         encoder_outputs=encoder_outputs,
         attention_mask=attention_mask,
@@ -75,7 +78,7 @@ def generate_fixed(
         num_beams=1,
         use_cache=True,
         return_dict_in_generate=True,
-        **options,
+        **compiled_generation_options(model.device, compiled),
     )
     if not isinstance(output, GenerateEncoderDecoderOutput):
         raise TypeError(

@@ -36,6 +36,7 @@ from srformer.benchmarks.long_input_variants import DTYPES, LONG_INPUT_VARIANTS
 from srformer.benchmarks.memory import CHILD_ENVIRONMENT
 from srformer.benchmarks.plots import plt
 from srformer.benchmarks.suite_settings import MODEL_SHAPES
+from srformer.benchmarks.timing import resolve_device
 from srformer.core import check_window_settings
 from srformer.models.memory_estimate import available_memory
 
@@ -149,10 +150,7 @@ def run_long_input(
         RuntimeError: if a child process fails (its standard error is in the message); the records it finished
             are kept.
     """
-    if settings.device == "auto":
-        settings = replace(settings, device="cuda" if torch.cuda.is_available() else "cpu")
-    if settings.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError("--device cuda was requested but torch sees no CUDA device; use --device cpu or auto.")
+    settings = replace(settings, device=str(resolve_device(settings.device)))  # "auto" -> cuda or cpu; checked
     folder = Path(output)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "long_input.json"

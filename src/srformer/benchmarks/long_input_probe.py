@@ -37,8 +37,7 @@ import torch
 from transformers import StoppingCriteria, StoppingCriteriaList, T5ForConditionalGeneration
 from transformers.modeling_outputs import BaseModelOutput
 
-from srformer.benchmarks.compiled import compile_config
-from srformer.benchmarks.generation import cross_attention_cache_bytes
+from srformer.benchmarks.generation import compiled_generation_options, cross_attention_cache_bytes
 from srformer.benchmarks.memory_probe import reset_peak, status_bytes
 from srformer.benchmarks.variants import quiet_schedule_warnings, t5_config
 from srformer.core import SRformerConfig
@@ -87,13 +86,11 @@ def _emit(record: dict) -> None:
 
 
 def _generate(model: Any, encoded: torch.Tensor, new_tokens: int, compiled: bool, clock: _StepClock | None = None):
-    options: dict[str, Any] = (
-        {"cache_implementation": "static", "compile_config": compile_config(encoded.device)} if compiled else {}
-    )
     return model.generate(
         encoder_outputs=BaseModelOutput(last_hidden_state=encoded), max_new_tokens=new_tokens,
         min_new_tokens=new_tokens, do_sample=False, num_beams=1, use_cache=True, return_dict_in_generate=True,
-        stopping_criteria=StoppingCriteriaList([clock] if clock is not None else []), **options,
+        stopping_criteria=StoppingCriteriaList([clock] if clock is not None else []),
+        **compiled_generation_options(encoded.device, compiled),
     )
 
 

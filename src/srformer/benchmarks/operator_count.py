@@ -91,7 +91,7 @@ class OperatorCounter(TorchDispatchMode):
     @property
     def syncs(self) -> int:
         """Calls of :data:`SYNC_OPERATORS`."""
-        return sum(n for name, n in self.calls.items() if name in SYNC_OPERATORS)
+        return int(_syncs(self.calls))
 
 
 def count_calls(function: Callable[[], Any]) -> tuple[Any, Counter[str]]:

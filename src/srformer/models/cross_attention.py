@@ -291,8 +291,7 @@ class PendingFiniteCheck:
     ) -> PendingFiniteCheck:
         """Start the check of ``state`` built from ``encoder_states`` (arguments as :func:`check_finite_state`)."""
         checked = _checked_tensors(encoder_states, state, attention)
-        with torch.no_grad():
-            finite = torch.stack([torch.stack(torch.aminmax(t)).float() for t in checked]).isfinite().all()
+        finite = _all_finite(checked)
         event = None
         if finite.device.type == "cuda":
             host = torch.empty((), dtype=torch.bool, pin_memory=True)
@@ -334,6 +333,13 @@ def _checked_tensors(
     ]
 
 
+def _all_finite(checked: list[torch.Tensor]) -> torch.Tensor:
+    """A 0-d bool tensor on the tensors' device: every element of ``checked`` is finite. min and max propagate NaN
+    and are infinite iff an element is: one read of each tensor, no boolean copies, no host sync."""
+    with torch.no_grad():
+        return torch.isfinite(torch.stack([torch.stack(torch.aminmax(tensor)).float() for tensor in checked])).all()
+
+
 def check_finite_state(
     encoder_states: torch.Tensor,
     keys: torch.Tensor | None,
@@ -371,15 +377,11 @@ def check_finite_state(
     checked = _checked_tensors(encoder_states, state, attention)
     if not checked:
         return
+    # The state holds (copies of) the keys/values or tensors summed from them, so a non-finite projection shows
+    # there too; the diagnosis below tells them apart.
+    if bool(_all_finite(checked)):  # the one host sync
+        return
     with torch.no_grad():
-        # min and max propagate NaN and are infinite iff an element is: one read of each tensor, no
-        # boolean copies. The state holds (copies of) the keys/values or tensors summed from them, so
-        # a non-finite projection shows there too; the diagnosis below tells them apart.
-        extremes = torch.stack(
-            [torch.stack(torch.aminmax(tensor)).float() for tensor in checked]
-        )
-        if bool(torch.isfinite(extremes).all()):  # the one host sync
-            return
         if (keys is None or values is None) and project is not None:
             keys, values = project(encoder_states)
         projections_finite = keys is None or values is None or bool(torch.isfinite(keys).all() &
