@@ -12,12 +12,14 @@ from transformers import AutoTokenizer
 from srformer.core.registry import keeps_own_attention
 from srformer.data.pairs import SummaryPair
 from srformer.evaluation.baselines import BASELINE_NAMES, baseline_scores, lead_sentences, word_count
-from srformer.evaluation.generation import generate_summaries
+from srformer.evaluation.corpus import generate_corpus
+from srformer.evaluation.generation import GenerationResult
 from srformer.evaluation.reading import reading_check
 from srformer.evaluation.rouge import ROUGE_KEYS, score_summaries
 from srformer.evaluation.statistics import paired_difference
 from srformer.models.convert import srformer_config_of
 from srformer.models.factory import load_model, load_pretrained
+from srformer.training.distributed import from_main_process, process_state
 
 
 def load_summarizer(checkpoint: str | os.PathLike):
@@ -48,8 +50,13 @@ def evaluate_summarizer(
     source_prefix: str = "",
     progress: bool = True,
     no_repeat_ngram_size: int = 0,
+    partial_file: str | os.PathLike | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """Generate a summary per document and score it against the reference with ROUGE.
+
+    A collective call under ``torchrun`` / ``accelerate launch``: the documents are decoded by every process
+    (:func:`srformer.evaluation.corpus.generate_corpus`, resumable through ``partial_file``); the main process scores
+    the gathered predictions once and every process returns its metrics.
 
     Returns:
         ``(metrics, predictions)``. ``metrics`` holds ``rouge1``, ``rouge2``, ``rougeL``,
@@ -61,20 +68,32 @@ def evaluate_summarizer(
         ``segment_size``, ``target_length``), and ``reading``: the reading check of the summaries against their
         documents (:func:`srformer.evaluation.reading.reading_check`: distinct outputs, copy rate, lead-3 ROUGE),
         and ``baselines``: lead-3, the lead matched to each output's length and the oracle capped at it, with the
-        paired difference to the matched lead (:func:`baseline_summary`).
+        paired difference to the matched lead (:func:`baseline_summary`). ``seconds`` sums the processes' time
+        in ``generate`` (with the batches of an interrupted run); ``num_processes`` is the launch's.
 
     Raises:
-        ValueError: for an empty ``pairs`` (and the errors of ``generate_summaries``).
+        ValueError: for an empty ``pairs``, and the errors of :func:`~srformer.evaluation.corpus.generate_corpus`
+            (bad settings; a ``partial_file`` of another run's inputs, naming what changed).
     """
     if not pairs:
         raise ValueError("No examples to evaluate.")
     extra: dict[str, Any] = {"no_repeat_ngram_size": no_repeat_ngram_size} if no_repeat_ngram_size else {}
-    generated = generate_summaries(
-        model, tokenizer, [p.document for p in pairs], max_source_length=max_source_length,
-        max_new_tokens=max_new_tokens, batch_size=batch_size, num_beams=num_beams,
-        source_prefix=source_prefix, progress=progress, **extra,
+    generated = generate_corpus(
+        model, tokenizer, [p.document for p in pairs], ids=[p.id for p in pairs], partial_file=partial_file,
+        max_source_length=max_source_length, max_new_tokens=max_new_tokens, batch_size=batch_size,
+        num_beams=num_beams, source_prefix=source_prefix, progress=progress, **extra,
     )
-    rouge = score_summaries(generated.summaries, [p.summary for p in pairs])
+    state = process_state()
+    metrics = _score(model, pairs, generated, max_source_length=max_source_length, max_new_tokens=max_new_tokens,
+                     num_beams=num_beams, no_repeat_ngram_size=no_repeat_ngram_size,
+                     num_processes=state.num_processes) if state.is_main_process else None
+    return from_main_process(metrics), generated.summaries
+
+
+def _score(model, pairs: Sequence[SummaryPair], generated: GenerationResult, *, max_source_length: int,
+           max_new_tokens: int, num_beams: int, no_repeat_ngram_size: int, num_processes: int) -> dict[str, Any]:
+    """The metrics of :func:`evaluate_summarizer` for ``generated`` summaries of ``pairs``."""
+    rouge =  score_summaries(generated.summaries, [p.summary for p in pairs])
     means = rouge.mean()
     intervals = rouge.bootstrap()
     settings = srformer_config_of(model)
@@ -89,13 +108,14 @@ def evaluate_summarizer(
         max_new_tokens=max_new_tokens,
         no_repeat_ngram_size=no_repeat_ngram_size,
         max_source_length=max_source_length,
+        num_processes=num_processes,
         variant=settings.variant if settings else "full",
         segment_size=settings.segment_size if settings and not keeps_own_attention(settings.variant) else None,
         target_length=settings.target_length if settings and not keeps_own_attention(settings.variant) else None,
         reading=reading_check(generated.summaries, [p.document for p in pairs], [p.summary for p in pairs]),
         baselines=baseline_summary(pairs, generated.summaries, rouge.per_document),
     )
-    return metrics, generated.summaries
+    return metrics
 
 
 def baseline_summary(pairs: Sequence[SummaryPair], outputs: Sequence[str],

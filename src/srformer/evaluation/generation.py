@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-__all__ = ["GenerationResult", "generate_summaries"]
+__all__ = ["BatchDecoder", "GenerationResult", "check_generation_inputs", "generate_summaries", "plan_batches"]
 
 
 @dataclass
@@ -79,6 +79,89 @@ def _model_device(model: Any) -> torch.device:
         return torch.device("cpu")
 
 
+def check_generation_inputs(
+    documents: Sequence[str], *, batch_size: int, max_source_length: int, max_new_tokens: int, num_beams: int,
+    generate_kwargs: dict[str, Any],
+) -> None:
+    """The checks of :func:`generate_summaries` on its inputs (see its Raises), before any work."""
+    if len(documents) == 0:
+        raise ValueError("documents must not be empty")
+    for name, value in (
+        ("batch_size", batch_size),
+        ("max_source_length", max_source_length),
+        ("max_new_tokens", max_new_tokens),
+        ("num_beams", num_beams),
+    ):
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    if generate_kwargs.get("num_return_sequences", 1) != 1:
+        raise ValueError("num_return_sequences must be 1: one summary is returned per document")
+    for index, document in enumerate(documents):
+        if not isinstance(document, str):
+            raise TypeError(f"document {index} is a {type(document).__name__}, not a str")
+        if not document.strip():
+            raise ValueError(f"document {index} is empty or whitespace-only")
+
+
+def plan_batches(tokenizer: Any, sources: Sequence[str], *, max_source_length: int, batch_size: int) -> list[list[int]]:
+    """The batches :func:`generate_summaries` decodes: indices of ``sources`` sorted by tokenized length (tokens,
+    after truncation to ``max_source_length``), longest first, stable among equal lengths, cut into runs of
+    ``batch_size`` (the last may be shorter). A function of the inputs only, so every process of a sharded run
+    (:func:`srformer.evaluation.corpus.generate_corpus`) plans the same batches as one process does."""
+    lengths = [len(ids) for ids in tokenizer(list(sources), truncation=True, max_length=max_source_length)["input_ids"]]
+    order = sorted(range(len(sources)), key=lambda i: lengths[i], reverse=True)
+    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+class BatchDecoder:
+    """One ``model.generate`` call per batch of source texts, decoded and counted as :func:`generate_summaries` does.
+
+    Args:
+        model, tokenizer: as for :func:`generate_summaries` (the model is used where it is: its device gets the
+            inputs; the caller puts it in eval mode).
+        max_source_length, max_new_tokens, num_beams, do_sample: as for :func:`generate_summaries`.
+        **generate_kwargs: extra keyword arguments for ``model.generate``.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, max_source_length: int, max_new_tokens: int, num_beams: int,
+                 do_sample: bool, **generate_kwargs: Any) -> None:
+        self.model, self.tokenizer = model, tokenizer
+        self.max_source_length = max_source_length
+        self.options = dict(max_new_tokens=max_new_tokens, num_beams=num_beams, do_sample=do_sample, **generate_kwargs)
+        config = getattr(model, "config", None)
+        self.is_encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+        generation_config = getattr(model, "generation_config", None)
+        eos_ids = _as_id_set(generate_kwargs.get("eos_token_id"))
+        self.eos_ids = eos_ids or _as_id_set(getattr(generation_config, "eos_token_id", None))
+        pad_id = generate_kwargs.get("pad_token_id", getattr(generation_config, "pad_token_id", None))
+        self.pad_id = getattr(tokenizer, "pad_token_id", None) if pad_id is None else pad_id
+        self.device = _model_device(model)
+
+    def __call__(self, sources: Sequence[str]) -> tuple[list[str], float, int]:
+        """Summaries of ``sources`` (one batch, padded to its longest), in their order.
+
+        Returns:
+            ``(summaries, seconds, new_tokens)``: the decoded, stripped summaries; the wall-clock seconds spent in
+            ``generate`` (synchronized on CUDA); the generated tokens (see :class:`GenerationResult`).
+        """
+        encoded = self.tokenizer(list(sources), truncation=True, max_length=self.max_source_length, padding=True,
+                                 return_tensors="pt")
+        input_ids = encoded["input_ids"].to(self.device)
+        attention_mask = encoded["attention_mask"].to(self.device)
+        with torch.inference_mode():
+            started = time.perf_counter()
+            output = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, **self.options)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            seconds = time.perf_counter() - started
+        # ``return_dict_in_generate=True`` yields an output object, not a tensor.
+        sequences = output if isinstance(output, torch.Tensor) else output.sequences
+        prefix = 1 if self.is_encoder_decoder else input_ids.shape[1]
+        new_tokens = sequences[:, prefix:].cpu()
+        decoded = self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+        return [text.strip() for text in decoded], seconds, _count_new_tokens(new_tokens, self.eos_ids, self.pad_id)
+
+
 def generate_summaries(
     model: Any,
     tokenizer: Any,
@@ -138,83 +221,24 @@ def generate_summaries(
             for ``num_return_sequences`` other than 1 (one summary per document is returned).
         TypeError: If a document is not a ``str``.
     """
-    if len(documents) == 0:
-        raise ValueError("documents must not be empty")
-    for name, value in (
-        ("batch_size", batch_size),
-        ("max_source_length", max_source_length),
-        ("max_new_tokens", max_new_tokens),
-        ("num_beams", num_beams),
-    ):
-        if value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
-    if generate_kwargs.get("num_return_sequences", 1) != 1:
-        raise ValueError("num_return_sequences must be 1: one summary is returned per document")
-    for index, document in enumerate(documents):
-        if not isinstance(document, str):
-            raise TypeError(f"document {index} is a {type(document).__name__}, not a str")
-        if not document.strip():
-            raise ValueError(f"document {index} is empty or whitespace-only")
-
+    check_generation_inputs(documents, batch_size=batch_size, max_source_length=max_source_length,
+                            max_new_tokens=max_new_tokens, num_beams=num_beams, generate_kwargs=generate_kwargs)
     sources = [source_prefix + document for document in documents]
-    lengths = [
-        len(ids)
-        for ids in tokenizer(sources, truncation=True, max_length=max_source_length)["input_ids"]
-    ]
-    order = sorted(range(len(sources)), key=lambda i: lengths[i], reverse=True)
-
-    config = getattr(model, "config", None)
-    is_encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
-    generation_config = getattr(model, "generation_config", None)
-    eos_ids = _as_id_set(generate_kwargs.get("eos_token_id"))
-    if not eos_ids:
-        eos_ids = _as_id_set(getattr(generation_config, "eos_token_id", None))
-    pad_id = generate_kwargs.get("pad_token_id", getattr(generation_config, "pad_token_id", None))
-    if pad_id is None:
-        pad_id = getattr(tokenizer, "pad_token_id", None)
-
-    device = _model_device(model)
+    batches = plan_batches(tokenizer, sources, max_source_length=max_source_length, batch_size=batch_size)
+    decode = BatchDecoder(model, tokenizer, max_source_length=max_source_length, max_new_tokens=max_new_tokens,
+                          num_beams=num_beams, do_sample=do_sample, **generate_kwargs)
     summaries: list[str] = [""] * len(sources)
     seconds = 0.0
     num_new_tokens = 0
     was_training = bool(getattr(model, "training", False))
     model.eval()
-    batches = range(0, len(order), batch_size)
     try:
-        with torch.inference_mode():
-            for start in tqdm(batches, desc="Generating", unit="batch", disable=not progress):
-                indices = order[start : start + batch_size]
-                encoded = tokenizer(
-                    [sources[i] for i in indices],
-                    truncation=True,
-                    max_length=max_source_length,
-                    padding=True,
-                    return_tensors="pt",
-                )
-                input_ids = encoded["input_ids"].to(device)
-                attention_mask = encoded["attention_mask"].to(device)
-
-                started = time.perf_counter()
-                output = model.generate(
-                    input_ids=input_ids,
-                    attention_mask=attention_mask,
-                    max_new_tokens=max_new_tokens,
-                    num_beams=num_beams,
-                    do_sample=do_sample,
-                    **generate_kwargs,
-                )
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-                seconds += time.perf_counter() - started
-
-                # ``return_dict_in_generate=True`` yields an output object, not a tensor.
-                sequences = output if isinstance(output, torch.Tensor) else output.sequences
-                prefix = 1 if is_encoder_decoder else input_ids.shape[1]
-                new_tokens = sequences[:, prefix:].cpu()
-                num_new_tokens += _count_new_tokens(new_tokens, eos_ids, pad_id)
-                decoded = tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
-                for i, text in zip(indices, decoded, strict=True):
-                    summaries[i] = text.strip()
+        for indices in tqdm(batches, desc="Generating", unit="batch", disable=not progress):
+            texts, batch_seconds, batch_tokens = decode([sources[i] for i in indices])
+            seconds += batch_seconds
+            num_new_tokens += batch_tokens
+            for i, text in zip(indices, texts, strict=True):
+                summaries[i] = text
     finally:
         model.train(was_training)
     return GenerationResult(summaries=summaries, seconds=seconds, num_new_tokens=num_new_tokens)

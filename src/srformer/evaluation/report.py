@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["format_table", "write_metrics_json"]
+__all__ = ["format_table", "write_jsonl", "write_metrics_json"]
 
 
 def _json_default(value: Any) -> Any:
@@ -45,6 +45,22 @@ def write_metrics_json(path: str | os.PathLike[str], metrics: Mapping[str, Any])
     text = json.dumps(metrics, indent=2, default=_json_default)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text + "\n", encoding="utf-8")
+
+
+def write_jsonl(path: str | os.PathLike[str], records: Sequence[Mapping[str, Any]]) -> None:
+    """Write ``records`` to ``path``, one JSON object per line (UTF-8), atomically: into a temporary file next to it,
+    then renamed over ``path``, so a reader or a kill never sees half a file. Missing folders are created.
+
+    Raises:
+        TypeError: a value that does not serialize (nothing is written then).
+        OSError: the folder or file cannot be written.
+    """
+    path = Path(path)
+    text = "".join(json.dumps(record, default=_json_default) + "\n" for record in records)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
 
 
 def _format_cell(value: object) -> str:

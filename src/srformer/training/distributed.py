@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from typing import Any
 
 import torch
 from accelerate import PartialState
 from accelerate.state import AcceleratorState
-from accelerate.utils import DistributedType
+from accelerate.utils import DistributedType, broadcast_object_list
 
 from srformer.training.settings import MIXED_PRECISION_MODES, TrainingSettings
 
-__all__ = ["check_backend", "check_mixed_precision", "launched_world_size", "process_state"]
+__all__ = ["check_backend", "check_mixed_precision", "from_main_process", "launched_world_size", "process_state"]
 
 
 def launched_world_size() -> int:
@@ -59,6 +60,14 @@ def process_state() -> PartialState:
             f"{state.num_processes}; check the launcher's settings (e.g. `accelerate config`)."
         )
     return state
+
+
+def from_main_process(value: Any) -> Any:
+    """The main process's ``value``, returned on every process (accelerate's ``broadcast_object_list``; a
+    collective call: every process must make it). ``value`` must pickle; in one process it is returned as is."""
+    box = [value]
+    broadcast_object_list(box, from_process=0)
+    return box[0]
 
 
 def check_mixed_precision(mixed_precision: str, device: torch.device) -> None:
