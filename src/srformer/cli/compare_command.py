@@ -10,6 +10,7 @@ from srformer.cli.parsers.settings_fields import COMPARE_SKIPPED, COMPARE_TUPLES
 from srformer.data.pairs import load_aclsum, load_pairs
 from srformer.data.split import select_split
 from srformer.experiments.compare import CompareSettings, grid_cells, run_compare
+from srformer.training.distributed import process_state
 
 
 def _load(source: str, split: str, args, limit: int | None):
@@ -50,6 +51,7 @@ def run(args) -> int:
     train_pairs = _load(args.train_data, args.train_split, args, args.max_train_examples)
     test_pairs = _load(args.test_data, args.test_split, args, args.max_test_examples)
     payload = run_compare(args.output, train_pairs, test_pairs, settings)
-    print((Path(args.output) / "results.md").read_text())
-    print(f"{len(payload['cells'])} cells; results in {args.output}")
+    if process_state().is_main_process:
+        print((Path(args.output) / "results.md").read_text())
+        print(f"{len(payload['cells'])} cells; results in {args.output}")
     return 0

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
-
 from srformer.cli.arguments import apply_runtime_options
 from srformer.cli.data_source import load_data
-from srformer.cli.output_files import check_output_file
+from srformer.cli.output_files import check_output_file, partial_path
+from srformer.evaluation.corpus import discard_partial
 from srformer.evaluation.evaluate import evaluate_summarizer, load_summarizer
-from srformer.evaluation.report import format_table, write_metrics_json
+from srformer.evaluation.report import format_table, write_jsonl, write_metrics_json
 from srformer.evaluation.rouge import ROUGE_KEYS
+from srformer.training.distributed import process_state
 from srformer.training.pipeline import read_run
 
 
@@ -36,40 +36,44 @@ def baselines_line(baselines: dict) -> str:
 
 
 def run(args) -> int:
-    """Check where the outputs go, load the checkpoint and the data, generate, score, and write the metrics (and
-    the predictions); returns 0.
+    """Check where the outputs go, load the checkpoint and the data, generate (across the launch's processes,
+    resumably), score once, and write the metrics (and the predictions); returns 0.
+
+    Finished batches are kept in ``<--output>.partial`` until the metrics are written, so the same command
+    started again after a kill resumes there (:func:`srformer.evaluation.corpus.generate_corpus`).
 
     Raises:
         ValueError / FileNotFoundError: an output path that cannot be written, a checkpoint that is not there
-            (:func:`srformer.models.factory.load_pretrained`), or bad data (the CLI prints it and exits 2).
+            (:func:`srformer.models.factory.load_pretrained`), bad data, or a partial file of another run's inputs
+            (the CLI prints it and exits 2).
     """
     output = check_output_file(args.output, "--output")
     predictions_file = check_output_file(args.predictions, "--predictions") if args.predictions else None
+    state = process_state()
     model, tokenizer = load_summarizer(args.checkpoint)
-    model = apply_runtime_options(model, args)
+    model = apply_runtime_options(model, args).to(state.device)
     run_info = read_run(args.checkpoint) or {}
     pairs = load_data(args, default_split="test")
     if args.max_examples is not None:
         pairs = pairs[: args.max_examples]
+    partial = partial_path(output)
     metrics, predictions = evaluate_summarizer(
         model, tokenizer, pairs,
         max_source_length=args.max_source_length or run_info.get("max_source_length", 512),
         max_new_tokens=args.max_new_tokens, num_beams=args.num_beams, batch_size=args.batch_size,
-        source_prefix=run_info.get("source_prefix", ""), progress=not args.no_progress,
+        source_prefix=run_info.get("source_prefix", ""), progress=not args.no_progress, partial_file=partial,
     )
-    write_metrics_json(output, metrics)
-    if predictions_file is not None:
-        predictions_file.parent.mkdir(parents=True, exist_ok=True)
-        predictions_file.write_text(
-            "".join(
-                json.dumps({"id": p.id, "prediction": s, "reference": p.summary}) + "\n"
-                for p, s in zip(pairs, predictions, strict=True)
-            )
-        )
-    row = {"variant": metrics["variant"], "segment_size": metrics["segment_size"] or "-",
-           **{k: metrics[k] for k in ROUGE_KEYS}, "examples": metrics["num_examples"], "seconds": metrics["seconds"]}
-    print(format_table([row], list(row)))
-    print(reading_line(metrics["reading"]))
-    print(baselines_line(metrics["baselines"]))
-    print(f"metrics written to {args.output}")
+    if state.is_main_process:
+        if predictions_file is not None:
+            write_jsonl(predictions_file, [{"id": p.id, "prediction": s, "reference": p.summary}
+                                           for p, s in zip(pairs, predictions, strict=True)])
+        write_metrics_json(output, metrics)
+        row = {"variant": metrics["variant"], "segment_size": metrics["segment_size"] or "-",
+               **{k: metrics[k] for k in ROUGE_KEYS}, "examples": metrics["num_examples"],
+               "seconds": metrics["seconds"]}
+        print(format_table([row], list(row)))
+        print(reading_line(metrics["reading"]))
+        print(baselines_line(metrics["baselines"]))
+        print(f"metrics written to {args.output}")
+    discard_partial(partial)
     return 0

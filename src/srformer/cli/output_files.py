@@ -33,3 +33,10 @@ def check_output_file(path: str | os.PathLike, option: str) -> Path:
     if not os.access(existing, os.W_OK | os.X_OK) or (target.exists() and not os.access(target, os.W_OK)):
         raise ValueError(f"{option} {path}: no permission to write in {existing}; choose another path.")
     return target
+
+
+def partial_path(path: str | os.PathLike) -> Path:
+    """Where a resumable corpus run writing ``path`` keeps its finished batches until ``path`` is written:
+    ``<path>.partial`` (:func:`srformer.evaluation.corpus.generate_corpus`)."""
+    target = Path(path)
+    return target.with_name(target.name + ".partial")

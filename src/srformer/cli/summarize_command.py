@@ -7,41 +7,77 @@ import sys
 from pathlib import Path
 
 from srformer.cli.arguments import apply_runtime_options
+from srformer.cli.output_files import check_output_file, partial_path
+from srformer.data.file_reading import data_extension, open_text
+from srformer.evaluation.corpus import discard_partial, generate_corpus
 from srformer.evaluation.evaluate import load_summarizer
-from srformer.evaluation.generation import generate_summaries
+from srformer.evaluation.report import write_jsonl
+from srformer.training.distributed import process_state
 from srformer.training.pipeline import read_run
 
 
-def _documents(source: str, field: str) -> list[str]:
+def _documents(source: str, field: str) -> tuple[list[str], list]:
+    """The documents of ``source`` and their ids (a JSONL record's ``id``, else its position among the documents).
+
+    Raises:
+        FileNotFoundError: ``source`` is not a file.
+        ValueError: a JSONL line that is not JSON or has no ``field`` (the message names the line and the fix).
+    """
     if source == "-":
-        return [sys.stdin.read()]
+        return [sys.stdin.read()], [0]
     path = Path(source)
     if not path.is_file():
         raise FileNotFoundError(f"Input file {source} does not exist.")
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".jsonl":
-        documents = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if line.strip():
+    with open_text(path) as handle:
+        text = handle.read()
+    if data_extension(path) != ".jsonl":
+        return [text], [0]
+    documents: list[str] = []
+    ids: list = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            try:
                 record = json.loads(line)
-                if field not in record:
-                    raise ValueError(f"{source} line {number} has no `{field}` field; pass --document-field.")
-                documents.append(record[field])
-        return documents
-    return [text]
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{source} line {number} is not JSON ({error.msg}); fix or remove it.") from None
+            if not isinstance(record, dict) or field not in record:
+                raise ValueError(f"{source} line {number} has no `{field}` field; pass --document-field.")
+            ids.append(record.get("id", len(documents)))
+            documents.append(record[field])
+    return documents, ids
 
 
 def run(args) -> int:
-    """Load the checkpoint, summarize the input and print one summary per document; returns 0."""
+    """Load the checkpoint, summarize the input across the launch's processes, and print one summary per document
+    or write them to ``--output`` (JSON lines ``{"id", "summary"}`` in input order); returns 0.
+
+    With ``--output``, finished batches are kept in ``<--output>.partial`` until the output is written, so the same
+    command started again after a kill resumes there (:func:`srformer.evaluation.corpus.generate_corpus`).
+
+    Raises:
+        ValueError / FileNotFoundError: an output path that cannot be written, a checkpoint or input that is not
+            there, a malformed input, or a partial file of another run's inputs (the CLI prints it and exits 2).
+    """
+    output = check_output_file(args.output, "--output") if args.output else None
+    state = process_state()
     model, tokenizer = load_summarizer(args.checkpoint)  # before reading the input: a missing checkpoint fails fast
-    model = apply_runtime_options(model, args)
+    model = apply_runtime_options(model, args).to(state.device)
     run_info = read_run(args.checkpoint) or {}
-    documents = _documents(args.input, args.document_field)
-    result = generate_summaries(
-        model, tokenizer, documents, max_source_length=args.max_source_length or run_info.get("max_source_length", 512),
+    documents, ids = _documents(args.input, args.document_field)
+    partial = partial_path(output) if output is not None else None
+    result = generate_corpus(
+        model, tokenizer, documents, ids=[str(i) for i in ids], partial_file=partial,
+        max_source_length=args.max_source_length or run_info.get("max_source_length", 512),
         max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, num_beams=args.num_beams,
-        do_sample=args.do_sample, source_prefix=run_info.get("source_prefix", ""), progress=not args.no_progress,
+        do_sample=args.do_sample, seed=args.seed, source_prefix=run_info.get("source_prefix", ""),
+        progress=not args.no_progress,
     )
-    for summary in result.summaries:
-        print(summary)
+    if state.is_main_process:
+        if output is None:
+            for summary in result.summaries:
+                print(summary)
+        else:
+            write_jsonl(output, [{"id": i, "summary": s} for i, s in zip(ids, result.summaries, strict=True)])
+            print(f"{len(documents)} summaries written to {output}", file=sys.stderr)
+    discard_partial(partial)
     return 0

@@ -26,6 +26,7 @@ from srformer.evaluation.report import format_table, write_metrics_json
 from srformer.experiments.aclsum_settings import ComparisonSettings
 from srformer.experiments.plots import plot_variant_comparison
 from srformer.experiments.stages import convert_stage, evaluate_stage, stage_training, train_stage
+from srformer.training.distributed import process_state
 from srformer.training.pipeline import RunSpec
 from srformer.training.settings import TrainingSettings
 
@@ -64,15 +65,18 @@ def run_aclsum_comparison(output_dir: str | Path, settings: ComparisonSettings |
             vocab_size=settings.vocab_size, data="aclsum:train",
         )
 
+    main = process_state().is_main_process  # under several processes only the main one writes and reports
     base_dir = output / "base"
-    print(f"[1/{1 + len(settings.variants)}] base model with full attention -> {base_dir}")
+    if main:
+        print(f"[1/{1 + len(settings.variants)}] base model with full attention -> {base_dir}")
     base_training = training(settings.base_steps, settings.base_learning_rate)
     train_stage(spec(settings.model, "full"), train_pairs, base_dir, base_training)
 
     rows = []
     for number, variant in enumerate(settings.variants, start=2):
         run_dir = output / variant
-        print(f"[{number}/{1 + len(settings.variants)}] {variant}: convert the base model, fine-tune -> {run_dir}")
+        if main:
+            print(f"[{number}/{1 + len(settings.variants)}] {variant}: convert the base model, fine-tune -> {run_dir}")
         if settings.finetune_steps == 0:  # convert+0: the converted model is scored as it is
             summary = convert_stage(spec(str(base_dir), variant), train_pairs, run_dir, seed=settings.seed)
         else:
@@ -99,12 +103,15 @@ def run_aclsum_comparison(output_dir: str | Path, settings: ComparisonSettings |
             }
         )
 
-    write_metrics_json(output / "results.json", {"settings": asdict(settings), "rows": rows})
     table = format_table(rows, TABLE_COLUMNS)
-    (output / "results.md").write_text(
-        f"# ACLSum test ({rows[0]['num_examples']} documents), {settings.model}, source {settings.max_source_length} "
-        f"tokens, segment size {settings.segment_size}, target length {settings.target_length}\n\n{table}\n"
-    )
-    plot_variant_comparison(rows, output / "results.png", title=f"ACLSum test, {settings.model}")
-    print(table)
+    if main:
+        write_metrics_json(output / "results.json", {"settings": asdict(settings), "rows": rows})
+        (output / "results.md").write_text(
+            f"# ACLSum test ({rows[0]['num_examples']} documents), {settings.model}, source "
+            f"{settings.max_source_length} tokens, segment size {settings.segment_size}, target length "
+            f"{settings.target_length}\n\n{table}\n"
+        )
+        plot_variant_comparison(rows, output / "results.png", title=f"ACLSum test, {settings.model}")
+        print(table)
+    process_state().wait_for_everyone()
     return rows

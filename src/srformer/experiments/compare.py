@@ -52,6 +52,7 @@ from srformer.evaluation.statistics import paired_difference, seed_spread
 from srformer.experiments.compare_report import write_report
 from srformer.experiments.compare_settings import REFERENCE, Cell, CompareSettings, grid_cells
 from srformer.experiments.stages import convert_stage, evaluate_stage, same_decoding, stage_training, train_stage
+from srformer.training.distributed import process_state
 from srformer.training.pipeline import RunSpec
 from srformer.training.settings import TrainingSettings
 
@@ -120,13 +121,15 @@ def run_compare(
     output = Path(output_dir)
     output.mkdir(parents=True, exist_ok=True)
     cells = grid_cells(settings)
+    main = process_state().is_main_process  # under several processes only the main one writes and reports
 
     if settings.base_steps > 0:
         # the base trains with the settings given to `full` (e.g. an encoder_window for inputs longer than the
         # encoder's positions); its folder is named after them, as a cell's is
         base_extra = settings.variant_settings.get("full", {})
         base = output / ("base" + settings_suffix(base_extra))
-        tqdm.write(f"base model ({settings.model}, full attention, {settings.base_steps} steps) -> {base}")
+        if main:
+            tqdm.write(f"base model ({settings.model}, full attention, {settings.base_steps} steps) -> {base}")
         train_stage(
             _spec(settings, settings.model, "full", None, base_extra), train_pairs, base,
             _training(settings, settings.base_steps, settings.base_learning_rate, settings.base_seed),
@@ -136,7 +139,8 @@ def run_compare(
         base_model = settings.model
 
     results = []
-    overall = tqdm(total=len(cells), desc="compare grid", unit="cell", disable=not settings.progress, position=0)
+    overall = tqdm(total=len(cells), desc="compare grid", unit="cell", disable=not (settings.progress and main),
+                   position=0)
     for cell in cells:
         overall.set_postfix_str(cell.key)
         extra = settings.variant_settings.get(cell.name, {})
@@ -147,8 +151,10 @@ def run_compare(
 
     lead_length = float(np.mean([word_count(lead_sentences(pair.document)) for pair in test_pairs]))
     payload = summarize(results, settings, lead=lead_baseline(test_pairs), lead_words=lead_length)
-    write_metrics_json(output / "results.json", payload)
-    write_report(payload, output)
+    if main:
+        write_metrics_json(output / "results.json", payload)
+        write_report(payload, output)
+    process_state().wait_for_everyone()  # the files are there when any process returns
     return payload
 
 
@@ -201,7 +207,8 @@ def _run_cell(
                 baselines = baselines or length_baselines(test_pairs, predictions)
             result = CellResult(cell, metrics, saved["finetune_seconds"], saved["per_document"],
                                 saved["distinct_outputs"], extra, reading, saved.get("finetune_steps"), baselines)
-            if (reading, baselines) != (saved.get("reading"), saved.get("baselines")):  # add what an old record lacked
+            stale_record = (reading, baselines) != (saved.get("reading"), saved.get("baselines"))
+            if stale_record and process_state().is_main_process:  # add what an old record lacked
                 write_metrics_json(result_file, result.to_dict())
             return result
     # Otherwise training and decoding are each skipped when already done (with these settings).
@@ -221,7 +228,8 @@ def _run_cell(
     result = CellResult(cell, metrics, float(summary.get("seconds", 0.0)), per_document, len(set(predictions)),
                         extra, reading, int(summary.get("steps", settings.finetune_steps)),
                         length_baselines(test_pairs, predictions))
-    write_metrics_json(result_file, result.to_dict())
+    if process_state().is_main_process:
+        write_metrics_json(result_file, result.to_dict())
     return result
 
 

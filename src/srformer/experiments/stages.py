@@ -8,9 +8,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from srformer.data.pairs import SummaryPair
+from srformer.evaluation.corpus import discard_partial
 from srformer.evaluation.evaluate import evaluate_summarizer, load_summarizer
-from srformer.evaluation.report import write_metrics_json
+from srformer.evaluation.report import write_jsonl, write_metrics_json
 from srformer.training.checkpoint import find_checkpoint
+from srformer.training.distributed import process_state
 from srformer.training.pipeline import RunSpec, convert_summarizer, differing_run_settings, read_run, train_summarizer
 from srformer.training.settings import TrainingSettings
 
@@ -54,6 +56,8 @@ def convert_stage(spec: RunSpec, pairs: Sequence[SummaryPair], output: Path, *, 
         ValueError: ``output`` holds a run fine-tuned for one or more steps, a training checkpoint, or a conversion
             of other settings (model, variant, lengths): it is never overwritten (choose another output directory).
     """
+    # every process looks before the main one writes: under several processes they all take the same branch
+    process_state().wait_for_everyone()
     summary_file = output / "training_summary.json"
     if summary_file.is_file():
         summary = json.loads(summary_file.read_text())
@@ -95,7 +99,10 @@ def evaluate_stage(
     """Generate and score the test set with the model saved in ``run_dir``, unless already done
     with the same decoding settings (a change of decoding re-generates; it never re-trains).
 
-    Writes ``test_metrics.json`` and ``test_predictions.jsonl`` (id, prediction, reference).
+    Writes ``test_metrics.json`` and ``test_predictions.jsonl`` (id, prediction, reference), from the main process.
+    A collective call under several processes: the documents are decoded by all of them
+    (:func:`srformer.evaluation.corpus.generate_corpus`); finished batches are kept in
+    ``test_predictions.jsonl.partial`` until both files are written, so a killed run resumes there.
 
     Returns:
         ``(metrics, predictions)`` as from :func:`srformer.evaluation.evaluate_summarizer`.
@@ -109,15 +116,17 @@ def evaluate_stage(
             metrics, num_beams=num_beams, max_new_tokens=max_new_tokens, no_repeat_ngram_size=no_repeat_ngram_size
         ):
             return metrics, predictions
+    state = process_state()
     model, tokenizer = load_summarizer(run_dir)
+    partial = predictions_file.with_name(predictions_file.name + ".partial")
     metrics, predictions = evaluate_summarizer(
-        model, tokenizer, test_pairs, max_source_length=max_source_length, max_new_tokens=max_new_tokens,
-        num_beams=num_beams, batch_size=batch_size, source_prefix=source_prefix, progress=progress,
-        no_repeat_ngram_size=no_repeat_ngram_size,
+        model.to(state.device), tokenizer, test_pairs, max_source_length=max_source_length,
+        max_new_tokens=max_new_tokens, num_beams=num_beams, batch_size=batch_size, source_prefix=source_prefix,
+        progress=progress, no_repeat_ngram_size=no_repeat_ngram_size, partial_file=partial,
     )
-    predictions_file.write_text(
-        "".join(json.dumps({"id": p.id, "prediction": s, "reference": p.summary}) + "\n"
-                for p, s in zip(test_pairs, predictions, strict=True))
-    )
-    write_metrics_json(metrics_file, metrics)
+    if state.is_main_process:
+        write_jsonl(predictions_file, [{"id": p.id, "prediction": s, "reference": p.summary}
+                                       for p, s in zip(test_pairs, predictions, strict=True)])
+        write_metrics_json(metrics_file, metrics)
+    discard_partial(partial)
     return metrics, predictions

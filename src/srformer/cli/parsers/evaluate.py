@@ -12,7 +12,9 @@ def add_parser(subparsers) -> None:
     parser = subparsers.add_parser("evaluate", help="generate summaries and score them with ROUGE")
     parser.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
     add_data_arguments(parser)
-    parser.add_argument("--output", required=True, help="metrics JSON path (missing folders are created)")
+    parser.add_argument("--output", required=True,
+                        help="metrics JSON path (missing folders are created); finished batches are kept in "
+                             "OUTPUT.partial until it is written, so the same command resumes after a kill")
     parser.add_argument("--max-examples", type=int, default=None)
     parser.add_argument("--predictions", default=None,
                         help="optional JSONL path for the generated summaries (missing folders are created)")

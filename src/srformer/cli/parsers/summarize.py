@@ -15,6 +15,11 @@ def add_parser(subparsers) -> None:
                         "a `document` field per line, or - for standard input (default)")
     parser.add_argument("--document-field", default="document")
     parser.add_argument("--do-sample", action="store_true", help="sample instead of greedy/beam search")
+    parser.add_argument("--seed", type=int, default=0, help="with --do-sample: batch b is sampled after seeding "
+                        "torch with SEED + b, so samples do not depend on the number of processes")
+    parser.add_argument("--output", default=None, help="JSONL file of the summaries ({id, summary} per line, in "
+                        "input order) instead of printing them; finished batches are kept in OUTPUT.partial, so the "
+                        "same command resumes after a kill")
     add_generation_arguments(parser)
     parser.set_defaults(run=run)
 
