@@ -1,5 +1,5 @@
 """``srformer`` command line: train, evaluate, summarize, the ACLSum main job, compare, bench, probe, long-bench,
-long-probe, pick, split and pretrain.
+long-probe, pick, split, pretrain and oracle-targets.
 
 The parsers come from :mod:`srformer.cli.parsers`, which import no torch or transformers, so ``srformer --help`` and
 ``srformer COMMAND --help`` answer at once; a sub-command imports its implementation when it runs."""
@@ -16,6 +16,7 @@ from srformer.cli.parsers import (
     evaluate,
     long_bench,
     long_probe,
+    oracle_targets,
     pick,
     pretrain,
     probe,
@@ -24,7 +25,8 @@ from srformer.cli.parsers import (
     train,
 )
 
-COMMANDS = (train, evaluate, summarize, aclsum, compare, bench, probe, long_bench, long_probe, pick, split, pretrain)
+COMMANDS = (train, evaluate, summarize, aclsum, compare, bench, probe, long_bench, long_probe, pick, split, pretrain,
+            oracle_targets)
 
 
 def build_parser() -> argparse.ArgumentParser:
