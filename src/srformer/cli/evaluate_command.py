@@ -21,7 +21,19 @@ def reading_line(reading: dict) -> str:
             f"ROUGE-1/2/L against the source's lead-3: {reading['lead3_rouge1']:.2f} / {reading['lead3_rouge2']:.2f} / "
             f"{reading['lead3_rougeL']:.2f}"
             + (f"; ROUGE-1/2 against another document's reference: {reading['mismatched_rouge1']:.2f} / "
-               f"{reading['mismatched_rouge2']:.2f}" if "mismatched_rouge1" in reading else ""))
+               f"{reading['mismatched_rouge2']:.2f}" if "mismatched_rouge1" in reading else "")
+            + _positions_text(reading.get("source_positions")))
+
+
+def _positions_text(positions: dict | None) -> str:
+    """The source-position part of :func:`reading_line` (empty without positions)."""
+    if not positions:
+        return ""
+    text = f"; {positions['copied']} of {positions['output_sentences']} output sentences copied from the source"
+    if positions["copied"]:
+        text += (f", {100 * positions['beyond_first_window']:.0f}% of them from beyond its first "
+                 f"{positions['window']} tokens")
+    return text
 
 
 def baselines_line(baselines: dict) -> str:

@@ -14,12 +14,16 @@ from srformer.data.pairs import SummaryPair
 from srformer.evaluation.baselines import BASELINE_NAMES, baseline_scores, lead_sentences, word_count
 from srformer.evaluation.corpus import generate_corpus
 from srformer.evaluation.generation import GenerationResult
+from srformer.evaluation.positions import source_position_summary
 from srformer.evaluation.reading import reading_check
 from srformer.evaluation.rouge import ROUGE_KEYS, score_summaries
 from srformer.evaluation.statistics import paired_difference
 from srformer.models.convert import srformer_config_of
 from srformer.models.factory import load_model, load_pretrained
 from srformer.training.distributed import from_main_process, process_state
+
+#: Tokens per window of the source-position histogram of a model without an encoder window.
+DEFAULT_POSITION_WINDOW = 512
 
 
 def load_summarizer(checkpoint: str | os.PathLike):
@@ -66,7 +70,9 @@ def evaluate_summarizer(
         ``max_new_tokens``, ``no_repeat_ngram_size`` (0 = off; n > 0 forbids repeating any n-gram
         in a summary, ``transformers``' standard option), ``max_source_length``, the SRformer settings (``variant``,
         ``segment_size``, ``target_length``), and ``reading``: the reading check of the summaries against their
-        documents (:func:`srformer.evaluation.reading.reading_check`: distinct outputs, copy rate, lead-3 ROUGE),
+        documents (:func:`srformer.evaluation.reading.reading_check`: distinct outputs, copy rate, lead-3 ROUGE;
+        with a fast tokenizer also ``source_positions``, where the copied output sentences start in the input, per
+        encoder window: :func:`srformer.evaluation.positions.source_position_summary`),
         and ``baselines``: lead-3, the lead matched to each output's length and the oracle capped at it, with the
         paired difference to the matched lead (:func:`baseline_summary`). ``seconds`` sums the processes' time
         in ``generate`` (with the batches of an interrupted run); ``num_processes`` is the launch's.
@@ -84,16 +90,17 @@ def evaluate_summarizer(
         num_beams=num_beams, source_prefix=source_prefix, progress=progress, **extra,
     )
     state = process_state()
-    metrics = _score(model, pairs, generated, max_source_length=max_source_length, max_new_tokens=max_new_tokens,
-                     num_beams=num_beams, no_repeat_ngram_size=no_repeat_ngram_size,
-                     num_processes=state.num_processes) if state.is_main_process else None
+    metrics = _score(model, tokenizer, pairs, generated, max_source_length=max_source_length,
+                     max_new_tokens=max_new_tokens, num_beams=num_beams, no_repeat_ngram_size=no_repeat_ngram_size,
+                     num_processes=state.num_processes, source_prefix=source_prefix) if state.is_main_process else None
     return from_main_process(metrics), generated.summaries
 
 
-def _score(model, pairs: Sequence[SummaryPair], generated: GenerationResult, *, max_source_length: int,
-           max_new_tokens: int, num_beams: int, no_repeat_ngram_size: int, num_processes: int) -> dict[str, Any]:
+def _score(model, tokenizer, pairs: Sequence[SummaryPair], generated: GenerationResult, *, max_source_length: int,
+           max_new_tokens: int, num_beams: int, no_repeat_ngram_size: int, num_processes: int,
+           source_prefix: str) -> dict[str, Any]:
     """The metrics of :func:`evaluate_summarizer` for ``generated`` summaries of ``pairs``."""
-    rouge =  score_summaries(generated.summaries, [p.summary for p in pairs])
+    rouge = score_summaries(generated.summaries, [p.summary for p in pairs])
     means = rouge.mean()
     intervals = rouge.bootstrap()
     settings = srformer_config_of(model)
@@ -115,6 +122,11 @@ def _score(model, pairs: Sequence[SummaryPair], generated: GenerationResult, *, 
         reading=reading_check(generated.summaries, [p.document for p in pairs], [p.summary for p in pairs]),
         baselines=baseline_summary(pairs, generated.summaries, rouge.per_document),
     )
+    if getattr(tokenizer, "is_fast", False):  # where the copied sentences come from, per encoder window
+        window = settings.encoder_window if settings and settings.encoder_window else DEFAULT_POSITION_WINDOW
+        metrics["reading"]["source_positions"] = source_position_summary(
+            generated.summaries, [p.document for p in pairs], tokenizer, window=window, source_prefix=source_prefix,
+            max_source_length=max_source_length)
     return metrics
 
 
