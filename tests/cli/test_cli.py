@@ -53,6 +53,33 @@ def test_evaluate_writes_rouge_json(trained, data_files, tmp_path, capsys):
     assert "| variant |" in capsys.readouterr().out
 
 
+def test_no_repeat_ngram_size_reaches_generate_and_the_metrics(trained, data_files, tmp_path, monkeypatch, capsys):
+    import transformers
+
+    seen: list[int | None] = []
+    original = transformers.GenerationMixin.generate
+
+    def spy(self, *args, **kwargs):
+        seen.append(kwargs.get("no_repeat_ngram_size"))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.GenerationMixin, "generate", spy)
+    metrics_path = tmp_path / "metrics.json"
+    assert main(["evaluate", "--checkpoint", str(trained), "--data", str(data_files / "test.jsonl"),
+                 "--document-field", "text", "--summary-field", "abstract", "--output", str(metrics_path),
+                 "--max-examples", "2", "--max-new-tokens", "6", "--no-repeat-ngram-size", "2", "--no-progress"]) == 0
+    assert seen and set(seen) == {2}
+    assert json.loads(metrics_path.read_text())["no_repeat_ngram_size"] == 2
+    seen.clear()
+    assert main(["summarize", "--checkpoint", str(trained), str(data_files / "test.jsonl"), "--document-field", "text",
+                 "--max-new-tokens", "6", "--no-repeat-ngram-size", "3", "--no-progress"]) == 0
+    assert seen and set(seen) == {3}
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["summarize", "--checkpoint", str(trained), "--no-repeat-ngram-size", "-1"])
+    assert "expected an integer of 0 or more" in capsys.readouterr().err
+
+
 def test_summarize_reads_standard_input(trained, monkeypatch, capsys):
     import io
 

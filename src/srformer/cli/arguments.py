@@ -57,6 +57,21 @@ def segment_size_argument(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"expected a number of tokens or auto, got {text!r}") from None
 
 
+def non_negative_int(text: str) -> int:
+    """An integer of 0 or more (argparse ``type``).
+
+    Raises:
+        argparse.ArgumentTypeError: for anything else.
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer of 0 or more, got {text!r}")
+    return value
+
+
 def parse_settings(values: list[str]) -> dict:
     """``--setting NAME=VALUE`` strings as :class:`~srformer.config.SRformerConfig` keyword arguments.
 
@@ -166,6 +181,9 @@ def add_generation_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-beams", type=int, default=1)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--no-repeat-ngram-size", type=non_negative_int, default=0, metavar="N",
+                        help="forbid repeating any N-gram within a summary (transformers' option; 0 = off, default; "
+                             "compare decodes with 3)")
     parser.add_argument("--max-source-length", type=int, default=None,
                         help="input tokens kept per document (default: the training run's); an input longer than "
                              "the encoder window is encoded in windows")

@@ -74,6 +74,7 @@ def run(args) -> int:
         max_source_length=args.max_source_length or run_info.get("max_source_length", 512),
         max_new_tokens=args.max_new_tokens, num_beams=args.num_beams, batch_size=args.batch_size,
         source_prefix=run_info.get("source_prefix", ""), progress=not args.no_progress, partial_file=partial,
+        no_repeat_ngram_size=args.no_repeat_ngram_size,
     )
     if state.is_main_process:
         if predictions_file is not None:

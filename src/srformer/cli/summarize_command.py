@@ -71,6 +71,7 @@ def run(args) -> int:
         max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, num_beams=args.num_beams,
         do_sample=args.do_sample, seed=args.seed, source_prefix=run_info.get("source_prefix", ""),
         progress=not args.no_progress,
+        **({"no_repeat_ngram_size": args.no_repeat_ngram_size} if args.no_repeat_ngram_size else {}),
     )
     if state.is_main_process:
         if output is None:
