@@ -43,4 +43,4 @@ fi
 
 srformer evaluate --checkpoint "$extract" --data "$data/validation.jsonl" \
   --output "$root/extract-oracle-validation.json" --predictions "$root/extract-oracle-validation.jsonl" \
-  --max-new-tokens 512 --batch-size 16 --no-progress
+  --max-new-tokens 512 --batch-size 16 --no-repeat-ngram-size 3 --no-progress
