@@ -9,7 +9,7 @@ from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import Whitespace
 
-from srformer.evaluation.positions import copied_sentence_offsets, source_position_summary
+from srformer.evaluation.positions import copied_sentence_offsets, pool_source_positions, source_position_summary
 
 SOURCE = ("Cats sleep most of the day. Dogs bark at the mailman every morning. Owls hunt mice at night. "
           "Birds sing before the sun rises.")
@@ -44,3 +44,12 @@ def test_positions_are_counted_per_window_of_tokens(tokenizer):
                        "histogram": [1, 1, 1], "window": 8}
     with pytest.raises(ValueError, match="align"):
         source_position_summary(outputs, [SOURCE], tokenizer)
+
+
+def test_summaries_of_several_seeds_pool_their_counts():
+    first = {"output_sentences": 4, "copied": 3, "beyond_first_window": 2 / 3, "histogram": [1, 1, 1], "window": 8}
+    second = {"output_sentences": 2, "copied": 1, "beyond_first_window": 0.0, "histogram": [1], "window": 8}
+    assert pool_source_positions([first, second]) == {
+        "output_sentences": 6, "copied": 4, "beyond_first_window": 0.5, "histogram": [2, 1, 1], "window": 8}
+    with pytest.raises(ValueError, match="different windows"):
+        pool_source_positions([first, {**second, "window": 4}])

@@ -19,7 +19,7 @@ from rouge_score import tokenizers
 
 from srformer.data.sentences import split_sentences
 
-__all__ = ["copied_sentence_offsets", "source_position_summary"]
+__all__ = ["copied_sentence_offsets", "pool_source_positions", "source_position_summary"]
 
 _WORDS = tokenizers.DefaultTokenizer(use_stemmer=False)
 
@@ -111,3 +111,26 @@ def source_position_summary(outputs: Sequence[str], sources: Sequence[str], toke
             beyond += token >= window
     return {"output_sentences": total, "copied": copied, "beyond_first_window": beyond / copied if copied else None,
             "histogram": histogram, "window": window}
+
+
+def pool_source_positions(summaries: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Several :func:`source_position_summary` results (e.g. one per seed) as one: the counts and the histograms
+    added, ``beyond_first_window`` recomputed from the pooled counts.
+
+    Raises:
+        ValueError: no summaries, or summaries of different windows.
+    """
+    if not summaries:
+        raise ValueError("no source-position summaries to pool")
+    windows = {summary["window"] for summary in summaries}
+    if len(windows) != 1:
+        raise ValueError(f"source-position summaries of different windows cannot be pooled: {sorted(windows)}")
+    histogram: list[int] = []
+    for summary in summaries:
+        histogram.extend([0] * (len(summary["histogram"]) - len(histogram)))
+        for index, count in enumerate(summary["histogram"]):
+            histogram[index] += count
+    copied = sum(summary["copied"] for summary in summaries)
+    return {"output_sentences": sum(summary["output_sentences"] for summary in summaries), "copied": copied,
+            "beyond_first_window": sum(histogram[1:]) / copied if copied else None, "histogram": histogram,
+            "window": windows.pop()}

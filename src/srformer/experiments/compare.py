@@ -45,6 +45,7 @@ from tqdm.auto import tqdm
 from srformer.core import named_config, settings_suffix
 from srformer.data.pairs import SummaryPair
 from srformer.evaluation.baselines import BASELINE_NAMES, baseline_scores, lead_sentences, word_count
+from srformer.evaluation.positions import pool_source_positions
 from srformer.evaluation.reading import reading_check
 from srformer.evaluation.report import write_metrics_json
 from srformer.evaluation.rouge import ROUGE_KEYS, RougeResult, score_summaries
@@ -265,14 +266,17 @@ def same_settings(record: dict, settings: dict) -> bool:
 
 def _mean_reading(members: Sequence[CellResult]) -> dict | None:
     """The reading check averaged over a group's seeds (None unless every member has one; a copy rate of None,
-    from outputs shorter than three words, is left out of its mean)."""
+    from outputs shorter than three words, is left out of its mean; the source positions are pooled)."""
     if not members or any(r.reading is None for r in members):
         return None
     readings = [r.reading for r in members if r.reading is not None]
     mean: dict = {}
     for key in readings[0]:
         values = [reading[key] for reading in readings if reading.get(key) is not None]
-        mean[key] = float(np.mean(values)) if values else None
+        if key == "source_positions":  # counts: pooled over the seeds, not averaged
+            mean[key] = pool_source_positions(values) if len(values) == len(readings) else None
+        else:
+            mean[key] = float(np.mean(values)) if values else None
     return mean
 
 
