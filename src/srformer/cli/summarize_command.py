@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from srformer.cli.arguments import apply_runtime_options
 from srformer.cli.output_files import check_output_file, partial_path
+from srformer.data.documents import load_documents
 from srformer.data.file_reading import data_extension, open_text
 from srformer.evaluation.corpus import discard_partial, generate_corpus
 from srformer.evaluation.evaluate import load_summarizer
@@ -17,34 +17,25 @@ from srformer.training.pipeline import read_run
 
 
 def _documents(source: str, field: str) -> tuple[list[str], list]:
-    """The documents of ``source`` and their ids (a JSONL record's ``id``, else its position among the documents).
+    """The documents of ``source`` and their ids (a record's ``id``, else its position among the documents): a
+    JSONL file, plain or compressed (:func:`srformer.data.documents.load_documents`, with the data files' checks and
+    messages), any other file as one document, or ``-`` for standard input.
 
     Raises:
         FileNotFoundError: ``source`` is not a file.
-        ValueError: a JSONL line that is not JSON or has no ``field`` (the message names the line and the fix).
+        ValueError: a malformed data file, or a record without ``field`` (the message names the line and the fix).
     """
     if source == "-":
         return [sys.stdin.read()], [0]
     path = Path(source)
     if not path.is_file():
         raise FileNotFoundError(f"Input file {source} does not exist.")
-    with open_text(path) as handle:
-        text = handle.read()
     if data_extension(path) != ".jsonl":
-        return [text], [0]
-    documents: list[str] = []
-    ids: list = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if line.strip():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{source} line {number} is not JSON ({error.msg}); fix or remove it.") from None
-            if not isinstance(record, dict) or field not in record:
-                raise ValueError(f"{source} line {number} has no `{field}` field; pass --document-field.")
-            ids.append(record.get("id", len(documents)))
-            documents.append(record[field])
-    return documents, ids
+        with open_text(path) as handle:
+            return [handle.read()], [0]
+    pairs = load_documents(path, document_field=field)
+    ids = [index if pair.id is None else pair.id for index, pair in enumerate(pairs)]
+    return [pair.document for pair in pairs], ids
 
 
 def run(args) -> int:
