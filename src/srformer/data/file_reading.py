@@ -9,6 +9,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import io
+import json
 import lzma
 import zlib
 from pathlib import Path
@@ -98,3 +99,24 @@ def undecodable_line(path: Path, exc: UnicodeDecodeError) -> ValueError:
     return ValueError(
         f"{path}: not valid UTF-8 at byte {exc.start + 1} of the file ({exc.reason}); save the file as UTF-8"
     )
+
+
+def complete_json_lines(data: bytes) -> tuple[list[Any], int]:
+    """The records of an append-only JSON-lines file's bytes, up to the first line a kill cut short: parsing stops at
+    a line without its newline or one that is not JSON.
+
+    Returns:
+        ``(records, length)``: the parsed records and the length in bytes of the part they come from, where a writer
+        resuming the file truncates it before appending.
+    """
+    records: list[Any] = []
+    length = 0
+    for line in data.splitlines(keepends=True):
+        if not line.endswith(b"\n"):
+            break
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+        length += len(line)
+    return records, length

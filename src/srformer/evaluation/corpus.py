@@ -29,6 +29,7 @@ from accelerate.utils import gather_object
 from torch.utils.data import BatchSampler
 from tqdm.auto import tqdm
 
+from srformer.data.file_reading import complete_json_lines
 from srformer.evaluation.generation import BatchDecoder, GenerationResult, check_generation_inputs, plan_batches
 from srformer.training.distributed import from_main_process, process_state
 
@@ -109,27 +110,13 @@ def _read_partial(path: Path, fingerprint: dict[str, Any]) -> tuple[list[dict[st
     Raises:
         ValueError: naming ``path`` and what changed, when it was written for other inputs, or is not a partial file.
     """
-    data = path.read_bytes()
-    records: list[dict[str, Any]] = []
-    good = 0
-    header: dict[str, Any] | None = None
-    for line in data.splitlines(keepends=True):
-        if not line.endswith(b"\n"):
-            break  # cut by a kill: decoded again
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            break
-        if header is None:
-            header = record
-            if not isinstance(header, dict) or header.get("format") != PARTIAL_FORMAT:
-                raise ValueError(f"{path} is not a partial file of srformer summaries; move it away or choose "
-                                 "another output path.")
-        else:
-            records.append(record)
-        good += len(line)
-    if header is None:
+    lines, good = complete_json_lines(path.read_bytes())
+    if not lines:
         return [], 0
+    header, records = lines[0], lines[1:]
+    if not isinstance(header, dict) or header.get("format") != PARTIAL_FORMAT:
+        raise ValueError(f"{path} is not a partial file of srformer summaries; move it away or choose "
+                         "another output path.")
     changed = _differences(header.get("fingerprint", {}), fingerprint)
     if changed:
         raise ValueError(

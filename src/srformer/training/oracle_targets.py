@@ -23,6 +23,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from srformer.data.file_reading import complete_json_lines
 from srformer.data.pairs import SummaryPair
 from srformer.evaluation.baselines import extractive_oracle, word_count
 
@@ -66,19 +67,14 @@ def _resume_position(output: Path, pairs: Sequence[SummaryPair]) -> int:
     """
     position = {pair.id: index for index, pair in enumerate(pairs)}
     data = output.read_bytes()
-    good, after = 0, 0
-    for line in data.splitlines(keepends=True):
-        if not line.endswith(b"\n"):
-            break
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            break
-        index = position.get(record.get("id"), -1)
+    records, good = complete_json_lines(data)
+    after = 0
+    for record in records:
+        identifier = record.get("id") if isinstance(record, dict) else None
+        index = position.get(identifier, -1)
         if index < after:
-            raise ValueError(f"{output} holds targets of other documents (id {record.get('id')!r}); choose another "
+            raise ValueError(f"{output} holds targets of other documents (id {identifier!r}); choose another "
                              "--output or delete it.")
-        good += len(line)
         after = index + 1
     if good < len(data):
         with open(output, "r+b") as handle:
