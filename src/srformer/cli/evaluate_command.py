@@ -7,7 +7,7 @@ from srformer.cli.data_source import load_data
 from srformer.cli.output_files import check_output_file, partial_path
 from srformer.evaluation.corpus import discard_partial
 from srformer.evaluation.evaluate import evaluate_summarizer, load_summarizer
-from srformer.evaluation.report import format_table, write_jsonl, write_metrics_json
+from srformer.evaluation.report import format_table, write_metrics_json, write_predictions
 from srformer.evaluation.rouge import ROUGE_KEYS
 from srformer.training.distributed import process_state
 from srformer.training.pipeline import read_run
@@ -78,8 +78,7 @@ def run(args) -> int:
     )
     if state.is_main_process:
         if predictions_file is not None:
-            write_jsonl(predictions_file, [{"id": p.id, "prediction": s, "reference": p.summary}
-                                           for p, s in zip(pairs, predictions, strict=True)])
+            write_predictions(predictions_file, pairs, predictions)
         write_metrics_json(output, metrics)
         row = {"variant": metrics["variant"], "segment_size": metrics["segment_size"] or "-",
                **{k: metrics[k] for k in ROUGE_KEYS}, "examples": metrics["num_examples"],

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["format_table", "write_jsonl", "write_metrics_json"]
+__all__ = ["format_table", "write_jsonl", "write_metrics_json", "write_predictions"]
 
 
 def _json_default(value: Any) -> Any:
@@ -61,6 +61,18 @@ def write_jsonl(path: str | os.PathLike[str], records: Sequence[Mapping[str, Any
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     temporary.write_text(text, encoding="utf-8")
     os.replace(temporary, path)
+
+
+def write_predictions(path: str | os.PathLike[str], pairs: Sequence[Any], predictions: Sequence[str]) -> None:
+    """Write a model's ``predictions`` for ``pairs`` (:class:`~srformer.data.pairs.SummaryPair`, aligned) to ``path``
+    as :func:`write_jsonl` does: one ``{"id", "prediction", "reference"}`` line per document, in input order.
+
+    Raises:
+        ValueError: ``pairs`` and ``predictions`` of different lengths.
+        OSError: the folder or file cannot be written.
+    """
+    write_jsonl(path, [{"id": pair.id, "prediction": prediction, "reference": pair.summary}
+                       for pair, prediction in zip(pairs, predictions, strict=True)])
 
 
 def _format_cell(value: object) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 from srformer.data.pairs import SummaryPair
 from srformer.evaluation.corpus import discard_partial
 from srformer.evaluation.evaluate import evaluate_summarizer, load_summarizer
-from srformer.evaluation.report import write_jsonl, write_metrics_json
+from srformer.evaluation.report import write_metrics_json, write_predictions
 from srformer.training.checkpoint import find_checkpoint
 from srformer.training.distributed import process_state
 from srformer.training.pipeline import RunSpec, convert_summarizer, differing_run_settings, read_run, train_summarizer
@@ -125,8 +125,7 @@ def evaluate_stage(
         progress=progress, no_repeat_ngram_size=no_repeat_ngram_size, partial_file=partial,
     )
     if state.is_main_process:
-        write_jsonl(predictions_file, [{"id": p.id, "prediction": s, "reference": p.summary}
-                                       for p, s in zip(test_pairs, predictions, strict=True)])
+        write_predictions(predictions_file, test_pairs, predictions)
         write_metrics_json(metrics_file, metrics)
     discard_partial(partial)
     return metrics, predictions
