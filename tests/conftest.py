@@ -10,7 +10,18 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import torch
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
+
+
+@pytest.fixture
+def one_thread():
+    """One intra-op thread in this process, as in the subprocesses the tests launch (OMP_NUM_THREADS=1): the same
+    kernels run in both, and small models run much faster on a busy 2-core machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -20,12 +20,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-import torch
-from transformers import T5Config, T5ForConditionalGeneration
 
 from srformer.cli.main import main
 from srformer.data.pairs import load_aclsum
-from srformer.data.tokenizer import train_unigram_tokenizer
+from tests.tiny_t5 import save_tiny_t5
 
 NUM_DOCUMENTS = 24
 
@@ -35,14 +33,7 @@ def base_model(tmp_path_factory) -> Path:
     """A tiny random T5, a Unigram tokenizer and NUM_DOCUMENTS ACLSum papers cut to different lengths (docs.jsonl)."""
     folder = tmp_path_factory.mktemp("base")
     pairs = load_aclsum("train")[:NUM_DOCUMENTS]
-    tokenizer = train_unigram_tokenizer([p.document for p in pairs] + [p.summary for p in pairs], vocab_size=300)
-    torch.manual_seed(0)
-    T5ForConditionalGeneration(T5Config(
-        vocab_size=len(tokenizer), d_model=32, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=2, d_kv=16,
-        dropout_rate=0.0, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-        decoder_start_token_id=tokenizer.pad_token_id,
-    )).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    save_tiny_t5(folder, [p.document for p in pairs] + [p.summary for p in pairs], dropout_rate=0.0)
     with open(folder / "docs.jsonl", "w", encoding="utf-8") as handle:
         for i, pair in enumerate(pairs):
             handle.write(json.dumps({"id": f"paper-{i}", "document": pair.document[: 150 + 61 * i],
@@ -84,14 +75,6 @@ def kill_all(pid: int) -> None:
         with contextlib.suppress(psutil.NoSuchProcess):
             process.send_signal(signal.SIGKILL)
     psutil.wait_procs(processes, timeout=30)
-
-
-@pytest.fixture
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.slow

@@ -16,14 +16,12 @@ import sys
 import time
 
 import pytest
-import torch
 from safetensors.torch import load_file
-from transformers import T5Config, T5ForConditionalGeneration
 
 from srformer.cli.main import main
 from srformer.data.pairs import load_aclsum
-from srformer.data.tokenizer import train_unigram_tokenizer
 from srformer.training import find_checkpoint
+from tests.tiny_t5 import save_tiny_t5
 
 MAX_STEPS = 60
 
@@ -34,14 +32,7 @@ def base_model(tmp_path_factory):
     its Unigram tokenizer and 12 ACLSum papers as train.jsonl."""
     folder = tmp_path_factory.mktemp("base")
     pairs = load_aclsum("train")[:12]
-    tokenizer = train_unigram_tokenizer([p.document for p in pairs] + [p.summary for p in pairs], vocab_size=300)
-    torch.manual_seed(0)
-    T5ForConditionalGeneration(T5Config(
-        vocab_size=len(tokenizer), d_model=32, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=2, d_kv=16,
-        dropout_rate=0.1, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-        decoder_start_token_id=tokenizer.pad_token_id,
-    )).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    save_tiny_t5(folder, [p.document for p in pairs] + [p.summary for p in pairs], dropout_rate=0.1)
     rows = [{"document": p.document, "summary": p.summary} for p in pairs]
     (folder / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return folder
@@ -52,16 +43,6 @@ def train_args(base, output) -> list[str]:
             "--variant", "srformer", "--segment-size", "16", "--target-length", "32", "--max-source-length", "64",
             "--max-target-length", "32", "--batch-size", "4", "--max-steps", str(MAX_STEPS), "--save-every", "5",
             "--learning-rate", "1e-3", "--seed", "7", "--no-progress"]
-
-
-@pytest.fixture
-def one_thread():
-    """One intra-op thread in this process, as in the subprocess (OMP_NUM_THREADS=1): the same kernels run
-    in both, and small models train much faster on a busy 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.slow

@@ -67,6 +67,17 @@ def counting(monkeypatch):
     return CountingDecoder
 
 
+def stop_after(counting, batches: int, model, tokenizer, partial, **settings) -> list[list[str]]:
+    """Run ``generate_corpus`` on DOCUMENTS into ``partial`` until it is stopped before its batch number ``batches``
+    (a stand-in for a kill); returns the sources of the batches it decoded, with the counter reset."""
+    counting.calls, counting.fail_at = [], batches
+    with pytest.raises(KeyboardInterrupt):
+        generate_corpus(model, tokenizer, DOCUMENTS, partial_file=partial, **settings)
+    decoded = list(counting.calls)
+    counting.calls, counting.fail_at = [], None
+    return decoded
+
+
 def test_one_process_gives_the_summaries_of_generate_summaries(model, tokenizer, tmp_path):
     expected = generate_summaries(model, tokenizer, DOCUMENTS, **SETTINGS)
     got = generate_corpus(model, tokenizer, DOCUMENTS, partial_file=tmp_path / "out.partial", **SETTINGS)
@@ -83,12 +94,8 @@ def test_one_process_gives_the_summaries_of_generate_summaries(model, tokenizer,
 def test_a_resumed_run_decodes_only_the_missing_batches(model, tokenizer, tmp_path, counting):
     partial = tmp_path / "out.partial"
     expected = generate_summaries(model, tokenizer, DOCUMENTS, **SETTINGS).summaries
-    counting.fail_at = 2
-    with pytest.raises(KeyboardInterrupt):
-        generate_corpus(model, tokenizer, DOCUMENTS, partial_file=partial, **SETTINGS)
+    first = stop_after(counting, 2, model, tokenizer, partial, **SETTINGS)
     assert len(partial.read_text().splitlines()) == 1 + 2
-    first = list(counting.calls)
-    counting.calls, counting.fail_at = [], None
     got = generate_corpus(model, tokenizer, DOCUMENTS, partial_file=partial, **SETTINGS)
     assert got.summaries == expected
     assert len(counting.calls) == 2 and not set(map(tuple, first)) & set(map(tuple, counting.calls))
@@ -101,13 +108,9 @@ def test_a_resumed_run_decodes_only_the_missing_batches(model, tokenizer, tmp_pa
 def test_a_line_cut_by_a_kill_is_decoded_again_and_the_file_stays_readable(model, tokenizer, tmp_path, counting):
     partial = tmp_path / "out.partial"
     expected = generate_summaries(model, tokenizer, DOCUMENTS, **SETTINGS).summaries
-    counting.fail_at = 3
-    with pytest.raises(KeyboardInterrupt):
-        generate_corpus(model, tokenizer, DOCUMENTS, partial_file=partial, **SETTINGS)
+    stop_after(counting, 3, model, tokenizer, partial, **SETTINGS)
     lines = partial.read_bytes().splitlines(keepends=True)
     partial.write_bytes(b"".join(lines[:-1]) + lines[-1][: len(lines[-1]) // 2])  # the last batch half written
-    counting.calls = []
-    counting.fail_at = None
     assert generate_corpus(model, tokenizer, DOCUMENTS, partial_file=partial, **SETTINGS).summaries == expected
     assert len(counting.calls) == 2  # the cut batch and the one never started
     records = [json.loads(line) for line in partial.read_text().splitlines()[1:]]
@@ -129,14 +132,11 @@ def test_a_line_cut_by_a_kill_is_decoded_again_and_the_file_stays_readable(model
 def test_a_partial_file_of_other_inputs_is_refused_naming_the_change(model, tokenizer, tmp_path, counting, change,
                                                                     named):
     partial = tmp_path / "out.partial"
-    counting.fail_at = 1
-    with pytest.raises(KeyboardInterrupt):
-        generate_corpus(model, tokenizer, DOCUMENTS, partial_file=partial, **SETTINGS)
+    stop_after(counting, 1, model, tokenizer, partial, **SETTINGS)
     before = partial.read_bytes()
     settings = {**SETTINGS, **change}
     documents = settings.pop("documents", DOCUMENTS)
     other = _model(tokenizer, settings.pop("model_seed")) if "model_seed" in settings else model
-    counting.fail_at = None
     with pytest.raises(ValueError, match="holds an interrupted run with other inputs") as error:
         generate_corpus(other, tokenizer, documents, partial_file=partial, **settings)
     assert named in str(error.value) and str(partial) in str(error.value)
@@ -157,10 +157,7 @@ def test_sampled_batches_do_not_depend_on_what_ran_before(model, tokenizer, tmp_
     expected = generate_corpus(model, tokenizer, DOCUMENTS, **sampled).summaries
     assert expected != generate_corpus(model, tokenizer, DOCUMENTS, **{**sampled, "seed": 12}).summaries
     partial = tmp_path / "out.partial"
-    counting.calls, counting.fail_at = [], 2
-    with pytest.raises(KeyboardInterrupt):
-        generate_corpus(model, tokenizer, DOCUMENTS, partial_file=partial, **sampled)
-    counting.fail_at = None
+    stop_after(counting, 2, model, tokenizer, partial, **sampled)
     torch.manual_seed(999)  # the global generator's state before the call does not matter
     assert generate_corpus(model, tokenizer, DOCUMENTS, partial_file=partial, **sampled).summaries == expected
 

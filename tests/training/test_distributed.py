@@ -19,11 +19,10 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import T5Config, T5ForConditionalGeneration
 
 from srformer.cli.main import main
 from srformer.data.pairs import load_aclsum
-from srformer.data.tokenizer import train_unigram_tokenizer
+from tests.tiny_t5 import save_tiny_t5
 
 # The weights must be bit-identical. Both runs see the same two micro-batches per step (the same examples, so
 # the same padded shapes and kernels). One process accumulates g1/2 + g2/2 (the loss of each is halved, and
@@ -37,15 +36,7 @@ def base_model(tmp_path_factory) -> Path:
     """A dropout-free tiny T5 and a Unigram tokenizer trained on 16 ACLSum papers, plus their data."""
     folder = tmp_path_factory.mktemp("base")
     pairs = load_aclsum("train")[:16]
-    tokenizer = train_unigram_tokenizer([p.document for p in pairs] + [p.summary for p in pairs], vocab_size=300)
-    torch.manual_seed(0)
-    config = T5Config(
-        vocab_size=len(tokenizer), d_model=32, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=2, d_kv=16,
-        dropout_rate=0.0, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-        decoder_start_token_id=tokenizer.pad_token_id,
-    )
-    T5ForConditionalGeneration(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    save_tiny_t5(folder, [p.document for p in pairs] + [p.summary for p in pairs], dropout_rate=0.0)
     with open(folder / "train.jsonl", "w", encoding="utf-8") as handle:
         for pair in pairs:
             handle.write(json.dumps({"document": pair.document, "summary": pair.summary}) + "\n")

@@ -27,14 +27,6 @@ def documents() -> list[str]:
     return [pair.document for pair in load_aclsum("train")[:10]]
 
 
-@pytest.fixture
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def recipe(**overrides) -> PretrainRecipe:
     values = dict(model="bart-tiny", max_source_length=32, vocab_size=300, curriculum_start=8, curriculum_hold=0.1,
                   curriculum_end=0.6, eval_documents=2, eval_every=4)
