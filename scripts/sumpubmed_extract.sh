@@ -20,13 +20,7 @@ base=$root/pretrain-sumpubmed-copy
 extract=$root/extract-oracle
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 
-resume=(); [ -d "$base/checkpoint" ] && resume=(--resume)
-if [ ! -f "$base/model.safetensors" ]; then
-  srformer pretrain --data "$data/train.jsonl" --model bart-tiny --output "$base" --max-source-length 512 \
-    --vocab-size 8000 --objective-mix copy=1.0 --curriculum-start 8 --curriculum-hold 0.1 --curriculum-end 0.7 \
-    --max-steps 3000 --batch-size 16 --learning-rate 1e-3 --warmup-steps 100 --eval-documents 32 \
-    --eval-every 250 --save-every 100 --seed 0 --no-progress "${resume[@]}"
-fi
+"$(dirname "$0")/sumpubmed_copy_base.sh" "$data" "$base"
 
 srformer oracle-targets --data "$data/train.jsonl" --output "$root/train-oracle.jsonl" --tokenizer "$base" \
   --max-source-length 4096 --no-progress

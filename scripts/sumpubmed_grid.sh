@@ -12,13 +12,7 @@ data=${1:?usage: scripts/sumpubmed_grid.sh SUMPUBMED_DIR OUTPUT_ROOT}
 root=${2:?usage: scripts/sumpubmed_grid.sh SUMPUBMED_DIR OUTPUT_ROOT}
 base=$root/pretrain-sumpubmed-copy
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-resume=(); [ -d "$base/checkpoint" ] && resume=(--resume)
-if [ ! -f "$base/model.safetensors" ]; then
-  srformer pretrain --data "$data/train.jsonl" --model bart-tiny --output "$base" --max-source-length 512 \
-    --vocab-size 8000 --objective-mix copy=1.0 --curriculum-start 8 --curriculum-hold 0.1 --curriculum-end 0.7 \
-    --max-steps 3000 --batch-size 16 --learning-rate 1e-3 --warmup-steps 100 --eval-documents 32 \
-    --eval-every 250 --save-every 100 --seed 0 --no-progress "${resume[@]}"
-fi
+"$(dirname "$0")/sumpubmed_copy_base.sh" "$data" "$base"
 srformer compare --train-data "$data/train.jsonl" --test-data "$data/validation.jsonl" \
   --output "$root/compare-sumpubmed" --model "$base" --base-steps 600 --base-learning-rate 5e-4 \
   --finetune-steps 150 --variants full segmented srformer knn block-topk-b4 block-topk linear --segment-sizes 64 --ablations \
