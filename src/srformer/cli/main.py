@@ -1,5 +1,5 @@
 """``srformer`` command line: train, evaluate, summarize, the ACLSum main job, compare, bench, probe, long-bench,
-long-probe, pick, split, pretrain and oracle-targets.
+long-probe, pick, split, pretrain, oracle-targets and copy-reach.
 
 The parsers come from :mod:`srformer.cli.parsers`, which import no torch or transformers, so ``srformer --help`` and
 ``srformer COMMAND --help`` answer at once; a sub-command imports its implementation when it runs."""
@@ -13,6 +13,7 @@ from srformer.cli.parsers import (
     aclsum,
     bench,
     compare,
+    copy_reach,
     evaluate,
     long_bench,
     long_probe,
@@ -26,7 +27,7 @@ from srformer.cli.parsers import (
 )
 
 COMMANDS = (train, evaluate, summarize, aclsum, compare, bench, probe, long_bench, long_probe, pick, split, pretrain,
-            oracle_targets)
+            oracle_targets, copy_reach)
 
 
 def build_parser() -> argparse.ArgumentParser:
