@@ -58,6 +58,7 @@ KNN_LAYOUTS = "results/long-input/knn-index/layouts.json"
 CONVERT0_PROBE = "results/probe/long-input-convert0/long_probe.json"  # k=512 models, 0 fine-tuning steps
 K512_PROBE = "results/probe/long-input-k512/long_probe.json"  # k=512 models, fine-tuned
 OLD_PROBE = "results/probe/mechanisms/results.json"  # the old curriculum
+REACH = "results/recipe/copy-reach"  # srformer copy-reach of the bases, one JSON per checkpoint and input
 BBC = "results/compare/bbc-reading-base/results.json"  # 64-token outputs
 BBC_LONG = "results/compare/bbc-long/results.json"  # outputs up to 352 tokens, 2 seeds
 SUMPUBMED = "results/compare/sumpubmed/results.json"  # the first 4,096 tokens of 300 papers, one seed
@@ -254,6 +255,11 @@ def bbc_group(bbc: Any, name: str, segment_size: int = 32) -> Any:
 
 def rouge1(bbc: Any, name: str, segment_size: int = 32) -> float:
     return float(bbc_group(bbc, name, segment_size)["rouge1"]["mean"])
+
+
+def reach(record: Any, key: str) -> float:
+    """A copy-reach record's summary value ``key`` (``at_start``, ``elsewhere``, ``beyond_first_window``), in %."""
+    return 100 * record["summary"][key]
 
 
 def paired_rouge1(grid: Any, reference: str, other: str) -> Any:
@@ -658,6 +664,11 @@ CLAIMS: list[Claim] = [
           LONG_BENCH, lambda run: tuple(growth(run, v, K4) for v in ("linear", "segmented-lean", "srformer-lean"))),
     Claim(LONG_INPUTS, "from 16k to 262k it grows {:.2f}×.",
           LONG_BENCH, lambda run: (growth(run, "srformer-lean", K16),)),
+    Claim(README, "they continue {:.1f}-{:.1f}% of the passages that start after token 0, and, in eight windows of "
+          "512, {:.1f}% of those at token 0",
+          (f"{REACH}/sumpubmed-base-512.json", f"{REACH}/bbc-base.json", f"{REACH}/sumpubmed-base-4096.json"),
+          lambda whole, bbc, windows: (reach(whole, "elsewhere"), reach(bbc, "elsewhere"),
+                                       reach(windows, "at_start"))),
 ]
 
 
