@@ -13,8 +13,10 @@ from srformer.benchmarks.operator_count import (
     count_generation_operators,
     long_input_model,
 )
+from srformer.attention import quest
 from srformer.benchmarks.variants import t5_config
 from srformer.models import cross_attention
+from srformer.models.convert import set_runtime_options
 
 LENGTHS = (1024, 4096)  # 64 and 256 segments of 16 tokens
 
@@ -104,3 +106,30 @@ def test_the_picks_keep_the_operator_budget_per_token(name, full):
     counts = _counts(name)
     for count, reference in zip(counts, full, strict=True):
         assert count.calls_per_token <= 1.25 * reference.calls_per_token, count.summary()
+
+
+def _quest_tree_first_steps(lengths, **runtime):
+    counts = []
+    for length in lengths:
+        model = long_input_model("quest-tree", shape="t5-tiny", segment_size=16, target_length=16)
+        if runtime:
+            set_runtime_options(model, **runtime)
+        counts.append(count_generation_operators(model, length))
+    return counts
+
+
+@pytest.mark.filterwarnings("ignore:An encoder input has")
+@pytest.mark.parametrize("rows", [False, True], ids=["keys-state", "rows-state"])
+def test_quest_tree_first_step_grows_with_the_tree_depth_only(rows, monkeypatch):
+    """Each doubling of the input adds one level to every layer's tree and nothing else: equal increments, within a
+    level's budget (about 40 calls per layer; a loop over heads would multiply it by the heads), no added host sync.
+    Reading encoder rows, the bounds are built in at most MAX_BOUNDS_CHUNKS chunks: with a chunk of 64 positions
+    the three lengths would take 16, 32 and 64 chunks otherwise."""
+    if rows:
+        monkeypatch.setattr(quest, "BOUNDS_CHUNK", 64)
+    counts = _quest_tree_first_steps((1024, 2048, 4096), **({"rows_min_keys": 1} if rows else {}))
+    calls = [count.first_step_calls for count in counts]
+    layers = t5_config("t5-tiny").num_decoder_layers
+    assert calls[1] - calls[0] == calls[2] - calls[1], calls
+    assert 0 < calls[1] - calls[0] <= 50 * layers, calls
+    assert len({count.first_step_syncs for count in counts}) == 1

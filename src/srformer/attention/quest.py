@@ -98,8 +98,15 @@ DEFAULT_TOP_GROUPS = 16
 #: The shortest input (real tokens) whose generation reads rows of the encoder output, when ``rows_min_keys`` is
 #: None.
 DEFAULT_ROWS_MIN_KEYS = 16384
-#: Encoder positions projected at a time when the bounds are built from the encoder output.
+#: Encoder positions projected at a time when the bounds are built from the encoder output (at least; see
+#: :data:`MAX_BOUNDS_CHUNKS`).
 BOUNDS_CHUNK = 4096
+#: The most chunks the bounds are built in, so that the build's operator calls do not grow with the input: a longer
+#: input projects ``ceil(n / 4)`` positions at a time.
+MAX_BOUNDS_CHUNKS = 4
+#: Elements (``B·h·L·d``) of the leaves' centres per group of heads whose tree is built at once (float32: 64 MiB per
+#: temporary); see ``QuestCrossAttention._stacked_bounds``.
+TREE_BUDGET = 1 << 24
 #: Elements of gathered leaf bounds per chunk of queries in the parallel path (bounds its memory).
 _GATHER_BUDGET = 1 << 24
 
@@ -271,6 +278,19 @@ def key_bounds(
 _POWER_ITERATIONS = 4
 
 
+def bounds_chunk(rows: int, leaf_size: int) -> int:
+    """Positions projected at a time when the bounds of ``rows`` compacted positions are built from the encoder
+    output: ``max(BOUNDS_CHUNK, ceil(rows / MAX_BOUNDS_CHUNKS))`` rounded up to a multiple of ``leaf_size``."""
+    return -(-max(BOUNDS_CHUNK, -(-rows // MAX_BOUNDS_CHUNKS)) // leaf_size) * leaf_size
+
+
+def tree_group_elements(batch: int, heads: int, leaves: int, dim: int) -> int:
+    """Elements of one group of heads' leaf centres (``B·h·L·d``) when the tree is built for ``heads`` heads of
+    ``leaves`` leaves: as many heads at once as :data:`TREE_BUDGET` allows, at least one."""
+    per_head = max(1, batch * leaves * dim)
+    return per_head * max(1, min(heads, TREE_BUDGET // per_head))
+
+
 def start_direction(dim: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """The fixed start of every power iteration: a seeded standard normal vector (d,)."""
     return torch.randn(dim, generator=torch.Generator().manual_seed(0), dtype=torch.float64).to(dtype=dtype,
@@ -291,25 +311,31 @@ def similarity_order(centres: torch.Tensor, real: torch.Tensor, group: int) -> t
     batch, heads, leaves, d = centres.shape
     depth = max(0, -(-leaves // group) - 1).bit_length()
     slots = group << depth
-    points = F.pad(centres, (0, 0, 0, slots - leaves))
-    full = F.pad(real, (0, slots - leaves))[:, None, :].expand(batch, heads, slots)
-    order = torch.arange(slots, device=centres.device).expand(batch, heads, slots)
+    rows = batch * heads
+    points = F.pad(centres, (0, 0, 0, slots - leaves)).reshape(rows, slots, d)
+    full = F.pad(real, (0, slots - leaves))[:, None, :].expand(batch, heads, slots).reshape(rows, slots)
+    order = torch.arange(slots, device=centres.device).expand(rows, slots)
     start = start_direction(d, centres.dtype, centres.device)
-    for level in range(depth):
+    tiny = torch.finfo(points.dtype).tiny
+    for level in range(depth):  # a node's members are a contiguous run of `size` slots of `order`
         nodes, size = 1 << level, slots >> level
-        members = points.gather(2, order[..., None].expand(-1, -1, -1, d)).view(batch, heads, nodes, size, d)
-        present = full.gather(2, order).view(batch, heads, nodes, size)
-        weight = present[..., None].to(points.dtype)
-        mean = (members * weight).sum(dim=3, keepdim=True) / weight.sum(dim=3, keepdim=True).clamp(min=1)
+        members = points.gather(1, order[..., None].expand(-1, -1, d)).view(rows * nodes, size, d)
+        weight = full.gather(1, order).view(rows * nodes, size, 1).to(points.dtype)
+        mean = (members * weight).sum(dim=1, keepdim=True) / weight.sum(dim=1, keepdim=True).clamp(min=1)
         centred = (members - mean) * weight
-        direction = start.expand(batch, heads, nodes, d)
+        # scaled to Frobenius norm 1, the node's covariance has eigenvalues in [0, 1] summing to 1, its largest at
+        # least 1/d: `_POWER_ITERATIONS` products without normalising neither overflow nor underflow, and the
+        # projection's order does not depend on the direction's length
+        scaled = centred / centred.flatten(1).norm(dim=1).clamp(min=tiny)[:, None, None]
+        transposed = scaled.transpose(1, 2)
+        direction = start.view(1, d, 1).expand(rows * nodes, d, 1)
         for _ in range(_POWER_ITERATIONS):
-            direction = torch.einsum("bhnsd,bhns->bhnd", centred, torch.einsum("bhnsd,bhnd->bhns", centred, direction))
-            direction = direction / direction.norm(dim=-1, keepdim=True).clamp(min=torch.finfo(points.dtype).tiny)
-        projection = torch.einsum("bhnsd,bhnd->bhns", centred, direction).masked_fill(~present, float("inf"))
+            direction = torch.bmm(transposed, torch.bmm(scaled, direction))
+        projection = torch.bmm(scaled, direction).view(rows, nodes, size).masked_fill(
+            weight.view(rows, nodes, size) == 0, float("inf"))
         ranks = torch.argsort(projection, dim=-1, stable=True)
-        order = order.reshape(batch, heads, nodes, size).gather(-1, ranks).view(batch, heads, slots)
-    return order
+        order = order.view(rows, nodes, size).gather(-1, ranks).view(rows, slots)
+    return order.view(batch, heads, slots)
 
 
 def group_bounds(
@@ -415,10 +441,14 @@ class QuestCrossAttention(CrossAttentionMechanism):
     ) -> dict[str, torch.Tensor]:
         """The state's bound fields from the leaves' minimum and maximum keys ((B, H, L, d) each, (B, L) bool);
         ``compact``: the leaves' bounds in float16 rounded outward (:func:`outward_half`) where groups are used.
-        Built one head at a time (heads are independent): the tree's and the float16 conversion's temporaries are
-        one head's, not every head's."""
+        Heads are independent and built together, in as few groups of heads as keep each group's tree temporaries
+        within :data:`TREE_BUDGET` elements (one group up to ``B·H·L·d = 2^24``: t5-small's 8 heads at 65,536 tokens
+        and batch 1), so the build's operator calls do not depend on the input below that size."""
         group = self.settings.group_size
-        heads = [self._head_bounds(low[:, h:h + 1], high[:, h:h + 1], leaf_real, compact) for h in range(low.shape[1])]
+        batch, count, leaves, d = low.shape
+        step = tree_group_elements(batch, count, leaves, d) // max(1, batch * leaves * d)
+        heads = [self._head_bounds(low[:, h:h + step], high[:, h:h + step], leaf_real, compact)
+                 for h in range(0, count, step)]
         fields = {name: torch.cat([head[name] for head in heads], dim=1) for name in heads[0]}
         # the leaves contiguous along the last axis where a step multiplies every one of them (see QuestBoundsState)
         fields["group_bounds"] = _transposed(fields["group_bounds"])
@@ -429,7 +459,7 @@ class QuestCrossAttention(CrossAttentionMechanism):
     def _head_bounds(
         self, low: torch.Tensor, high: torch.Tensor, leaf_real: torch.Tensor, compact: bool
     ) -> dict[str, torch.Tensor]:
-        """:meth:`_stacked_bounds` of one head's (or a few heads') ``low``/``high`` ((B, h, L, d) each), as rows."""
+        """:meth:`_stacked_bounds` of a group of heads' ``low``/``high`` ((B, h, L, d) each), as rows."""
         group = self.settings.group_size
         order, group_low, group_high, group_real = group_bounds(low, high, leaf_real, group)
         leaf_bounds = torch.cat([high, low], dim=-1)
@@ -487,8 +517,8 @@ class QuestCrossAttention(CrossAttentionMechanism):
     ) -> QuestRowsState | None:
         """The state that reads rows of the encoder output, for a batch whose longest input has at least
         ``rows_min_keys`` real tokens; None otherwise (the standard state is built). The keys are projected
-        :data:`BOUNDS_CHUNK` compacted positions at a time for the bounds and dropped: ``O(chunk·H·d)`` transient
-        memory.
+        ``max(BOUNDS_CHUNK, ceil(n / MAX_BOUNDS_CHUNKS))`` compacted positions at a time for the bounds and dropped:
+        ``O(chunk·H·d)`` transient memory, in at most :data:`MAX_BOUNDS_CHUNKS` chunks.
 
         Args:
             encoder_states: (B, k, D) the encoder output.
@@ -500,7 +530,7 @@ class QuestCrossAttention(CrossAttentionMechanism):
         if batch == 0 or int(lengths.max()) < self.settings.resolved_rows_min_keys():
             return None
         b = self.settings.resolved_leaf_size()
-        chunk = -(-BOUNDS_CHUNK // b) * b
+        chunk = bounds_chunk(rows, b)
         padded_order = F.pad(order, (0, rows - length))
         parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         with torch.no_grad():

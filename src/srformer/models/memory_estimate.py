@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from srformer.attention.quest import BOUNDS_CHUNK
+from srformer.attention.quest import bounds_chunk, tree_group_elements
 from srformer.core import REGISTRY, SRformerConfig
 
 
@@ -96,15 +96,17 @@ def estimate_decode_memory(
         return DecodeMemory(batch * input_length * d_model * element, index, 2 * input_length * (d_model + 1) * 4)
     if config.variant == "quest" and input_length >= config.resolved_rows_min_keys():
         # reading rows of the encoder output: per layer the leaves' and groups' float32 min/max keys and the
-        # compaction order; the build projects BOUNDS_CHUNK positions of keys at a time
+        # compaction order; the build projects a chunk of positions' keys at a time (at most four chunks), then
+        # builds the tree a group of heads at a time (about four float32 temporaries of the group's leaf centres)
         leaf = config.resolved_leaf_size()
         leaves = -(-input_length // leaf)
         groups = 0 if config.group_size is None else -(-leaves // config.group_size)
         wide = max(element, 4)
         leaf_bytes = 2 if config.group_size is not None else wide  # grouped leaves' bounds: float16
         bounds = 2 * batch * heads * (leaves * leaf_bytes + groups * wide) * head_dim + batch * leaves * leaf * 8
-        chunk = batch * BOUNDS_CHUNK * (heads * head_dim * (element + wide) + d_model * element)
-        return DecodeMemory(batch * input_length * d_model * element, layers * bounds, chunk)
+        chunk = batch * bounds_chunk(input_length, leaf) * (heads * head_dim * (element + wide) + d_model * element)
+        tree = 4 * 4 * tree_group_elements(batch, heads, leaves, head_dim)
+        return DecodeMemory(batch * input_length * d_model * element, layers * bounds, max(chunk, tree))
     grows = entry.capabilities.state_grows_with_input and not (config.lean_cache and entry.capabilities.lean_layout)
     per_layer = keys_values if grows else 0
     if grows and entry.capabilities.recurrent_term and config.recurrence:
