@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from srformer.attention import quest
 from srformer.benchmarks.operator_count import (
     OperatorCounter,
     count_calls,
     count_generation_operators,
     long_input_model,
 )
-from srformer.attention import quest
 from srformer.benchmarks.variants import t5_config
 from srformer.models import cross_attention
 from srformer.models.convert import set_runtime_options
