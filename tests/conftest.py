@@ -13,6 +13,8 @@ import os
 import pytest
 import torch
 
+from srformer.attention import step_choice
+
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
@@ -25,3 +27,12 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(params=step_choice.STEP_KINDS)
+def each_step(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs the test once with each decoder step of ``knn`` and ``block-topk`` forced on every device
+    (:data:`srformer.attention.step_choice.STEP_OVERRIDE`: the CPU step and the accelerator step); the step's
+    name."""
+    monkeypatch.setattr(step_choice, "STEP_OVERRIDE", request.param)
+    return request.param

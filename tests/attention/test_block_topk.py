@@ -1,19 +1,25 @@
 """The ``block-topk`` variant: segment ``i(t)`` and the ``r`` other segments of largest ``q . mean(K_j)``, chosen per
 query and head (MoBA's top-k block gate), in one softmax. Float64 against its reference and its reductions (full
-attention, ``segmented``), its tie rule, its gradient, its settings and its attention weights."""
+attention, ``segmented``), its tie rule, its gradient, its settings and its attention weights. The tests of a decoder
+step run each of its two steps (``each_step``: the CPU step and the accelerator step,
+:mod:`srformer.attention.step_choice`), and the two are compared on the same states."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from srformer.attention import naive
+from srformer.attention import naive, step_choice
 from srformer.attention.block_topk import BlockTopkState
+from srformer.attention.state import SRformerCacheLayer
+from srformer.attention.step_choice import STEP_KINDS
 from srformer.attention.variants import build_cross_attention
 from srformer.config import SRformerConfig, named_config
 from tests.attention.test_srformer import _incremental, _inputs
 from tests.attention.test_variants import _module, _reference
-from tests.tolerance import assert_exact
+from tests.models.conftest import BUILDERS, converted, decoder_inputs, padded_batch, plain_generation_config
+from tests.models.test_exactness import step_by_step_logits, teacher_forced_logits
+from tests.tolerance import assert_exact, float32_tolerance, max_difference
 
 LENGTHS = [13, 8, 5, 1, 0]  # s = 2: 7, 4, 3 and 1 segments, and an empty document
 
@@ -33,17 +39,18 @@ def _left_padded(keys, values, valid, lengths):
                                                     (2, 6, None), (20, 1, None), (4, 3, None), (4, 2, 2), (4, 3, 1),
                                                     (6, 1, 3), (6, 4, 2), (20, 2, 5), (6, 2, 4), (5, 3, 2),
                                                     (3, 2, 8)])
-def test_matches_the_reference_in_both_paths_paddings_and_a_later_chunk(segment_size, top, block):
+def test_matches_the_reference_in_both_paths_paddings_and_a_later_chunk(segment_size, top, block, each_step):
     """Selections of 1 .. m - 1 segments, more segments than steps (s = 1: m = 13 > T = 6), one segment (s = 20);
     selection blocks smaller than a segment (the last segment's last block short or empty), blocks that do not
-    divide the segment (each segment's last block shorter), a block larger than the segment (one per segment)."""
+    divide the segment (each segment's last block shorter), a block larger than the segment (one per segment);
+    with each decoder step."""
     module = _module("block-topk", segment_size, 6, scale=0.5, top_segments=top, block_size=block)
     check_against_the_reference(module, *_inputs(5, 3, 13, 9, 4, LENGTHS), LENGTHS)
 
 
 def check_against_the_reference(module, queries, keys, values, valid, lengths) -> None:
     """The module against its float64 reference in the parallel path and a later chunk (from position 4),
-    incremental == parallel, left padding == right padding, and an empty last document's output 0."""
+    incremental == parallel, left padding == right padding (both paths), and an empty last document's output 0."""
     state = module.init_state(keys, values, valid)
     parallel, final = module(queries, state)
     assert_exact(parallel, _reference(module, queries, keys, values, valid), "parallel")
@@ -53,7 +60,9 @@ def check_against_the_reference(module, queries, keys, values, valid, lengths) -
     assert_exact(incremental, parallel, "incremental")
     assert torch.equal(final.last_segment, final_incremental.last_segment)
     left_keys, left_values, left = _left_padded(keys, values, valid, lengths)
-    assert_exact(module(queries, module.init_state(left_keys, left_values, left))[0], parallel, "left padding")
+    left_state = module.init_state(left_keys, left_values, left)
+    assert_exact(module(queries, left_state)[0], parallel, "left padding")
+    assert_exact(_incremental(module, queries, left_state)[0], parallel, "left padding, incremental")
     assert parallel[-1].abs().max() == 0  # the empty document: an empty memory
 
 
@@ -100,7 +109,7 @@ def _tied_inputs(raise_last: float):
 
 
 @pytest.mark.parametrize("raise_last,chosen", [(0.0, 1), (0.25, 2)])
-def test_equal_gates_choose_the_lower_segment(raise_last, chosen):
+def test_equal_gates_choose_the_lower_segment(raise_last, chosen, each_step):
     """t = 0 reads segment 0 and one other: with equal gates segment 1 (the lower index), else the larger gate."""
     module = _module("block-topk", 2, 8, head_dim=2, top_segments=1)
     queries, keys, values = _tied_inputs(raise_last)
@@ -143,7 +152,7 @@ def test_gradient_reaches_the_selected_segments_only():
     assert isinstance(state, BlockTopkState) and not state.mean_keys.requires_grad
 
 
-def test_bf16_output_is_finite_and_in_the_queries_dtype():
+def test_bf16_output_is_finite_and_in_the_queries_dtype(each_step):
     module = build_cross_attention(named_config("block-topk", segment_size=2, target_length=8, top_segments=2), 4, 0.5)
     queries, keys, values, valid = (t.to(torch.bfloat16) if t.is_floating_point() else t
                                     for t in _inputs(5, 2, 13, 9, 4, LENGTHS))
@@ -230,3 +239,119 @@ def test_attention_weights_with_blocks_are_the_distribution_the_output_is_comput
     weights = module.attention_weights(queries, keys, state, valid)
     assert_exact(torch.matmul(weights, values), output, "A V")
     assert torch.equal(weights * ~valid[:, None, None, :], torch.zeros_like(weights))
+
+
+def _integer_inputs(seed):
+    """Small integer queries and keys: many equal gates (exact in float32 for blocks of 1, 2 or 4 keys; blocks of 3
+    divide and may round, but alike for equal blocks); a different value at every position, so that reading another
+    block shows in the output; right padding after LENGTHS."""
+    generator = torch.Generator().manual_seed(seed)
+    queries, keys, values = (torch.randint(-2, 3, shape, generator=generator).double()
+                             for shape in [(5, 2, 9, 4), (5, 2, 13, 4), (5, 2, 13, 4)])
+    values = values + torch.arange(13, dtype=torch.float64)[:, None]
+    valid = torch.arange(13)[None, :] < torch.tensor(LENGTHS)[:, None]
+    return queries, keys, values, valid
+
+
+@pytest.mark.filterwarnings("ignore:An encoder input has")
+@pytest.mark.parametrize("block", [None, 2, 3])
+def test_a_float32_step_with_many_ties_reads_the_blocks_of_the_float64_reference(block, each_step):
+    """Integer keys and queries: many equal gates. The float32 step (the accelerator's: order keys with the
+    scheduled segment first, one topk, selection.ranked_top; the CPU's: top_positions) and the parallel path read
+    the blocks of the float64 reference, so they differ from it by float32 rounding only: the softmax over at most
+    20 keys of 4 integer components, their exponentials and the weighted sum round a few times per term
+    (float32_tolerance of 64 terms, generous), whatever the padding; an empty document's output is 0."""
+    module = _module("block-topk", 4, 6, scale=0.5, top_segments=2, block_size=block)
+    queries, keys, values, valid = _integer_inputs(seed=5)
+    left = _left_padded(keys, values, valid, LENGTHS)
+    for what, (k, v, mask) in {"right": (keys, values, valid), "left": left}.items():
+        expected = _reference(module, queries, k, v, mask)
+        state = module.init_state(k.float(), v.float(), mask)
+        step, _ = _incremental(module, queries.float(), state)
+        parallel, _ = module(queries.float(), state)
+        for output in (step, parallel):
+            assert output.dtype == torch.float32
+            assert max_difference(output.double(), expected) <= float32_tolerance(expected, 64), what
+        assert torch.equal(step[-1], torch.zeros_like(step[-1]))
+
+
+@pytest.mark.filterwarnings("ignore:An encoder input has")
+@pytest.mark.parametrize("segment_size,top,block", [(2, 1, None), (4, 2, 2), (4, 9, 1), (5, 3, 2), (6, 2, 4)])
+def test_the_two_steps_give_the_same_output_on_the_same_state(segment_size, top, block, monkeypatch):
+    """The CPU step and the accelerator step on one float64 state: integer data with many tied gates, padding on the
+    right and on the left, an empty document, blocks that divide the segment or not, ``r`` below and above the other
+    blocks' number; equal to float64 rounding at every position (``exact_tolerance``: they differ only in the
+    order of their sums), and the same segment recorded."""
+    module = _module("block-topk", segment_size, 6, scale=0.5, top_segments=top, block_size=block)
+    queries, keys, values, valid = _integer_inputs(seed=7)
+    left = _left_padded(keys, values, valid, LENGTHS)
+    for what, (k, v, mask) in {"right": (keys, values, valid), "left": left}.items():
+        state = module.init_state(k, v, mask)
+        outputs, finals = {}, {}
+        for kind in STEP_KINDS:
+            monkeypatch.setattr(step_choice, "STEP_OVERRIDE", kind)
+            outputs[kind], finals[kind] = _incremental(module, queries, state)
+        assert_exact(outputs["accelerator"], outputs["cpu"], what)
+        assert_exact(outputs["cpu"], module(queries, state)[0], f"{what}, parallel")
+        assert torch.equal(finals["accelerator"].last_segment, finals["cpu"].last_segment)
+        assert torch.equal(outputs["accelerator"][-1], torch.zeros_like(outputs["accelerator"][-1]))
+
+
+@pytest.mark.filterwarnings("ignore:An encoder input has")
+def test_a_reordered_state_steps_as_its_rows(each_step):
+    """Beam reordering (the cache layer's reorder_cache: every state tensor, rows repeated and dropped) gives the
+    state of the reordered rows: a step from it equals the reordered step from the original state."""
+    module = _module("block-topk", 4, 8, scale=0.5, top_segments=2, block_size=2)
+    queries, keys, values, valid = _inputs(3, 2, 13, 6, 4, [13, 5, 0], seed=4)
+    state = module.init_state(keys, values, valid)
+    layer = SRformerCacheLayer(state, (2, 13, 4), keys.dtype)
+    beams = torch.tensor([0, 0, 2])
+    layer.reorder_cache(beams)
+    reordered = layer.held_state()
+    for t in range(queries.shape[2]):
+        expected, _ = module.step(queries[:, :, t : t + 1], state, position=t)
+        output, _ = module.step(queries[beams, :, t : t + 1], reordered, position=t)
+        assert_exact(output, expected[beams], f"position {t}")
+
+
+@pytest.mark.parametrize("family", ["t5", "bart"])
+def test_in_a_model_incremental_equals_parallel_padding_does_not_matter_and_beams_reorder(family, each_step):
+    """A converted model reading its segment and one block of 2 besides (segments of 4): generation's step (each
+    step) gives the teacher-forced logits of a padded batch, each row alone those of the batch, and beam search with
+    a cache the sequences without."""
+    model = converted(BUILDERS[family](), variant="block-topk", segment_size=4, target_length=12, top_segments=1,
+                      block_size=2)
+    lengths = (24, 17, 9)
+    ids, mask = padded_batch(model, lengths=lengths)
+    dec = decoder_inputs(model, ids.shape[0], 8)
+    parallel = teacher_forced_logits(model, ids, mask, dec)
+    assert_exact(step_by_step_logits(model, ids, mask, dec), parallel, "incremental vs parallel")
+    for row, n in enumerate(lengths):
+        alone = step_by_step_logits(model, ids[row : row + 1, :n], mask[row : row + 1, :n], dec[row : row + 1])
+        assert_exact(alone, parallel[row : row + 1], f"row {row} alone vs batched")
+    config = dict(max_new_tokens=10, num_beams=3, num_return_sequences=3)
+    with torch.no_grad():
+        cached = model.generate(input_ids=ids, attention_mask=mask,
+                                generation_config=plain_generation_config(model, use_cache=True, **config))
+        uncached = model.generate(input_ids=ids, attention_mask=mask,
+                                  generation_config=plain_generation_config(model, use_cache=False, **config))
+    assert torch.equal(cached, uncached)
+
+
+@pytest.mark.filterwarnings("ignore:An encoder input has")
+@pytest.mark.parametrize("block", [2, 3])
+def test_the_accelerator_step_compiles_to_one_graph_and_equals_eager(block):
+    """torch.compile (fullgraph, aot_eager) of the float32 accelerator step (order keys, their CPU scalar floor, the
+    index tables made in the graph; blocks that divide the segment or not): no graph break or host sync, and
+    eager's output (the same float32 ops)."""
+    module = _module("block-topk", 4, 6, top_segments=2, block_size=block).float()
+    queries, keys, values, valid = (t.float() if t.is_floating_point() else t for t in _inputs(5, 2, 13, 2, 4, LENGTHS))
+    state = module.init_state(keys, values, valid)
+    compiled = torch.compile(module.accelerator_step, fullgraph=True, backend="aot_eager")
+    try:
+        for t in range(2):
+            segment = state.segment_table[:, t]
+            query = queries[:, :, t : t + 1]
+            assert torch.equal(compiled(query, state, segment), module.accelerator_step(query, state, segment))
+    finally:
+        torch._dynamo.reset()

@@ -1,14 +1,16 @@
-"""``top_positions``: the ``width`` best positions with ties settled by position, against a stable sort."""
+"""``top_positions`` (the CPU steps) and ``ranked_top`` (the accelerator steps): the ``width`` best positions with
+ties settled by position, against a stable sort."""
 
 from __future__ import annotations
 
 from unittest.mock import patch
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from srformer.attention.selection import top_positions
+from srformer.attention.selection import position_order, ranked_top, top_positions
 
 
 def _by_sort(scores: torch.Tensor, allowed: torch.Tensor, width: int) -> torch.Tensor:
@@ -42,3 +44,71 @@ def test_allowed_positions_come_first_and_ties_go_to_the_earlier_position():
     assert top_positions(scores, allowed, 2).tolist() == [[1, 2]]  # 9.0 is not allowed; the tie goes to 1 and 2
     assert top_positions(scores, allowed, 5).tolist() == [[0, 1, 2, 3, 4]]  # more than allowed: all, ascending
     assert top_positions(scores, allowed, 0).shape == (1, 0)
+
+
+def _ranked_by_sort(scores: torch.Tensor, allowed: torch.Tensor, width: int, first: torch.Tensor) -> set[tuple]:
+    """Reference of ``ranked_top``: ``first`` positions, then allowed ones by a stable descending sort, as a set of
+    (row, position); the positions not allowed that fill a row may be any, so they are left out."""
+    lowest = torch.finfo(scores.dtype).min
+    clean = torch.nan_to_num(scores, nan=lowest, posinf=torch.finfo(scores.dtype).max, neginf=lowest).double()
+    key = torch.where(allowed, clean, float("-inf")).masked_fill(first, float("inf"))
+    order = key.sort(dim=-1, descending=True, stable=True).indices[..., :width]
+    kept = torch.gather(key, -1, order) > float("-inf")
+    return {(row, int(p)) for row in range(scores.shape[0]) for p, k in zip(order[row], kept[row], strict=True) if k}
+
+
+@settings(max_examples=80, deadline=None)
+@given(rows=st.integers(1, 4), n=st.integers(1, 40), wide=st.booleans(), data=st.data())
+def test_ranked_top_orders_by_score_then_position_with_the_first_before(rows, n, wide, data):
+    """An accelerator step's selection (order keys in float32, the tie pass in float64) against a stable sort: ties
+    among few distinct values, NaN and infinities, zeros of both signs, the smallest float32 numbers (subnormal,
+    next to 0), the largest; positions not allowed after all others, ``first`` positions before all."""
+    width = data.draw(st.integers(1, n))
+    tiny = torch.finfo(torch.float32).tiny
+    levels = [-1.0, 0.0, -0.0, 0.5, 2.0, 3e38, -3e38, tiny, -tiny, 1e-45, -1e-45, 2 * tiny, float("nan"),
+              float("inf"), float("-inf")]
+    values = data.draw(st.lists(st.sampled_from(levels), min_size=rows * n, max_size=rows * n))
+    scores = torch.tensor(values, dtype=torch.float64 if wide else torch.float32).view(rows, n)
+    allowed = torch.tensor(data.draw(st.lists(st.booleans(), min_size=rows * n, max_size=rows * n))).view(rows, n)
+    first = torch.zeros(rows, n, dtype=torch.bool)
+    first[:, data.draw(st.permutations(range(n)))[: data.draw(st.integers(0, width))]] = True
+    chosen = ranked_top(scores, position_order(allowed), width, first=first)
+    assert chosen.shape == (rows, width) and chosen.dtype == torch.long
+    found = {(row, int(p)) for row in range(rows) for p in chosen[row]}
+    assert len(found) == rows * width  # distinct within each row
+    assert _ranked_by_sort(scores, allowed, width, first) <= found
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(1, 3), n=st.integers(1, 40), data=st.data())
+def test_ranked_top_chooses_the_positions_top_positions_chooses(rows, n, data):
+    """Where at least ``width`` positions are allowed, the two selections are the same set, in float32 and float64."""
+    width = data.draw(st.integers(1, n))
+    levels = data.draw(st.lists(st.sampled_from([-1.0, 0.0, 0.5, 2.0, float("nan"), float("inf")]),
+                                min_size=rows * n, max_size=rows * n))
+    allowed = torch.ones(rows, n, dtype=torch.bool)
+    allowed[:, data.draw(st.permutations(range(n)))[: n - width]] = False
+    for dtype in (torch.float32, torch.float64):
+        scores = torch.tensor(levels, dtype=dtype).view(rows, n)
+        chosen = ranked_top(scores, position_order(allowed), width).sort(dim=-1).values
+        assert torch.equal(chosen, top_positions(scores, allowed, width))
+
+
+def test_order_keys_keep_float32_scores_apart_and_ties_in_position_order():
+    """Distinct float32 scores one unit in the last place apart keep their order whatever the positions (the
+    position term is below half a unit), down to the subnormals and at the largest numbers; equal ones go to the
+    earlier position, over 2^16 positions."""
+    n = 1 << 16
+    for value in [1.0, -1.0, 3e38, -3e38, torch.finfo(torch.float32).tiny, 1e-45, 0.0, -0.0, 1.5e-7]:
+        base = torch.tensor(value, dtype=torch.float32)
+        upper = torch.nextafter(base, torch.tensor(float("inf")))
+        scores = torch.full((n,), value, dtype=torch.float32)
+        scores[-1] = upper  # the higher score at the last position: first, before the tied earlier ones
+        chosen = ranked_top(scores, position_order(torch.ones(n, dtype=torch.bool)), 3)
+        assert sorted(chosen.tolist()) == [0, 1, n - 1], value
+
+
+def test_position_order_refuses_more_positions_than_its_keys_keep_apart():
+    allowed = torch.ones(1, dtype=torch.bool).expand((1 << 25) + 1)
+    with pytest.raises(ValueError, match="At most 2\\*\\*25 positions"):
+        position_order(allowed)

@@ -26,6 +26,8 @@ import torch
 from torch._dynamo.utils import counters
 from transformers import CompileConfig
 
+from srformer.attention import step_choice
+from srformer.attention.step_choice import STEP_KINDS
 from srformer.core import NAMED_SETTINGS
 from tests.models.conftest import BUILDERS, converted, decoder_inputs
 from tests.models.test_generation_strategies import DECODER_GAIN, SETTINGS, batch, generate, model_for
@@ -89,10 +91,17 @@ def _pick(family: str, name: str):
     return converted(base, **{**NAMED_SETTINGS[name], **SETTINGS})
 
 
-@pytest.mark.parametrize("family,name", PICKS)
-def test_the_picks_decode_in_one_graph_for_every_position(family, name):
+#: Each pick with each of its decoder steps (knn and block-topk have a CPU and an accelerator step,
+#: srformer.attention.step_choice; quest-tree has one).
+PICK_STEPS = [(family, name, step) for family, name in PICKS for step in STEP_KINDS
+              if step == "cpu" or name != "quest-tree"]
+
+
+@pytest.mark.parametrize("family,name,step", PICK_STEPS)
+def test_the_picks_decode_in_one_graph_for_every_position(family, name, step, monkeypatch):
     """Static cache, fullgraph: one graph serves all five decoder positions (no recompilation as the position
     moves), and its tokens and logits are eager's."""
+    monkeypatch.setattr(step_choice, "STEP_OVERRIDE", step)
     compiled, eager, graphs = _compiled_generate(_pick(family, name), "aot_eager")
     assert graphs == 1
     assert torch.equal(compiled.sequences, eager.sequences)

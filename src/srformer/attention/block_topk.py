@@ -26,10 +26,15 @@ The schedule, compaction and segment-major state are those of
 :class:`~srformer.attention.segmented.SegmentedCrossAttention`; the state adds each segment's mean key
 (:class:`BlockTopkState`). The segment blocks are chosen per query *and head*, which the base's
 ``context_blocks`` hooks (one block per query) cannot express, so both paths gather per (query, head):
-``(B, H, q, r + 1, s, d)`` blocks of keys and values, with no ``q x k`` score matrix. There is no lean layout.
-Cost per head: one step ``O(m·d + m·log r + (r + 1)·s·d)`` (the gates, their top ``r``, the softmax); the parallel
-path the same per query, ``O(q·(m·d + (r + 1)·s·d))``; building the state ``O(k·d)`` (the segment-major copy
-and the means). The state keeps every key and value, ``O(k·d)``.
+``(B, H, q, r + 1, s, d)`` blocks of keys and values, with no ``q x k`` score matrix. A decoder step is chosen by
+device (:mod:`srformer.attention.step_choice`), both reading this state and giving the same output: on an
+accelerator a fixed sequence of 19 operator calls per layer whatever the input length, without a host sync (the
+gates, one ``topk`` of order keys with the scheduled segment first, one indexing each of keys, values and masks, one
+``scaled_dot_product_attention``: :meth:`BlockTopkCrossAttention.accelerator_step`; a GPU's eager step costs its
+launches); on the CPU, where that sequence costs more time at long inputs, the parallel path's selection and
+gathers. There is no lean layout. Cost per head: one step ``O(m·d + m·log r + (r + 1)·s·d)`` (the gates, their
+top ``r``, the softmax); the parallel path the same per query, ``O(q·(m·d + (r + 1)·s·d))``; building the state
+``O(k·d)`` (the segment-major copy and the means). The state keeps every key and value, ``O(k·d)``.
 
 Selection blocks smaller than a segment (``block_size`` b, beyond MoBA's one block per segment; NSA selects
 blocks of a size of their own). Each segment is cut into ``n = ceil(s / b)`` blocks of ``b`` real positions (the
@@ -48,16 +53,17 @@ exactly.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from torch.nn import functional as F
 
 from srformer.attention.base import ProjectRows
-from srformer.attention.schedule import segment_index
-from srformer.attention.segmented import SegmentedCrossAttention, SegmentState
-from srformer.attention.selection import top_positions
+from srformer.attention.schedule import segment_index, tracing
+from srformer.attention.segmented import SegmentedCrossAttention, SegmentState, cast
+from srformer.attention.selection import position_order, ranked_top, top_positions
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, extend
+from srformer.attention.step_choice import step_kind
 from srformer.core import MechanismSettings, integer_setting
 
 if TYPE_CHECKING:
@@ -112,10 +118,13 @@ class BlockTopkState(SegmentState):
             segment) of segment ``j // n`` (``n = ceil(s / b)`` blocks per segment; the gates' keys; detached, in
             float32 or the keys' dtype when wider); zero for a block without real positions.
         block_real: (B, M·n) bool, True for a block with at least one real position (only those are candidates).
+        rank_order: (B, 1, M·n) float64, each block's term of the order keys the accelerator step ranks the gates by
+            (:func:`~srformer.attention.selection.position_order`): ``-inf`` for a block without real positions.
     """
 
     mean_keys: torch.Tensor
     block_real: torch.Tensor
+    rank_order: torch.Tensor
 
     @property
     def blocks_per_segment(self) -> int:
@@ -186,9 +195,44 @@ def _take_whole_blocks(tensor: torch.Tensor, blocks: torch.Tensor, n: int) -> to
     return flat.index_select(0, rows.reshape(-1)).view(*blocks.shape, -1, *tensor.shape[4:])
 
 
+class _StepTables(NamedTuple):
+    """The index tensors of :meth:`BlockTopkCrossAttention.accelerator_step`'s indexing, for ``B`` examples, ``H``
+    heads, ``M`` segments of ``s`` positions and ``n`` blocks of ``b`` per segment (block ``j`` is positions
+    ``(j % n)·b ..`` of segment ``j // n``)."""
+
+    example: torch.Tensor  # (B, 1, 1, 1) long, b
+    head: torch.Tensor  # (1, H, 1, 1) long, h
+    zero: torch.Tensor  # (1,) long, 0: the mask's singleton axes (a 0-d index would be read on the host)
+    block_segment: torch.Tensor  # (M·n,) long, j // n
+    segment: torch.Tensor  # (M·n, 1) long, j // n
+    position: torch.Tensor  # (M·n, b) long, the block's positions in its segment, at most s - 1
+    outside: torch.Tensor | None  # (M·n, b) bool, True past the segment's end; None when b divides s
+
+
+def _step_tables(
+    batch: int, heads: int, segments: int, s: int, n: int, block: int, device: torch.device
+) -> _StepTables:
+    """The :class:`_StepTables` of these sizes, on ``device``."""
+    block_segment = torch.arange(segments * n, device=device) // n
+    position = (torch.arange(segments * n, device=device) % n * block)[:, None] + torch.arange(block, device=device)
+    return _StepTables(
+        example=torch.arange(batch, device=device).view(batch, 1, 1, 1),
+        head=torch.arange(heads, device=device).view(1, heads, 1, 1),
+        zero=torch.zeros(1, dtype=torch.long, device=device),
+        block_segment=block_segment,
+        segment=block_segment[:, None],
+        position=position.clamp(max=s - 1),
+        outside=None if s % block == 0 else position >= s,
+    )
+
+
 class BlockTopkCrossAttention(SegmentedCrossAttention):
     """The ``block-topk`` variant for one decoder layer; arguments as :class:`SegmentedCrossAttention`
     (``config.resolved_top_segments()`` is ``r``)."""
+
+    def __init__(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> None:
+        super().__init__(config, head_dim, scale)
+        self._tables: dict[tuple[int | torch.device, ...], _StepTables] = {}  # see _tables_for
 
     @autocast_off
     def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> BlockTopkState:
@@ -211,7 +255,13 @@ class BlockTopkCrossAttention(SegmentedCrossAttention):
         # head-major and stored transposed, (B, H, d, M·n) in memory: a step's gates are one batched product with
         # the blocks as the contiguous dimension, a third faster than with the transposed view
         mean_keys = mean_keys.permute(0, 2, 4, 1, 3).reshape(batch, heads, d, segments * n).transpose(-1, -2)
-        return extend(BlockTopkState, state, mean_keys=mean_keys, block_real=real.any(dim=-1).flatten(1))
+        block_real = real.any(dim=-1).flatten(1)
+        return extend(BlockTopkState, state, mean_keys=mean_keys, block_real=block_real,
+                      rank_order=position_order(block_real[:, None, :]))
+
+    def finite_check_fields(self, state: CrossAttentionState) -> tuple[str, ...]:
+        """The base's fields less ``rank_order``, built from the mask alone (``-inf`` on purpose)."""
+        return tuple(name for name in super().finite_check_fields(state) if name != "rank_order")
 
     def select_segments(
         self, queries: torch.Tensor, state: BlockTopkState, segments: torch.Tensor
@@ -297,11 +347,15 @@ class BlockTopkCrossAttention(SegmentedCrossAttention):
         position: int | torch.Tensor,
         project_rows: ProjectRows | None = None,
     ) -> tuple[torch.Tensor, CrossAttentionState]:
-        """Cross attention for one decoder position: the gates of the ``m·n`` blocks, their top ``r``, and one
-        softmax over the ``s + r·b`` gathered keys; no tensor of encoder length is touched, no host sync.
+        """Cross attention for one decoder position: the gates of the ``M·n`` blocks, their top ``r``, and one
+        softmax over the ``s + r·b`` gathered keys; no tensor of encoder length is touched, no host sync. The step of
+        the queries' device (:func:`~srformer.attention.step_choice.step_kind`): on an accelerator
+        :meth:`accelerator_step`, a fixed sequence of about twenty kernels (a GPU's eager step costs its launches);
+        on the CPU the parallel path's selection and gathers (:meth:`select_segments`, :func:`take_blocks`), which
+        take less time there. Both read the same blocks and give the same output.
 
         Args:
-            queries: (B, H, 1, d) projected decoder query at ``position``.
+            queries: (B, H, 1, d) projected decoder query at ``position`` (several positions take the CPU step).
             state: the state after ``position - 1`` (a fresh one at position 0), from :meth:`init_state`.
             position: absolute decoder position ``t`` (an int, or a 0-d long tensor).
             project_rows: unused (there is no lean layout).
@@ -315,7 +369,70 @@ class BlockTopkCrossAttention(SegmentedCrossAttention):
         if not isinstance(state, BlockTopkState):
             raise ValueError(f"{type(self).__name__} cannot step a {type(state).__name__}; build it with init_state().")
         segment = self._segment_at(state, position)  # (B,) i(t)
-        return self._attend(queries, state, segment[:, None], 0.0), replace(state, last_segment=segment)
+        new_state = replace(state, last_segment=segment)
+        if queries.shape[2] == 1 and state.segment_bias is not None and step_kind(queries.device) == "accelerator":
+            return self.accelerator_step(queries, state, segment), new_state
+        return self._attend(queries, state, segment[:, None], 0.0), new_state
+
+    def accelerator_step(self, queries: torch.Tensor, state: BlockTopkState, segment: torch.Tensor) -> torch.Tensor:
+        """One decoder position in 18 operator calls (20 where ``b`` does not divide ``s``; :meth:`step` adds one,
+        reading ``i(t)``) whatever the input length, without a host sync: the gates of the ``M·n`` blocks (one product
+        and one sum), the ``n`` blocks of segment ``i(t)`` placed first and the ``R`` other real blocks of largest
+        gate in one ``topk`` of order keys (:func:`~srformer.attention.selection.ranked_top`: the tie rule without a
+        second pass), one indexing each of the chosen blocks' keys, values and masks in the segment-major state (the
+        layout the CPU step reads), and one ``scaled_dot_product_attention`` over the ``(n + R)·b`` keys. The same
+        blocks and output as the parallel path (:meth:`select_segments`): an empty slot holds a block without
+        attendable positions, masked.
+
+        Args:
+            queries: (B, H, 1, d) projected decoder query.
+            state: the layer's state (with ``segment_bias``).
+            segment: (B,) long, ``i(t)``.
+
+        Returns:
+            (B, H, 1, d) in the queries' dtype.
+        """
+        assert state.segment_bias is not None
+        batch, heads = queries.shape[:2]
+        segments, s = state.segment_valid.shape[1:]
+        n, block = state.blocks_per_segment, self.settings.resolved_block_size()
+        width = n + min(self.settings.resolved_top_segments(), (segments - 1) * n)
+        tables = self._tables_for(batch, heads, segments, s, n, block, queries.device)
+        with torch.no_grad(), torch.autocast(device_type=queries.device.type, enabled=False):
+            query = cast(queries, state.mean_keys.dtype)
+            if self.scale != 1.0:
+                query = query * self.scale
+            # (B, H, M·n): one product and one sum, two launches where a batched matrix-vector product takes four
+            gates = (state.mean_keys * query).sum(dim=-1)
+            scheduled = tables.block_segment == segment.view(batch, 1, 1)  # (B, 1, M·n)
+            chosen = ranked_top(gates, state.rank_order, width, first=scheduled)  # (B, H, n + R)
+        within, position = tables.segment[chosen], tables.position[chosen]  # (B, H, n + R, 1), (B, H, n + R, b)
+        keys = state.keys[tables.example, within, tables.head, position]  # (B, H, n + R, b, d)
+        values = state.values[tables.example, within, tables.head, position]
+        mask = state.segment_bias[tables.example, within, tables.zero, tables.zero, position]  # (B, H, n + R, b)
+        if tables.outside is not None:  # a segment's last block reaches past its end: those rows repeat its last
+            mask = mask.masked_fill(tables.outside[chosen], torch.finfo(mask.dtype).min)
+        dtype, d = queries.dtype, queries.shape[-1]
+        return F.scaled_dot_product_attention(
+            queries, cast(keys.view(batch, heads, -1, d), dtype), cast(values.view(batch, heads, -1, d), dtype),
+            attn_mask=cast(mask.view(batch, heads, 1, -1), dtype), scale=self.scale,
+        )
+
+    def _tables_for(
+        self, batch: int, heads: int, segments: int, s: int, n: int, block: int, device: torch.device
+    ) -> _StepTables:
+        """The accelerator step's index tensors: made once per shape and device in eager mode and kept on the module
+        (no operator call per step), made in the graph when traced."""
+        if tracing():
+            return _step_tables(batch, heads, segments, s, n, block, device)
+        key = (batch, heads, segments, s, n, block, device)
+        tables = self._tables.get(key)
+        if tables is None:
+            tables = _step_tables(batch, heads, segments, s, n, block, device)
+            if len(self._tables) >= 8:  # bounded: beams, batch sizes and lengths change across calls
+                self._tables.clear()
+            self._tables[key] = tables
+        return tables
 
     def attention_weights(
         self,

@@ -31,12 +31,19 @@ parallel path (training, teacher forcing, a multi-token chunk) always searches e
   the selected keys to the queries, those keys and their values.
 
 Costs per head: a decoder step scores every key and selects, ``O(k·d + k·log K)``, then the softmax over ``K``
-keys, ``O(K·d)``. The parallel (training) path scores all ``q x k`` pairs, ``O(q·k·d)`` like full attention, so it
-saves no training time; it then reads ``K`` keys per query. The state is the projected keys and values (``2·k·d``
-numbers, growing with the input; no lean layout: the keys must all be kept to be searched). With an index the
-layers keep nothing of the input's length; the index holds the encoder output once (``k·D`` float32 numbers, ``D``
-= d_model, plus ``sqrt(k)`` centroids for ``"ivf"``), and a step costs the search (``O(k·D)`` per query and head
-flat; about ``(probes·k/lists + lists)·D`` ivf) plus ``O(K·D·d)`` to project the retrieved rows.
+keys, ``O(K·d)``. The exact search has two decoder steps, chosen by device (:mod:`srformer.attention.step_choice`),
+which read the same state and keys and give the same output: on an accelerator a fixed sequence of 13 operator calls
+per layer whatever ``k``, without a host sync (one product for the scores, one ``topk`` of order keys that settles
+ties by position, :func:`~srformer.attention.selection.ranked_top`, one indexing each of keys, values and masks, one
+``scaled_dot_product_attention``; a GPU's eager step costs its launches); on the CPU, where that sequence costs more
+time, the step of the parallel path (:func:`~srformer.attention.selection.top_positions` and ``index_select``
+gathers). The parallel (training) path scores all ``q x k`` pairs, ``O(q·k·d)`` like full attention, so it saves
+no training time; it then reads ``K`` keys per query. The state is the projected keys and values (``2·k·d`` numbers,
+growing with the input, plus a float64 order-key term and a mask per position; no lean layout: the keys must all be
+kept to be searched). With an index the layers keep nothing of the input's length; the index holds the encoder
+output once (``k·D`` float32 numbers, ``D`` = d_model, plus ``sqrt(k)`` centroids for ``"ivf"``), and a step costs
+the search (``O(k·D)`` per query and head flat; about ``(probes·k/lists + lists)·D`` ivf) plus ``O(K·D·d)`` to
+project the retrieved rows.
 """
 
 from __future__ import annotations
@@ -46,14 +53,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
+from torch.nn import functional as F
 
 from srformer.attention.base import ProjectRows
 from srformer.attention.content import ContentSparseCrossAttention, ContentState, content_base_state, slot_softmax
 from srformer.attention.knn_index import INDEX_KINDS, EncoderIndex, build_encoder_index, faiss_available, require_faiss
 from srformer.attention.projection import HeadProjection
-from srformer.attention.schedule import real_lengths
-from srformer.attention.selection import top_positions
-from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off
+from srformer.attention.schedule import real_lengths, tracing
+from srformer.attention.segmented import cast
+from srformer.attention.selection import position_order, ranked_top, top_positions
+from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, extend
+from srformer.attention.step_choice import step_kind
 from srformer.core import MechanismSettings, integer_setting
 
 if TYPE_CHECKING:
@@ -125,6 +135,23 @@ class KNNSettings(MechanismSettings):
         approximate, also shorter than ``index_min_keys``)."""
         top = self.resolved_top_keys(config)
         return min(top, self.resolved_index_min_keys(config) - 1) if self.knn_index == "ivf" else top
+
+
+@dataclass(kw_only=True)
+class KNNState(ContentState):
+    """The exact search's state: :class:`~srformer.attention.content.ContentState` (keys, and values zero at padded
+    positions) plus what the accelerator step reads besides them (:meth:`KNNCrossAttention.accelerator_step`); the
+    CPU step and the parallel path read the base's fields only.
+
+    Attributes:
+        rank_order: (B, 1, k) float64, each position's term of the order keys
+            (:func:`~srformer.attention.selection.position_order`): ``-inf`` at padding.
+        key_bias: (B, k) in the keys' dtype, each key's additive attention mask: 0 at real positions, the dtype's
+            lowest number at padding.
+    """
+
+    rank_order: torch.Tensor
+    key_bias: torch.Tensor
 
 
 @dataclass(kw_only=True)
@@ -215,6 +242,7 @@ class KNNCrossAttention(ContentSparseCrossAttention):
     def __init__(self, config: SRformerConfig, head_dim: int, scale: float = 1.0) -> None:
         super().__init__(config, head_dim, scale)
         self.top_keys = config.resolved_top_keys()
+        self._indices: dict[tuple[int, int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}  # _step_indices
 
     def configure(self, config: SRformerConfig) -> None:
         """Use ``config`` (see the base class); with ``knn_index`` set, faiss must be installed.
@@ -257,14 +285,30 @@ class KNNCrossAttention(ContentSparseCrossAttention):
         self, queries: torch.Tensor, state: CrossAttentionState, *, position: int | torch.Tensor,
         project_rows: ProjectRows | None = None,
     ) -> tuple[torch.Tensor, CrossAttentionState]:
-        """One decoder position. From an :class:`IndexedKNNState`: each head's top ``K`` positions from the index,
-        their keys and values projected from the encoder output (``project_rows`` with (B, H, n) positions), the
-        softmax over them; otherwise the exact search of the base class.
+        """One decoder position. From a :class:`KNNState` (the exact search), the step of the queries' device
+        (:func:`~srformer.attention.step_choice.step_kind`): on an accelerator :meth:`accelerator_step`, a fixed
+        sequence of kernels without a host sync (a GPU's eager step costs its launches); on the CPU the base class's
+        step (:meth:`slots`: :func:`~srformer.attention.selection.top_positions`, whose tie check is a free host
+        read there, and ``index_select`` gathers), which takes less time there. Both read the same keys and give
+        the same output. From an :class:`IndexedKNNState`: each head's top ``K`` positions from the index, their
+        keys and values projected from the encoder output (``project_rows`` with (B, H, n) positions), the softmax
+        over them.
+
+        Args:
+            queries: (B, H, 1, d) projected decoder query (several positions take the base class's path).
+            state: from :meth:`init_state` or :meth:`indexed_state`.
+            position: absolute decoder position (unused: the output does not depend on it).
+            project_rows: for an indexed state: maps (B, H, n) encoder positions to the projected (keys, values).
+
+        Returns:
+            ``(output, state)``: (B, H, 1, d) in the queries' dtype, and the state (unchanged).
 
         Raises:
-            ValueError: for an indexed state without ``project_rows``.
+            ValueError: for an indexed state without ``project_rows``; for a state of another class.
         """
         if not isinstance(state, IndexedKNNState):
+            if isinstance(state, KNNState) and queries.shape[2] == 1 and step_kind(queries.device) == "accelerator":
+                return self.accelerator_step(queries, state), state
             return super().step(queries, state, position=position, project_rows=project_rows)
         if project_rows is None:
             raise ValueError("An indexed knn state needs `project_rows` to project the retrieved encoder rows.")
@@ -278,9 +322,57 @@ class KNNCrossAttention(ContentSparseCrossAttention):
         probabilities = slot_softmax(queries, keys, found.view(batch, heads, length, top), self.scale)
         return torch.einsum("bhqs,bhqsd->bhqd", probabilities, values), state
 
+    def accelerator_step(self, queries: torch.Tensor, state: KNNState) -> torch.Tensor:
+        """One decoder position from an exact state in 13 operator calls whatever ``k``, without a host sync: the
+        scores of all ``k`` keys (one batched matrix-vector product), their top ``min(K, k)`` by order key
+        (:func:`~srformer.attention.selection.ranked_top`: the tie rule in one ``topk``, padding last), one indexing
+        each of the chosen keys, values and masks, and one ``scaled_dot_product_attention``. The same keys and
+        output as :meth:`slots` and the parallel path. An example without real keys reads padded slots only, all
+        masked alike: the softmax spreads over their values, which the state holds as zero, so its output is 0.
+
+        Args:
+            queries: (B, H, 1, d) projected decoder queries.
+            state: from :meth:`init_state`.
+
+        Returns:
+            (B, H, 1, d) in the queries' dtype.
+        """
+        keys, values = state.keys, state.values  # (B, H, k, d)
+        batch, heads, k, d = keys.shape
+        width = min(self.top_keys, k)
+        with torch.no_grad(), torch.autocast(device_type=queries.device.type, enabled=False):
+            wide = torch.float64 if torch.float64 in (queries.dtype, keys.dtype) else torch.float32
+            scores = torch.bmm(cast(keys, wide).reshape(batch * heads, k, d), cast(queries, wide).reshape(-1, d, 1))
+            chosen = ranked_top(scores.view(batch, heads, k), state.rank_order, width)  # (B, H, S)
+        example, head = self._step_indices(batch, heads, queries.device)
+        mask = state.key_bias[example, chosen].view(batch, heads, 1, width)
+        dtype = queries.dtype
+        return F.scaled_dot_product_attention(
+            queries, cast(keys[example, head, chosen], dtype), cast(values[example, head, chosen], dtype),
+            attn_mask=cast(mask, dtype), scale=self.scale,
+        )
+
+    def _step_indices(self, batch: int, heads: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, 1, 1) and (1, H, 1) long, the example and head of each chosen slot (the first two index tensors of the
+        accelerator step's indexing): made once per batch size, head count and device in eager mode and kept on the
+        module (no operator call per step), made in the graph when traced."""
+        key = (batch, heads, device)
+        indices = None if tracing() else self._indices.get(key)
+        if indices is None:
+            indices = (torch.arange(batch, device=device).view(batch, 1, 1),
+                       torch.arange(heads, device=device).view(1, heads, 1))
+            if not tracing():
+                if len(self._indices) >= 8:  # bounded: beams, batch sizes and devices change across calls
+                    self._indices.clear()
+                self._indices[key] = indices
+        return indices
+
     @autocast_off
-    def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> ContentState:
-        """The keys and values in encoder order and the real positions (nothing else: the search runs per query).
+    def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> KNNState:
+        """The keys and values in encoder order and the real positions (the search runs per query), plus each
+        position's order-key term and additive mask, which the accelerator step reads. Both steps read this state.
+        The values are zero at padded positions: no softmax gives them weight, except an empty document's
+        accelerator step, which averages them.
 
         Args:
             keys: (B, H, k, d) projected encoder keys.
@@ -288,9 +380,27 @@ class KNNCrossAttention(ContentSparseCrossAttention):
             key_valid: (B, k) bool, True at real encoder positions; None when nothing is padded.
 
         Returns:
-            A :class:`~srformer.attention.content.ContentState`; an empty document has no real key (output 0).
+            A :class:`KNNState`; an empty document has no real key (output 0).
+
+        Raises:
+            ValueError: for more than ``2^25`` encoder positions (what the order keys keep apart).
         """
-        return content_base_state(keys, values, key_valid)
+        if key_valid is not None:
+            real = key_valid.to(device=values.device, dtype=values.dtype)[:, None, :, None]
+            if torch.is_grad_enabled() and values.requires_grad:  # mul's out= form has no derivative
+                values = values.contiguous() * real
+            else:  # written contiguous: one pass over the values, as content_base_state's copy would be
+                values = torch.mul(values, real, out=values.new_empty(values.shape))
+        base = content_base_state(keys, values, key_valid)
+        real = base.key_valid
+        bias = torch.zeros(real.shape, dtype=base.keys.dtype, device=real.device)
+        return extend(KNNState, base, rank_order=position_order(real[:, None, :]),
+                      key_bias=bias.masked_fill_(~real, torch.finfo(bias.dtype).min))
+
+    def finite_check_fields(self, state: CrossAttentionState) -> tuple[str, ...]:
+        """Every field but ``rank_order`` and ``key_bias``: built from the mask alone (``-inf`` and the lowest number
+        at padding on purpose)."""
+        return tuple(name for name in super().finite_check_fields(state) if name not in ("rank_order", "key_bias"))
 
     def slots(self, queries: torch.Tensor, state: CrossAttentionState) -> tuple[torch.Tensor, torch.Tensor]:
         """The top ``K`` real keys of every query by ``Q_t . K_j`` (ties: the earlier position).

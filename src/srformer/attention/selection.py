@@ -2,15 +2,121 @@
 ``block-topk``'s blocks).
 
 ``torch.topk`` leaves the choice among equal scores unspecified, and a full stable sort costs ``O(n·log n)`` per
-row, which dominates a decoder step once there are a thousand candidates. :func:`top_positions` takes one
-``torch.topk`` for the ``width``-th score and settles ties by position, in ``O(n·log width)``.
+row, which dominates a decoder step once there are a thousand candidates. Two functions take the ``width`` first
+positions in the order (allowed first, score descending, position ascending) in ``O(n·log width)``:
+
+* :func:`top_positions` (the CPU steps, the parallel paths, ``quest``): one ``torch.topk`` for the ``width``-th
+  score and, where a tie at it is left out, a pass that settles it by position; on the CPU the check for such a tie
+  is a free host read, elsewhere the pass always runs.
+* :func:`ranked_top` (the accelerator steps, :mod:`srformer.attention.step_choice`): a fixed sequence of four or
+  five kernels and no host sync. Float32 (and narrower) scores are widened to float64 **order keys** that also
+  encode the position, ``key_j = s_j + hypot(s_j, 2^-126) · o_j`` with the position term
+  ``o_j = -j · 2^-(25 + L)`` (``2^L >= n``; :func:`position_order`). The term moves a score by less than
+  ``2^-25`` of its magnitude, less than half the gap to the next float32, so distinct scores keep their order;
+  the product is exact in float64 (24 bits times ``L <= 25``) and two equal scores' keys differ by at least
+  ``|s|·2^-50``, two float64 units of ``s``, so they stay apart after the sum's one rounding, the earlier position
+  above. All keys of a row are distinct: one ``topk`` is the exact answer. ``o_j = -inf`` puts a position after
+  every other. Float64 scores have no spare bits for the position: :func:`top_positions`'s tie pass, without its
+  host check.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["top_positions"]
+__all__ = ["position_order", "ranked_top", "top_positions"]
+
+#: The smallest normal float32, ``2^-126``: the floor under a score's magnitude in its order key, so that a zero
+#: score's key still carries its position (a 0-d CPU tensor: an operand of any device's elementwise kernels).
+_FLOOR = torch.tensor(torch.finfo(torch.float32).tiny, dtype=torch.float32, device="cpu")
+#: The widest position term: ``2^25`` positions keep two equal scores' keys two float64 units apart.
+_MAX_POSITION_BITS = 25
+
+
+def _position_shift(n: int) -> int:
+    """``25 + L``, the exponent of a position term's step for ``n`` positions (``2^L >= n``).
+
+    Raises:
+        ValueError: for more than ``2^25`` positions.
+    """
+    bits = max(n - 1, 1).bit_length()
+    if bits > _MAX_POSITION_BITS:
+        raise ValueError(f"At most 2**{_MAX_POSITION_BITS} positions can be ranked, got {n}.")
+    return 25 + bits
+
+
+def position_order(allowed: torch.Tensor) -> torch.Tensor:
+    """The position term of :func:`ranked_top`'s order keys along the last axis: ``-j · 2^-(25 + L)`` at an allowed
+    position ``j`` (``2^L >= n``), ``-inf`` at the others (ranked after every allowed one). Built once per sequence
+    by the states that keep it (``knn``'s keys, ``block-topk``'s blocks).
+
+    Args:
+        allowed: (..., n) bool.
+
+    Returns:
+        (..., n) float64.
+
+    Raises:
+        ValueError: for more than ``2^25`` positions.
+    """
+    n = allowed.shape[-1]
+    step = torch.arange(n, dtype=torch.float64, device=allowed.device) * -(2.0 ** -_position_shift(n))
+    return step.masked_fill(~allowed, float("-inf"))
+
+
+def _tie_pass(
+    scores: torch.Tensor, allowed: torch.Tensor, width: int, first: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The ``width`` first positions along the last axis (``first`` ones before all, then allowed ones by score
+    descending, then the others; ties to the earlier position), in ascending order, without a host sync: one
+    ``topk`` for the ``width``-th score ``v``, every position above it and the earliest of those equal to it."""
+    info = torch.finfo(scores.dtype)
+    scores = torch.nan_to_num(scores, nan=info.min, posinf=info.max, neginf=info.min)
+    scores = scores.masked_fill(~allowed, float("-inf"))  # below every allowed position
+    if first is not None:
+        scores = scores.masked_fill(first, float("inf"))  # above every other position
+    cut = torch.topk(scores, width, dim=-1, sorted=False).values.amin(dim=-1, keepdim=True)
+    return _earliest_at_cut(scores, scores == cut, cut, width)
+
+
+def _earliest_at_cut(scores: torch.Tensor, at: torch.Tensor, cut: torch.Tensor, width: int) -> torch.Tensor:
+    """Every position scoring above the ``width``-th score ``cut`` (..., 1) and the earliest of those scoring exactly
+    ``cut`` (``at``), up to ``width``: (..., width) long, ascending."""
+    above = scores > cut
+    chosen = above | (at & (at.cumsum(-1) <= width - above.sum(-1, keepdim=True)))  # exactly width per row
+    index = torch.arange(scores.shape[-1], device=scores.device).expand(scores.shape)
+    return torch.topk(index.masked_fill(~chosen, scores.shape[-1]), width, dim=-1, largest=False).values
+
+
+def ranked_top(
+    scores: torch.Tensor, order: torch.Tensor, width: int, first: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The ``width`` positions first in the order along the last axis (``first`` ones, then those whose ``order`` is
+    finite by score descending and position ascending, then the others), in no particular order: an accelerator
+    step's selection. Float32 (or narrower) scores: the order keys and one ``topk`` (module docstring: four kernels,
+    a fifth for ``first``); float64: the tie pass of :func:`top_positions`. No host sync either way. NaN scores rank
+    as the lowest finite score, ``+inf`` as the highest; positions whose ``order`` is ``-inf`` come after all others
+    and ``first`` ones before all others, in any order among themselves.
+
+    Args:
+        scores: (..., n) selection scores in float32 or float64 (or narrower).
+        order: float64 broadcastable to ``scores``, from :func:`position_order` (of ``scores``' positions).
+        width: how many positions to return, ``1 <= width <= n``.
+        first: bool broadcastable to ``scores``, or None: positions returned before any other (``block-topk``'s
+            scheduled segment), at most ``width`` per row.
+
+    Returns:
+        (..., width) long in ``[0, n)``, distinct within a row.
+    """
+    if scores.dtype == torch.float64:
+        allowed = (order > float("-inf")).expand_as(scores)
+        return _tie_pass(scores, allowed, width, None if first is None else first.expand_as(scores))
+    info = torch.finfo(torch.float32)
+    scores = torch.nan_to_num(scores.float(), nan=info.min, posinf=info.max, neginf=info.min)
+    keys = torch.addcmul(scores, torch.hypot(scores, _FLOOR), order)  # float64 (order's dtype)
+    if first is not None:
+        keys = keys.masked_fill(first, float("inf"))
+    return torch.topk(keys, width, dim=-1, sorted=False).indices
 
 
 def top_positions(scores: torch.Tensor, allowed: torch.Tensor, width: int) -> torch.Tensor:
@@ -45,7 +151,4 @@ def top_positions(scores: torch.Tensor, allowed: torch.Tensor, width: int) -> to
     on_host = scores.device.type == "cpu" and not torch.compiler.is_compiling()
     if on_host and torch.equal(at.sum(-1), (top.values == cut).sum(-1)):
         return top.indices.sort(dim=-1).values
-    above = scores > cut
-    chosen = above | (at & (at.cumsum(-1) <= width - above.sum(-1, keepdim=True)))  # exactly width per row
-    index = torch.arange(scores.shape[-1], device=scores.device).expand(scores.shape)
-    return torch.topk(index.masked_fill(~chosen, scores.shape[-1]), width, dim=-1, largest=False).values
+    return _earliest_at_cut(scores, at, cut, width)

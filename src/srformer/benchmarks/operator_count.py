@@ -28,6 +28,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import PreTrainedModel, T5ForConditionalGeneration
 
+from srformer.attention import step_choice
 from srformer.benchmarks.generation import generate_fixed, random_encoder_outputs
 from srformer.benchmarks.long_input_variants import LONG_INPUT_VARIANTS
 from srformer.benchmarks.suite_settings import MODEL_SHAPES
@@ -157,7 +158,9 @@ def count_generation_operators(
         seed: seed of the random encoder output.
         as_on_accelerator: count what an accelerator runs whatever the device: the NaN/inf check of a new state
             deferred to the next step (:func:`srformer.models.cross_attention.finite_check_mode`), which a CPU
-            reads at once (one host read per layer, free there). False: what this device runs.
+            reads at once (one host read per layer, free there), and the accelerator steps of ``knn`` and
+            ``block-topk`` (:mod:`srformer.attention.step_choice`), where a CPU runs steps with fewer
+            microseconds but more calls. False: what this device runs.
 
     Returns:
         An :class:`OperatorCount`.
@@ -173,14 +176,15 @@ def count_generation_operators(
     encoder_outputs, mask = random_encoder_outputs(
         batch_size, encoder_length, model.config.d_model, device=model.device, seed=seed
     )
-    override = cross_attention.FINITE_CHECK_OVERRIDE
+    override, step_override = cross_attention.FINITE_CHECK_OVERRIDE, step_choice.STEP_OVERRIDE
     if as_on_accelerator:
         cross_attention.FINITE_CHECK_OVERRIDE = "deferred"
+        step_choice.STEP_OVERRIDE = "accelerator"
     try:
         _, first = count_calls(lambda: generate_fixed(model, encoder_outputs, mask, 1))
         _, longer = count_calls(lambda: generate_fixed(model, encoder_outputs, mask, tokens[1]))
     finally:
-        cross_attention.FINITE_CHECK_OVERRIDE = override
+        cross_attention.FINITE_CHECK_OVERRIDE, step_choice.STEP_OVERRIDE = override, step_override
     extra = tokens[1] - 1
     per_token = {name: (longer[name] - first[name]) / extra for name in longer | first}
     per_token = {name: n for name, n in per_token.items() if n}

@@ -481,7 +481,7 @@ MECHANISMS: tuple[Mechanism, ...] = (
         "Input, Sec. 2 (every cross-attention head attends its top-k keys over all the input; Sec. 2.3: one "
         "nearest-neighbour index of the encoder's hidden states, queried with W_k^T q)",
         module="srformer.attention.knn.KNNCrossAttention",
-        state="srformer.attention.content.ContentState",
+        state="srformer.attention.knn.KNNState",
         lean_state=None,
         settings="srformer.attention.knn.KNNSettings",
         reference_path=f"{_NAIVE}.knn_attention",
