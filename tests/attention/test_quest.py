@@ -12,8 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import srformer
-from srformer.attention import naive
-from srformer.attention.quest import QuestRowsState, QuestState, key_bounds, outward_half, upper_bound
+from srformer.attention import naive, step_choice
+from srformer.attention.quest import (
+    QuestRowsState,
+    QuestState,
+    key_bounds,
+    outward_half,
+    similarity_order,
+    upper_bound,
+)
 from srformer.config import SRformerConfig, named_config
 from srformer.models.memory_estimate import estimate_decode_memory
 from tests.attention.test_block_topk import check_against_the_reference
@@ -31,9 +38,11 @@ LENGTHS = [23, 13, 8, 5, 1, 0]  # several leaves and groups, one leaf, one key, 
     (5, 4, 1, None, None), (20, 2, 2, None, None), (3, 2, 2, 2, 1), (2, 3, 2, 2, 2), (4, 2, 3, 3, 1),
     (2, 1, 4, 4, 2), (6, 4, 1, 1, 2), (3, 5, 2, 8, 1),
 ])
-def test_matches_the_reference_in_both_paths_paddings_and_a_later_chunk(segment_size, leaf, top, group, groups):
+def test_matches_the_reference_in_both_paths_paddings_and_a_later_chunk(segment_size, leaf, top, group, groups,
+                                                                         each_step):
     """One level and two; leaves smaller than, equal to, not dividing and larger than the segment; one group per
-    leaf and one group for every leaf; more segments than steps (s = 1)."""
+    leaf and one group for every leaf; more segments than steps (s = 1); the CPU's and the accelerator's tree
+    build."""
     module = _module("quest", segment_size, 6, scale=0.5, leaf_size=leaf, top_leaves=top, group_size=group,
                      top_groups=groups)
     check_against_the_reference(module, *_inputs(6, 3, 23, 9, 4, LENGTHS), LENGTHS)
@@ -134,7 +143,7 @@ def test_attention_weights_are_the_distribution_the_output_is_computed_with():
 
 
 @pytest.mark.parametrize("family", ["t5", "bart"])
-def test_generate_reading_encoder_rows_equals_the_standard_state(family):
+def test_generate_reading_encoder_rows_equals_the_standard_state(family, each_step):
     """Greedy and beam search from the state that reads rows of the encoder output (``rows_min_keys=1``) give the
     standard state's tokens and scores (the absorbed form is exact up to rounding); the state keeps no keys."""
     model = converted(BUILDERS[family](), variant="quest", segment_size=4, target_length=8, leaf_size=2,
@@ -206,3 +215,19 @@ def test_the_rows_state_keeps_half_the_leaf_bytes_and_the_estimate_says_so():
     k = 262144
     grouped, single = (estimate_decode_memory(c, model_config, 1, k, torch.float32).states for c in (tree, flat))
     assert grouped < 0.6 * single
+
+
+@pytest.mark.parametrize("leaves,group", [(37, 4), (64, 16), (5, 8), (1, 1)])
+def test_the_tree_orders_leaves_alike_on_the_cpu_and_on_an_accelerator(leaves, group, monkeypatch):
+    """The two formulations of the principal-direction tree (einsum on the CPU, batched products over all nodes on
+    an accelerator) give the same order in float64, with empty slots and a padded leaf, for every head."""
+    generator = torch.Generator().manual_seed(leaves)
+    centres = torch.randn(2, 3, leaves, 5, generator=generator, dtype=torch.float64)
+    real = torch.ones(2, leaves, dtype=torch.bool)
+    real[1, leaves // 2:] = False
+    orders = {}
+    for kind in step_choice.STEP_KINDS:
+        monkeypatch.setattr(step_choice, "STEP_OVERRIDE", kind)
+        orders[kind] = similarity_order(centres, real, group)
+    assert torch.equal(orders["cpu"], orders["accelerator"])
+    assert sorted(orders["cpu"][0, 0].tolist()) == list(range(orders["cpu"].shape[-1]))

@@ -84,6 +84,7 @@ from srformer.attention.projection import HeadProjection
 from srformer.attention.schedule import compaction_order, num_segments, real_lengths, segment_index
 from srformer.attention.selection import top_positions
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, rows_in_encoder_order
+from srformer.attention.step_choice import step_kind
 from srformer.core import MechanismSettings, integer_setting
 
 if TYPE_CHECKING:
@@ -98,14 +99,14 @@ DEFAULT_TOP_GROUPS = 16
 #: The shortest input (real tokens) whose generation reads rows of the encoder output, when ``rows_min_keys`` is
 #: None.
 DEFAULT_ROWS_MIN_KEYS = 16384
-#: Encoder positions projected at a time when the bounds are built from the encoder output (at least; see
-#: :data:`MAX_BOUNDS_CHUNKS`).
+#: Encoder positions projected at a time when the bounds are built from the encoder output (on an accelerator at
+#: least; see :data:`MAX_BOUNDS_CHUNKS`).
 BOUNDS_CHUNK = 4096
-#: The most chunks the bounds are built in, so that the build's operator calls do not grow with the input: a longer
-#: input projects ``ceil(n / 4)`` positions at a time.
+#: The most chunks the bounds are built in on an accelerator, so that the build's operator calls do not grow with the
+#: input: a longer input projects ``ceil(n / 4)`` positions at a time.
 MAX_BOUNDS_CHUNKS = 4
-#: Elements (``B·h·L·d``) of the leaves' centres per group of heads whose tree is built at once (float32: 64 MiB per
-#: temporary); see ``QuestCrossAttention._stacked_bounds``.
+#: Elements (``B·h·L·d``) of the leaves' centres per group of heads whose tree is built at once on an accelerator
+#: (float32: 64 MiB per temporary); see ``QuestCrossAttention._stacked_bounds``.
 TREE_BUDGET = 1 << 24
 #: Elements of gathered leaf bounds per chunk of queries in the parallel path (bounds its memory).
 _GATHER_BUDGET = 1 << 24
@@ -297,6 +298,36 @@ def start_direction(dim: int, dtype: torch.dtype, device: torch.device) -> torch
                                                                                               device=device)
 
 
+def _principal_projection(centred: torch.Tensor, start: torch.Tensor, lean: bool) -> torch.Tensor:
+    """Each node's members projected on its top principal direction: ``_POWER_ITERATIONS`` products with the node's
+    covariance from ``start``, each direction normalised.
+
+    Args:
+        centred: (B, H, N, S, d), the members of N nodes minus their mean (0 for empty slots).
+        start: (d,) the first direction.
+        lean: on an accelerator, as batched matrix products over the nodes (3 calls per product); on the CPU as
+            ``einsum`` (about 10 calls each, but 2-3x faster there at nodes of 16-32 members).
+
+    Returns:
+        (B, H, N, S).
+    """
+    batch, heads, nodes, size, d = centred.shape
+    tiny = torch.finfo(centred.dtype).tiny
+    if not lean:
+        direction = start.expand(batch, heads, nodes, d)
+        for _ in range(_POWER_ITERATIONS):
+            direction = torch.einsum("bhnsd,bhns->bhnd", centred, torch.einsum("bhnsd,bhnd->bhns", centred, direction))
+            direction = direction / direction.norm(dim=-1, keepdim=True).clamp(min=tiny)
+        return torch.einsum("bhnsd,bhnd->bhns", centred, direction)
+    flat = centred.reshape(batch * heads * nodes, size, d)
+    transposed = flat.transpose(1, 2)
+    column = start.view(1, d, 1).expand(flat.shape[0], d, 1)
+    for _ in range(_POWER_ITERATIONS):
+        column = torch.bmm(transposed, torch.bmm(flat, column))
+        column = column / column.norm(dim=1, keepdim=True).clamp(min=tiny)
+    return torch.bmm(flat, column).view(batch, heads, nodes, size)
+
+
 def similarity_order(centres: torch.Tensor, real: torch.Tensor, group: int) -> torch.Tensor:
     """``π``: each head's leaves ordered by a principal-direction tree over their centres (module docstring).
 
@@ -311,31 +342,22 @@ def similarity_order(centres: torch.Tensor, real: torch.Tensor, group: int) -> t
     batch, heads, leaves, d = centres.shape
     depth = max(0, -(-leaves // group) - 1).bit_length()
     slots = group << depth
-    rows = batch * heads
-    points = F.pad(centres, (0, 0, 0, slots - leaves)).reshape(rows, slots, d)
-    full = F.pad(real, (0, slots - leaves))[:, None, :].expand(batch, heads, slots).reshape(rows, slots)
-    order = torch.arange(slots, device=centres.device).expand(rows, slots)
+    lean = step_kind(centres.device) == "accelerator"
+    points = F.pad(centres, (0, 0, 0, slots - leaves))
+    full = F.pad(real, (0, slots - leaves))[:, None, :].expand(batch, heads, slots)
+    order = torch.arange(slots, device=centres.device).expand(batch, heads, slots)
     start = start_direction(d, centres.dtype, centres.device)
-    tiny = torch.finfo(points.dtype).tiny
-    for level in range(depth):  # a node's members are a contiguous run of `size` slots of `order`
+    for level in range(depth):
         nodes, size = 1 << level, slots >> level
-        members = points.gather(1, order[..., None].expand(-1, -1, d)).view(rows * nodes, size, d)
-        weight = full.gather(1, order).view(rows * nodes, size, 1).to(points.dtype)
-        mean = (members * weight).sum(dim=1, keepdim=True) / weight.sum(dim=1, keepdim=True).clamp(min=1)
+        members = points.gather(2, order[..., None].expand(-1, -1, -1, d)).view(batch, heads, nodes, size, d)
+        present = full.gather(2, order).view(batch, heads, nodes, size)
+        weight = present[..., None].to(points.dtype)
+        mean = (members * weight).sum(dim=3, keepdim=True) / weight.sum(dim=3, keepdim=True).clamp(min=1)
         centred = (members - mean) * weight
-        # scaled to Frobenius norm 1, the node's covariance has eigenvalues in [0, 1] summing to 1, its largest at
-        # least 1/d: `_POWER_ITERATIONS` products without normalising neither overflow nor underflow, and the
-        # projection's order does not depend on the direction's length
-        scaled = centred / centred.flatten(1).norm(dim=1).clamp(min=tiny)[:, None, None]
-        transposed = scaled.transpose(1, 2)
-        direction = start.view(1, d, 1).expand(rows * nodes, d, 1)
-        for _ in range(_POWER_ITERATIONS):
-            direction = torch.bmm(transposed, torch.bmm(scaled, direction))
-        projection = torch.bmm(scaled, direction).view(rows, nodes, size).masked_fill(
-            weight.view(rows, nodes, size) == 0, float("inf"))
+        projection = _principal_projection(centred, start, lean).masked_fill(~present, float("inf"))
         ranks = torch.argsort(projection, dim=-1, stable=True)
-        order = order.view(rows, nodes, size).gather(-1, ranks).view(rows, slots)
-    return order.view(batch, heads, slots)
+        order = order.reshape(batch, heads, nodes, size).gather(-1, ranks).view(batch, heads, slots)
+    return order
 
 
 def group_bounds(
@@ -441,12 +463,16 @@ class QuestCrossAttention(CrossAttentionMechanism):
     ) -> dict[str, torch.Tensor]:
         """The state's bound fields from the leaves' minimum and maximum keys ((B, H, L, d) each, (B, L) bool);
         ``compact``: the leaves' bounds in float16 rounded outward (:func:`outward_half`) where groups are used.
-        Heads are independent and built together, in as few groups of heads as keep each group's tree temporaries
-        within :data:`TREE_BUDGET` elements (one group up to ``B·H·L·d = 2^24``: t5-small's 8 heads at 65,536 tokens
-        and batch 1), so the build's operator calls do not depend on the input below that size."""
+        Heads are independent. On an accelerator they are built together, in as few groups of heads as keep each
+        group's tree temporaries within :data:`TREE_BUDGET` elements (one group up to ``B·H·L·d = 2^24``: t5-small's
+        8 heads at 65,536 tokens and batch 1), so the build's operator calls do not depend on the input below that
+        size. On the CPU (:func:`~srformer.attention.step_choice.step_kind`) one head at a time: a head's
+        temporaries stay in cache, 1.6x faster at 32,768 leaves of 64 dimensions than all 8 heads at once."""
         group = self.settings.group_size
         batch, count, leaves, d = low.shape
-        step = tree_group_elements(batch, count, leaves, d) // max(1, batch * leaves * d)
+        per_head = max(1, batch * leaves * d)
+        together = step_kind(low.device) == "accelerator"
+        step = tree_group_elements(batch, count, leaves, d) // per_head if together else 1
         heads = [self._head_bounds(low[:, h:h + step], high[:, h:h + step], leaf_real, compact)
                  for h in range(0, count, step)]
         fields = {name: torch.cat([head[name] for head in heads], dim=1) for name in heads[0]}
@@ -516,9 +542,10 @@ class QuestCrossAttention(CrossAttentionMechanism):
         self, encoder_states: torch.Tensor, key_valid: torch.Tensor | None, projection: HeadProjection
     ) -> QuestRowsState | None:
         """The state that reads rows of the encoder output, for a batch whose longest input has at least
-        ``rows_min_keys`` real tokens; None otherwise (the standard state is built). The keys are projected
-        ``max(BOUNDS_CHUNK, ceil(n / MAX_BOUNDS_CHUNKS))`` compacted positions at a time for the bounds and dropped:
-        ``O(chunk·H·d)`` transient memory, in at most :data:`MAX_BOUNDS_CHUNKS` chunks.
+        ``rows_min_keys`` real tokens; None otherwise (the standard state is built). The keys are projected a chunk
+        of compacted positions at a time for the bounds and dropped, ``O(chunk·H·d)`` transient memory: on an
+        accelerator :func:`bounds_chunk` positions (at most :data:`MAX_BOUNDS_CHUNKS` chunks, so the calls do not
+        grow with the input), on the CPU :data:`BOUNDS_CHUNK`.
 
         Args:
             encoder_states: (B, k, D) the encoder output.
@@ -530,7 +557,8 @@ class QuestCrossAttention(CrossAttentionMechanism):
         if batch == 0 or int(lengths.max()) < self.settings.resolved_rows_min_keys():
             return None
         b = self.settings.resolved_leaf_size()
-        chunk = bounds_chunk(rows, b)
+        accelerator = step_kind(encoder_states.device) == "accelerator"
+        chunk = bounds_chunk(rows, b) if accelerator else -(-BOUNDS_CHUNK // b) * b
         padded_order = F.pad(order, (0, rows - length))
         parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         with torch.no_grad():

@@ -96,8 +96,9 @@ def estimate_decode_memory(
         return DecodeMemory(batch * input_length * d_model * element, index, 2 * input_length * (d_model + 1) * 4)
     if config.variant == "quest" and input_length >= config.resolved_rows_min_keys():
         # reading rows of the encoder output: per layer the leaves' and groups' float32 min/max keys and the
-        # compaction order; the build projects a chunk of positions' keys at a time (at most four chunks), then
-        # builds the tree a group of heads at a time (about four float32 temporaries of the group's leaf centres)
+        # compaction order; the build projects a chunk of positions' keys at a time, then builds the tree a group of
+        # heads at a time (about four float32 temporaries of the group's leaf centres): the accelerator's chunks and
+        # groups, the larger ones (the CPU's are a head and 4,096 positions)
         leaf = config.resolved_leaf_size()
         leaves = -(-input_length // leaf)
         groups = 0 if config.group_size is None else -(-leaves // config.group_size)
