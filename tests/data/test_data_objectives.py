@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from srformer.data.objectives import copy_target, noise_span_counts, sentinel_tokens, span_corruption
+from srformer.data.objectives import (
+    PASSAGE_LENGTHS,
+    copy_target,
+    noise_span_counts,
+    passage_target,
+    sentinel_tokens,
+    span_corruption,
+)
 
 SENTINELS = list(range(1000, 1100))
 
@@ -70,6 +77,34 @@ def test_copy_target_is_a_span_of_the_source(source, limit, seed):
     assert any(source[i:i + len(target)] == target for i in range(len(source) - len(target) + 1))
     if len(source) <= limit:
         assert target == source
+
+
+@settings(max_examples=100, deadline=None)
+@given(source=st.lists(st.integers(0, 50), min_size=1, max_size=200), limit=st.integers(1, 250),
+       seed=st.integers(0, 10**6))
+def test_a_passage_is_a_span_of_the_source_within_its_lengths(source, limit, seed):
+    target = passage_target(source, random.Random(seed), max_target_length=limit)
+    longest = min(PASSAGE_LENGTHS[1], limit, len(source))
+    assert min(PASSAGE_LENGTHS[0], longest) <= len(target) <= longest
+    assert any(source[i:i + len(target)] == target for i in range(len(source) - len(target) + 1))
+
+
+def test_passages_start_anywhere_not_only_at_the_top():
+    """On a source of distinct tokens the first token names the offset: over 200 draws from a 128-token source they
+    spread over the offsets (a copy of a source that fits always starts at 0)."""
+    source = list(range(1000, 1128))
+    rng = random.Random(0)
+    starts = [source.index(passage_target(source, rng, max_target_length=128)[0]) for _ in range(200)]
+    assert min(starts) == 0 or min(starts) < 5
+    assert max(starts) > 70 and len(set(starts)) > 50
+    assert copy_target(source, rng, max_target_length=128) == source
+
+
+def test_a_passage_needs_a_source_and_a_positive_limit():
+    with pytest.raises(ValueError, match="max_target_length"):
+        passage_target([1, 2], random.Random(0), max_target_length=0)
+    with pytest.raises(ValueError, match="non-empty"):
+        passage_target([], random.Random(0), max_target_length=4)
 
 
 def test_sentinel_names_follow_t5():

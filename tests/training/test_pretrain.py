@@ -62,6 +62,18 @@ def test_examples_follow_the_curriculum_and_the_mix():
     only_copy = PretrainExamples(documents, recipe(objective_mix={"copy": 1.0}), max_steps=8, examples_per_step=2,
                                  seed=0, sentinel_ids=SENTINELS, eos_id=1)
     assert {only_copy.example(i)[0] for i in range(16)} == {"copy"}
+    mixed = recipe(max_source_length=64, objective_mix={"copy": 1.0, "passage": 1.0})
+    with_passages = PretrainExamples(documents, mixed, max_steps=8, examples_per_step=10, seed=0,
+                                     sentinel_ids=SENTINELS, eos_id=1)
+    drawn = [with_passages.example(i) for i in range(80)]
+    assert {objective for objective, _ in drawn} == {"copy", "passage"}
+    for objective, example in drawn:
+        source, target = example["input_ids"][:-1], example["labels"][:-1]
+        assert any(source[i:i + len(target)] == target for i in range(len(source) - len(target) + 1))
+        if objective == "passage":
+            assert len(target) <= 48
+    passages = [example for objective, example in drawn if objective == "passage"]
+    assert any(example["labels"][0] != example["input_ids"][0] for example in passages)  # not from the top
 
 
 def test_sentence_objectives_use_the_sentence_starts():

@@ -112,3 +112,26 @@ def copy_target(source: Sequence[int], rng: random.Random, *, max_target_length:
     length = min(len(source), max_target_length)
     offset = rng.randint(0, len(source) - length)
     return list(source[offset:offset + length])
+
+
+#: Shortest and longest passage of :func:`passage_target` (tokens, before ``</s>``).
+PASSAGE_LENGTHS: tuple[int, int] = (16, 48)
+
+
+def passage_target(source: Sequence[int], rng: random.Random, *, max_target_length: int) -> list[int]:
+    """A passage of ``source`` at a uniformly random offset (the ``passage`` objective): its length uniform in
+    :data:`PASSAGE_LENGTHS` (capped by ``max_target_length`` and ``len(source)``), its first token anywhere a passage
+    of that length fits. Unlike :func:`copy_target` on a source that fits, it cannot be solved by position: once
+    the first tokens are written, the rest must be found by content (what ``srformer copy-reach`` measures).
+
+    Raises:
+        ValueError: ``max_target_length < 1`` or an empty ``source``.
+    """
+    if max_target_length < 1:
+        raise ValueError(f"max_target_length must be at least 1 token, got {max_target_length}")
+    if not source:
+        raise ValueError("passage_target needs a non-empty source")
+    longest = min(PASSAGE_LENGTHS[1], max_target_length, len(source))
+    length = rng.randint(min(PASSAGE_LENGTHS[0], longest), longest)
+    offset = rng.randint(0, len(source) - length)
+    return list(source[offset:offset + length])

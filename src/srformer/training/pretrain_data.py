@@ -19,16 +19,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
 
-from srformer.data.objectives import copy_target, noise_span_counts, span_corruption
+from srformer.data.objectives import copy_target, noise_span_counts, passage_target, span_corruption
 from srformer.data.sentence_objectives import cued_copy, gap_sentences, marked_copy, sentence_reordering
 from srformer.training.curriculum import CURRICULUM_GROWTHS, check_curriculum, curriculum_length
 from srformer.training.settings_base import SettingsBase, require_float, require_int
 
 __all__ = ["OBJECTIVES", "SENTENCE_OBJECTIVES", "PretrainExamples", "PretrainRecipe", "parse_objective_mix"]
 
-#: Objective names of :attr:`PretrainRecipe.objective_mix`: T5 span corruption, copy, cued copy, PEGASUS gap
-#: sentences, sentence reordering and marked copy.
-OBJECTIVES: tuple[str, ...] = ("span", "copy", "cued", "gap", "reorder", "marked")
+#: Objective names of :attr:`PretrainRecipe.objective_mix`: T5 span corruption, copy, passage copy (a passage at a
+#: random offset), cued copy, PEGASUS gap sentences, sentence reordering and marked copy.
+OBJECTIVES: tuple[str, ...] = ("span", "copy", "passage", "cued", "gap", "reorder", "marked")
 
 #: The objectives that need the documents' sentence boundaries.
 SENTENCE_OBJECTIVES: tuple[str, ...] = ("cued", "gap", "reorder", "marked")
@@ -273,6 +273,8 @@ class PretrainExamples(Sequence[dict[str, list[int]]]):
         if objective == "span" and len(window) >= 2:
             pair = span_corruption(window, self.sentinel_ids, rng, noise_density=self.recipe.noise_density,
                                    mean_span_length=self.recipe.mean_span_length)
+        if objective == "passage" and window:
+            pair = window, passage_target(window, rng, max_target_length=target_length)
         if pair is None:
             objective = "copy"
             pair = window, copy_target(window, rng, max_target_length=target_length)

@@ -39,8 +39,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--vocab-size", type=int, default=defaults.vocab_size,
                         help="tokenizer pieces, before the sentinel tokens (default: %(default)s)")
     parser.add_argument("--objective-mix", default="span=0.5,copy=0.5",
-                        help="relative weights of span (T5 span corruption), copy, cued (cued copy), gap (PEGASUS gap "
-                             "sentences), reorder (sentence reordering) and marked (marked copy) "
+                        help="relative weights of span (T5 span corruption), copy, passage (copy a 16-48-token "
+                             "passage at a random offset: needs content, not position), cued (cued copy), gap (PEGASUS "
+                             "gap sentences), reorder (sentence reordering) and marked (marked copy) "
                              "(default: %(default)s)")
     parser.add_argument("--noise-density", type=float, default=defaults.noise_density,
                         help="span corruption: fraction of tokens dropped (default: %(default)s)")
