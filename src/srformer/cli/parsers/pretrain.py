@@ -17,8 +17,9 @@ def add_parser(subparsers) -> None:
                          "sentences, reordering, marked copy; length curriculum)",
         description=(
             "Train a Unigram tokenizer and a randomly initialised named config on the documents of --data with T5 "
-            "span corruption, copying and the sentence objectives (cued copy, PEGASUS gap sentences, sentence "
-            "reordering, marked copy), the source growing from --curriculum-start tokens to "
+            "span corruption, copying (of the window, or of a passage at a random offset) and the sentence objectives "
+            "(cued copy, PEGASUS gap sentences, sentence reordering, marked copy), the source growing from "
+            "--curriculum-start tokens to "
             "--max-source-length. The --output folder is a checkpoint that `srformer train --model`, "
             "`srformer compare --model` and AutoModelForSeq2SeqLM.from_pretrained load."
         ),
