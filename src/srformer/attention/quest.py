@@ -476,13 +476,14 @@ class _StepTables(NamedTuple):
     segment_offsets: torch.Tensor  # (s,) long, 0 .. s - 1 (the segment's rows from its start)
     leaf_offsets: torch.Tensor  # (b,) long, 0 .. b - 1 (a leaf's rows from its start)
     leaf_column: torch.Tensor  # (s + R·b,) bool, False for the s segment rows, True for the leaves' rows
+    slot_group: torch.Tensor  # (B, H, Ls) long, the group of each slot (j // g; 0 without groups), expanded
     zero: torch.Tensor  # () 0 in the queries' dtype: the bias of a row read
     lowest: torch.Tensor  # () that dtype's lowest value (float32's for a wider one): the bias of a row not read
 
 
 def _make_step_tables(
     batch: int, heads: int, dim: int, dtype: torch.dtype, device: torch.device, width: int, bias_dtype: torch.dtype,
-    s: int, b: int,
+    slots: int, group: int, s: int, b: int,
 ) -> _StepTables:
     """The :class:`_StepTables` of these sizes, on ``device``."""
     inf = torch.full((dim,), float("inf"), dtype=dtype, device=device)
@@ -493,6 +494,7 @@ def _make_step_tables(
         low=torch.cat([zero, -inf]), high=torch.cat([inf, zero]),
         segment_offsets=torch.arange(s, device=device), leaf_offsets=torch.arange(b, device=device),
         leaf_column=torch.arange(s + width * b, device=device) >= s,
+        slot_group=torch.div(torch.arange(slots, device=device), group, rounding_mode="floor").expand(batch, heads, -1),
         zero=torch.zeros((), dtype=bias_dtype, device=device),
         lowest=torch.tensor(max(torch.finfo(bias_dtype).min, torch.finfo(torch.float32).min), dtype=bias_dtype,
                             device=device),
@@ -851,16 +853,16 @@ class QuestCrossAttention(CrossAttentionMechanism):
 
     def _step_tables(
         self, batch: int, heads: int, dim: int, dtype: torch.dtype, device: torch.device, width: int,
-        bias_dtype: torch.dtype,
+        bias_dtype: torch.dtype, slots: int,
     ) -> _StepTables:
         """The accelerator step's constant tensors (``dtype``: the bounds', ``width``: ``R``, ``bias_dtype``: the
-        queries'): made once per shape, dtype and device in eager
+        queries', ``slots``: ``Ls``): made once per shape, dtype and device in eager
         mode and kept on the module (no operator call per step), made in the graph when traced."""
-        key = (batch, heads, dim, dtype, device, width, bias_dtype)
+        key = (batch, heads, dim, dtype, device, width, bias_dtype, slots, self.settings.group_size or slots)
         s, b = self.settings.resolved_segment_size(), self.settings.resolved_leaf_size()
         if tracing():
             return _make_step_tables(*key, s, b)
-        cache: dict[tuple[int, int, int, torch.dtype, torch.device, int, torch.dtype], _StepTables]
+        cache: dict[tuple[int, int, int, torch.dtype, torch.device, int, torch.dtype, int, int], _StepTables]
         cache = self.__dict__.setdefault("_quest_step_tables", {})
         tables = cache.get(key)
         if tables is None:
@@ -897,27 +899,28 @@ class QuestCrossAttention(CrossAttentionMechanism):
         groups = state.group_bounds.shape[2]
         top = min(self.settings.resolved_top_groups(), groups)
         width = min(self.settings.resolved_top_leaves(), slots if group is None else top * group)  # R
-        tables = self._step_tables(batch, heads, d, wide, queries.device, width, queries.dtype)
+        tables = self._step_tables(batch, heads, d, wide, queries.device, width, queries.dtype, slots)
         with torch.no_grad(), torch.autocast(device_type=queries.device.type, enabled=False):
             features = cast(torch.cat([queries, queries], dim=-1), wide).clamp(tables.low, tables.high)  # (B, H, 1, 2d)
-            rank = state.slot_rank.masked_fill(state.slot_segment == segment.view(batch, 1, 1), float("-inf"))
+            now = segment.view(batch, 1, 1)
+            skip = state.slot_segment == now  # leaves inside segment i(t): read as the segment's
             if group is not None:  # every group ranked even when all are chosen: the calls do not depend on G
                 group_scores = (features * state.group_bounds).sum(dim=-1)  # (B, H, G)
                 chosen_groups = ranked_top(group_scores, state.group_rank, top)  # (B, H, P)
                 left_out = torch.ones_like(state.group_real).scatter(-1, chosen_groups, False)
-                rank = rank.view(batch, heads, groups, group).masked_fill(left_out[..., None], float("-inf"))
-                rank = rank.view(batch, heads, slots)
+                skip = skip | left_out.gather(-1, tables.slot_group)  # the slots of the groups left out
+            rank = state.slot_rank.masked_fill(skip, float("-inf"))
             scores = (features * state.leaf_bounds).sum(dim=-1)  # (B, H, Ls), float32 or wider
             chosen = ranked_top(scores, rank, width)  # (B, H, R) slots
             # a slot ranked last (fewer candidates than R) reads leaf L: rows past every example's length
-            leaf = (chosen if group is None else state.slot_leaf.gather(-1, chosen)).masked_fill(
-                rank.gather(-1, chosen) == float("-inf"), leaves)
-        segment_start = (segment * s).view(batch, 1, 1)
-        rows = torch.cat([(segment_start + tables.segment_offsets).expand(batch, heads, s),
-                          (leaf[..., None] * b + tables.leaf_offsets).view(batch, heads, -1)], dim=-1)  # (B, H, S)
+            leaf = state.slot_leaf.masked_fill(rank == float("-inf"), leaves).gather(-1, chosen)
+        rows = torch.cat([torch.add(tables.segment_offsets, now, alpha=s).expand(batch, heads, s),
+                          torch.add(tables.leaf_offsets, leaf[..., None], alpha=b).view(batch, heads, -1)],
+                         dim=-1)  # (B, H, S): the segment's s rows, then each chosen leaf's b
         read = rows < state.lengths.view(batch, 1, 1)
         if s % b:  # a candidate leaf may reach into the segment: its rows there are read as the segment's
-            read = read & ~((rows >= segment_start) & (rows < segment_start + s) & tables.leaf_column)
+            start = now * s
+            read = read & ~((rows >= start) & (rows < start + s) & tables.leaf_column)
         read = read.view(batch, heads, 1, -1)
         rows = rows.clamp(max=state.positions.shape[1] - 1)
         if isinstance(state, QuestRowsState):
