@@ -54,6 +54,12 @@ the leaf bounds of the chosen groups ``O(p·g·d)``, the softmax over ``s + r·b
 ``O(L·d·log(L/g))``. The standard state keeps the
 keys and values (compacted) plus ``2·(L + G)·d`` bounds.
 
+**Two decoder steps** (:mod:`srformer.attention.step_choice`): the CPU step reads the costs above (``select``: the
+chosen groups' leaves only, with a host-side tie check); the accelerator step
+(:meth:`QuestCrossAttention.accelerator_step`) scores every slot, ``O(L·d)``, in a fixed sequence of operator calls
+without a host sync, and reads the same rows. Its tables (each slot's leaf and segment, the order keys' position
+terms) add ``O(H·L)`` to the state.
+
 **Reading rows from the encoder output** (``rows_min_keys``): generation from an input of at least
 ``rows_min_keys`` real tokens keeps no keys or values per layer, only the bounds and the compaction order (the
 layer's keys are projected once, chunk by chunk, for the bounds, and dropped). A step then reads the ``s + r·b``
@@ -818,7 +824,10 @@ class QuestCrossAttention(CrossAttentionMechanism):
         project_rows: ProjectRows | None = None,
     ) -> tuple[torch.Tensor, CrossAttentionState]:
         """One decoder position: the same output as :meth:`forward` there. From a :class:`QuestRowsState` the chosen
-        rows are read from the encoder output in the absorbed form (module docstring).
+        rows are read from the encoder output in the absorbed form (module docstring). The step of the queries'
+        device (:func:`~srformer.attention.step_choice.step_kind`): on an accelerator :meth:`accelerator_step`, a
+        fixed sequence of calls without a host sync; on the CPU :meth:`select` and its gathers, which take less time
+        there.
 
         Args:
             queries: (B, H, 1, d) projected decoder query at ``position``.
