@@ -31,7 +31,7 @@ def one_thread():
 
 @pytest.fixture(params=step_choice.STEP_KINDS)
 def each_step(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Runs the test once with each decoder step of ``knn`` and ``block-topk`` forced on every device
+    """Runs the test once with each decoder step of ``knn``, ``block-topk`` and ``quest`` forced on every device
     (:data:`srformer.attention.step_choice.STEP_OVERRIDE`: the CPU step and the accelerator step); the step's
     name."""
     monkeypatch.setattr(step_choice, "STEP_OVERRIDE", request.param)

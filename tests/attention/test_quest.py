@@ -85,8 +85,9 @@ def test_the_bound_is_at_least_every_product_and_attained_by_a_one_key_block(siz
         assert torch.allclose(bounds, products[..., 0])
 
 
-def test_equal_bounds_choose_the_earlier_leaf():
-    """Two leaves outside the segment with the same keys (so the same bound): the earlier one is read."""
+def test_equal_bounds_choose_the_earlier_leaf(each_step):
+    """Two leaves outside the segment with the same keys (so the same bound): the earlier one is read, in the
+    parallel path and by the decoder step."""
     keys = torch.zeros(1, 1, 6, 2, dtype=torch.float64)
     keys[0, 0, 2:4] = torch.tensor([1.0, 0.0])
     keys[0, 0, 4:6] = torch.tensor([1.0, 0.0])
@@ -95,9 +96,36 @@ def test_equal_bounds_choose_the_earlier_leaf():
     values[0, 0, 4:6, 1] = 1.0
     queries = torch.tensor([[[[1.0, 0.0]]]], dtype=torch.float64)
     module = _module("quest", 2, 8, head_dim=2, leaf_size=2, top_leaves=1)
-    output, _ = module(queries, module.init_state(keys, values, None))  # t = 0 reads segment 0 (positions 0-1)
+    state = module.init_state(keys, values, None)
+    output, _ = module(queries, state)  # t = 0 reads segment 0 (positions 0-1)
     assert output[0, 0, 0, 0] > 0 and output[0, 0, 0, 1] == 0
     assert_exact(output, _reference(module, queries, keys, values, None), "tie")
+    assert_exact(module.step(queries, state, position=0)[0], output, "tie, step")
+
+
+@pytest.mark.parametrize("segment_size,leaf,top,group,groups", [
+    (4, 2, 3, None, None), (4, 3, 2, None, None), (4, 2, 3, 2, 2), (3, 2, 5, 3, 1), (6, 1, 4, 4, 3),
+])
+def test_the_two_steps_give_the_same_output_on_the_same_state_with_ties(segment_size, leaf, top, group, groups,
+                                                                        monkeypatch):
+    """Keys of -1, 0 and 1 (many leaves and groups with equal bounds) and distinct values: the CPU step and the
+    accelerator step read the same rows at every position (a tie settled otherwise moves the output by O(1)), with
+    padding, an empty document, leaves that do and do not divide the segment, one level and two."""
+    generator = torch.Generator().manual_seed(3)
+    lengths = [23, 17, 6, 0]
+    queries, _, values, valid = _inputs(4, 2, 23, 9, 4, lengths)
+    keys = torch.randint(-1, 2, (4, 2, 23, 4), generator=generator).to(torch.float64)
+    queries = torch.randint(-2, 3, queries.shape, generator=generator).to(torch.float64)
+    module = _module("quest", segment_size, 9, scale=0.5, leaf_size=leaf, top_leaves=top, group_size=group,
+                     top_groups=groups)
+    state = module.init_state(keys, values, valid)
+    outputs = {}
+    for kind in step_choice.STEP_KINDS:
+        monkeypatch.setattr(step_choice, "STEP_OVERRIDE", kind)
+        outputs[kind] = torch.cat([module.step(queries[:, :, t:t + 1], state, position=t)[0] for t in range(9)], 2)
+    assert_exact(outputs["accelerator"], outputs["cpu"], "accelerator step vs CPU step")
+    assert_exact(outputs["cpu"], module(queries, state)[0], "CPU step vs parallel path")
+    assert outputs["accelerator"][-1].abs().max() == 0
 
 
 def test_one_matching_key_is_found_where_a_mean_key_misses_it():
@@ -167,7 +195,7 @@ def test_generate_reading_encoder_rows_equals_the_standard_state(family, each_st
     assert states == [QuestRowsState, QuestRowsState]
 
 
-def test_short_inputs_keep_the_standard_state():
+def test_short_inputs_keep_the_standard_state(each_step):
     model = converted(BUILDERS["t5"](), variant="quest", segment_size=4, target_length=8)
     ids, mask = padded_batch(model)
     with torch.no_grad():

@@ -115,9 +115,23 @@ def test_on_the_cpu_knn_and_block_topk_run_their_cpu_step(name, full):
 
 
 @pytest.mark.filterwarnings("ignore:An encoder input has")
+def test_quest_tree_accelerator_step_is_sync_free_and_does_not_grow_with_the_input(full):
+    """quest-tree's accelerator step (``QuestCrossAttention.accelerator_step``): per token the same calls at 1k and
+    4k tokens, no host sync beyond full attention's, and within 1.4x full's calls (measured, t5-tiny: 287 per
+    token at both lengths, full 219; the CPU step 556 with 4 host syncs more). The 1.25x budget is not met: see the
+    strict xfail below."""
+    counts = _counts("quest-tree")
+    for count, reference in zip(counts, full, strict=True):
+        assert count.calls_per_token <= 1.4 * reference.calls_per_token, count.summary()
+        assert count.syncs_per_token <= reference.syncs_per_token, count.per_token_by_operator
+    assert counts[0].calls_per_token == counts[1].calls_per_token, [c.summary() for c in counts]
+
+
+@pytest.mark.filterwarnings("ignore:An encoder input has")
 @pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="quest-tree makes 2.5x full attention's calls per token (docs/benchmarks.md, Operator "
-                   "calls): its step within the budget was slower on a CPU")
+                   reason="quest-tree's accelerator step makes 1.31x full attention's calls per token (287 against "
+                   "219, t5-tiny): two rankings, the segment and group masks and the rows' indices cost 42 calls "
+                   "per layer")
 @pytest.mark.parametrize("name", ["quest-tree"])
 def test_the_picks_keep_the_operator_budget_per_token(name, full):
     """Not met yet, and strict: the day a pick's step fits the budget this test fails, so that it becomes a kept

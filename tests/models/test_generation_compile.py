@@ -91,10 +91,8 @@ def _pick(family: str, name: str):
     return converted(base, **{**NAMED_SETTINGS[name], **SETTINGS})
 
 
-#: Each pick with each of its decoder steps (knn and block-topk have a CPU and an accelerator step,
-#: srformer.attention.step_choice; quest-tree has one).
-PICK_STEPS = [(family, name, step) for family, name in PICKS for step in STEP_KINDS
-              if step == "cpu" or name != "quest-tree"]
+#: Each pick with each of its decoder steps (a CPU and an accelerator step, srformer.attention.step_choice).
+PICK_STEPS = [(family, name, step) for family, name in PICKS for step in STEP_KINDS]
 
 
 @pytest.mark.parametrize("family,name,step", PICK_STEPS)

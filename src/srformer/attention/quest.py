@@ -54,6 +54,12 @@ the leaf bounds of the chosen groups ``O(p·g·d)``, the softmax over ``s + r·b
 ``O(L·d·log(L/g))``. The standard state keeps the
 keys and values (compacted) plus ``2·(L + G)·d`` bounds.
 
+**Two decoder steps** (:mod:`srformer.attention.step_choice`): the CPU step reads the costs above (``select``: the
+chosen groups' leaves only, with a host-side tie check); the accelerator step
+(:meth:`QuestCrossAttention.accelerator_step`) scores every slot, ``O(L·d)``, in a fixed sequence of operator calls
+without a host sync, and reads the same rows. Its tables (each slot's leaf and segment, the order keys' position
+terms) add ``O(H·L)`` to the state.
+
 **Reading rows from the encoder output** (``rows_min_keys``): generation from an input of at least
 ``rows_min_keys`` real tokens keeps no keys or values per layer, only the bounds and the compaction order (the
 layer's keys are projected once, chunk by chunk, for the bounds, and dropped). A step then reads the ``s + r·b``
@@ -73,7 +79,7 @@ state's float32 bounds.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import torch
 from torch.nn import functional as F
@@ -81,8 +87,9 @@ from torch.nn import functional as F
 from srformer.attention.base import CrossAttentionMechanism, ProjectRows
 from srformer.attention.content import gather_rows, slot_softmax
 from srformer.attention.projection import HeadProjection
-from srformer.attention.schedule import compaction_order, num_segments, real_lengths, segment_index
-from srformer.attention.selection import top_positions
+from srformer.attention.schedule import compaction_order, num_segments, real_lengths, segment_index, tracing
+from srformer.attention.segmented import cast
+from srformer.attention.selection import position_order, ranked_top, top_positions
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, rows_in_encoder_order
 from srformer.attention.step_choice import step_kind
 from srformer.core import MechanismSettings, integer_setting
@@ -184,6 +191,21 @@ class QuestBoundsState(CrossAttentionState):
         group_bounds: (B, H, G, 2d), the same as ``leaf_bounds`` per group, a transposed view of a (B, H, 2d, G)
             tensor.
         group_real: (B, H, G) bool, True for a group with a real leaf.
+
+    The accelerator step's fields (:meth:`QuestCrossAttention.accelerator_step`; ``Ls`` slots: ``G·g`` with groups,
+    ``L`` without; T = ``target_length``), ``O(H·Ls)`` memory, built once with the bounds:
+
+    Attributes:
+        step_segment: (B, T + 1) long, ``i(t)`` of decoder positions ``t = 0 .. T`` (later ones read ``i(T)``).
+        slot_leaf: (B, H, Ls) long, the leaf of each slot (``π``; the last leaf at an empty slot); an expanded view
+            of the leaves' indices without groups.
+        slot_segment: (B, H, Ls) long, the segment whose positions hold every real position of the slot's leaf,
+            -1 for a leaf that reaches past its segment or has no real position (and an empty slot): the slot is
+            not a candidate at the steps that read that segment.
+        slot_rank: (B, H, Ls) float64, each slot's term of the order keys its bound is ranked by
+            (:func:`~srformer.attention.selection.position_order` of the slots, in ``π``'s order): ``-inf`` at a
+            slot without a real leaf.
+        group_rank: (B, H, G) float64, the same for the groups: ``-inf`` at a group without a real leaf.
     """
 
     positions: torch.Tensor
@@ -192,6 +214,11 @@ class QuestBoundsState(CrossAttentionState):
     leaf_order: torch.Tensor
     group_bounds: torch.Tensor
     group_real: torch.Tensor
+    step_segment: torch.Tensor
+    slot_leaf: torch.Tensor
+    slot_segment: torch.Tensor
+    slot_rank: torch.Tensor
+    group_rank: torch.Tensor
 
     def anchors(self) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: D102 - see the base class
         return self.leaf_bounds, self.positions
@@ -444,6 +471,42 @@ def _transposed(rows: torch.Tensor) -> torch.Tensor:
     return rows.transpose(-1, -2).contiguous().transpose(-1, -2)
 
 
+class _StepTables(NamedTuple):
+    """The constant tensors of :meth:`QuestCrossAttention.accelerator_step` for ``B`` examples, ``H`` heads of
+    ``d``, segments of ``s``, leaves of ``b`` positions and ``R`` leaves read."""
+
+    example: torch.Tensor  # (B, 1, 1) long, b
+    head: torch.Tensor  # (1, H, 1) long, h
+    low: torch.Tensor  # (2d,) [0, -inf]: clamping [Q, Q] gives bound_features' [max(Q, 0), min(Q, 0)]
+    high: torch.Tensor  # (2d,) [inf, 0]
+    segment_offsets: torch.Tensor  # (s,) long, 0 .. s - 1 (the segment's rows from its start)
+    leaf_offsets: torch.Tensor  # (b,) long, 0 .. b - 1 (a leaf's rows from its start)
+    leaf_column: torch.Tensor  # (s + R·b,) bool, False for the s segment rows, True for the leaves' rows
+    slot_group: torch.Tensor  # (B, H, Ls) long, the group of each slot (j // g; 0 without groups), expanded
+    zero: torch.Tensor  # () 0 in the queries' dtype: the bias of a row read
+    lowest: torch.Tensor  # () that dtype's lowest value (float32's for a wider one): the bias of a row not read
+
+
+def _make_step_tables(
+    batch: int, heads: int, dim: int, dtype: torch.dtype, device: torch.device, width: int, bias_dtype: torch.dtype,
+    slots: int, group: int, s: int, b: int,
+) -> _StepTables:
+    """The :class:`_StepTables` of these sizes, on ``device``."""
+    inf = torch.full((dim,), float("inf"), dtype=dtype, device=device)
+    zero = torch.zeros(dim, dtype=dtype, device=device)
+    return _StepTables(
+        example=torch.arange(batch, device=device).view(batch, 1, 1),
+        head=torch.arange(heads, device=device).view(1, heads, 1),
+        low=torch.cat([zero, -inf]), high=torch.cat([inf, zero]),
+        segment_offsets=torch.arange(s, device=device), leaf_offsets=torch.arange(b, device=device),
+        leaf_column=torch.arange(s + width * b, device=device) >= s,
+        slot_group=torch.div(torch.arange(slots, device=device), group, rounding_mode="floor").expand(batch, heads, -1),
+        zero=torch.zeros((), dtype=bias_dtype, device=device),
+        lowest=torch.tensor(max(torch.finfo(bias_dtype).min, torch.finfo(torch.float32).min), dtype=bias_dtype,
+                            device=device),
+    )
+
+
 class QuestCrossAttention(CrossAttentionMechanism):
     """The ``quest`` variant for one decoder layer (module docstring); arguments as
     :class:`~srformer.attention.base.CrossAttentionMechanism`."""
@@ -515,6 +578,38 @@ class QuestCrossAttention(CrossAttentionMechanism):
         return {"lengths": lengths, "num_segments": num_segments(lengths, s).clamp(min=1),
                 "last_segment": torch.full_like(lengths, -1), "positions": positions.contiguous()}
 
+    def _step_fields(self, base: dict[str, torch.Tensor], bounds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The accelerator step's fields (:class:`QuestBoundsState`) from the base fields (:meth:`_base_fields`) and
+        the bound fields (:meth:`_stacked_bounds`): ``O(B·H·Ls)`` work, a few dozen calls, no host sync."""
+        s, b = self.settings.resolved_segment_size(), self.settings.resolved_leaf_size()
+        target = self.settings.target_length
+        lengths, leaf_real, order = base["lengths"], bounds["leaf_real"], bounds["leaf_order"]
+        batch, leaves = leaf_real.shape
+        heads = bounds["group_bounds"].shape[1]
+        device = lengths.device
+        step_segment = segment_index(torch.arange(target + 1, device=device), base["num_segments"], target)
+        # leaf j holds positions j·b .. min(j·b + b, n) - 1: inside segment k = j·b // s when they end by its end
+        start = torch.arange(leaves, device=device) * b
+        segment = torch.div(start, s, rounding_mode="floor")
+        inside = torch.minimum(start + b, lengths[:, None]) <= torch.minimum((segment + 1) * s, lengths[:, None])
+        leaf_segment = torch.where(inside & leaf_real, segment, -1)  # (B, L)
+        if self.settings.group_size is None:
+            slot_leaf = torch.arange(leaves, device=device).expand(batch, heads, leaves)
+            slot_segment = leaf_segment[:, None, :].expand(batch, heads, leaves)
+            slot_real = leaf_real[:, None, :].expand(batch, heads, leaves)
+        else:
+            slot_leaf = order.clamp(max=max(leaves - 1, 0))
+            present = order < leaves
+            slot_segment = leaf_segment[:, None, :].expand(batch, heads, leaves).gather(2, slot_leaf)
+            slot_segment = slot_segment.masked_fill(~present, -1)
+            slot_real = present & leaf_real[:, None, :].expand(batch, heads, leaves).gather(2, slot_leaf)
+        return {"step_segment": step_segment, "slot_leaf": slot_leaf, "slot_segment": slot_segment,
+                "slot_rank": position_order(slot_real), "group_rank": position_order(bounds["group_real"])}
+
+    def finite_check_fields(self, state: CrossAttentionState) -> tuple[str, ...]:
+        """The base's fields less ``slot_rank`` and ``group_rank``, built from masks alone (``-inf`` on purpose)."""
+        return tuple(name for name in super().finite_check_fields(state) if name not in ("slot_rank", "group_rank"))
+
     @autocast_off
     def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> QuestState:
         """The standard state: keys and values compacted, and the leaves' and groups' bounds (``O(k·d)``).
@@ -534,8 +629,9 @@ class QuestCrossAttention(CrossAttentionMechanism):
         spare = rows - length
         compact_keys = F.pad(torch.gather(keys, 2, index) * real.to(keys.dtype), (0, 0, 0, spare)).contiguous()
         compact_values = F.pad(torch.gather(values, 2, index) * real.to(values.dtype), (0, 0, 0, spare)).contiguous()
-        return QuestState(**base, **self._stacked_bounds(*self._leaf_bounds(compact_keys, lengths)),
-                          keys=compact_keys, values=compact_values)
+        bounds = self._stacked_bounds(*self._leaf_bounds(compact_keys, lengths))
+        return QuestState(**base, **bounds, **self._step_fields(base, bounds), keys=compact_keys,
+                          values=compact_values)
 
     @autocast_off
     def indexed_state(
@@ -573,9 +669,11 @@ class QuestCrossAttention(CrossAttentionMechanism):
         lows, highs, reals = zip(*parts, strict=True)
         low, high, leaf_real = torch.cat(lows, dim=2), torch.cat(highs, dim=2), torch.cat(reals, dim=1)
         del parts, lows, highs
+        base = self._base_fields(lengths, order, rows)
+        bounds = self._stacked_bounds(low, high, leaf_real, compact=True)
         return QuestRowsState(
-            **self._base_fields(lengths, order, rows), **self._stacked_bounds(low, high, leaf_real, compact=True),
-            slot=torch.arange(batch, device=encoder_states.device), encoder=EncoderRows(encoder_states, projection),
+            **base, **bounds, **self._step_fields(base, bounds), slot=torch.arange(batch, device=encoder_states.device),
+            encoder=EncoderRows(encoder_states, projection),
         )
 
     def lean(self, state: CrossAttentionState) -> CrossAttentionState:
@@ -726,7 +824,10 @@ class QuestCrossAttention(CrossAttentionMechanism):
         project_rows: ProjectRows | None = None,
     ) -> tuple[torch.Tensor, CrossAttentionState]:
         """One decoder position: the same output as :meth:`forward` there. From a :class:`QuestRowsState` the chosen
-        rows are read from the encoder output in the absorbed form (module docstring).
+        rows are read from the encoder output in the absorbed form (module docstring). The step of the queries'
+        device (:func:`~srformer.attention.step_choice.step_kind`): on an accelerator :meth:`accelerator_step`, a
+        fixed sequence of calls without a host sync; on the CPU :meth:`select` and its gathers, which take less time
+        there.
 
         Args:
             queries: (B, H, 1, d) projected decoder query at ``position``.
@@ -740,12 +841,133 @@ class QuestCrossAttention(CrossAttentionMechanism):
         """
         if not isinstance(state, QuestBoundsState):
             raise ValueError(f"{type(self).__name__} cannot step a {type(state).__name__}; build it with init_state().")
+        if queries.shape[2] == 1 and step_kind(queries.device) == "accelerator":
+            segment = self._segment_at(state, position)
+            return self.accelerator_step(queries, state, segment), replace(state, last_segment=segment)
         segments = self._segments(state, position, 1)
         if isinstance(state, QuestRowsState):
             output = self._read_encoder_rows(queries, state, segments)
         else:
             output = self._read(queries, self._standard(state), segments, 0.0)
         return output, replace(state, last_segment=segments[:, -1])
+
+    def _segment_at(self, state: QuestBoundsState, position: int | torch.Tensor) -> torch.Tensor:
+        """(B,) long ``i(t)`` read from ``step_segment``: ``position`` an int (a view, no kernel) or a 0-d tensor
+        (clamped and read on the device, no host sync)."""
+        target = self.settings.target_length
+        if isinstance(position, torch.Tensor):
+            column = position.reshape(1).clamp(max=target).to(device=state.step_segment.device, dtype=torch.long)
+            return state.step_segment.index_select(1, column)[:, 0]
+        return state.step_segment[:, min(position, target)]
+
+    def _step_tables(
+        self, batch: int, heads: int, dim: int, dtype: torch.dtype, device: torch.device, width: int,
+        bias_dtype: torch.dtype, slots: int,
+    ) -> _StepTables:
+        """The accelerator step's constant tensors (``dtype``: the bounds', ``width``: ``R``, ``bias_dtype``: the
+        queries', ``slots``: ``Ls``): made once per shape, dtype and device in eager
+        mode and kept on the module (no operator call per step), made in the graph when traced."""
+        key = (batch, heads, dim, dtype, device, width, bias_dtype, slots, self.settings.group_size or slots)
+        s, b = self.settings.resolved_segment_size(), self.settings.resolved_leaf_size()
+        if tracing():
+            return _make_step_tables(*key, s, b)
+        cache: dict[tuple[int, int, int, torch.dtype, torch.device, int, torch.dtype, int, int], _StepTables]
+        cache = self.__dict__.setdefault("_quest_step_tables", {})
+        tables = cache.get(key)
+        if tables is None:
+            if len(cache) >= 8:  # bounded: beams, batch sizes, lengths and dtypes change across calls
+                cache.clear()
+            tables = cache[key] = _make_step_tables(*key, s, b)
+        return tables
+
+    def accelerator_step(self, queries: torch.Tensor, state: QuestBoundsState, segment: torch.Tensor) -> torch.Tensor:
+        """One decoder position in a fixed sequence of operator calls whatever the input length, without a host
+        sync: the accelerator's step (:func:`~srformer.attention.step_choice.step_kind`). The same rows and output as
+        :meth:`select` (the CPU step), by another route: every slot's bound is computed (one product and one sum,
+        ``O(Ls·d)`` per head where the CPU step scores only the chosen groups' leaves), the ``p`` groups of largest
+        bound are found by one ``topk`` of order keys (:func:`~srformer.attention.selection.ranked_top`: ties to the
+        earlier group, groups without a real leaf last), the slots of the other groups and of leaves inside segment
+        ``i(t)`` are ranked last, and the ``R`` candidate slots of largest bound by a second ``topk`` (ties to the
+        earlier in ``π``). One indexing each reads the ``s`` rows of the segment and the ``R·b`` rows of the chosen
+        leaves (keys and values, or encoder rows), and one ``scaled_dot_product_attention`` mixes them, rows not read
+        carrying the dtype's lowest additive bias (an example without real keys: output 0).
+
+        Args:
+            queries: (B, H, 1, d) projected decoder query.
+            state: either layout.
+            segment: (B,) long, ``i(t)``.
+
+        Returns:
+            (B, H, 1, d) in the queries' dtype.
+        """
+        s, b = self.settings.resolved_segment_size(), self.settings.resolved_leaf_size()
+        group = self.settings.group_size
+        batch, heads, _, d = queries.shape
+        leaves, slots = state.leaf_real.shape[1], state.slot_rank.shape[-1]
+        wide = (state.leaf_bounds if group is None else state.group_bounds).dtype  # leaves may be float16
+        groups = state.group_bounds.shape[2]
+        top = min(self.settings.resolved_top_groups(), groups)
+        width = min(self.settings.resolved_top_leaves(), slots if group is None else top * group)  # R
+        tables = self._step_tables(batch, heads, d, wide, queries.device, width, queries.dtype, slots)
+        with torch.no_grad(), torch.autocast(device_type=queries.device.type, enabled=False):
+            features = cast(torch.cat([queries, queries], dim=-1), wide).clamp(tables.low, tables.high)  # (B, H, 1, 2d)
+            now = segment.view(batch, 1, 1)
+            skip = state.slot_segment == now  # leaves inside segment i(t): read as the segment's
+            if group is not None:  # every group ranked even when all are chosen: the calls do not depend on G
+                group_scores = (features * state.group_bounds).sum(dim=-1)  # (B, H, G)
+                chosen_groups = ranked_top(group_scores, state.group_rank, top)  # (B, H, P)
+                left_out = torch.ones_like(state.group_real).scatter(-1, chosen_groups, False)
+                skip = skip | left_out.gather(-1, tables.slot_group)  # the slots of the groups left out
+            rank = state.slot_rank.masked_fill(skip, float("-inf"))
+            scores = (features * state.leaf_bounds).sum(dim=-1)  # (B, H, Ls), float32 or wider
+            chosen = ranked_top(scores, rank, width)  # (B, H, R) slots
+            # a slot ranked last (fewer candidates than R) reads leaf L: rows past every example's length
+            leaf = state.slot_leaf.masked_fill(rank == float("-inf"), leaves).gather(-1, chosen)
+        rows = torch.cat([torch.add(tables.segment_offsets, now, alpha=s).expand(batch, heads, s),
+                          torch.add(tables.leaf_offsets, leaf[..., None], alpha=b).view(batch, heads, -1)],
+                         dim=-1)  # (B, H, S): the segment's s rows, then each chosen leaf's b
+        read = rows < state.lengths.view(batch, 1, 1)
+        if s % b:  # a candidate leaf may reach into the segment: its rows there are read as the segment's
+            start = now * s
+            read = read & ~((rows >= start) & (rows < start + s) & tables.leaf_column)
+        read = read.view(batch, heads, 1, -1)
+        rows = rows.clamp(max=state.positions.shape[1] - 1)
+        if isinstance(state, QuestRowsState):
+            return self._attend_encoder_rows(queries, state, rows, read, tables)
+        assert isinstance(state, QuestState)
+        bias = torch.where(read, tables.zero, tables.lowest)
+        return F.scaled_dot_product_attention(
+            queries, cast(state.keys[tables.example, tables.head, rows], queries.dtype),
+            cast(state.values[tables.example, tables.head, rows], queries.dtype),
+            attn_mask=bias, scale=self.scale,
+        )
+
+    def _attend_encoder_rows(
+        self, queries: torch.Tensor, state: QuestRowsState, rows: torch.Tensor, read: torch.Tensor,
+        tables: _StepTables,
+    ) -> torch.Tensor:
+        """The accelerator step's absorbed form (module docstring) over compacted ``rows`` (B, H, S) long of which
+        ``read`` (B, H, 1, S) bool are read: one indexing of the encoder output, one
+        ``scaled_dot_product_attention`` in the hidden space, the value projection. (B, H, 1, d)."""
+        batch, heads, width = rows.shape
+        encoder, projection = state.encoder.states, state.encoder.projection
+        length, hidden_size = encoder.shape[1], encoder.shape[2]
+        wide = accumulation_dtype(torch.promote_types(queries.dtype, encoder.dtype))
+        flat = state.positions.gather(1, rows.view(batch, -1)) + (state.slot * length).view(batch, 1)
+        hidden = cast(encoder.reshape(-1, hidden_size)[flat].view(batch, heads, width, hidden_size), wide)
+        some = cast((state.lengths > 0).view(batch, 1, 1, 1), wide)  # an example without real keys: output 0
+        # W_k^T Q_t (B, H, 1, D) and W_v m (B, H, 1, d) as products and sums: three calls each, where an einsum
+        # takes about eight
+        hidden_queries = (cast(queries, wide).transpose(-1, -2) * cast(projection.key_weight, wide)).sum(
+            dim=-2, keepdim=True)
+        mixed = F.scaled_dot_product_attention(
+            hidden_queries, hidden, hidden, attn_mask=cast(torch.where(read, tables.zero, tables.lowest), wide),
+            scale=self.scale,
+        ) * some  # (B, H, 1, D)
+        output = (mixed * cast(projection.value_weight, wide)).sum(dim=-1).unsqueeze(2)  # (B, H, 1, d)
+        if projection.value_bias is not None:
+            output = output + cast(projection.value_bias, wide).view(1, heads, 1, -1) * some
+        return cast(output, queries.dtype)
 
     def _read_encoder_rows(
         self, queries: torch.Tensor, state: QuestRowsState, segments: torch.Tensor

@@ -1,5 +1,5 @@
-"""Which of two decoder steps a mechanism runs, by device: ``knn`` and ``block-topk`` have a CPU step and an
-accelerator step, which compute the same output from the same state; ``quest`` builds its bounds a head and a
+"""Which of two decoder steps a mechanism runs, by device: ``knn``, ``block-topk`` and ``quest`` have a CPU step and
+an accelerator step, which compute the same output from the same state; ``quest`` also builds its bounds a head and a
 4,096-position chunk at a time on the CPU, and all heads in at most four chunks on an accelerator (the same state).
 
 On a GPU an eager decoder step is launch-bound: each operator call costs about one kernel launch (~20 µs) whatever
@@ -10,7 +10,7 @@ operator calls without a host sync (the selection by one ``topk`` of order keys,
 On the CPU that sequence mostly costs more time than the **CPU step**, whose host-side tie check and
 ``index_select`` gathers are cheap there, so the CPU keeps it: one layer's step at t5-small's 8 heads of 64, one
 thread, took 3.3x the CPU step's time for ``knn`` at 4k and 16k tokens, and for ``block-topk-b4`` 0.8x at 4k but
-1.6x at 16k. No GPU time of either step has been measured.
+1.6x at 16k, and for ``quest-tree`` about 1x at 4k but 11x at 16k. No GPU time of either step has been measured.
 
 :data:`STEP_OVERRIDE` overrides the device's choice: tests run both steps on the CPU, and
 :func:`srformer.benchmarks.operator_count.count_generation_operators` counts the accelerator step on any device.
