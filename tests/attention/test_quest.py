@@ -118,6 +118,7 @@ def test_the_two_steps_give_the_same_output_on_the_same_state_with_ties(segment_
     queries = torch.randint(-2, 3, queries.shape, generator=generator).to(torch.float64)
     module = _module("quest", segment_size, 9, scale=0.5, leaf_size=leaf, top_leaves=top, group_size=group,
                      top_groups=groups)
+    monkeypatch.setattr(step_choice, "STEP_OVERRIDE", "accelerator")  # the state that carries both steps' fields
     state = module.init_state(keys, values, valid)
     outputs = {}
     for kind in step_choice.STEP_KINDS:
@@ -259,3 +260,16 @@ def test_the_tree_orders_leaves_alike_on_the_cpu_and_on_an_accelerator(leaves, g
         orders[kind] = similarity_order(centres, real, group)
     assert torch.equal(orders["cpu"], orders["accelerator"])
     assert sorted(orders["cpu"][0, 0].tolist()) == list(range(orders["cpu"].shape[-1]))
+
+
+def test_a_state_built_for_the_cpu_step_keeps_no_step_fields_and_is_refused_by_the_accelerator_step(monkeypatch):
+    """On the CPU the accelerator step's fields are empty (beam search reorders nothing more there); stepping such
+    a state with the accelerator step is refused by name instead of reading empty tables."""
+    module = _module("quest", 3, 6, scale=0.5, leaf_size=2, top_leaves=2, group_size=2, top_groups=1)
+    queries, keys, values, valid = _inputs(2, 2, 11, 6, 4, [11, 5])
+    monkeypatch.setattr(step_choice, "STEP_OVERRIDE", "cpu")
+    state = module.init_state(keys, values, valid)
+    assert state.slot_leaf.shape[-1] == 0 and state.step_segment.shape[-1] == 0
+    monkeypatch.setattr(step_choice, "STEP_OVERRIDE", "accelerator")
+    with pytest.raises(ValueError, match="built for the CPU step"):
+        module.step(queries[:, :, :1], state, position=0)

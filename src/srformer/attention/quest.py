@@ -580,13 +580,20 @@ class QuestCrossAttention(CrossAttentionMechanism):
 
     def _step_fields(self, base: dict[str, torch.Tensor], bounds: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The accelerator step's fields (:class:`QuestBoundsState`) from the base fields (:meth:`_base_fields`) and
-        the bound fields (:meth:`_stacked_bounds`): ``O(B·H·Ls)`` work, a few dozen calls, no host sync."""
+        the bound fields (:meth:`_stacked_bounds`): ``O(B·H·Ls)`` work, a few dozen calls, no host sync. Empty (a last
+        axis of 0) where the CPU step runs (:func:`~srformer.attention.step_choice.step_kind`), which never reads
+        them: beam search then reorders nothing more on the CPU."""
         s, b = self.settings.resolved_segment_size(), self.settings.resolved_leaf_size()
         target = self.settings.target_length
         lengths, leaf_real, order = base["lengths"], bounds["leaf_real"], bounds["leaf_order"]
         batch, leaves = leaf_real.shape
         heads = bounds["group_bounds"].shape[1]
         device = lengths.device
+        if step_kind(device) != "accelerator":
+            index = torch.zeros(batch, heads, 0, dtype=torch.long, device=device)
+            rank = torch.zeros(batch, heads, 0, dtype=torch.float64, device=device)
+            return {"step_segment": torch.zeros(batch, 0, dtype=torch.long, device=device), "slot_leaf": index,
+                    "slot_segment": index, "slot_rank": rank, "group_rank": rank}
         step_segment = segment_index(torch.arange(target + 1, device=device), base["num_segments"], target)
         # leaf j holds positions j·b .. min(j·b + b, n) - 1: inside segment k = j·b // s when they end by its end
         start = torch.arange(leaves, device=device) * b
@@ -853,7 +860,15 @@ class QuestCrossAttention(CrossAttentionMechanism):
 
     def _segment_at(self, state: QuestBoundsState, position: int | torch.Tensor) -> torch.Tensor:
         """(B,) long ``i(t)`` read from ``step_segment``: ``position`` an int (a view, no kernel) or a 0-d tensor
-        (clamped and read on the device, no host sync)."""
+        (clamped and read on the device, no host sync).
+
+        Raises:
+            ValueError: for a state built where the CPU step runs (its step fields are empty): build the state under
+                the same step choice as the steps.
+        """
+        if state.step_segment.shape[1] == 0:
+            raise ValueError("This quest state was built for the CPU step (its accelerator fields are empty): build "
+                             "the state under the step choice the decoder steps run with (step_choice.step_kind).")
         target = self.settings.target_length
         if isinstance(position, torch.Tensor):
             column = position.reshape(1).clamp(max=target).to(device=state.step_segment.device, dtype=torch.long)
