@@ -2,7 +2,7 @@
 
 import torch
 
-from srformer.attention.schedule import compaction_order, num_segments, segment_index
+from srformer.attention.schedule import compaction_order, num_segments, segment_at, segment_index
 
 
 def test_num_segments_is_ceil_of_length_over_segment_size():
@@ -39,3 +39,11 @@ def test_visited_segments_match_the_schedule_including_skipped_ones():
     for row, m in enumerate(segments.tolist()):
         expected = {min(t * m // 4, m - 1) for t in range(50)}
         assert {j for j in range(8) if visited[row, j]} == expected
+
+
+def test_segment_at_reads_the_table_alike_from_an_int_and_a_tensor_and_clamps_past_the_target():
+    table = segment_index(torch.arange(9), torch.tensor([3, 1, 5]), 8)
+    for position in range(12):
+        expected = table[:, min(position, 8)]
+        assert torch.equal(segment_at(table, position, 8), expected)
+        assert torch.equal(segment_at(table, torch.tensor(position), 8), expected)

@@ -87,7 +87,14 @@ from torch.nn import functional as F
 from srformer.attention.base import CrossAttentionMechanism, ProjectRows
 from srformer.attention.content import gather_rows, slot_softmax
 from srformer.attention.projection import HeadProjection
-from srformer.attention.schedule import compaction_order, num_segments, real_lengths, segment_index, tracing
+from srformer.attention.schedule import (
+    compaction_order,
+    num_segments,
+    real_lengths,
+    segment_at,
+    segment_index,
+    tracing,
+)
 from srformer.attention.segmented import cast
 from srformer.attention.selection import position_order, ranked_top, top_positions
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, rows_in_encoder_order
@@ -859,8 +866,7 @@ class QuestCrossAttention(CrossAttentionMechanism):
         return output, replace(state, last_segment=segments[:, -1])
 
     def _segment_at(self, state: QuestBoundsState, position: int | torch.Tensor) -> torch.Tensor:
-        """(B,) long ``i(t)`` read from ``step_segment``: ``position`` an int (a view, no kernel) or a 0-d tensor
-        (clamped and read on the device, no host sync).
+        """(B,) long ``i(t)`` read from ``step_segment`` (:func:`~srformer.attention.schedule.segment_at`).
 
         Raises:
             ValueError: for a state built where the CPU step runs (its step fields are empty): build the state under
@@ -869,11 +875,7 @@ class QuestCrossAttention(CrossAttentionMechanism):
         if state.step_segment.shape[1] == 0:
             raise ValueError("This quest state was built for the CPU step (its accelerator fields are empty): build "
                              "the state under the step choice the decoder steps run with (step_choice.step_kind).")
-        target = self.settings.target_length
-        if isinstance(position, torch.Tensor):
-            column = position.reshape(1).clamp(max=target).to(device=state.step_segment.device, dtype=torch.long)
-            return state.step_segment.index_select(1, column)[:, 0]
-        return state.step_segment[:, min(position, target)]
+        return segment_at(state.step_segment, position, self.settings.target_length)
 
     def _step_tables(
         self, batch: int, heads: int, dim: int, dtype: torch.dtype, device: torch.device, width: int,

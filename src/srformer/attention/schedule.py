@@ -40,6 +40,24 @@ def segment_index(positions: torch.Tensor, segments: torch.Tensor, target_length
     return torch.minimum(raw, segments[:, None] - 1)
 
 
+def segment_at(table: torch.Tensor, position: int | torch.Tensor, target_length: int) -> torch.Tensor:
+    """``i(t)`` of one decoder position read from a table of the schedule.
+
+    Args:
+        table: (batch, T + 1) long, :func:`segment_index` of the positions ``0 .. T`` (later ones read ``i(T)``).
+        position: the decoder position ``t``: an int (a view, no kernel) or a 0-d tensor (static caches: clamped and
+            read on the table's device, no host sync).
+        target_length: ``T`` in tokens.
+
+    Returns:
+        (batch,) long.
+    """
+    if isinstance(position, torch.Tensor):
+        column = position.reshape(1).clamp(max=target_length).to(device=table.device, dtype=torch.long)
+        return table.index_select(1, column)[:, 0]
+    return table[:, min(position, target_length)]
+
+
 def compaction_order(key_valid: torch.Tensor) -> torch.Tensor:
     """Gather index that moves each example's real encoder positions to the front, in order.
 

@@ -28,7 +28,7 @@ from torch.nn import functional as F
 
 from srformer.attention.base import CrossAttentionMechanism, ProjectBlock, ProjectRows
 from srformer.attention.layout import block_index, segment_major, segment_order, take_blocks
-from srformer.attention.schedule import num_segments, real_lengths, segment_index, tracing
+from srformer.attention.schedule import num_segments, real_lengths, segment_at, segment_index, tracing
 from srformer.attention.state import CrossAttentionState, autocast_off, rows_in_encoder_order
 from srformer.core import mechanism
 
@@ -470,13 +470,8 @@ class SegmentedCrossAttention(CrossAttentionMechanism):
 
     # ------------------------------------------------------------------ incremental path
     def _segment_at(self, state: SegmentState | LeanSegmentState, position: int | torch.Tensor) -> torch.Tensor:
-        """(B,) long ``i(t)`` read from the state's segment table; ``position`` is an int (a view, no
-        kernel) or a 0-d tensor (static caches: clamped and read on the device, no host sync)."""
-        target = self.settings.target_length
-        if isinstance(position, torch.Tensor):
-            column = position.reshape(1).clamp(max=target).to(device=state.segment_table.device, dtype=torch.long)
-            return state.segment_table.index_select(1, column)[:, 0]
-        return state.segment_table[:, min(position, target)]
+        """(B,) long ``i(t)`` read from the state's segment table (:func:`~srformer.attention.schedule.segment_at`)."""
+        return segment_at(state.segment_table, position, self.settings.target_length)
 
     def step(
         self,
