@@ -11,14 +11,14 @@ import torch
 
 from srformer.attention import naive, step_choice
 from srformer.attention.block_topk import BlockTopkState
-from srformer.attention.state import SRformerCacheLayer
 from srformer.attention.step_choice import STEP_KINDS
 from srformer.attention.variants import build_cross_attention
 from srformer.config import SRformerConfig, named_config
 from tests.attention.test_srformer import _incremental, _inputs
+from tests.attention.test_state import check_reordered_state_steps_as_its_rows
 from tests.attention.test_variants import _module, _reference
-from tests.models.conftest import BUILDERS, converted, decoder_inputs, padded_batch, plain_generation_config
-from tests.models.test_exactness import step_by_step_logits, teacher_forced_logits
+from tests.models.conftest import BUILDERS, converted, plain_generation_config
+from tests.models.test_exactness import check_incremental_equals_parallel_per_row
 from tests.tolerance import assert_exact, float32_tolerance, max_difference
 
 LENGTHS = [13, 8, 5, 1, 0]  # s = 2: 7, 4, 3 and 1 segments, and an empty document
@@ -301,17 +301,8 @@ def test_the_two_steps_give_the_same_output_on_the_same_state(segment_size, top,
 def test_a_reordered_state_steps_as_its_rows(each_step):
     """Beam reordering (the cache layer's reorder_cache: every state tensor, rows repeated and dropped) gives the
     state of the reordered rows: a step from it equals the reordered step from the original state."""
-    module = _module("block-topk", 4, 8, scale=0.5, top_segments=2, block_size=2)
-    queries, keys, values, valid = _inputs(3, 2, 13, 6, 4, [13, 5, 0], seed=4)
-    state = module.init_state(keys, values, valid)
-    layer = SRformerCacheLayer(state, (2, 13, 4), keys.dtype)
-    beams = torch.tensor([0, 0, 2])
-    layer.reorder_cache(beams)
-    reordered = layer.held_state()
-    for t in range(queries.shape[2]):
-        expected, _ = module.step(queries[:, :, t : t + 1], state, position=t)
-        output, _ = module.step(queries[beams, :, t : t + 1], reordered, position=t)
-        assert_exact(output, expected[beams], f"position {t}")
+    check_reordered_state_steps_as_its_rows(_module("block-topk", 4, 8, scale=0.5, top_segments=2, block_size=2),
+                                            _inputs(3, 2, 13, 6, 4, [13, 5, 0], seed=4), torch.tensor([0, 0, 2]))
 
 
 @pytest.mark.parametrize("family", ["t5", "bart"])
@@ -321,14 +312,7 @@ def test_in_a_model_incremental_equals_parallel_padding_does_not_matter_and_beam
     a cache the sequences without."""
     model = converted(BUILDERS[family](), variant="block-topk", segment_size=4, target_length=12, top_segments=1,
                       block_size=2)
-    lengths = (24, 17, 9)
-    ids, mask = padded_batch(model, lengths=lengths)
-    dec = decoder_inputs(model, ids.shape[0], 8)
-    parallel = teacher_forced_logits(model, ids, mask, dec)
-    assert_exact(step_by_step_logits(model, ids, mask, dec), parallel, "incremental vs parallel")
-    for row, n in enumerate(lengths):
-        alone = step_by_step_logits(model, ids[row : row + 1, :n], mask[row : row + 1, :n], dec[row : row + 1])
-        assert_exact(alone, parallel[row : row + 1], f"row {row} alone vs batched")
+    ids, mask = check_incremental_equals_parallel_per_row(model)
     config = dict(max_new_tokens=10, num_beams=3, num_return_sequences=3)
     with torch.no_grad():
         cached = model.generate(input_ids=ids, attention_mask=mask,

@@ -11,15 +11,15 @@ import pytest
 import torch
 
 from srformer.attention import naive, step_choice
-from srformer.attention.state import SRformerCacheLayer
 from srformer.attention.step_choice import STEP_KINDS
 from srformer.attention.weights import cross_attention_weights
 from srformer.config import SRformerConfig, named_config
 from srformer.core import mechanism
 from tests.attention.test_srformer import _incremental, _inputs
+from tests.attention.test_state import check_reordered_state_steps_as_its_rows
 from tests.attention.test_variants import _module, _reference
-from tests.models.conftest import BUILDERS, converted, decoder_inputs, padded_batch, plain_generation_config
-from tests.models.test_exactness import step_by_step_logits, teacher_forced_logits
+from tests.models.conftest import BUILDERS, converted, padded_batch, plain_generation_config
+from tests.models.test_exactness import check_incremental_equals_parallel_per_row
 from tests.tolerance import assert_exact, float32_tolerance, max_difference
 
 
@@ -257,32 +257,15 @@ def test_the_two_steps_give_the_same_output_on_the_same_state(top_keys, monkeypa
 def test_a_reordered_state_steps_as_its_rows(each_step):
     """Beam reordering (the cache layer's reorder_cache: every state tensor, rows repeated and dropped) gives the
     state of the reordered rows: a step from it equals the reordered step from the original state."""
-    module = _module("knn", scale=0.5, top_keys=3)
-    queries, keys, values, valid = _inputs(3, 2, 9, 4, 4, [9, 4, 0], seed=8)
-    state = module.init_state(keys, values, valid)
-    layer = SRformerCacheLayer(state, (2, 9, 4), keys.dtype)
-    beams = torch.tensor([1, 1, 2])
-    layer.reorder_cache(beams)
-    reordered = layer.held_state()
-    for t in range(queries.shape[2]):
-        expected, _ = module.step(queries[:, :, t : t + 1], state, position=t)
-        output, _ = module.step(queries[beams, :, t : t + 1], reordered, position=t)
-        assert_exact(output, expected[beams], f"position {t}")
+    check_reordered_state_steps_as_its_rows(_module("knn", scale=0.5, top_keys=3),
+                                            _inputs(3, 2, 9, 4, 4, [9, 4, 0], seed=8), torch.tensor([1, 1, 2]))
 
 
 @pytest.mark.parametrize("family", ["t5", "bart"])
 def test_in_a_model_incremental_equals_parallel_and_padding_does_not_matter(family, each_step):
     """A converted model reading 2 keys per query and head: generation's step (each step) gives the teacher-forced
     logits of a padded batch, and each row alone those of the batch."""
-    model = converted(BUILDERS[family](), variant="knn", top_keys=2)
-    lengths = (24, 17, 9)
-    ids, mask = padded_batch(model, lengths=lengths)
-    dec = decoder_inputs(model, ids.shape[0], 8)
-    parallel = teacher_forced_logits(model, ids, mask, dec)
-    assert_exact(step_by_step_logits(model, ids, mask, dec), parallel, "incremental vs parallel")
-    for row, n in enumerate(lengths):
-        alone = step_by_step_logits(model, ids[row : row + 1, :n], mask[row : row + 1, :n], dec[row : row + 1])
-        assert_exact(alone, parallel[row : row + 1], f"row {row} alone vs batched")
+    check_incremental_equals_parallel_per_row(converted(BUILDERS[family](), variant="knn", top_keys=2))
 
 
 def test_the_accelerator_step_compiles_to_one_graph_and_equals_eager():

@@ -1,4 +1,5 @@
-"""State helpers: beam reordering keeps each state tensor's memory layout."""
+"""State helpers: beam reordering keeps each state tensor's memory layout; the reordering check the mechanisms'
+tests share."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import torch
 from srformer.attention.state import SRformerCacheLayer, reorder_rows
 from tests.attention.test_srformer import _inputs
 from tests.attention.test_variants import _module
+from tests.tolerance import assert_exact
 
 
 def test_reorder_rows_is_index_select_with_the_tensors_strides():
@@ -31,3 +33,18 @@ def test_beam_reordering_keeps_block_topks_transposed_mean_keys():
     assert reordered.mean_keys.stride() == state.mean_keys.stride()
     assert torch.equal(reordered.mean_keys, state.mean_keys.index_select(0, beams))
     assert torch.equal(module(queries[beams], reordered)[0], module(queries, state)[0][beams])
+
+
+def check_reordered_state_steps_as_its_rows(module, inputs, beams: torch.Tensor) -> None:
+    """Beam reordering (the cache layer's ``reorder_cache``: every state tensor, rows repeated and dropped) gives the
+    state of the reordered rows: a step of ``module`` from it equals the reordered step from the original state, at
+    every query position of ``inputs`` (``queries, keys, values, valid``)."""
+    queries, keys, values, valid = inputs
+    state = module.init_state(keys, values, valid)
+    layer = SRformerCacheLayer(state, tuple(keys.shape[1:]), keys.dtype)
+    layer.reorder_cache(beams)
+    reordered = layer.held_state()
+    for t in range(queries.shape[2]):
+        expected, _ = module.step(queries[:, :, t : t + 1], state, position=t)
+        output, _ = module.step(queries[beams, :, t : t + 1], reordered, position=t)
+        assert_exact(output, expected[beams], f"position {t}")

@@ -31,6 +31,19 @@ def step_by_step_logits(model, ids, mask, dec):
     return torch.cat(logits, dim=1)
 
 
+def check_incremental_equals_parallel_per_row(model, lengths=(24, 17, 9), steps: int = 8):
+    """Generation's step gives the teacher-forced logits of a padded batch (``lengths`` tokens per row, ``steps``
+    decoder tokens), and each row alone those of the batch; returns the batch's ``(ids, mask)``."""
+    ids, mask = padded_batch(model, lengths=lengths)
+    dec = decoder_inputs(model, ids.shape[0], steps)
+    parallel = teacher_forced_logits(model, ids, mask, dec)
+    assert_exact(step_by_step_logits(model, ids, mask, dec), parallel, "incremental vs parallel")
+    for row, n in enumerate(lengths):
+        alone = step_by_step_logits(model, ids[row : row + 1, :n], mask[row : row + 1, :n], dec[row : row + 1])
+        assert_exact(alone, parallel[row : row + 1], f"row {row} alone vs batched")
+    return ids, mask
+
+
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
 @pytest.mark.parametrize("variant", ["segmented", "srformer"])
 def test_one_segment_covering_the_input_equals_full_attention(family, attn, variant):
