@@ -30,11 +30,16 @@ class _Copier(nn.Module):
     def device(self) -> torch.device:
         return self.anchor.device
 
-    def forward(self, input_ids, attention_mask, decoder_input_ids):
+    def get_encoder(self):
+        """An encoder whose output is the source ids themselves, (B, n, 1)."""
+        return lambda input_ids, attention_mask: SimpleNamespace(last_hidden_state=input_ids[..., None].float())
+
+    def forward(self, encoder_outputs, attention_mask, decoder_input_ids):
         batch, steps = decoder_input_ids.shape
         predicted = torch.zeros(batch, steps, dtype=torch.long)
+        source_ids = encoder_outputs.last_hidden_state[..., 0].long()
         for b in range(batch):
-            source = input_ids[b][attention_mask[b].bool()].tolist()
+            source = source_ids[b][attention_mask[b].bool()].tolist()
             for t in range(steps):
                 if self.by_position:
                     predicted[b, t] = source[t] if t < len(source) else 0

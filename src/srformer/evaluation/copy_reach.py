@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 from transformers import PreTrainedModel
+from transformers.modeling_outputs import BaseModelOutput
 
 __all__ = ["copy_reach", "reach_starts"]
 
@@ -43,8 +44,9 @@ def copy_reach(model: PreTrainedModel, sequences: Sequence[Sequence[int]], start
     """Teacher-forced accuracy of continuing a copied passage, per passage start (module docstring).
 
     Args:
-        model: a seq2seq model (``input_ids``, ``attention_mask``, ``decoder_input_ids`` -> ``logits``) whose
-            config has ``decoder_start_token_id``; evaluated in eval mode and put back in the mode it was in.
+        model: a seq2seq model with ``get_encoder()`` (each batch of documents is encoded once, for every start)
+            taking ``encoder_outputs``, ``attention_mask`` and ``decoder_input_ids`` (-> ``logits``), whose config
+            has ``decoder_start_token_id``; evaluated in eval mode and put back in the mode it was in.
         sequences: each document's input token ids (the source the model reads, as given: special tokens
             included when the caller includes them).
         starts: passage starts in tokens (>= 0).
@@ -75,28 +77,37 @@ def copy_reach(model: PreTrainedModel, sequences: Sequence[Sequence[int]], start
     was_training = model.training
     model.eval()
     device = model.device
-    results = []
+    encoder = model.get_encoder()
+    correct, documents = [0] * len(starts), [0] * len(starts)
     try:
-        for start in starts:
-            chosen = [list(tokens) for tokens in sequences if len(tokens) >= start + span]
-            correct = 0
-            for first in range(0, len(chosen), batch_size):
-                batch = chosen[first:first + batch_size]
-                width = max(len(ids) for ids in batch)
-                input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-                mask = torch.zeros((len(batch), width), dtype=torch.long)
-                for row, ids in enumerate(batch):
-                    input_ids[row, :len(ids)] = torch.tensor(ids)
-                    mask[row, :len(ids)] = 1
-                targets = torch.tensor([ids[start:start + span] for ids in batch])
-                decoder_input_ids = torch.cat([torch.full((len(batch), 1), decoder_start), targets[:, :-1]], dim=1)
-                logits = model(input_ids=input_ids.to(device), attention_mask=mask.to(device),
+        for first in range(0, len(sequences), batch_size):  # each batch encoded once, for every start
+            batch = [list(tokens) for tokens in sequences[first:first + batch_size]]
+            width = max(len(ids) for ids in batch)
+            input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, ids in enumerate(batch):
+                input_ids[row, :len(ids)] = torch.tensor(ids)
+                mask[row, :len(ids)] = 1
+            mask = mask.to(device)
+            hidden = encoder(input_ids=input_ids.to(device), attention_mask=mask).last_hidden_state
+            for which, start in enumerate(starts):
+                rows = [row for row, ids in enumerate(batch) if len(ids) >= start + span]
+                if not rows:
+                    continue
+                index = torch.tensor(rows, device=device)
+                targets = torch.tensor([batch[row][start:start + span] for row in rows])
+                decoder_input_ids = torch.cat([torch.full((len(rows), 1), decoder_start), targets[:, :-1]], dim=1)
+                logits = model(encoder_outputs=BaseModelOutput(last_hidden_state=hidden.index_select(0, index)),
+                               attention_mask=mask.index_select(0, index),
                                decoder_input_ids=decoder_input_ids.to(device)).logits
                 predicted = logits.argmax(-1).cpu()
-                correct += int((predicted[:, cue:] == targets[:, cue:]).sum())
-            scored = len(chosen) * (span - cue)
-            results.append({"start": start, "documents": len(chosen), "tokens": scored,
-                            "accuracy": correct / scored if scored else None})
+                correct[which] += int((predicted[:, cue:] == targets[:, cue:]).sum())
+                documents[which] += len(rows)
+        results = []
+        for start, right, count in zip(starts, correct, documents, strict=True):
+            scored = count * (span - cue)
+            results.append({"start": start, "documents": count, "tokens": scored,
+                            "accuracy": right / scored if scored else None})
     finally:
         model.train(was_training)
     return results
