@@ -27,9 +27,9 @@ def run(args) -> int:
         FileNotFoundError: a checkpoint that is not there.
     """
     output = check_output_file(args.output, "--output")
-    stride = 1 if args.stride is None else args.stride
+    given_stride = 1 if args.stride is None else args.stride  # None: the default, chosen below
     for option, value, least in (("--span", args.span, 2), ("--documents", args.documents, 1),
-                                 ("--batch-size", args.batch_size, 1), ("--stride", stride, 1)):
+                                 ("--batch-size", args.batch_size, 1), ("--stride", given_stride, 1)):
         if value < least:
             raise ValueError(f"{option} must be at least {least}, got {value}.")
     if not 0 <= args.cue < args.span:
