@@ -17,7 +17,11 @@ from srformer.config import SRformerConfig, named_config
 from tests.attention.test_srformer import _incremental, _inputs
 from tests.attention.test_state import check_reordered_state_steps_as_its_rows
 from tests.attention.test_variants import _module, _reference
-from tests.models.conftest import BUILDERS, converted, plain_generation_config
+from tests.models.conftest import (
+    BUILDERS,
+    check_beam_search_with_a_cache_equals_without,
+    converted,
+)
 from tests.models.test_exactness import check_incremental_equals_parallel_per_row
 from tests.tolerance import assert_exact, float32_tolerance, max_difference
 
@@ -313,13 +317,7 @@ def test_in_a_model_incremental_equals_parallel_padding_does_not_matter_and_beam
     model = converted(BUILDERS[family](), variant="block-topk", segment_size=4, target_length=12, top_segments=1,
                       block_size=2)
     ids, mask = check_incremental_equals_parallel_per_row(model)
-    config = dict(max_new_tokens=10, num_beams=3, num_return_sequences=3)
-    with torch.no_grad():
-        cached = model.generate(input_ids=ids, attention_mask=mask,
-                                generation_config=plain_generation_config(model, use_cache=True, **config))
-        uncached = model.generate(input_ids=ids, attention_mask=mask,
-                                  generation_config=plain_generation_config(model, use_cache=False, **config))
-    assert torch.equal(cached, uncached)
+    check_beam_search_with_a_cache_equals_without(model, ids, mask)
 
 
 @pytest.mark.filterwarnings("ignore:An encoder input has")

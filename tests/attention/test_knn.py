@@ -18,7 +18,12 @@ from srformer.core import mechanism
 from tests.attention.test_srformer import _incremental, _inputs
 from tests.attention.test_state import check_reordered_state_steps_as_its_rows
 from tests.attention.test_variants import _module, _reference
-from tests.models.conftest import BUILDERS, converted, padded_batch, plain_generation_config
+from tests.models.conftest import (
+    BUILDERS,
+    check_beam_search_with_a_cache_equals_without,
+    converted,
+    padded_batch,
+)
 from tests.models.test_exactness import check_incremental_equals_parallel_per_row
 from tests.tolerance import assert_exact, float32_tolerance, max_difference
 
@@ -178,13 +183,7 @@ def test_in_bf16_matches_the_reference_on_the_same_rounded_inputs():
 def test_beam_search_with_a_cache_equals_without_at_few_keys(family, each_step):
     model = converted(BUILDERS[family](), variant="knn", top_keys=2)
     ids, mask = padded_batch(model)
-    config = dict(max_new_tokens=10, num_beams=3, num_return_sequences=3)
-    with torch.no_grad():
-        cached = model.generate(input_ids=ids, attention_mask=mask,
-                                generation_config=plain_generation_config(model, use_cache=True, **config))
-        uncached = model.generate(input_ids=ids, attention_mask=mask,
-                                  generation_config=plain_generation_config(model, use_cache=False, **config))
-    assert torch.equal(cached, uncached)
+    check_beam_search_with_a_cache_equals_without(model, ids, mask)
 
 
 def test_settings_default_registry_entry_and_bad_values():

@@ -59,6 +59,17 @@ def plain_generation_config(model, **kwargs) -> GenerationConfig:
     )
 
 
+def check_beam_search_with_a_cache_equals_without(model, ids, mask) -> None:
+    """Beam search (3 beams, 3 sequences, 10 new tokens) gives the same sequences with the cache as without."""
+    config = dict(max_new_tokens=10, num_beams=3, num_return_sequences=3)
+    with torch.no_grad():
+        cached = model.generate(input_ids=ids, attention_mask=mask,
+                                generation_config=plain_generation_config(model, use_cache=True, **config))
+        uncached = model.generate(input_ids=ids, attention_mask=mask,
+                                  generation_config=plain_generation_config(model, use_cache=False, **config))
+    assert torch.equal(cached, uncached)
+
+
 def padded_batch(model, lengths=(24, 17, 9), seed: int = 1):
     """Right-padded encoder inputs with the given real lengths (tokens)."""
     generator = torch.Generator().manual_seed(seed)
