@@ -267,15 +267,22 @@ def test_a_float32_step_with_many_ties_reads_the_blocks_of_the_float64_reference
     (float32_tolerance of 64 terms, generous), whatever the padding; an empty document's output is 0."""
     module = _module("block-topk", 4, 6, scale=0.5, top_segments=2, block_size=block)
     queries, keys, values, valid = _integer_inputs(seed=5)
-    left = _left_padded(keys, values, valid, LENGTHS)
-    for what, (k, v, mask) in {"right": (keys, values, valid), "left": left}.items():
+    paddings = {"right": (keys, values, valid), "left": _left_padded(keys, values, valid, LENGTHS)}
+    check_float32_reads_the_float64_reference(module, queries, paddings, terms=64)
+
+
+def check_float32_reads_the_float64_reference(module, queries, paddings, *, terms: int) -> None:
+    """For each padding (name -> float64 ``(keys, values, valid)``): the float32 step and parallel path from a
+    float32 state are within ``float32_tolerance`` of ``terms`` terms of the float64 reference, and the last
+    example (an empty document) steps to 0."""
+    for what, (k, v, mask) in paddings.items():
         expected = _reference(module, queries, k, v, mask)
         state = module.init_state(k.float(), v.float(), mask)
         step, _ = _incremental(module, queries.float(), state)
         parallel, _ = module(queries.float(), state)
         for output in (step, parallel):
             assert output.dtype == torch.float32
-            assert max_difference(output.double(), expected) <= float32_tolerance(expected, 64), what
+            assert max_difference(output.double(), expected) <= float32_tolerance(expected, terms), what
         assert torch.equal(step[-1], torch.zeros_like(step[-1]))
 
 

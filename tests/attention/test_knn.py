@@ -15,6 +15,7 @@ from srformer.attention.step_choice import STEP_KINDS
 from srformer.attention.weights import cross_attention_weights
 from srformer.config import SRformerConfig, named_config
 from srformer.core import mechanism
+from tests.attention.test_block_topk import check_float32_reads_the_float64_reference
 from tests.attention.test_srformer import _incremental, _inputs
 from tests.attention.test_state import check_reordered_state_steps_as_its_rows
 from tests.attention.test_variants import _module, _reference
@@ -25,7 +26,7 @@ from tests.models.conftest import (
     padded_batch,
 )
 from tests.models.test_exactness import check_incremental_equals_parallel_per_row
-from tests.tolerance import assert_exact, float32_tolerance, max_difference
+from tests.tolerance import assert_exact
 
 
 def _left_padded(valid, *tensors):
@@ -223,15 +224,9 @@ def test_a_float32_step_with_many_ties_reads_the_keys_of_the_float64_reference(e
     module = _module("knn", scale=0.5, top_keys=3)
     lengths = [11, 6, 2, 0]
     queries, keys, values, valid = _integer_inputs((4, 2, 11, 4), lengths, 5, seed=11)
-    for what, (mask, k, v) in {"right": (valid, keys, values), "left": _left_padded(valid, keys, values)}.items():
-        expected = _reference(module, queries, k, v, mask)
-        state = module.init_state(k.float(), v.float(), mask)
-        step, _ = _incremental(module, queries.float(), state)
-        parallel, _ = module(queries.float(), state)
-        for output in (step, parallel):
-            assert output.dtype == torch.float32
-            assert max_difference(output.double(), expected) <= float32_tolerance(expected, 16), what
-        assert torch.equal(step[3], torch.zeros_like(step[3]))
+    mask, left_keys, left_values = _left_padded(valid, keys, values)
+    paddings = {"right": (keys, values, valid), "left": (left_keys, left_values, mask)}
+    check_float32_reads_the_float64_reference(module, queries, paddings, terms=16)  # the empty document: row 3
 
 
 @pytest.mark.parametrize("top_keys", [1, 3, 12])
