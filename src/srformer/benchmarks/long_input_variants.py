@@ -27,6 +27,7 @@ LONG_INPUT_VARIANTS: dict[str, dict[str, Any]] = {
     "block-topk-b4": dict(NAMED_SETTINGS["block-topk-b4"]),
     "quest": {"variant": "quest"},
     "quest-tree": dict(NAMED_SETTINGS["quest-tree"]),
+    "quest-b2": dict(NAMED_SETTINGS["quest-b2"]),
     "segmented": {"variant": "segmented"},
     "segmented-lean": {"variant": "segmented", "lean_cache": True},
     "srformer": {"variant": "srformer"},

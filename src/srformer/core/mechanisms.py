@@ -469,8 +469,10 @@ MECHANISMS: tuple[Mechanism, ...] = (
         "keys projected once, chunk by chunk, for the bounds",
         state_size="2·k·d + 2·(k/b)·d (keys and values, the leaves' bounds); reading encoder rows: 2·(k/b)·d",
         # beyond Quest, chosen on the recall probe straight after conversion: leaves of 2 keys bound tightly, and
-        # groups of 16 similar leaves keep a step from scoring every leaf
-        named_settings={"quest-tree": {"leaf_size": 2, "top_leaves": 64, "group_size": 16, "top_groups": 64}},
+        # groups of 16 similar leaves keep a step from scoring every leaf (quest-tree); quest-b2 scores every leaf,
+        # as an accelerator step does anyway, with no tree to build
+        named_settings={"quest-tree": {"leaf_size": 2, "top_leaves": 64, "group_size": 16, "top_groups": 64},
+                        "quest-b2": {"leaf_size": 2, "top_leaves": 64}},
     ),
     Mechanism(
         name="knn",
