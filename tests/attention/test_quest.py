@@ -14,10 +14,11 @@ from hypothesis import strategies as st
 import srformer
 from srformer.attention import naive, step_choice
 from srformer.attention.quest import (
+    QuestCrossAttention,
     QuestRowsState,
     QuestState,
     key_bounds,
-    outward_half,
+    outward_bfloat16,
     similarity_order,
     upper_bound,
 )
@@ -196,6 +197,45 @@ def test_generate_reading_encoder_rows_equals_the_standard_state(family, each_st
     assert states == [QuestRowsState, QuestRowsState]
 
 
+@pytest.mark.parametrize("family", ["t5", "bart"])
+@pytest.mark.parametrize("rows_min_keys", [1, None], ids=["encoder-rows", "keys"])
+def test_the_leaf_step_generates_the_cpu_steps_tokens(family, rows_min_keys, monkeypatch):
+    """One level with segments of whole leaves (s = 4, b = 2): on an accelerator the leaf step
+    (``QuestCrossAttention.leaf_step``) runs, from a state of whole segments, and greedy and beam search give the
+    CPU step's tokens, and its scores up to float32 rounding, in both layouts (the bounds of each layout are the
+    same on both devices)."""
+    model = converted(BUILDERS[family](), variant="quest", segment_size=4, target_length=8, leaf_size=2,
+                      top_leaves=2)
+    srformer.set_runtime_options(model, rows_min_keys=rows_min_keys)
+    ids, mask = padded_batch(model)
+    steps = []
+    monkeypatch.setattr(QuestCrossAttention, "leaf_step", _counting(QuestCrossAttention.leaf_step, steps))
+    for beams in (1, 3):
+        config = plain_generation_config(model, max_new_tokens=8, num_beams=beams, output_scores=True,
+                                         return_dict_in_generate=True)
+        outputs = {}
+        for kind in step_choice.STEP_KINDS:
+            monkeypatch.setattr(step_choice, "STEP_OVERRIDE", kind)
+            with torch.no_grad():
+                outputs[kind] = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+        state = outputs["accelerator"].past_key_values.cross_attention_cache.layers[0].state
+        rows = state.positions.shape[1]
+        assert rows % 4 == 0 and state.row_bias.shape[1:] == (rows // 2, 2)  # whole segments of whole leaves
+        assert torch.equal(outputs["accelerator"].sequences, outputs["cpu"].sequences)
+        for a, b in zip(outputs["accelerator"].scores, outputs["cpu"].scores, strict=True):
+            finite = torch.isfinite(b)
+            assert torch.equal(finite, torch.isfinite(a))
+            assert (a[finite] - b[finite]).abs().max().item() <= 1e-4
+    assert steps, "the leaf step did not run"
+
+
+def _counting(method, calls):
+    def wrapper(*args, **kwargs):
+        calls.append(1)
+        return method(*args, **kwargs)
+    return wrapper
+
+
 def test_short_inputs_keep_the_standard_state(each_step):
     model = converted(BUILDERS["t5"](), variant="quest", segment_size=4, target_length=8)
     ids, mask = padded_batch(model)
@@ -223,27 +263,42 @@ def test_settings_defaults_bad_values_and_the_memory_estimate():
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 2**31 - 1), st.floats(1e-3, 1e3))
 def test_half_bounds_are_rounded_outward_and_still_bound(seed, spread):
-    """The rows layout keeps grouped leaves' bounds in float16: each maximum rounded up, each minimum down."""
+    """The rows layout keeps leaves' bounds in bfloat16: each maximum rounded up, each minimum down, at any
+    magnitude float32 holds."""
     generator = torch.Generator().manual_seed(seed)
     low = torch.randn(2, 3, 5, 4, generator=generator) * spread
     high = low + torch.rand(2, 3, 5, 4, generator=generator) * spread
     bounds = torch.cat([high, low], dim=-1)
-    half = outward_half(bounds)
-    assert half.dtype == torch.float16
+    half = outward_bfloat16(bounds)
+    assert half.dtype == torch.bfloat16
     assert (half[..., :4].float() >= high).all() and (half[..., 4:].float() <= low).all()
-    assert (half.float() - bounds).abs().max() <= 2e-3 * bounds.abs().max() + 1e-7
-    beyond = bounds.clone()
-    beyond[0, 0, 0, 0] = 1e6
-    assert outward_half(beyond).dtype == torch.float32  # beyond float16's range: kept as it is
+    # one bfloat16 step (2^-7 relative, 8 bits of precision) at most, rounding and the outward step together
+    assert ((half.float() - bounds).abs() <= 2.0 ** -7 * bounds.abs() + 1e-38).all()
+    beyond = bounds * 1e30  # past float16's range, within bfloat16's
+    wide = outward_bfloat16(beyond)
+    assert wide.isfinite().all() and (wide[..., :4].float() >= beyond[..., :4]).all()
+    assert (wide[..., 4:].float() <= beyond[..., 4:]).all()
 
 
-def test_the_rows_state_keeps_half_the_leaf_bytes_and_the_estimate_says_so():
+def test_the_rows_state_keeps_bfloat16_leaf_bounds_and_the_estimate_counts_them():
+    """The leaves' bounds take 2 bytes per number, with groups and without; the estimate counts them so: one level
+    of leaves of 2 keeps ``2·(k/2)·d`` bfloat16 bounds per head and layer (half of float32 keys and values) and the
+    compaction order."""
     model_config = BUILDERS["t5"]().config
-    tree = named_config("quest-tree", segment_size=64, target_length=128)
-    flat = named_config("quest", segment_size=64, target_length=128, leaf_size=2)
+    flat = named_config("quest-b2", segment_size=64, target_length=128)
     k = 262144
-    grouped, single = (estimate_decode_memory(c, model_config, 1, k, torch.float32).states for c in (tree, flat))
-    assert grouped < 0.6 * single
+    layers, heads, d = model_config.num_decoder_layers, model_config.num_heads, model_config.d_kv
+    estimate = estimate_decode_memory(flat, model_config, 1, k, torch.float32).states
+    assert estimate == layers * (2 * heads * (k // 2) * 2 * d + k * 8)
+    assert estimate <= 0.5 * layers * 2 * heads * k * d * 4
+    model = converted(BUILDERS["t5"](), variant="quest", segment_size=4, target_length=8, leaf_size=2,
+                      top_leaves=2, rows_min_keys=1)
+    ids, mask = padded_batch(model)
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, return_dict_in_generate=True,
+                             generation_config=plain_generation_config(model, max_new_tokens=2))
+    state = out.past_key_values.cross_attention_cache.layers[0].state
+    assert type(state) is QuestRowsState and state.leaf_bounds.dtype == torch.bfloat16
 
 
 @pytest.mark.parametrize("leaves,group", [(37, 4), (64, 16), (5, 8), (1, 1)])

@@ -58,17 +58,19 @@ def _ranked_by_sort(scores: torch.Tensor, allowed: torch.Tensor, width: int, fir
 
 
 @settings(max_examples=80, deadline=None)
-@given(rows=st.integers(1, 4), n=st.integers(1, 40), wide=st.booleans(), data=st.data())
-def test_ranked_top_orders_by_score_then_position_with_the_first_before(rows, n, wide, data):
-    """An accelerator step's selection (order keys in float32, the tie pass in float64) against a stable sort: ties
-    among few distinct values, NaN and infinities, zeros of both signs, the smallest float32 numbers (subnormal,
-    next to 0), the largest; positions not allowed after all others, ``first`` positions before all."""
+@given(rows=st.integers(1, 4), n=st.integers(1, 40), dtype=st.sampled_from([torch.float32, torch.float64,
+                                                                            torch.bfloat16]), data=st.data())
+def test_ranked_top_orders_by_score_then_position_with_the_first_before(rows, n, dtype, data):
+    """An accelerator step's selection (order keys from float32 or bfloat16 scores, the tie pass in float64)
+    against a stable sort: ties among few distinct values, NaN and infinities, zeros of both signs, the smallest
+    float32 numbers (subnormal, next to 0), the largest; positions not allowed after all others, ``first``
+    positions before all."""
     width = data.draw(st.integers(1, n))
     tiny = torch.finfo(torch.float32).tiny
     levels = [-1.0, 0.0, -0.0, 0.5, 2.0, 3e38, -3e38, tiny, -tiny, 1e-45, -1e-45, 2 * tiny, float("nan"),
               float("inf"), float("-inf")]
     values = data.draw(st.lists(st.sampled_from(levels), min_size=rows * n, max_size=rows * n))
-    scores = torch.tensor(values, dtype=torch.float64 if wide else torch.float32).view(rows, n)
+    scores = torch.tensor(values, dtype=dtype).view(rows, n)
     allowed = torch.tensor(data.draw(st.lists(st.booleans(), min_size=rows * n, max_size=rows * n))).view(rows, n)
     first = torch.zeros(rows, n, dtype=torch.bool)
     first[:, data.draw(st.permutations(range(n)))[: data.draw(st.integers(0, width))]] = True
@@ -95,17 +97,18 @@ def test_ranked_top_chooses_the_positions_top_positions_chooses(rows, n, data):
 
 
 def test_order_keys_keep_float32_scores_apart_and_ties_in_position_order():
-    """Distinct float32 scores one unit in the last place apart keep their order whatever the positions (the
-    position term is below half a unit), down to the subnormals and at the largest numbers; equal ones go to the
-    earlier position, over 2^16 positions."""
+    """Distinct float32 (and bfloat16) scores one unit in the last place apart keep their order whatever the
+    positions (the position term is below half a unit), down to the subnormals and at the largest numbers; equal
+    ones go to the earlier position, over 2^16 positions."""
     n = 1 << 16
-    for value in [1.0, -1.0, 3e38, -3e38, torch.finfo(torch.float32).tiny, 1e-45, 0.0, -0.0, 1.5e-7]:
-        base = torch.tensor(value, dtype=torch.float32)
-        upper = torch.nextafter(base, torch.tensor(float("inf")))
-        scores = torch.full((n,), value, dtype=torch.float32)
-        scores[-1] = upper  # the higher score at the last position: first, before the tied earlier ones
-        chosen = ranked_top(scores, position_order(torch.ones(n, dtype=torch.bool)), 3)
-        assert sorted(chosen.tolist()) == [0, 1, n - 1], value
+    for dtype in (torch.float32, torch.bfloat16):
+        for value in [1.0, -1.0, 3e38, -3e38, torch.finfo(torch.float32).tiny, 1e-45, 0.0, -0.0, 1.5e-7]:
+            base = torch.tensor(value, dtype=dtype)
+            upper = torch.nextafter(base, torch.tensor(float("inf"), dtype=dtype))
+            scores = torch.full((n,), float(base), dtype=dtype)
+            scores[-1] = upper  # the higher score at the last position: first, before the tied earlier ones
+            chosen = ranked_top(scores, position_order(torch.ones(n, dtype=torch.bool)), 3)
+            assert sorted(chosen.tolist()) == [0, 1, n - 1], (dtype, value)
 
 
 def test_position_order_refuses_more_positions_than_its_keys_keep_apart():

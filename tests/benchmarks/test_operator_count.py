@@ -34,6 +34,17 @@ def full():
     return _counts("full")
 
 
+@pytest.fixture(scope="module")
+def per_token_budget(full):
+    """The per-token budget of the benchmark's shape (1.25x full attention's calls, t5-small) carried to t5-tiny's
+    models: full's count plus, per decoder layer, a quarter of t5-small full's calls per token over its layers
+    (about 21 calls: a budget of 1.25x full's on t5-tiny's 2 layers would allow 27, more than t5-small allows)."""
+    small = count_generation_operators(long_input_model("full", shape="t5-small", segment_size=16, target_length=16),
+                                       LENGTHS[0])
+    allowance = 0.25 * small.calls_per_token / t5_config("t5-small").num_decoder_layers
+    return [reference.calls_per_token + allowance * t5_config("t5-tiny").num_decoder_layers for reference in full]
+
+
 def test_the_counter_counts_calls_and_syncs():
     x = torch.ones(3)
     _, calls = count_calls(lambda: (x + 1).sum().item())
@@ -52,17 +63,18 @@ def test_full_attention_counts_do_not_depend_on_the_input_length(full):
 
 
 @pytest.mark.filterwarnings("ignore:An encoder input has")
-@pytest.mark.parametrize("name", ["segmented", "srformer", "knn", "block-topk-b4"])
-def test_mechanisms_keep_their_operator_budgets(name, full):
-    """What a GPU runs (the NaN/inf check deferred, and knn's and block-topk's accelerator steps, as on any
-    accelerator): per token at most 1.25x full attention's calls; a first step whose calls do not grow with the
+@pytest.mark.parametrize("name", ["segmented", "srformer", "knn", "block-topk-b4", "quest-b2"])
+def test_mechanisms_keep_their_operator_budgets(name, full, per_token_budget):
+    """What a GPU runs (the NaN/inf check deferred, and the accelerator steps of knn, block-topk and quest, as on
+    any accelerator): per token at most 1.25x full attention's calls; a first step whose calls do not grow with the
     input (no loop over segments: srformer's RAF recurrence is one operator) and stay within 3x full's; no host
     sync beyond full's, per token or in the first step. Measured (t5-tiny, 1k and 4k tokens; full 219 per token,
     270 first step): knn 242 per token (244 once the step's index tensors exist: they are made at the first
-    step), first step 349; block-topk-b4 248.5 (256), first step 505."""
+    step), first step 349; block-topk-b4 248.5 (256), first step 505; quest-b2 (its leaf step, keys and values
+    kept) 256, first step 615."""
     counts = _counts(name)
-    for count, reference in zip(counts, full, strict=True):
-        assert count.calls_per_token <= 1.25 * reference.calls_per_token, count.summary()
+    for count, reference, budget in zip(counts, full, per_token_budget, strict=True):
+        assert count.calls_per_token <= budget, (budget, count.summary())
         assert count.first_step_calls <= 3 * reference.first_step_calls, count.summary()
         assert count.syncs_per_token <= reference.syncs_per_token, count.per_token_by_operator
         assert count.first_step_syncs <= reference.first_step_syncs, count.first_step_by_operator
@@ -129,16 +141,23 @@ def test_quest_tree_accelerator_step_is_sync_free_and_does_not_grow_with_the_inp
 
 @pytest.mark.filterwarnings("ignore:An encoder input has")
 @pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="quest-tree's accelerator step makes 1.31x full attention's calls per token (287 against "
-                   "219, t5-tiny): two rankings, the segment and group masks and the rows' indices cost 42 calls "
-                   "per layer")
-@pytest.mark.parametrize("name", ["quest-tree"])
-def test_the_picks_keep_the_operator_budget_per_token(name, full):
+                   reason="quest-tree's accelerator step makes 34.5 calls per layer and token above full "
+                   "attention's (288 against 219, t5-tiny; 1.61x full's at t5-small): two rankings, the segment "
+                   "and group masks and the rows' indices; quest-b2 reading encoder rows 24.5 (268; 1.29x at "
+                   "t5-small): the absorbed form (the query through W_k, the mix through W_v) costs 6 calls per "
+                   "layer more than reading keys and values. The budget allows 21.3")
+@pytest.mark.parametrize("name,runtime", [("quest-tree", {}), ("quest-b2", {"rows_min_keys": 1})],
+                         ids=["quest-tree", "quest-b2-encoder-rows"])
+def test_the_picks_keep_the_operator_budget_per_token(name, runtime, per_token_budget):
     """Not met yet, and strict: the day a pick's step fits the budget this test fails, so that it becomes a kept
     budget."""
-    counts = _counts(name)
-    for count, reference in zip(counts, full, strict=True):
-        assert count.calls_per_token <= 1.25 * reference.calls_per_token, count.summary()
+    counts = []
+    for length in LENGTHS:
+        model = long_input_model(name, shape="t5-tiny", segment_size=16, target_length=16)
+        set_runtime_options(model, **runtime)
+        counts.append(count_generation_operators(model, length))
+    for count, budget in zip(counts, per_token_budget, strict=True):
+        assert count.calls_per_token <= budget, (budget, count.summary())
 
 
 def _quest_tree_first_steps(lengths, **runtime):

@@ -81,7 +81,8 @@ def test_fullgraph_static_cache_generate_equals_eager(family, variant, lean):
 
 #: The long-input picks (docs/choosing.md), by named setting: their selection (top-k over keys, leaves, groups or
 #: blocks) must stay inside one graph too.
-PICKS = [("t5", "knn"), ("bart", "knn"), ("t5", "quest-tree"), ("t5", "block-topk-b4"), ("bart", "quest-tree")]
+PICKS = [("t5", "knn"), ("bart", "knn"), ("t5", "quest-tree"), ("t5", "block-topk-b4"), ("bart", "quest-tree"),
+         ("t5", "quest-b2"), ("bart", "quest-b2")]
 
 
 @functools.cache

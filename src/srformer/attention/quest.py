@@ -70,10 +70,10 @@ without projecting them (the absorbed form, exact up to rounding)::
     sum_x a_x V_x = W_v (sum_x a_x h_x) + b_v        (the a_x sum to 1)
 
 ``O((s + r·b)·D + D·d)`` per head and step (``D = d_model``) instead of projecting the rows, ``O((s + r·b)·D·d)``.
-Memory per layer: ``2·(L + G)·d`` bounds per head instead of ``2·k·d`` keys and values; with groups the leaves'
-bounds are kept in float16, each maximum rounded up and each minimum rounded down (:func:`outward_half`: still
-upper bounds, half the memory), so a near-tie between two leaves may be settled otherwise than by the standard
-state's float32 bounds.
+Memory per layer: ``2·(L + G)·d`` bounds per head instead of ``2·k·d`` keys and values; the leaves' bounds are
+kept in bfloat16, each maximum rounded up and each minimum rounded down (:func:`outward_bfloat16`: still upper
+bounds, half the memory), so a near-tie between two leaves may be settled otherwise than by the standard state's
+float32 bounds.
 """
 
 from __future__ import annotations
@@ -204,8 +204,9 @@ class QuestBoundsState(CrossAttentionState):
 
     Attributes:
         step_segment: (B, T + 1) long, ``i(t)`` of decoder positions ``t = 0 .. T`` (later ones read ``i(T)``).
-        slot_leaf: (B, H, Ls) long, the leaf of each slot (``π``; the last leaf at an empty slot); an expanded view
-            of the leaves' indices without groups.
+        slot_leaf: (B, H, Ls) long, the leaf of each slot (``π``; the last leaf at an empty slot); without groups
+            (B, 1, L), an expanded view of the leaves' indices (this and the next two fields: the same for every
+            head).
         slot_segment: (B, H, Ls) long, the segment whose positions hold every real position of the slot's leaf,
             -1 for a leaf that reaches past its segment or has no real position (and an empty slot): the slot is
             not a candidate at the steps that read that segment.
@@ -213,6 +214,15 @@ class QuestBoundsState(CrossAttentionState):
             (:func:`~srformer.attention.selection.position_order` of the slots, in ``π``'s order): ``-inf`` at a
             slot without a real leaf.
         group_rank: (B, H, G) float64, the same for the groups: ``-inf`` at a group without a real leaf.
+
+    The leaf step's fields (:meth:`QuestCrossAttention.leaf_step`: one level, segments of whole leaves, on an
+    accelerator; ``N`` then a multiple of ``s``), (B, 0, b) elsewhere:
+
+    Attributes:
+        row_bias: (B, L, b), each compacted row's additive bias in the dtype its softmax runs in: 0 at a real row,
+            the dtype's lowest value (float32's for a wider one) past the example's length.
+        row_index: (B, L, b) long, reading encoder rows: each compacted row's row of the flattened encoder output
+            (``slot · k + position``); (B, 0, b) in the standard layout.
     """
 
     positions: torch.Tensor
@@ -226,6 +236,8 @@ class QuestBoundsState(CrossAttentionState):
     slot_segment: torch.Tensor
     slot_rank: torch.Tensor
     group_rank: torch.Tensor
+    row_bias: torch.Tensor
+    row_index: torch.Tensor
 
     def anchors(self) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: D102 - see the base class
         return self.leaf_bounds, self.positions
@@ -277,10 +289,13 @@ class QuestRowsState(QuestBoundsState):
 
     Attributes:
         slot: (B,) long, each row's example in :attr:`encoder` (reordered with the beams like every tensor field).
+        has_keys: (B, 1, 1, 1), 1 for an example with a real key and 0 for one without (its output is 0), in the
+            accumulation dtype of the encoder output (:func:`~srformer.attention.state.accumulation_dtype`).
         encoder: the encoder output and the layer's projections (:class:`EncoderRows`).
     """
 
     slot: torch.Tensor
+    has_keys: torch.Tensor
     encoder: EncoderRows
 
     is_lean: ClassVar[bool] = True
@@ -442,18 +457,20 @@ def upper_bound(queries: torch.Tensor, low: torch.Tensor, high: torch.Tensor) ->
     return bound_features(queries) @ torch.cat([high, low], dim=-1).transpose(-1, -2)
 
 
-def outward_half(bounds: torch.Tensor) -> torch.Tensor:
-    """``[high, low]`` bounds (..., 2d) in float16, each maximum rounded up and each minimum rounded down, so that
-    they still bound every key (half the memory of float32). Unchanged (float32 or wider) when a value lies beyond
-    float16's range (65,504).
+def outward_bfloat16(bounds: torch.Tensor) -> torch.Tensor:
+    """``[high, low]`` bounds (..., 2d) in bfloat16, each maximum rounded up and each minimum rounded down, so that
+    they still bound every key (half the memory of float32). bfloat16 has float32's range, so no value needs a
+    check (float16's 65,504 would need one, a host sync on an accelerator); a value beyond it becomes infinite and
+    the state's NaN/inf check reports it.
 
     Args:
         bounds: (..., 2d), the maxima in the first ``d`` columns and the minima in the last ``d``.
+
+    Returns:
+        (..., 2d) bfloat16, contiguous.
     """
-    if bounds.numel() == 0 or bounds.abs().max() > torch.finfo(torch.float16).max:
-        return bounds
     d = bounds.shape[-1] // 2
-    half = bounds.to(torch.float16)
+    half = bounds.to(torch.bfloat16)
     up = torch.nextafter(half, torch.full_like(half, float("inf")))
     down = torch.nextafter(half, torch.full_like(half, float("-inf")))
     is_high = torch.arange(2 * d, device=bounds.device) < d
@@ -490,6 +507,7 @@ class _StepTables(NamedTuple):
     leaf_offsets: torch.Tensor  # (b,) long, 0 .. b - 1 (a leaf's rows from its start)
     leaf_column: torch.Tensor  # (s + R·b,) bool, False for the s segment rows, True for the leaves' rows
     slot_group: torch.Tensor  # (B, H, Ls) long, the group of each slot (j // g; 0 without groups), expanded
+    leaf_segment: torch.Tensor  # (Ls,) long, the segment of each leaf (j // (s / b); -1 where b does not divide s)
     zero: torch.Tensor  # () 0 in the queries' dtype: the bias of a row read
     lowest: torch.Tensor  # () that dtype's lowest value (float32's for a wider one): the bias of a row not read
 
@@ -508,6 +526,8 @@ def _make_step_tables(
         segment_offsets=torch.arange(s, device=device), leaf_offsets=torch.arange(b, device=device),
         leaf_column=torch.arange(s + width * b, device=device) >= s,
         slot_group=torch.div(torch.arange(slots, device=device), group, rounding_mode="floor").expand(batch, heads, -1),
+        leaf_segment=(torch.div(torch.arange(slots, device=device), s // b, rounding_mode="floor") if s % b == 0
+                      else torch.full((slots,), -1, device=device)),
         zero=torch.zeros((), dtype=bias_dtype, device=device),
         lowest=torch.tensor(max(torch.finfo(bias_dtype).min, torch.finfo(torch.float32).min), dtype=bias_dtype,
                             device=device),
@@ -532,7 +552,7 @@ class QuestCrossAttention(CrossAttentionMechanism):
         self, low: torch.Tensor, high: torch.Tensor, leaf_real: torch.Tensor, compact: bool = False
     ) -> dict[str, torch.Tensor]:
         """The state's bound fields from the leaves' minimum and maximum keys ((B, H, L, d) each, (B, L) bool);
-        ``compact``: the leaves' bounds in float16 rounded outward (:func:`outward_half`) where groups are used.
+        ``compact``: the leaves' bounds in bfloat16 rounded outward (:func:`outward_bfloat16`).
         Heads are independent. On an accelerator they are built together, in as few groups of heads as keep each
         group's tree temporaries within :data:`TREE_BUDGET` elements (one group up to ``B·H·L·d = 2^24``: t5-small's
         8 heads at 65,536 tokens and batch 1), so the build's operator calls do not depend on the input below that
@@ -562,8 +582,8 @@ class QuestCrossAttention(CrossAttentionMechanism):
         if group is not None:  # in the groups' order: a chosen group's leaves are one contiguous block
             index = order.clamp(max=low.shape[2] - 1)[..., None].expand(-1, -1, -1, leaf_bounds.shape[-1])
             leaf_bounds = leaf_bounds.gather(2, index).masked_fill((order >= low.shape[2])[..., None], 0.0)
-            if compact:
-                leaf_bounds = outward_half(leaf_bounds)
+        if compact:
+            leaf_bounds = outward_bfloat16(leaf_bounds)
         return {"leaf_bounds": leaf_bounds, "leaf_order": order,
                 "group_bounds": torch.cat([group_high, group_low], dim=-1), "group_real": group_real}
 
@@ -575,8 +595,34 @@ class QuestCrossAttention(CrossAttentionMechanism):
             order = compaction_order(key_valid.to(device=device, dtype=torch.bool))
         else:
             order = torch.arange(length, device=device).expand(batch, -1)
+        settings = self.settings
+        unit = settings.resolved_segment_size() if self.uses_leaf_step(device) else settings.resolved_leaf_size()
+        return lengths, order, max(1, -(-length // unit)) * unit
+
+    def uses_leaf_step(self, device: torch.device) -> bool:
+        """Whether decoder steps on ``device`` run :meth:`leaf_step`: one level (no ``group_size``), segments of
+        whole leaves (``s`` a multiple of ``b``), and an accelerator (:func:`~srformer.attention.step_choice.
+        step_kind`). Its states then hold ``N`` compacted rows, a multiple of ``s``, so that every segment is
+        ``s / b`` whole leaves."""
+        s, b = self.settings.resolved_segment_size(), self.settings.resolved_leaf_size()
+        return self.settings.group_size is None and s % b == 0 and step_kind(device) == "accelerator"
+
+    def _leaf_step_fields(
+        self, lengths: torch.Tensor, rows: int, dtype: torch.dtype, encoder_rows: torch.Tensor | None = None
+    ) -> dict[str, torch.Tensor]:
+        """``row_bias`` and ``row_index`` (:class:`QuestBoundsState`) for ``rows`` compacted rows: ``dtype`` the
+        softmax's, ``encoder_rows`` (B, N) long the flattened encoder output's row of each compacted row where the
+        state reads encoder rows. Empty unless :meth:`uses_leaf_step`."""
         b = self.settings.resolved_leaf_size()
-        return lengths, order, max(1, -(-length // b)) * b
+        batch, device = lengths.shape[0], lengths.device
+        empty = torch.zeros(batch, 0, b, dtype=torch.long, device=device)
+        if not self.uses_leaf_step(device):
+            return {"row_bias": empty.to(dtype), "row_index": empty}
+        lowest = max(torch.finfo(dtype).min, torch.finfo(torch.float32).min)
+        real = torch.arange(rows, device=device)[None, :] < lengths[:, None]
+        bias = torch.zeros(batch, rows, dtype=dtype, device=device).masked_fill(~real, lowest)
+        index = empty if encoder_rows is None else encoder_rows.reshape(batch, -1, b).contiguous()
+        return {"row_bias": bias.view(batch, -1, b), "row_index": index}
 
     def _base_fields(self, lengths: torch.Tensor, order: torch.Tensor, rows: int) -> dict[str, torch.Tensor]:
         s = self.settings.resolved_segment_size()
@@ -607,10 +653,10 @@ class QuestCrossAttention(CrossAttentionMechanism):
         segment = torch.div(start, s, rounding_mode="floor")
         inside = torch.minimum(start + b, lengths[:, None]) <= torch.minimum((segment + 1) * s, lengths[:, None])
         leaf_segment = torch.where(inside & leaf_real, segment, -1)  # (B, L)
-        if self.settings.group_size is None:
-            slot_leaf = torch.arange(leaves, device=device).expand(batch, heads, leaves)
-            slot_segment = leaf_segment[:, None, :].expand(batch, heads, leaves)
-            slot_real = leaf_real[:, None, :].expand(batch, heads, leaves)
+        if self.settings.group_size is None:  # the same for every head: kept once
+            slot_leaf = torch.arange(leaves, device=device).expand(batch, 1, leaves)
+            slot_segment = leaf_segment[:, None, :]
+            slot_real = leaf_real[:, None, :]
         else:
             slot_leaf = order.clamp(max=max(leaves - 1, 0))
             present = order < leaves
@@ -644,18 +690,19 @@ class QuestCrossAttention(CrossAttentionMechanism):
         compact_keys = F.pad(torch.gather(keys, 2, index) * real.to(keys.dtype), (0, 0, 0, spare)).contiguous()
         compact_values = F.pad(torch.gather(values, 2, index) * real.to(values.dtype), (0, 0, 0, spare)).contiguous()
         bounds = self._stacked_bounds(*self._leaf_bounds(compact_keys, lengths))
-        return QuestState(**base, **bounds, **self._step_fields(base, bounds), keys=compact_keys,
+        return QuestState(**base, **bounds, **self._step_fields(base, bounds),
+                          **self._leaf_step_fields(lengths, rows, keys.dtype), keys=compact_keys,
                           values=compact_values)
 
     @autocast_off
     def indexed_state(
         self, encoder_states: torch.Tensor, key_valid: torch.Tensor | None, projection: HeadProjection
     ) -> QuestRowsState | None:
-        """The state that reads rows of the encoder output, for a batch whose longest input has at least
-        ``rows_min_keys`` real tokens; None otherwise (the standard state is built). The keys are projected a chunk
-        of compacted positions at a time for the bounds and dropped, ``O(chunk·H·d)`` transient memory: on an
-        accelerator :func:`bounds_chunk` positions (at most :data:`MAX_BOUNDS_CHUNKS` chunks, so the calls do not
-        grow with the input), on the CPU :data:`BOUNDS_CHUNK`.
+        """The state that reads rows of the encoder output, for a batch padded to at least ``rows_min_keys`` tokens
+        (the padded length decides, without a host sync); None otherwise (the standard state is built). The keys
+        are projected a chunk of compacted positions at a time for the bounds and dropped, ``O(chunk·H·d)``
+        transient memory: on an accelerator :func:`bounds_chunk` positions (at most :data:`MAX_BOUNDS_CHUNKS` chunks,
+        so the calls do not grow with the input), on the CPU :data:`BOUNDS_CHUNK`.
 
         Args:
             encoder_states: (B, k, D) the encoder output.
@@ -664,7 +711,7 @@ class QuestCrossAttention(CrossAttentionMechanism):
         """
         batch, length, width = encoder_states.shape
         lengths, order, rows = self._schedule(key_valid, batch, length, encoder_states.device)
-        if batch == 0 or int(lengths.max()) < self.settings.resolved_rows_min_keys():
+        if batch == 0 or length < self.settings.resolved_rows_min_keys():  # the padded length: no host sync
             return None
         b = self.settings.resolved_leaf_size()
         accelerator = step_kind(encoder_states.device) == "accelerator"
@@ -685,9 +732,13 @@ class QuestCrossAttention(CrossAttentionMechanism):
         del parts, lows, highs
         base = self._base_fields(lengths, order, rows)
         bounds = self._stacked_bounds(low, high, leaf_real, compact=True)
+        slot = torch.arange(batch, device=encoder_states.device)
+        encoder_rows = base["positions"] + (slot * length)[:, None]
+        wide = accumulation_dtype(encoder_states.dtype)
         return QuestRowsState(
-            **base, **bounds, **self._step_fields(base, bounds), slot=torch.arange(batch, device=encoder_states.device),
-            encoder=EncoderRows(encoder_states, projection),
+            **base, **bounds, **self._step_fields(base, bounds),
+            **self._leaf_step_fields(lengths, rows, wide, encoder_rows), slot=slot,
+            has_keys=(lengths > 0).to(wide).view(batch, 1, 1, 1), encoder=EncoderRows(encoder_states, projection),
         )
 
     def lean(self, state: CrossAttentionState) -> CrossAttentionState:
@@ -752,7 +803,7 @@ class QuestCrossAttention(CrossAttentionMechanism):
         batch, heads, count, _ = queries.shape
         leaves = state.leaf_real.shape[1]
         with torch.no_grad(), torch.autocast(device_type=queries.device.type, enabled=False):
-            wide = (state.leaf_bounds if group is None else state.group_bounds).dtype  # leaves may be float16
+            wide = (state.leaf_bounds if group is None else state.group_bounds).dtype  # leaves may be bfloat16
             features = bound_features(queries.detach().to(wide))  # (B, H, q, 2d)
             expanded = candidate[:, None].expand(batch, heads, count, leaves)
             if group is None:
@@ -857,7 +908,8 @@ class QuestCrossAttention(CrossAttentionMechanism):
             raise ValueError(f"{type(self).__name__} cannot step a {type(state).__name__}; build it with init_state().")
         if queries.shape[2] == 1 and step_kind(queries.device) == "accelerator":
             segment = self._segment_at(state, position)
-            return self.accelerator_step(queries, state, segment), replace(state, last_segment=segment)
+            step = self.leaf_step if state.row_bias.shape[1] else self.accelerator_step
+            return step(queries, state, segment), replace(state, last_segment=segment)
         segments = self._segments(state, position, 1)
         if isinstance(state, QuestRowsState):
             output = self._read_encoder_rows(queries, state, segments)
@@ -921,7 +973,7 @@ class QuestCrossAttention(CrossAttentionMechanism):
         group = self.settings.group_size
         batch, heads, _, d = queries.shape
         leaves, slots = state.leaf_real.shape[1], state.slot_rank.shape[-1]
-        wide = (state.leaf_bounds if group is None else state.group_bounds).dtype  # leaves may be float16
+        wide = (state.leaf_bounds if group is None else state.group_bounds).dtype  # leaves may be bfloat16
         groups = state.group_bounds.shape[2]
         top = min(self.settings.resolved_top_groups(), groups)
         width = min(self.settings.resolved_top_leaves(), slots if group is None else top * group)  # R
@@ -939,7 +991,8 @@ class QuestCrossAttention(CrossAttentionMechanism):
             scores = (features * state.leaf_bounds).sum(dim=-1)  # (B, H, Ls), float32 or wider
             chosen = ranked_top(scores, rank, width)  # (B, H, R) slots
             # a slot ranked last (fewer candidates than R) reads leaf L: rows past every example's length
-            leaf = state.slot_leaf.masked_fill(rank == float("-inf"), leaves).gather(-1, chosen)
+            leaf = state.slot_leaf.masked_fill(rank == float("-inf"), leaves).expand(batch, heads, -1)
+            leaf = leaf.gather(-1, chosen)
         rows = torch.cat([torch.add(tables.segment_offsets, now, alpha=s).expand(batch, heads, s),
                           torch.add(tables.leaf_offsets, leaf[..., None], alpha=b).view(batch, heads, -1)],
                          dim=-1)  # (B, H, S): the segment's s rows, then each chosen leaf's b
@@ -949,38 +1002,80 @@ class QuestCrossAttention(CrossAttentionMechanism):
             read = read & ~((rows >= start) & (rows < start + s) & tables.leaf_column)
         read = read.view(batch, heads, 1, -1)
         rows = rows.clamp(max=state.positions.shape[1] - 1)
-        if isinstance(state, QuestRowsState):
-            return self._attend_encoder_rows(queries, state, rows, read, tables)
-        assert isinstance(state, QuestState)
         bias = torch.where(read, tables.zero, tables.lowest)
+        if isinstance(state, QuestRowsState):
+            length = state.encoder.states.shape[1]
+            flat = state.positions.gather(1, rows.view(batch, -1)) + (state.slot * length).view(batch, 1)
+            return self._attend_encoder_rows(queries, state, flat.view(batch, heads, -1), bias)
+        assert isinstance(state, QuestState)
         return F.scaled_dot_product_attention(
             queries, cast(state.keys[tables.example, tables.head, rows], queries.dtype),
             cast(state.values[tables.example, tables.head, rows], queries.dtype),
             attn_mask=bias, scale=self.scale,
         )
 
+    def leaf_step(self, queries: torch.Tensor, state: QuestBoundsState, segment: torch.Tensor) -> torch.Tensor:
+        """:meth:`accelerator_step` in fewer operator calls where every segment is ``e = s / b`` whole leaves and
+        there is one level (:meth:`uses_leaf_step`; 23 calls per layer in the standard layout whatever the input
+        length, no host sync). The same rows and output, by a shorter route: the ``e`` leaves of segment ``i(t)`` are
+        ranked before every other (they are read whether or not they hold real rows: those that do not carry the
+        lowest bias), so one ``topk`` of order keys over every leaf's bound
+        (:func:`~srformer.attention.selection.ranked_top` with ``first``) returns them and the ``R`` candidate
+        leaves of largest bound (ties to the earlier leaf), and the keys and values, or the encoder rows, are read
+        by whole leaves, one indexing each of a leaf-major view. The bounds are multiplied by one batched matrix
+        product (``O(L·d)`` per head, no ``(L, 2d)`` temporary).
+
+        Args:
+            queries: (B, H, 1, d) projected decoder query.
+            state: either layout, built where this step runs (its ``row_bias`` is not empty).
+            segment: (B,) long, ``i(t)``.
+
+        Returns:
+            (B, H, 1, d) in the queries' dtype.
+        """
+        s, b = self.settings.resolved_segment_size(), self.settings.resolved_leaf_size()
+        batch, heads, _, d = queries.shape
+        leaves = state.leaf_real.shape[1]
+        width = min(s // b + self.settings.resolved_top_leaves(), leaves)  # e + R
+        bounds = state.leaf_bounds.transpose(-1, -2)  # (B, H, 2d, L), contiguous
+        tables = self._step_tables(batch, heads, d, bounds.dtype, queries.device, width, queries.dtype, leaves)
+        with torch.no_grad(), torch.autocast(device_type=queries.device.type, enabled=False):
+            features = cast(torch.cat([queries, queries], dim=-1), bounds.dtype).clamp(tables.low, tables.high)
+            scores = torch.bmm(features.view(batch * heads, 1, 2 * d), bounds.view(batch * heads, 2 * d, leaves))
+            first = tables.leaf_segment == segment.view(batch, 1, 1)  # (B, 1, L): the leaves of segment i(t)
+            chosen = ranked_top(scores.view(batch, heads, leaves), state.slot_rank, width, first)  # (B, H, e + R)
+        bias = state.row_bias[tables.example, chosen].view(batch, heads, 1, width * b)
+        if isinstance(state, QuestRowsState):
+            return self._attend_encoder_rows(queries, state, state.row_index[tables.example, chosen], bias)
+        assert isinstance(state, QuestState)
+        keys = state.keys.view(batch, heads, leaves, b, d)[tables.example, tables.head, chosen]
+        values = state.values.view(batch, heads, leaves, b, d)[tables.example, tables.head, chosen]
+        return F.scaled_dot_product_attention(
+            queries, cast(keys.view(batch, heads, width * b, d), queries.dtype),
+            cast(values.view(batch, heads, width * b, d), queries.dtype), attn_mask=cast(bias, queries.dtype),
+            scale=self.scale,
+        )
+
     def _attend_encoder_rows(
-        self, queries: torch.Tensor, state: QuestRowsState, rows: torch.Tensor, read: torch.Tensor,
-        tables: _StepTables,
+        self, queries: torch.Tensor, state: QuestRowsState, flat: torch.Tensor, bias: torch.Tensor
     ) -> torch.Tensor:
-        """The accelerator step's absorbed form (module docstring) over compacted ``rows`` (B, H, S) long of which
-        ``read`` (B, H, 1, S) bool are read: one indexing of the encoder output, one
-        ``scaled_dot_product_attention`` in the hidden space, the value projection. (B, H, 1, d)."""
-        batch, heads, width = rows.shape
+        """The accelerator steps' absorbed form (module docstring) over rows ``flat`` (B, H, ...) long of the
+        flattened encoder output, ``S`` per head, with additive ``bias`` (B, H, 1, S): one indexing of the encoder
+        output, one ``scaled_dot_product_attention`` in the hidden space, the value projection. (B, H, 1, d)."""
+        batch, heads = flat.shape[:2]
+        width = bias.shape[-1]
         encoder, projection = state.encoder.states, state.encoder.projection
-        length, hidden_size = encoder.shape[1], encoder.shape[2]
-        wide = accumulation_dtype(torch.promote_types(queries.dtype, encoder.dtype))
-        flat = state.positions.gather(1, rows.view(batch, -1)) + (state.slot * length).view(batch, 1)
+        hidden_size = encoder.shape[2]
+        # accumulation_dtype(promote_types(...)) without its two dispatched calls: float64 if either is, else float32
+        wide = torch.float64 if torch.float64 in (queries.dtype, encoder.dtype) else torch.float32
         hidden = cast(encoder.reshape(-1, hidden_size)[flat].view(batch, heads, width, hidden_size), wide)
-        some = cast((state.lengths > 0).view(batch, 1, 1, 1), wide)  # an example without real keys: output 0
+        some = cast(state.has_keys, wide)  # an example without real keys: output 0
         # W_k^T Q_t (B, H, 1, D) and W_v m (B, H, 1, d) as products and sums: three calls each, where an einsum
         # takes about eight
         hidden_queries = (cast(queries, wide).transpose(-1, -2) * cast(projection.key_weight, wide)).sum(
             dim=-2, keepdim=True)
         mixed = F.scaled_dot_product_attention(
-            hidden_queries, hidden, hidden, attn_mask=cast(torch.where(read, tables.zero, tables.lowest), wide),
-            scale=self.scale,
-        ) * some  # (B, H, 1, D)
+            hidden_queries, hidden, hidden, attn_mask=cast(bias, wide), scale=self.scale) * some  # (B, H, 1, D)
         output = (mixed * cast(projection.value_weight, wide)).sum(dim=-1).unsqueeze(2)  # (B, H, 1, d)
         if projection.value_bias is not None:
             output = output + cast(projection.value_bias, wide).view(1, heads, 1, -1) * some

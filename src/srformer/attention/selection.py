@@ -111,8 +111,10 @@ def ranked_top(
     if scores.dtype == torch.float64:
         allowed = (order > float("-inf")).expand_as(scores)
         return _tie_pass(scores, allowed, width, None if first is None else first.expand_as(scores))
-    info = torch.finfo(torch.float32)
-    scores = torch.nan_to_num(scores.float(), nan=info.min, posinf=info.max, neginf=info.min)
+    if scores.dtype != torch.bfloat16:  # bfloat16 kept: float32's range, and the order keys are float64 anyway
+        scores = scores.float()
+    info = torch.finfo(scores.dtype)
+    scores = torch.nan_to_num(scores, nan=info.min, posinf=info.max, neginf=info.min)
     keys = torch.addcmul(scores, torch.hypot(scores, _FLOOR), order)  # float64 (order's dtype)
     if first is not None:
         keys = keys.masked_fill(first, float("inf"))

@@ -18,7 +18,7 @@ sequences each; transformers copies the encoder output ``b`` times), ``L`` decod
   state, one float32 index of ``B * k * (d_model + 1)`` numbers (the beams of an input share it), and two float32
   copies of one example's rows while it is built.
 - ``quest`` reading rows of the encoder output (an input of at least ``rows_min_keys`` tokens): per layer, the
-  minimum and maximum key of each leaf (float16 with groups, else float32) and group (float32) of each head,
+  minimum and maximum key of each leaf (bfloat16) and group (float32) of each head,
   ``2 * B' * H * (k/b + k/(g·b)) * d`` numbers, and the compaction order; while it is built, the keys of 4,096
   positions at a time.
 
@@ -103,8 +103,7 @@ def estimate_decode_memory(
         leaves = -(-input_length // leaf)
         groups = 0 if config.group_size is None else -(-leaves // config.group_size)
         wide = max(element, 4)
-        leaf_bytes = 2 if config.group_size is not None else wide  # grouped leaves' bounds: float16
-        bounds = 2 * batch * heads * (leaves * leaf_bytes + groups * wide) * head_dim + batch * leaves * leaf * 8
+        bounds = 2 * batch * heads * (leaves * 2 + groups * wide) * head_dim + batch * leaves * leaf * 8  # bfloat16
         chunk = batch * bounds_chunk(input_length, leaf) * (heads * head_dim * (element + wide) + d_model * element)
         tree = 4 * 4 * tree_group_elements(batch, heads, leaves, head_dim)
         return DecodeMemory(batch * input_length * d_model * element, layers * bounds, max(chunk, tree))
