@@ -117,8 +117,9 @@ DEFAULT_ROWS_MIN_KEYS = 16384
 #: least; see :data:`MAX_BOUNDS_CHUNKS`).
 BOUNDS_CHUNK = 4096
 #: The most chunks the bounds are built in on an accelerator, so that the build's operator calls do not grow with the
-#: input: a longer input projects ``ceil(n / 4)`` positions at a time.
-MAX_BOUNDS_CHUNKS = 4
+#: input: one, a layer's keys projected at once (transient: half of what full attention keeps per layer for the whole
+#: generation), since each chunk costs about 40 calls per layer.
+MAX_BOUNDS_CHUNKS = 1
 #: Elements (``B·h·L·d``) of the leaves' centres per group of heads whose tree is built at once on an accelerator
 #: (float32: 64 MiB per temporary); see ``QuestCrossAttention._stacked_bounds``.
 TREE_BUDGET = 1 << 24
@@ -138,7 +139,7 @@ class QuestSettings(MechanismSettings):
             scored first, then the leaves of the ``p`` best). At least 1. None (default): one level, every leaf
             scored (Quest itself).
         top_groups: ``p``, the groups whose leaves are scored. At least 1. None: 16. Unused without ``group_size``.
-        rows_min_keys: the shortest input (real tokens, the longest of the batch) whose generation keeps no keys or
+        rows_min_keys: the shortest input (tokens, the batch's padded length) whose generation keeps no keys or
             values per layer and reads the chosen rows of the encoder output (module docstring). None: 16,384. A
             runtime option; 1 reads rows for every input.
     """

@@ -1,6 +1,6 @@
 """Which of two decoder steps a mechanism runs, by device: ``knn``, ``block-topk`` and ``quest`` have a CPU step and
 an accelerator step, which compute the same output from the same state; ``quest`` also builds its bounds a head and a
-4,096-position chunk at a time on the CPU, and all heads in at most four chunks on an accelerator (the same state).
+4,096-position chunk at a time on the CPU, and all heads in one pass on an accelerator (the same state).
 
 On a GPU an eager decoder step is launch-bound: each operator call costs about one kernel launch (~20 µs) whatever
 the input length, and a host sync stops the launches from running ahead of the kernels
