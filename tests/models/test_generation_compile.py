@@ -27,8 +27,10 @@ from torch._dynamo.utils import counters
 from transformers import CompileConfig
 
 from srformer.attention import step_choice
+from srformer.attention.quest import QuestRowsState
 from srformer.attention.step_choice import STEP_KINDS
 from srformer.core import NAMED_SETTINGS
+from srformer.models.convert import set_runtime_options
 from tests.models.conftest import BUILDERS, converted, decoder_inputs
 from tests.models.test_generation_strategies import DECODER_GAIN, SETTINGS, batch, generate, model_for
 from tests.tolerance import (
@@ -103,6 +105,25 @@ def test_the_picks_decode_in_one_graph_for_every_position(family, name, step, mo
     monkeypatch.setattr(step_choice, "STEP_OVERRIDE", step)
     compiled, eager, graphs = _compiled_generate(_pick(family, name), "aot_eager")
     assert graphs == 1
+    assert torch.equal(compiled.sequences, eager.sequences)
+    compiled_logits, eager_logits = torch.stack(compiled.logits, 1), torch.stack(eager.logits, 1)
+    tolerance = exact_tolerance(eager_logits) + 2 * FLOAT32_UNIT_ROUNDOFF * magnitude(eager_logits)
+    assert max_difference(compiled_logits, eager_logits) <= tolerance
+
+
+@pytest.mark.parametrize("family,name", [("t5", "quest-b2"), ("bart", "quest-tree")])
+@pytest.mark.parametrize("step", STEP_KINDS)
+def test_quest_reading_encoder_rows_decodes_in_one_graph(family, name, step, monkeypatch):
+    """The layout of long inputs (``rows_min_keys``: bounds only, rows read from the encoder output through the
+    absorbed form) compiles too: one graph for all five positions, eager's tokens and logits."""
+    monkeypatch.setattr(step_choice, "STEP_OVERRIDE", step)
+    base = BUILDERS[family]("sdpa").double()
+    torch.manual_seed(1)
+    model = converted(base, **{**NAMED_SETTINGS[name], **SETTINGS})
+    set_runtime_options(model, rows_min_keys=1)
+    compiled, eager, graphs = _compiled_generate(model, "aot_eager")
+    assert graphs == 1
+    assert type(eager.past_key_values.cross_attention_cache.layers[0].state) is QuestRowsState
     assert torch.equal(compiled.sequences, eager.sequences)
     compiled_logits, eager_logits = torch.stack(compiled.logits, 1), torch.stack(eager.logits, 1)
     tolerance = exact_tolerance(eager_logits) + 2 * FLOAT32_UNIT_ROUNDOFF * magnitude(eager_logits)
