@@ -149,6 +149,23 @@ def test_fullgraph_static_cache_generate_with_inductor_equals_eager():
     assert max_difference(compiled_logits, eager_logits) <= tolerance
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("step", STEP_KINDS)
+def test_quest_b2_decodes_with_inductor_as_eager(step, monkeypatch):
+    """The long-input pick through inductor's generated code, with each step: one graph for every position, eager's
+    tokens, and its logits within the bound of the SRformer inductor test above (T5's RMSNorm sums reordered)."""
+    monkeypatch.setattr(step_choice, "STEP_OVERRIDE", step)
+    compiled, eager, graphs = _compiled_generate(_pick("t5", "quest-b2"), "inductor")
+    assert graphs == 1
+    assert torch.equal(compiled.sequences, eager.sequences)
+    compiled_logits, eager_logits = torch.stack(compiled.logits, 1), torch.stack(eager.logits, 1)
+    tolerance = (
+        exact_tolerance(eager_logits) + 2 * FLOAT32_UNIT_ROUNDOFF * magnitude(eager_logits)
+        + DECODER_GAIN * float32_tolerance(eager_logits, terms=32)
+    )
+    assert max_difference(compiled_logits, eager_logits) <= tolerance
+
+
 def _teacher_forced_inputs(model):
     ids, mask = batch(model, lengths=(24, 17, 9))
     return dict(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_inputs(model, ids.shape[0], 13))
