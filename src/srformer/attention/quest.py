@@ -513,6 +513,12 @@ class _StepTables(NamedTuple):
     lowest: torch.Tensor  # () that dtype's lowest value (float32's for a wider one): the bias of a row not read
 
 
+def _lowest_bias(dtype: torch.dtype) -> float:
+    """The additive bias of a row not read, in a softmax of ``dtype``: that dtype's lowest value, float32's for a
+    wider one (finite: an example without a row read still gets a finite, uniform softmax)."""
+    return max(torch.finfo(dtype).min, torch.finfo(torch.float32).min)
+
+
 def _make_step_tables(
     batch: int, heads: int, dim: int, dtype: torch.dtype, device: torch.device, width: int, bias_dtype: torch.dtype,
     slots: int, group: int, s: int, b: int,
@@ -530,8 +536,7 @@ def _make_step_tables(
         leaf_segment=(torch.div(torch.arange(slots, device=device), s // b, rounding_mode="floor") if s % b == 0
                       else torch.full((slots,), -1, device=device)),
         zero=torch.zeros((), dtype=bias_dtype, device=device),
-        lowest=torch.tensor(max(torch.finfo(bias_dtype).min, torch.finfo(torch.float32).min), dtype=bias_dtype,
-                            device=device),
+        lowest=torch.tensor(_lowest_bias(bias_dtype), dtype=bias_dtype, device=device),
     )
 
 
@@ -619,9 +624,8 @@ class QuestCrossAttention(CrossAttentionMechanism):
         empty = torch.zeros(batch, 0, b, dtype=torch.long, device=device)
         if not self.uses_leaf_step(device):
             return {"row_bias": empty.to(dtype), "row_index": empty}
-        lowest = max(torch.finfo(dtype).min, torch.finfo(torch.float32).min)
         real = torch.arange(rows, device=device)[None, :] < lengths[:, None]
-        bias = torch.zeros(batch, rows, dtype=dtype, device=device).masked_fill(~real, lowest)
+        bias = torch.zeros(batch, rows, dtype=dtype, device=device).masked_fill(~real, _lowest_bias(dtype))
         index = empty if encoder_rows is None else encoder_rows.reshape(batch, -1, b).contiguous()
         return {"row_bias": bias.view(batch, -1, b), "row_index": index}
 
