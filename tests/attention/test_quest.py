@@ -17,6 +17,7 @@ from srformer.attention.quest import (
     QuestCrossAttention,
     QuestRowsState,
     QuestState,
+    _bounds_matrix,
     key_bounds,
     outward_bfloat16,
     similarity_order,
@@ -332,3 +333,13 @@ def test_a_state_built_for_the_cpu_step_keeps_no_step_fields_and_is_refused_by_t
     monkeypatch.setattr(step_choice, "STEP_OVERRIDE", "accelerator")
     with pytest.raises(ValueError, match="built for the CPU step"):
         module.step(queries[:, :, :1], state, position=0)
+
+
+def test_the_leaf_steps_bounds_operand_is_the_same_from_either_layout():
+    """``_bounds_matrix``: one ``as_strided`` of the stored layout (a transposed view of (B, H, 2d, L)), and a
+    transpose and reshape of any other layout (a contiguous copy), give the same (B·H, 2d, L) operand."""
+    stored = torch.randn(2, 3, 8, 5).transpose(-1, -2)  # (B, H, L, 2d) as the state keeps it
+    copy = stored.contiguous()
+    expected = stored.transpose(-1, -2).reshape(6, 8, 5)
+    for bounds in (stored, copy, stored[1:]):
+        torch.testing.assert_close(_bounds_matrix(bounds), expected[-bounds.shape[0] * 3:], rtol=0, atol=0)

@@ -115,3 +115,16 @@ def test_position_order_refuses_more_positions_than_its_keys_keep_apart():
     allowed = torch.ones(1, dtype=torch.bool).expand((1 << 25) + 1)
     with pytest.raises(ValueError, match="At most 2\\*\\*25 positions"):
         position_order(allowed)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_ranked_top_of_finite_scores_is_the_same_without_its_nan_pass(dtype):
+    """``finite=True`` skips the ``nan_to_num`` that only NaN and infinite scores need: for finite scores (ties
+    included) the same positions in the same order."""
+    generator = torch.Generator().manual_seed(3)
+    scores = torch.randint(-4, 5, (3, 2, 50), generator=generator).to(dtype)  # many ties
+    order = position_order(torch.rand(3, 1, 50, generator=generator) > 0.2)
+    first = torch.arange(50) < 4
+    for kwargs in ({}, {"first": first}):
+        torch.testing.assert_close(ranked_top(scores, order, 9, **kwargs, finite=True),
+                                   ranked_top(scores, order, 9, **kwargs), rtol=0, atol=0)

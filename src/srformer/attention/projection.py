@@ -4,17 +4,20 @@ output itself and to project only the rows it retrieves (the indexed ``knn``, Un
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 __all__ = ["HeadProjection"]
 
 
-@dataclass(frozen=True)
 class HeadProjection:
     """``K_j = W_k h_j + b_k`` and ``V_j = W_v h_j + b_v`` per head, for encoder hidden states ``h_j`` of size ``D``.
+
+    The per-head views of the weights are made when first read and kept on the object: a projection is made at every
+    forward call of a converted layer (:meth:`from_linear`), and a step that does not read it (every layout that
+    holds its keys and values) makes no operator call for it. A state that keeps a projection for its steps calls
+    :meth:`kept` when it is built, so that its steps read views made once per sequence.
 
     Attributes:
         key_weight: (H, d, D) view of the key projection's weight (no copy).
@@ -23,24 +26,53 @@ class HeadProjection:
         value_bias: (H, d) or None.
     """
 
-    key_weight: torch.Tensor
-    key_bias: torch.Tensor | None
-    value_weight: torch.Tensor
-    value_bias: torch.Tensor | None
+    def __init__(self, key: nn.Linear, value: nn.Linear, heads: int, head_dim: int) -> None:
+        self._linears = (key, value)
+        self._heads, self._head_dim = heads, head_dim
+        self._views: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None] | None = None
 
     @classmethod
     def from_linear(cls, key: nn.Module, value: nn.Module, heads: int, head_dim: int) -> HeadProjection | None:
         """The projection of two ``nn.Linear`` modules (T5's ``k``/``v``, BART's ``k_proj``/``v_proj``), or None
-        for any other module (a quantized or adapter-wrapped projection: the mechanism then takes its exact path)."""
+        for any other module (a quantized or adapter-wrapped projection: the mechanism then takes its exact path).
+        No operator call: the views are made when first read."""
         if type(key) is not nn.Linear or type(value) is not nn.Linear:
             return None
+        return cls(key, value, heads, head_dim)
 
-        def split(linear: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
-            weight = linear.weight.view(heads, head_dim, linear.in_features)
-            bias = None if linear.bias is None else linear.bias.view(heads, head_dim)
-            return weight, bias
+    def _split(self) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
+        if self._views is None:
+            heads, head_dim = self._heads, self._head_dim
+            parts: list[torch.Tensor | None] = []
+            for linear in self._linears:
+                parts.append(linear.weight.view(heads, head_dim, linear.in_features))
+                parts.append(None if linear.bias is None else linear.bias.view(heads, head_dim))
+            key_weight, key_bias, value_weight, value_bias = parts
+            assert key_weight is not None and value_weight is not None
+            self._views = (key_weight, key_bias, value_weight, value_bias)
+        return self._views
 
-        return cls(*split(key), *split(value))
+    def kept(self) -> HeadProjection:
+        """This projection with its views made now (two to four view calls, once): for a state that reads it at
+        every step, so that no step makes them again (nor, compiled, changes an object the graph reads)."""
+        self._split()
+        return self
+
+    @property
+    def key_weight(self) -> torch.Tensor:  # noqa: D102 - see the class
+        return self._split()[0]
+
+    @property
+    def key_bias(self) -> torch.Tensor | None:  # noqa: D102 - see the class
+        return self._split()[1]
+
+    @property
+    def value_weight(self) -> torch.Tensor:  # noqa: D102 - see the class
+        return self._split()[2]
+
+    @property
+    def value_bias(self) -> torch.Tensor | None:  # noqa: D102 - see the class
+        return self._split()[3]
 
     def hidden_queries(self, queries: torch.Tensor) -> torch.Tensor:
         """``W_k^T Q``: queries in the encoder's hidden space, whose inner product with ``h_j`` orders the keys as
@@ -54,6 +86,45 @@ class HeadProjection:
         """
         wide = torch.promote_types(queries.dtype, torch.float32)
         return torch.einsum("bhqd,hdD->bhqD", queries.to(wide), self.key_weight.to(wide))
+
+    def step_hidden_queries(self, queries: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """``W_k^T Q_t`` of one decoder position as a product and a sum (three operator calls, where an einsum
+        takes about eight): the decoder steps' form of :meth:`hidden_queries`.
+
+        Args:
+            queries: (B, H, 1, d).
+            dtype: the dtype to compute in (float32 or wider).
+
+        Returns:
+            (B, H, 1, D) in ``dtype``.
+        """
+        return (_as(queries, dtype).transpose(-1, -2) * _as(self.key_weight, dtype)).sum(dim=-2, keepdim=True)
+
+    def attend_rows(
+        self, hidden_queries: torch.Tensor, rows: torch.Tensor, bias: torch.Tensor, some: torch.Tensor, scale: float
+    ) -> torch.Tensor:
+        """Attention of one decoder position over encoder rows in the absorbed form (Unlimiformer Sec. 2.3): the
+        softmax of ``scale · (W_k^T Q_t) · h_x + bias_x`` mixes the rows ``h_x`` in the hidden space, and ``W_v``
+        projects the mix (``sum_x a_x (W_v h_x + b_v) = W_v (sum_x a_x h_x) + b_v``): the output of the softmax over
+        the rows' keys and values, without projecting them. Five or six operator calls.
+
+        Args:
+            hidden_queries: (B, H, 1, D), :meth:`step_hidden_queries`.
+            rows: (B, H, S, D) the rows each head reads, in the hidden queries' dtype.
+            bias: (B, H, 1, S) additive bias in that dtype (the dtype's lowest value at a row not to read).
+            some: (B, 1, 1, 1) in that dtype, 1 for an example with a real key, 0 for one without (output 0).
+            scale: the model's attention scale.
+
+        Returns:
+            (B, H, 1, d) in the hidden queries' dtype.
+        """
+        dtype = hidden_queries.dtype
+        heads = rows.shape[1]
+        mixed = F.scaled_dot_product_attention(hidden_queries, rows, rows, attn_mask=bias, scale=scale) * some
+        output = (mixed * _as(self.value_weight, dtype)).sum(dim=-1).unsqueeze(2)  # (B, H, 1, d)
+        if self.value_bias is not None:
+            output = output + _as(self.value_bias, dtype).view(1, heads, 1, -1) * some
+        return output
 
     def project(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Each head's keys and values of its own encoder rows.
@@ -72,3 +143,8 @@ class HeadProjection:
         if self.value_bias is not None:
             values = values + self.value_bias[None, :, None, :]
         return keys, values
+
+
+def _as(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``tensor`` in ``dtype``, without an operator call when it already is."""
+    return tensor if tensor.dtype == dtype else tensor.to(dtype)

@@ -275,12 +275,15 @@ class EncoderRows:
 
     Attributes:
         states: (B0, k, D) the encoder output of the batch the state was built for (held, not copied).
-        projection: the layer's key/value projections per head.
+        flat: (B0·k, D) the same rows, one view made at the build (a step indexes it without a call to reshape).
+        projection: the layer's key/value projections per head, their views made at the build
+            (:meth:`~srformer.attention.projection.HeadProjection.kept`).
     """
 
     def __init__(self, states: torch.Tensor, projection: HeadProjection) -> None:
         self.states = states
-        self.projection = projection
+        self.flat = states.reshape(-1, states.shape[-1])
+        self.projection = projection.kept()
 
 
 @dataclass(kw_only=True)
@@ -511,6 +514,16 @@ class _StepTables(NamedTuple):
     leaf_segment: torch.Tensor  # (Ls,) long, the segment of each leaf (j // (s / b); -1 where b does not divide s)
     zero: torch.Tensor  # () 0 in the queries' dtype: the bias of a row read
     lowest: torch.Tensor  # () that dtype's lowest value (float32's for a wider one): the bias of a row not read
+
+
+def _bounds_matrix(leaf_bounds: torch.Tensor) -> torch.Tensor:
+    """One level's leaf bounds (B, H, L, 2d), stored as a transposed view of a (B, H, 2d, L) tensor, as the
+    (B·H, 2d, L) operand of the leaf step's batched product: one ``as_strided`` call where the strides are that
+    layout's (beam reordering keeps them), a transpose and a reshape otherwise."""
+    batch, heads, leaves, width = leaf_bounds.shape
+    if leaf_bounds.stride() == (heads * width * leaves, width * leaves, 1, leaves):
+        return leaf_bounds.as_strided((batch * heads, width, leaves), (width * leaves, leaves, 1))
+    return leaf_bounds.transpose(-1, -2).reshape(batch * heads, width, leaves)
 
 
 def _lowest_bias(dtype: torch.dtype) -> float:
@@ -1021,7 +1034,7 @@ class QuestCrossAttention(CrossAttentionMechanism):
 
     def leaf_step(self, queries: torch.Tensor, state: QuestBoundsState, segment: torch.Tensor) -> torch.Tensor:
         """:meth:`accelerator_step` in fewer operator calls where every segment is ``e = s / b`` whole leaves and
-        there is one level (:meth:`uses_leaf_step`; 23 calls per layer in the standard layout whatever the input
+        there is one level (:meth:`uses_leaf_step`; 21 calls per layer in the standard layout whatever the input
         length, no host sync). The same rows and output, by a shorter route: the ``e`` leaves of segment ``i(t)`` are
         ranked before every other (they are read whether or not they hold real rows: those that do not carry the
         lowest bias), so one ``topk`` of order keys over every leaf's bound
@@ -1042,13 +1055,15 @@ class QuestCrossAttention(CrossAttentionMechanism):
         batch, heads, _, d = queries.shape
         leaves = state.leaf_real.shape[1]
         width = min(s // b + self.settings.resolved_top_leaves(), leaves)  # e + R
-        bounds = state.leaf_bounds.transpose(-1, -2)  # (B, H, 2d, L), contiguous
+        bounds = _bounds_matrix(state.leaf_bounds)  # (B·H, 2d, L)
         tables = self._step_tables(batch, heads, d, bounds.dtype, queries.device, width, queries.dtype, leaves)
         with torch.no_grad(), torch.autocast(device_type=queries.device.type, enabled=False):
             features = cast(torch.cat([queries, queries], dim=-1), bounds.dtype).clamp(tables.low, tables.high)
-            scores = torch.bmm(features.view(batch * heads, 1, 2 * d), bounds.view(batch * heads, 2 * d, leaves))
+            scores = torch.bmm(features.view(batch * heads, 1, 2 * d), bounds)
             first = tables.leaf_segment == segment.view(batch, 1, 1)  # (B, 1, L): the leaves of segment i(t)
-            chosen = ranked_top(scores.view(batch, heads, leaves), state.slot_rank, width, first)  # (B, H, e + R)
+            # the bounds are finite (the state's finite check), so a score is finite unless the query times a bound
+            # passes float32's range; ranked_top then skips its nan_to_num, and such a leaf is ranked first
+            chosen = ranked_top(scores.view(batch, heads, leaves), state.slot_rank, width, first, finite=True)
         bias = state.row_bias[tables.example, chosen].view(batch, heads, 1, width * b)
         if isinstance(state, QuestRowsState):
             return self._attend_encoder_rows(queries, state, state.row_index[tables.example, chosen], bias)
@@ -1069,22 +1084,14 @@ class QuestCrossAttention(CrossAttentionMechanism):
         output, one ``scaled_dot_product_attention`` in the hidden space, the value projection. (B, H, 1, d)."""
         batch, heads = flat.shape[:2]
         width = bias.shape[-1]
-        encoder, projection = state.encoder.states, state.encoder.projection
-        hidden_size = encoder.shape[2]
+        encoder, projection = state.encoder.flat, state.encoder.projection
+        hidden_size = encoder.shape[1]
         # accumulation_dtype(promote_types(...)) without its two dispatched calls: float64 if either is, else float32
         wide = torch.float64 if torch.float64 in (queries.dtype, encoder.dtype) else torch.float32
-        hidden = cast(encoder.reshape(-1, hidden_size)[flat].view(batch, heads, width, hidden_size), wide)
+        hidden = cast(encoder[flat].view(batch, heads, width, hidden_size), wide)
+        hidden_queries = projection.step_hidden_queries(queries, wide)
         some = cast(state.has_keys, wide)  # an example without real keys: output 0
-        # W_k^T Q_t (B, H, 1, D) and W_v m (B, H, 1, d) as products and sums: three calls each, where an einsum
-        # takes about eight
-        hidden_queries = (cast(queries, wide).transpose(-1, -2) * cast(projection.key_weight, wide)).sum(
-            dim=-2, keepdim=True)
-        mixed = F.scaled_dot_product_attention(
-            hidden_queries, hidden, hidden, attn_mask=cast(bias, wide), scale=self.scale) * some  # (B, H, 1, D)
-        output = (mixed * cast(projection.value_weight, wide)).sum(dim=-1).unsqueeze(2)  # (B, H, 1, d)
-        if projection.value_bias is not None:
-            output = output + cast(projection.value_bias, wide).view(1, heads, 1, -1) * some
-        return cast(output, queries.dtype)
+        return cast(projection.attend_rows(hidden_queries, hidden, cast(bias, wide), some, self.scale), queries.dtype)
 
     def _read_encoder_rows(
         self, queries: torch.Tensor, state: QuestRowsState, segments: torch.Tensor
@@ -1115,11 +1122,10 @@ class QuestCrossAttention(CrossAttentionMechanism):
     @staticmethod
     def _encoder_rows(state: QuestRowsState, rows: torch.Tensor) -> torch.Tensor:
         """The encoder output's rows at compacted ``rows`` (B, ...) long: (B, ..., D), one ``index_select``."""
-        encoder = state.encoder.states
-        length, hidden_size = encoder.shape[1], encoder.shape[2]
+        length, hidden_size = state.encoder.states.shape[1], state.encoder.states.shape[2]
         positions = state.positions.gather(1, rows.reshape(rows.shape[0], -1))
         flat = (state.slot[:, None] * length + positions).reshape(-1)
-        return encoder.reshape(-1, hidden_size).index_select(0, flat).view(*rows.shape, hidden_size)
+        return state.encoder.flat.index_select(0, flat).view(*rows.shape, hidden_size)
 
     def _standard(self, state: CrossAttentionState) -> QuestState:
         if not isinstance(state, QuestState):

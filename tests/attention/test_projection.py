@@ -1,0 +1,54 @@
+"""HeadProjection (:mod:`srformer.attention.projection`): per-head views of a layer's key/value projections, made
+when first read."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from srformer.attention.projection import HeadProjection
+from srformer.benchmarks.operator_count import count_calls
+
+HEADS, HEAD_DIM, HIDDEN = 4, 8, 16
+
+
+def _linears(bias: bool) -> tuple[nn.Linear, nn.Linear]:
+    torch.manual_seed(0)
+    return nn.Linear(HIDDEN, HEADS * HEAD_DIM, bias=bias), nn.Linear(HIDDEN, HEADS * HEAD_DIM, bias=bias)
+
+
+def test_from_linear_makes_no_operator_call_and_the_views_are_made_once():
+    key, value = _linears(bias=True)
+    projection, calls = count_calls(lambda: HeadProjection.from_linear(key, value, HEADS, HEAD_DIM))
+    assert projection is not None and sum(calls.values()) == 0
+    _, first = count_calls(lambda: (projection.key_weight, projection.value_weight, projection.key_bias,
+                                    projection.value_bias))
+    _, again = count_calls(lambda: (projection.key_weight, projection.value_weight, projection.key_bias,
+                                    projection.value_bias))
+    assert sum(first.values()) == 4 and sum(again.values()) == 0
+
+
+def test_the_views_are_the_weights_per_head_and_follow_in_place_updates():
+    key, value = _linears(bias=True)
+    projection = HeadProjection.from_linear(key, value, HEADS, HEAD_DIM).kept()
+    torch.testing.assert_close(projection.key_weight, key.weight.reshape(HEADS, HEAD_DIM, HIDDEN), rtol=0, atol=0)
+    torch.testing.assert_close(projection.value_bias, value.bias.reshape(HEADS, HEAD_DIM), rtol=0, atol=0)
+    with torch.no_grad():
+        value.weight.add_(1.0)  # a view: an optimizer step is seen
+    torch.testing.assert_close(projection.value_weight, value.weight.reshape(HEADS, HEAD_DIM, HIDDEN), rtol=0, atol=0)
+
+
+def test_the_gradient_reaches_the_weights_through_the_views():
+    key, value = _linears(bias=False)
+    projection = HeadProjection.from_linear(key, value, HEADS, HEAD_DIM)
+    assert projection.key_bias is None and projection.value_bias is None
+    rows = torch.randn(2, HEADS, 3, HIDDEN)
+    keys, values = projection.project(rows)
+    (keys.sum() + values.square().sum()).backward()
+    assert key.weight.grad is not None and value.weight.grad is not None
+    assert key.weight.grad.abs().sum() > 0
+
+
+def test_a_module_that_is_not_a_plain_linear_has_no_projection():
+    key, value = _linears(bias=False)
+    assert HeadProjection.from_linear(nn.Sequential(key), value, HEADS, HEAD_DIM) is None
