@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from srformer.attention.state import SRformerCacheLayer, reorder_rows
+from srformer.attention.state import SharedMapping, SRformerCacheLayer, reorder_rows
 from tests.attention.test_srformer import _inputs
 from tests.attention.test_variants import _module
 from tests.tolerance import assert_exact
@@ -48,3 +48,32 @@ def check_reordered_state_steps_as_its_rows(module, inputs, beams: torch.Tensor)
         expected, _ = module.step(queries[:, :, t : t + 1], state, position=t)
         output, _ = module.step(queries[beams, :, t : t + 1], reordered, position=t)
         assert_exact(output, expected[beams], f"position {t}")
+
+
+def test_a_shared_mapping_maps_a_tensor_once_per_operation():
+    """The layers of a cache are mapped one at a time: a tensor several of them hold is mapped once per operation
+    (the same ``beam_idx`` object, the same repeat count) and stays shared; another operation, another tensor or a
+    tensor changed in place since is mapped again."""
+    mapping, calls = SharedMapping(), []
+
+    def reorder(index):
+        def fn(tensor):
+            calls.append(tensor)
+            return tensor.index_select(0, index)
+        return fn
+
+    shared, own = torch.arange(12.0).view(3, 4), torch.ones(3, 2)
+    beam_idx = torch.tensor([2, 0, 0])
+    first = mapping.map(("reorder", beam_idx), shared, reorder(beam_idx))
+    assert mapping.map(("reorder", beam_idx), shared, reorder(beam_idx)) is first  # the next layer's: the same
+    assert len(calls) == 1 and torch.equal(first, shared[[2, 0, 0]])
+    mapping.map(("reorder", beam_idx), own, reorder(beam_idx))
+    assert len(calls) == 2
+    other = torch.tensor([2, 0, 0])  # equal values, another operation
+    assert mapping.map(("reorder", other), shared, reorder(other)) is not first and len(calls) == 3
+    assert mapping.map(("repeat", 2), shared, lambda t: t.repeat_interleave(2, 0)) is mapping.map(
+        ("repeat", 2), shared, lambda t: t.repeat_interleave(3, 0))  # by value; the second fn is not run
+    again = mapping.map(("reorder", beam_idx), shared, reorder(beam_idx))
+    shared.add_(1.0)  # changed in place: mapped again
+    assert mapping.map(("reorder", beam_idx), shared, reorder(beam_idx)) is not again
+

@@ -27,6 +27,7 @@ from torch._dynamo.utils import counters
 from transformers import CompileConfig
 
 from srformer.attention import step_choice
+from srformer.attention.knn_rows import RowsKNNState
 from srformer.attention.quest import QuestRowsState
 from srformer.attention.step_choice import STEP_KINDS
 from srformer.core import NAMED_SETTINGS
@@ -124,6 +125,21 @@ def test_quest_reading_encoder_rows_decodes_in_one_graph(family, name, step, mon
     compiled, eager, graphs = _compiled_generate(model, "aot_eager")
     assert graphs == 1
     assert type(eager.past_key_values.cross_attention_cache.layers[0].state) is QuestRowsState
+    assert torch.equal(compiled.sequences, eager.sequences)
+    compiled_logits, eager_logits = torch.stack(compiled.logits, 1), torch.stack(eager.logits, 1)
+    tolerance = exact_tolerance(eager_logits) + 2 * FLOAT32_UNIT_ROUNDOFF * magnitude(eager_logits)
+    assert max_difference(compiled_logits, eager_logits) <= tolerance
+
+
+@pytest.mark.parametrize("family", ["t5", "bart"])
+def test_knn_reading_encoder_rows_decodes_in_one_graph(family):
+    """``knn_index="rows"`` (the encoder output searched in torch, no keys or values kept): one graph for all five
+    positions, eager's tokens and logits."""
+    model = converted(BUILDERS[family]("sdpa").double(), variant="knn", top_keys=3, **SETTINGS)
+    set_runtime_options(model, knn_index="rows", index_min_keys=1)
+    compiled, eager, graphs = _compiled_generate(model, "aot_eager")
+    assert graphs == 1
+    assert type(eager.past_key_values.cross_attention_cache.layers[0].state) is RowsKNNState
     assert torch.equal(compiled.sequences, eager.sequences)
     compiled_logits, eager_logits = torch.stack(compiled.logits, 1), torch.stack(eager.logits, 1)
     tolerance = exact_tolerance(eager_logits) + 2 * FLOAT32_UNIT_ROUNDOFF * magnitude(eager_logits)

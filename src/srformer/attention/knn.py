@@ -13,8 +13,11 @@ rule). With ``knn_index="flat"`` or ``"ivf"``, generation from an input of at le
 searches Unlimiformer's index instead (Sec. 2.3; :mod:`srformer.attention.knn_index`): one faiss index over the
 encoder output, shared by every layer and head, queried with ``W_k^T Q_t``; no layer keeps its keys or values, and a
 step projects only the ``K`` rows each head retrieves. ``"flat"`` is exhaustive (the exact top ``K`` up to float32
-rounding of the scores; among equal scores faiss's order, not the earlier position); ``"ivf"`` is approximate. The
-parallel path (training, teacher forcing, a multi-token chunk) always searches exactly.
+rounding of the scores; among equal scores faiss's order, not the earlier position); ``"ivf"`` is approximate.
+``knn_index="rows"`` searches the encoder output's rows the same way without faiss, exhaustively, in torch on their
+own device and without a host sync (:mod:`srformer.attention.knn_rows`): the exact search's keys up to the rounding
+of the scores, and no per-layer keys or values. The parallel path (training, teacher forcing, a multi-token chunk)
+always searches exactly.
 
 * **Ties**: the order is score descending, then encoder position ascending, a total order: among keys of equal
   score at the cut, the earlier positions are read. Selection scores are ``Q_t . K_j`` computed in float32 or wider
@@ -58,6 +61,7 @@ from torch.nn import functional as F
 from srformer.attention.base import ProjectRows
 from srformer.attention.content import ContentSparseCrossAttention, ContentState, content_base_state, slot_softmax
 from srformer.attention.knn_index import INDEX_KINDS, EncoderIndex, build_encoder_index, faiss_available, require_faiss
+from srformer.attention.knn_rows import ROWS_INDEX, RowsKNNState, rows_state, rows_step
 from srformer.attention.projection import HeadProjection
 from srformer.attention.schedule import real_lengths, tracing
 from srformer.attention.segmented import cast
@@ -75,6 +79,8 @@ DEFAULT_TOP_KEYS = 32
 DEFAULT_INDEX_MIN_KEYS = 16384
 #: IVF cells scanned per query when ``index_probes`` is None.
 DEFAULT_INDEX_PROBES = 32
+#: The values of ``knn_index`` besides None: faiss's index kinds and the rows of the encoder output.
+KNN_INDEXES = (*INDEX_KINDS, ROWS_INDEX)
 
 
 @dataclass(frozen=True)
@@ -91,9 +97,12 @@ class KNNSettings(MechanismSettings):
 
         knn_index: None (default): exact search in torch. ``"flat"`` (exhaustive) or ``"ivf"`` (approximate):
             generation from inputs of at least ``index_min_keys`` real tokens searches a faiss index of the encoder
-            output (module docstring; ``pip install 'srformer[index]'``). A runtime option.
-        index_min_keys: the shortest input, in real tokens (the longest of the batch), searched through the index;
-            shorter ones are searched exactly. None: 16,384. A runtime option.
+            output (module docstring; ``pip install 'srformer[index]'``). ``"rows"``: generation from inputs
+            padded to at least ``index_min_keys`` tokens searches the encoder output's rows exhaustively in torch,
+            on their own device, keeping no keys or values (:mod:`srformer.attention.knn_rows`). A runtime option.
+        index_min_keys: the shortest input searched through the index, in real tokens (the longest of the batch;
+            ``"rows"``: the padded length, which needs no host read); shorter ones are searched exactly. None:
+            16,384. A runtime option.
         index_lists: IVF cells per input; None: ``round(sqrt(n))`` for ``n`` real tokens. A runtime option.
         index_probes: IVF cells scanned per query (more: closer to exact, slower). None: 32. A runtime option.
     """
@@ -107,15 +116,15 @@ class KNNSettings(MechanismSettings):
     runtime: ClassVar[tuple[str, ...]] = ("knn_index", "index_min_keys", "index_lists", "index_probes")
 
     def validate(self, config: SRformerConfig) -> None:
-        """The integer settings' ranges, and ``knn_index`` one of None, ``"flat"``, ``"ivf"``.
+        """The integer settings' ranges, and ``knn_index`` one of None, ``"flat"``, ``"ivf"``, ``"rows"``.
 
         Raises:
             ValueError: naming the setting.
         """
         super().validate(config)
-        if self.knn_index is not None and self.knn_index not in INDEX_KINDS:
+        if self.knn_index is not None and self.knn_index not in KNN_INDEXES:
             raise ValueError(
-                f"`knn_index` must be None (exact search) or one of {INDEX_KINDS}, got {self.knn_index!r}."
+                f"`knn_index` must be None (exact search) or one of {KNN_INDEXES}, got {self.knn_index!r}."
             )
 
     def resolved_top_keys(self, config: SRformerConfig) -> int:
@@ -248,15 +257,16 @@ class KNNCrossAttention(ContentSparseCrossAttention):
         """Use ``config`` (see the base class); with ``knn_index`` set, faiss must be installed.
 
         Raises:
-            ImportError: for ``knn_index="flat"``/``"ivf"`` without faiss, naming the extra to install.
+            ImportError: for ``knn_index="flat"``/``"ivf"`` without faiss, naming the extra to install (``"rows"``
+                needs none).
         """
-        if config.knn_index is not None and not faiss_available():
+        if config.knn_index in INDEX_KINDS and not faiss_available():
             require_faiss()
         super().configure(config)
 
     def indexed_state(
         self, encoder_states: torch.Tensor, key_valid: torch.Tensor | None, projection: HeadProjection
-    ) -> IndexedKNNState | None:
+    ) -> IndexedKNNState | RowsKNNState | None:
         """The generation state that searches the encoder output's index, when ``knn_index`` is set and the batch's
         longest input has at least ``index_min_keys`` real tokens; None otherwise (the exact state is built). The
         index is built once per input, for the first layer that asks, and shared by the others.
@@ -270,6 +280,10 @@ class KNNCrossAttention(ContentSparseCrossAttention):
         if settings.knn_index is None:
             return None
         batch, length, _ = encoder_states.shape
+        if settings.knn_index == ROWS_INDEX:  # chosen by the padded length: no host read
+            if batch == 0 or length < settings.resolved_index_min_keys():
+                return None
+            return rows_state(encoder_states, key_valid, projection)
         lengths, _ = real_lengths(key_valid, batch, length, encoder_states.device)
         if batch == 0 or int(lengths.max()) < settings.resolved_index_min_keys():
             return None
@@ -278,7 +292,7 @@ class KNNCrossAttention(ContentSparseCrossAttention):
         )
         return IndexedKNNState(
             lengths=lengths, num_segments=torch.ones_like(lengths), last_segment=torch.full_like(lengths, -1),
-            slot=index.slot, index=index, projection=projection,
+            slot=index.slot, index=index, projection=projection.kept(),
         )
 
     def step(
@@ -292,7 +306,8 @@ class KNNCrossAttention(ContentSparseCrossAttention):
         read there, and ``index_select`` gathers), which takes less time there. Both read the same keys and give
         the same output. From an :class:`IndexedKNNState`: each head's top ``K`` positions from the index, their
         keys and values projected from the encoder output (``project_rows`` with (B, H, n) positions), the softmax
-        over them.
+        over them. From a :class:`~srformer.attention.knn_rows.RowsKNNState` (``knn_index="rows"``), on every device:
+        :func:`~srformer.attention.knn_rows.rows_step`, the exhaustive search of the encoder rows in torch.
 
         Args:
             queries: (B, H, 1, d) projected decoder query (several positions take the base class's path).
@@ -304,8 +319,14 @@ class KNNCrossAttention(ContentSparseCrossAttention):
             ``(output, state)``: (B, H, 1, d) in the queries' dtype, and the state (unchanged).
 
         Raises:
-            ValueError: for an indexed state without ``project_rows``; for a state of another class.
+            ValueError: for an indexed state without ``project_rows``; for a rows state given several positions;
+                for a state of another class.
         """
+        if isinstance(state, RowsKNNState):
+            if queries.shape[2] != 1:
+                raise ValueError("A knn state that reads encoder rows steps one position at a time.")
+            example, _ = self._step_indices(queries.shape[0], queries.shape[1], queries.device)
+            return rows_step(queries, state, self.top_keys, self.scale, example), state
         if not isinstance(state, IndexedKNNState):
             if isinstance(state, KNNState) and queries.shape[2] == 1 and step_kind(queries.device) == "accelerator":
                 return self.accelerator_step(queries, state), state

@@ -10,6 +10,7 @@ therefore applies to every state tensor, not only to the keys and values (``docs
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from typing import Any, ClassVar, Self, TypeVar
@@ -198,6 +199,55 @@ def reorder_rows(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return tensor.index_select(0, index) if tensor.is_contiguous() else tensor[index]
 
 
+class SharedMapping:
+    """One batch operation (a beam reorder, a repeat, a selection) that a cache applies to its layers' states one
+    layer at a time: a tensor that several layers' states hold (``knn``'s encoder rows) is mapped once and the
+    result handed to each, so that it stays one tensor, not one copy per layer. The operation is named by a
+    ``(name, argument)`` pair, the argument compared by identity (a tensor such as ``beam_idx``) or by value (an
+    int); inputs and results are held weakly, and an input changed in place since is mapped again.
+    """
+
+    def __init__(self) -> None:
+        self._operation: tuple[str, Any] | None = None
+        self._results: dict[int, tuple[weakref.ref, int, weakref.ref]] = {}
+
+    def map(self, operation: tuple[str, Any], tensor: torch.Tensor,
+            fn: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """``fn(tensor)``, or the result this operation already gave for this very tensor."""
+        if not self._same(operation):
+            name, argument = operation
+            held = weakref.ref(argument) if isinstance(argument, torch.Tensor) else argument
+            self._operation, self._results = (name, held), {}
+        entry = self._results.get(id(tensor))
+        if entry is not None and entry[0]() is tensor and entry[1] == _version_of(tensor):
+            result = entry[2]()
+            if result is not None:
+                return result
+        result = fn(tensor)
+        self._results[id(tensor)] = (weakref.ref(tensor), _version_of(tensor), weakref.ref(result))
+        return result
+
+    def _same(self, operation: tuple[str, Any]) -> bool:
+        if self._operation is None or self._operation[0] != operation[0]:
+            return False
+        held, argument = self._operation[1], operation[1]
+        if isinstance(argument, torch.Tensor):
+            return isinstance(held, weakref.ref) and held() is argument
+        return not isinstance(held, weakref.ref) and held == argument
+
+
+def _version_of(tensor: torch.Tensor) -> int:
+    """The tensor's in-place version counter (-1 for an inference tensor, which has none)."""
+    try:
+        return int(tensor._version)
+    except RuntimeError:
+        return -1
+
+
+#: The batch operations of every cache (one at a time: a cache maps its layers in turn).
+SHARED_MAPPING = SharedMapping()
+
+
 class _PresentedTensor:
     """The ``keys`` or ``values`` attribute of an :class:`SRformerCacheLayer`: read, the layer's
     ``_presented(name)``; assigned, None is accepted (transformers' base classes assign it on construction and
@@ -313,32 +363,38 @@ class SRformerCacheLayer(DynamicLayer):
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         """Reorder every state tensor for beam search, keeping each tensor's memory layout (a state may hold a
-        transposed view on purpose, such as ``block-topk``'s mean keys; :func:`reorder_rows`)."""
-        self.set_state(self.held_state().map_batch(lambda x: reorder_rows(x, beam_idx.to(x.device))))
+        transposed view on purpose, such as ``block-topk``'s mean keys; :func:`reorder_rows`). A tensor that other
+        layers' states hold too stays shared (:class:`SharedMapping`)."""
+        self.set_state(self.held_state().map_batch(
+            lambda x: SHARED_MAPPING.map(("reorder", beam_idx), x, lambda t: reorder_rows(t, beam_idx.to(t.device)))))
 
     def batch_repeat_interleave(self, repeats: int) -> None:
-        """Repeat every state tensor ``repeats`` times along the batch axis."""
-        self.set_state(self.held_state().map_batch(lambda x: x.repeat_interleave(repeats, dim=0)))
+        """Repeat every state tensor ``repeats`` times along the batch axis (a shared one once)."""
+        self.set_state(self.held_state().map_batch(
+            lambda x: SHARED_MAPPING.map(("repeat", repeats), x, lambda t: t.repeat_interleave(repeats, dim=0))))
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        """Keep only ``indices`` of the batch axis in every state tensor."""
-        self.set_state(self.held_state().map_batch(lambda x: x[indices, ...]))
+        """Keep only ``indices`` of the batch axis in every state tensor (a shared one once)."""
+        self.set_state(self.held_state().map_batch(
+            lambda x: SHARED_MAPPING.map(("select", indices), x, lambda t: t[indices, ...])))
 
     def crop(self, tokens_to_remove: int) -> None:
         """Cross-attention state does not grow with decoder tokens: nothing to crop."""
 
     def offload(self) -> None:
-        """Move the state to the CPU."""
+        """Move the state to the CPU (a tensor shared by layers once)."""
         device = self.device
-        self.set_state(self.held_state().map_batch(lambda x: x.to("cpu", non_blocking=True)))
+        self.set_state(self.held_state().map_batch(
+            lambda x: SHARED_MAPPING.map(("offload", "cpu"), x, lambda t: t.to("cpu", non_blocking=True))))
         self.device = device
 
     def prefetch(self) -> None:
-        """Move the state back to the layer's device."""
+        """Move the state back to the layer's device (a tensor shared by layers once)."""
         state = self.held_state()
         if state.anchor().device != self.device:
             device = self.device
-            self.set_state(state.map_batch(lambda x: x.to(device, non_blocking=True)))
+            self.set_state(state.map_batch(
+                lambda x: SHARED_MAPPING.map(("prefetch", str(device)), x, lambda t: t.to(device, non_blocking=True))))
 
     def reset(self) -> None:
         """Drop the state (the next forward pass rebuilds it from the encoder output)."""

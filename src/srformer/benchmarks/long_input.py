@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from srformer.attention.knn_index import faiss_available
+from srformer.attention.knn_index import INDEX_KINDS, faiss_available
 from srformer.benchmarks.long_input_variants import DTYPES, LONG_INPUT_VARIANTS
 from srformer.benchmarks.memory import CHILD_ENVIRONMENT
 from srformer.benchmarks.plots import plt
@@ -51,7 +51,7 @@ class LongInputSettings:
     Attributes:
         lengths: input lengths in tokens.
         variants: names of :data:`LONG_INPUT_VARIANTS` (default: all; ``knn-flat``/``knn-ivf`` only where faiss
-            is installed).
+            is installed; ``knn-rows`` needs none).
         end_to_end: variants also timed with ``generate(input_ids=...)`` (the encoder inside generate()).
         shape: model shape (:data:`srformer.benchmarks.suite_settings.MODEL_SHAPES`).
         new_tokens: tokens generated per input.
@@ -74,7 +74,8 @@ class LongInputSettings:
 
     lengths: tuple[int, ...] = (4096, 16384, 65536, 262144)
     variants: tuple[str, ...] = field(default_factory=lambda: tuple(
-        name for name, options in LONG_INPUT_VARIANTS.items() if "knn_index" not in options or faiss_available()))
+        name for name, options in LONG_INPUT_VARIANTS.items()
+        if options.get("knn_index") not in INDEX_KINDS or faiss_available()))
     end_to_end: tuple[str, ...] = ("srformer-lean",)
     shape: str = "t5-small"
     new_tokens: int = 64

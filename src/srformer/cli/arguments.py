@@ -193,10 +193,12 @@ def add_generation_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window-overlap", type=float, default=None, help="share of a window shared with the next, "
                         "in [0, 1) (default 0.5)")
     parser.add_argument("--window-batch-size", type=int, default=None, help="windows per encoder call (default 8)")
-    parser.add_argument("--knn-index", choices=("exact", "flat", "ivf"), default=None,
+    parser.add_argument("--knn-index", choices=("exact", "flat", "ivf", "rows"), default=None,
                         help="a knn checkpoint on long inputs: search a faiss index of the encoder output, exhaustive "
                              "(flat) or approximate (ivf), instead of every layer's keys (needs "
-                             "pip install 'srformer[index]'); exact: the search in torch (default: the checkpoint's)")
+                             "pip install 'srformer[index]'); rows: search the encoder output's rows exhaustively in "
+                             "torch on their device, keeping no keys or values; exact: the search of every layer's "
+                             "keys in torch (default: the checkpoint's)")
     parser.add_argument("--index-min-keys", type=int, default=None,
                         help="with --knn-index: the shortest input (tokens) searched through the index (default 16384)")
     parser.add_argument("--index-probes", type=int, default=None,

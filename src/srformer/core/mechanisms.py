@@ -478,7 +478,8 @@ MECHANISMS: tuple[Mechanism, ...] = (
         name="knn",
         doc="Unlimiformer top-k attention: each query and head takes the softmax over the K = top_keys real keys "
         "with the largest Q·K (exact search; ties to the earlier position; all keys when K >= n). With knn_index, "
-        "generation from long inputs searches one faiss index of the encoder output instead (flat or ivf).",
+        "generation from long inputs searches one faiss index of the encoder output instead (flat or ivf), or its rows "
+        "in torch (rows: no keys or values kept).",
         citation="Bertsch, Alon, Neubig & Gormley 2023, Unlimiformer: Long-Range Transformers with Unlimited Length "
         "Input, Sec. 2 (every cross-attention head attends its top-k keys over all the input; Sec. 2.3: one "
         "nearest-neighbour index of the encoder's hidden states, queried with W_k^T q)",
@@ -493,9 +494,12 @@ MECHANISMS: tuple[Mechanism, ...] = (
             selects_keys=True,
         ),
         step_cost="O(k·d + k·log K + K·d) (score every key, select the top K = top_keys, softmax over them); with "
-        "knn_index: the index search plus O(K·D·d) to project the K retrieved rows",
+        "knn_index: the index search plus O(K·D·d) to project the K retrieved rows (rows: O(k·D) per head)",
         build_cost="none (keys/values projected once); with knn_index: one faiss index per input, for all layers",
-        state_size="2·k·d (keys and values); with knn_index: none per layer (one index of k·D numbers per input)",
-        named_settings={"knn-4": {"top_keys": 4}},
+        state_size="2·k·d (keys and values); with knn_index: none per layer (one index of k·D numbers per input; "
+        "rows: the encoder output itself)",
+        # knn-rows: the encoder output's rows searched in torch at every length (no keys or values kept), chosen for
+        # long inputs on the state it saves and its recall, the exact search's
+        named_settings={"knn-4": {"top_keys": 4}, "knn-rows": {"knn_index": "rows", "index_min_keys": 1}},
     ),
 )

@@ -17,6 +17,9 @@ sequences each; transformers copies the encoder output ``b`` times), ``L`` decod
 - ``knn`` searching an index (``knn_index`` set, an input of at least ``index_min_keys`` tokens): no per-layer
   state, one float32 index of ``B * k * (d_model + 1)`` numbers (the beams of an input share it), and two float32
   copies of one example's rows while it is built.
+- ``knn`` searching the encoder output's rows (``knn_index="rows"``, an input padded to at least ``index_min_keys``
+  tokens): per layer an order-key term (float64) and a mask (float32) per position, ``B' * k * 12`` bytes; at a
+  step, every head's scores and order keys, ``B' * H * k`` numbers each.
 - ``quest`` reading rows of the encoder output (an input of at least ``rows_min_keys`` tokens): per layer, the
   minimum and maximum key of each leaf (bfloat16) and group (float32) of each head,
   ``2 * B' * H * (k/b + k/(g·b)) * d`` numbers, and the compaction order; while it is built, the keys of 4,096
@@ -89,6 +92,12 @@ def estimate_decode_memory(
     element = torch.empty((), dtype=dtype).element_size()
     keys_values = 2 * batch * heads * input_length * head_dim * element
     entry = REGISTRY[config.variant]
+    if config.variant == "knn" and config.knn_index == "rows" and input_length >= config.resolved_index_min_keys():
+        # the encoder output is the state: per layer an order-key term and a mask per position; a step's scores
+        # (in the encoder output's dtype) and float64 order keys for every head
+        mask_bytes = 8 if dtype == torch.float64 else 4
+        return DecodeMemory(batch * input_length * d_model * element, layers * batch * input_length * (8 + mask_bytes),
+                            batch * heads * input_length * (element + 8))
     if config.variant == "knn" and config.knn_index is not None and input_length >= config.resolved_index_min_keys():
         # one float32 index of the encoder output for all layers (plus a column for ivf), no per-layer keys; the
         # build copies one example's rows twice
