@@ -182,6 +182,23 @@ def test_quest_b2_decodes_with_inductor_as_eager(step, monkeypatch):
     assert max_difference(compiled_logits, eager_logits) <= tolerance
 
 
+@pytest.mark.slow
+def test_knn_rows_decodes_with_inductor_as_eager():
+    """The long-input pick through inductor's generated code: one graph for every position, eager's tokens, and its
+    logits within the bound of the SRformer inductor test above (T5's RMSNorm sums reordered)."""
+    model = converted(BUILDERS["t5"]("sdpa").double(), variant="knn", top_keys=3, **SETTINGS)
+    set_runtime_options(model, knn_index="rows", index_min_keys=1)
+    compiled, eager, graphs = _compiled_generate(model, "inductor")
+    assert graphs == 1
+    assert torch.equal(compiled.sequences, eager.sequences)
+    compiled_logits, eager_logits = torch.stack(compiled.logits, 1), torch.stack(eager.logits, 1)
+    tolerance = (
+        exact_tolerance(eager_logits) + 2 * FLOAT32_UNIT_ROUNDOFF * magnitude(eager_logits)
+        + DECODER_GAIN * float32_tolerance(eager_logits, terms=32)
+    )
+    assert max_difference(compiled_logits, eager_logits) <= tolerance
+
+
 def _teacher_forced_inputs(model):
     ids, mask = batch(model, lengths=(24, 17, 9))
     return dict(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_inputs(model, ids.shape[0], 13))
