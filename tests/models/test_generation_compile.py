@@ -88,6 +88,27 @@ PICKS = [("t5", "knn"), ("bart", "knn"), ("t5", "quest-tree"), ("t5", "block-top
          ("t5", "quest-b2"), ("bart", "quest-b2")]
 
 
+def _assert_eager_tokens_and_logits(compiled, eager, inductor: bool = False) -> None:
+    """The compiled generation's tokens are eager's and its logits within float64 rounding of them (plus one float32
+    rounding of their magnitude). ``inductor``: plus T5's RMSNorm, which computes its variance in float32 even in a
+    float64 model, and inductor's fused kernel sums the d_model = 32 squares in another order than eager: a float32
+    sum of 32 terms on each side (float32_tolerance), amplified by the decoder after it (DECODER_GAIN, as in the
+    generate() matrix). A state mixed up between rows or steps moves the logits by O(0.1), far above this bound."""
+    assert torch.equal(compiled.sequences, eager.sequences)
+    compiled_logits, eager_logits = torch.stack(compiled.logits, 1), torch.stack(eager.logits, 1)
+    tolerance = exact_tolerance(eager_logits) + 2 * FLOAT32_UNIT_ROUNDOFF * magnitude(eager_logits)
+    if inductor:
+        tolerance = tolerance + DECODER_GAIN * float32_tolerance(eager_logits, terms=32)
+    assert max_difference(compiled_logits, eager_logits) <= tolerance
+
+
+def _knn_rows(family: str):
+    """knn with ``knn_index="rows"`` at every length (3 keys per query and head), float64."""
+    model = converted(BUILDERS[family]("sdpa").double(), variant="knn", top_keys=3, **SETTINGS)
+    set_runtime_options(model, knn_index="rows", index_min_keys=1)
+    return model
+
+
 @functools.cache
 def _pick(family: str, name: str):
     base = BUILDERS[family]("sdpa").double()
@@ -106,10 +127,7 @@ def test_the_picks_decode_in_one_graph_for_every_position(family, name, step, mo
     monkeypatch.setattr(step_choice, "STEP_OVERRIDE", step)
     compiled, eager, graphs = _compiled_generate(_pick(family, name), "aot_eager")
     assert graphs == 1
-    assert torch.equal(compiled.sequences, eager.sequences)
-    compiled_logits, eager_logits = torch.stack(compiled.logits, 1), torch.stack(eager.logits, 1)
-    tolerance = exact_tolerance(eager_logits) + 2 * FLOAT32_UNIT_ROUNDOFF * magnitude(eager_logits)
-    assert max_difference(compiled_logits, eager_logits) <= tolerance
+    _assert_eager_tokens_and_logits(compiled, eager)
 
 
 @pytest.mark.parametrize("family,name", [("t5", "quest-b2"), ("bart", "quest-tree")])
@@ -125,25 +143,17 @@ def test_quest_reading_encoder_rows_decodes_in_one_graph(family, name, step, mon
     compiled, eager, graphs = _compiled_generate(model, "aot_eager")
     assert graphs == 1
     assert type(eager.past_key_values.cross_attention_cache.layers[0].state) is QuestRowsState
-    assert torch.equal(compiled.sequences, eager.sequences)
-    compiled_logits, eager_logits = torch.stack(compiled.logits, 1), torch.stack(eager.logits, 1)
-    tolerance = exact_tolerance(eager_logits) + 2 * FLOAT32_UNIT_ROUNDOFF * magnitude(eager_logits)
-    assert max_difference(compiled_logits, eager_logits) <= tolerance
+    _assert_eager_tokens_and_logits(compiled, eager)
 
 
 @pytest.mark.parametrize("family", ["t5", "bart"])
 def test_knn_reading_encoder_rows_decodes_in_one_graph(family):
     """``knn_index="rows"`` (the encoder output searched in torch, no keys or values kept): one graph for all five
     positions, eager's tokens and logits."""
-    model = converted(BUILDERS[family]("sdpa").double(), variant="knn", top_keys=3, **SETTINGS)
-    set_runtime_options(model, knn_index="rows", index_min_keys=1)
-    compiled, eager, graphs = _compiled_generate(model, "aot_eager")
+    compiled, eager, graphs = _compiled_generate(_knn_rows(family), "aot_eager")
     assert graphs == 1
     assert type(eager.past_key_values.cross_attention_cache.layers[0].state) is RowsKNNState
-    assert torch.equal(compiled.sequences, eager.sequences)
-    compiled_logits, eager_logits = torch.stack(compiled.logits, 1), torch.stack(eager.logits, 1)
-    tolerance = exact_tolerance(eager_logits) + 2 * FLOAT32_UNIT_ROUNDOFF * magnitude(eager_logits)
-    assert max_difference(compiled_logits, eager_logits) <= tolerance
+    _assert_eager_tokens_and_logits(compiled, eager)
 
 
 @pytest.mark.slow
@@ -152,17 +162,7 @@ def test_fullgraph_static_cache_generate_with_inductor_equals_eager():
     model = model_for("t5", "srformer")
     compiled, eager, graphs = _compiled_generate(model, "inductor")
     assert graphs >= 1
-    assert torch.equal(compiled.sequences, eager.sequences)
-    compiled_logits, eager_logits = torch.stack(compiled.logits, 1), torch.stack(eager.logits, 1)
-    # As above, plus T5's RMSNorm: it computes its variance in float32 even in a float64 model, and inductor's
-    # fused kernel sums the d_model = 32 squares in another order than eager: a float32 sum of 32 terms on
-    # each side (float32_tolerance), amplified by the decoder after it (DECODER_GAIN, as in the generate()
-    # matrix). A state mixed up between rows or steps moves the logits by O(0.1), far above this bound.
-    tolerance = (
-        exact_tolerance(eager_logits) + 2 * FLOAT32_UNIT_ROUNDOFF * magnitude(eager_logits)
-        + DECODER_GAIN * float32_tolerance(eager_logits, terms=32)
-    )
-    assert max_difference(compiled_logits, eager_logits) <= tolerance
+    _assert_eager_tokens_and_logits(compiled, eager, inductor=True)
 
 
 @pytest.mark.slow
@@ -173,30 +173,16 @@ def test_quest_b2_decodes_with_inductor_as_eager(step, monkeypatch):
     monkeypatch.setattr(step_choice, "STEP_OVERRIDE", step)
     compiled, eager, graphs = _compiled_generate(_pick("t5", "quest-b2"), "inductor")
     assert graphs == 1
-    assert torch.equal(compiled.sequences, eager.sequences)
-    compiled_logits, eager_logits = torch.stack(compiled.logits, 1), torch.stack(eager.logits, 1)
-    tolerance = (
-        exact_tolerance(eager_logits) + 2 * FLOAT32_UNIT_ROUNDOFF * magnitude(eager_logits)
-        + DECODER_GAIN * float32_tolerance(eager_logits, terms=32)
-    )
-    assert max_difference(compiled_logits, eager_logits) <= tolerance
+    _assert_eager_tokens_and_logits(compiled, eager, inductor=True)
 
 
 @pytest.mark.slow
 def test_knn_rows_decodes_with_inductor_as_eager():
     """The long-input pick through inductor's generated code: one graph for every position, eager's tokens, and its
     logits within the bound of the SRformer inductor test above (T5's RMSNorm sums reordered)."""
-    model = converted(BUILDERS["t5"]("sdpa").double(), variant="knn", top_keys=3, **SETTINGS)
-    set_runtime_options(model, knn_index="rows", index_min_keys=1)
-    compiled, eager, graphs = _compiled_generate(model, "inductor")
+    compiled, eager, graphs = _compiled_generate(_knn_rows("t5"), "inductor")
     assert graphs == 1
-    assert torch.equal(compiled.sequences, eager.sequences)
-    compiled_logits, eager_logits = torch.stack(compiled.logits, 1), torch.stack(eager.logits, 1)
-    tolerance = (
-        exact_tolerance(eager_logits) + 2 * FLOAT32_UNIT_ROUNDOFF * magnitude(eager_logits)
-        + DECODER_GAIN * float32_tolerance(eager_logits, terms=32)
-    )
-    assert max_difference(compiled_logits, eager_logits) <= tolerance
+    _assert_eager_tokens_and_logits(compiled, eager, inductor=True)
 
 
 def _teacher_forced_inputs(model):

@@ -66,7 +66,7 @@ from srformer.attention.projection import HeadProjection
 from srformer.attention.schedule import real_lengths, tracing
 from srformer.attention.segmented import cast
 from srformer.attention.selection import position_order, ranked_top, top_positions
-from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, extend
+from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, extend, tensor_version
 from srformer.attention.step_choice import step_kind
 from srformer.core import MechanismSettings, integer_setting
 
@@ -206,13 +206,14 @@ class _SharedIndex:
             states_ref, version, known, mask, index_ref = entry
             index = index_ref()
             if (
-                index is not None and states_ref() is encoder_states and version == _version(encoder_states)
+                index is not None and states_ref() is encoder_states and version == tensor_version(encoder_states)
                 and known == settings and _same_mask(mask, key_valid)
             ):
                 return index
         index = build_encoder_index(encoder_states, key_valid, *settings)
         mask_copy = None if key_valid is None else key_valid.detach().clone()
-        self._entry = (weakref.ref(encoder_states), _version(encoder_states), settings, mask_copy, weakref.ref(index))
+        built = tensor_version(encoder_states)
+        self._entry = (weakref.ref(encoder_states), built, settings, mask_copy, weakref.ref(index))
         return index
 
 
@@ -221,15 +222,6 @@ def _same_mask(known: torch.Tensor | None, key_valid: torch.Tensor | None) -> bo
     if known is None or key_valid is None:
         return known is key_valid
     return known.shape == key_valid.shape and torch.equal(known, key_valid)
-
-
-def _version(tensor: torch.Tensor) -> int:
-    """The tensor's in-place version counter (-1 for an inference tensor, which has none: it cannot be modified
-    in place outside inference mode either)."""
-    try:
-        return int(tensor._version)
-    except RuntimeError:
-        return -1
 
 
 _SHARED_INDEX = _SharedIndex()

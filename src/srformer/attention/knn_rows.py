@@ -73,9 +73,7 @@ class RowsKNNState(CrossAttentionState):
 
     def nbytes(self) -> int:
         """Bytes of the state's own tensors: every field but :attr:`rows`, the encoder output."""
-        return sum(tensor.numel() * tensor.element_size()
-                   for tensor in (self.lengths, self.num_segments, self.last_segment, self.rank_order,
-                                  self.key_bias, self.has_keys))
+        return super().nbytes() - self.rows.numel() * self.rows.element_size()
 
 
 def rows_state(

@@ -219,12 +219,12 @@ class SharedMapping:
             held = weakref.ref(argument) if isinstance(argument, torch.Tensor) else argument
             self._operation, self._results = (name, held), {}
         entry = self._results.get(id(tensor))
-        if entry is not None and entry[0]() is tensor and entry[1] == _version_of(tensor):
+        if entry is not None and entry[0]() is tensor and entry[1] == tensor_version(tensor):
             result = entry[2]()
             if result is not None:
                 return result
         result = fn(tensor)
-        self._results[id(tensor)] = (weakref.ref(tensor), _version_of(tensor), weakref.ref(result))
+        self._results[id(tensor)] = (weakref.ref(tensor), tensor_version(tensor), weakref.ref(result))
         return result
 
     def _same(self, operation: tuple[str, Any]) -> bool:
@@ -236,8 +236,9 @@ class SharedMapping:
         return not isinstance(held, weakref.ref) and held == argument
 
 
-def _version_of(tensor: torch.Tensor) -> int:
-    """The tensor's in-place version counter (-1 for an inference tensor, which has none)."""
+def tensor_version(tensor: torch.Tensor) -> int:
+    """The tensor's in-place version counter (-1 for an inference tensor, which has none: it cannot be modified in
+    place outside inference mode either)."""
     try:
         return int(tensor._version)
     except RuntimeError:
