@@ -38,13 +38,14 @@ LENGTHS = [23, 13, 8, 5, 1, 0]  # several leaves and groups, one leaf, one key, 
 @pytest.mark.parametrize("segment_size,leaf,top,group,groups", [
     (2, 2, 1, None, None), (3, 2, 2, None, None), (4, 3, 2, None, None), (1, 1, 3, None, None),
     (5, 4, 1, None, None), (20, 2, 2, None, None), (3, 2, 2, 2, 1), (2, 3, 2, 2, 2), (4, 2, 3, 3, 1),
-    (2, 1, 4, 4, 2), (6, 4, 1, 1, 2), (3, 5, 2, 8, 1),
+    (2, 1, 4, 4, 2), (6, 4, 1, 1, 2), (3, 5, 2, 8, 1), (4, 2, 2, 4, 2), (2, 1, 3, 2, 3),
 ])
 def test_matches_the_reference_in_both_paths_paddings_and_a_later_chunk(segment_size, leaf, top, group, groups,
                                                                          each_step):
     """One level and two; leaves smaller than, equal to, not dividing and larger than the segment; one group per
     leaf and one group for every leaf; more segments than steps (s = 1); the CPU's and the accelerator's tree
-    build."""
+    build; the last two run the accelerator's group leaf step (the second at its bound, ``(p - 1)·g + 1 - s/b =
+    r``)."""
     module = _module("quest", segment_size, 6, scale=0.5, leaf_size=leaf, top_leaves=top, group_size=group,
                      top_groups=groups)
     check_against_the_reference(module, *_inputs(6, 3, 23, 9, 4, LENGTHS), LENGTHS)
@@ -105,14 +106,18 @@ def test_equal_bounds_choose_the_earlier_leaf(each_step):
     assert_exact(module.step(queries, state, position=0)[0], output, "tie, step")
 
 
-@pytest.mark.parametrize("segment_size,leaf,top,group,groups", [
-    (4, 2, 3, None, None), (4, 3, 2, None, None), (4, 2, 3, 2, 2), (3, 2, 5, 3, 1), (6, 1, 4, 4, 3),
+@pytest.mark.parametrize("segment_size,leaf,top,group,groups,group_step", [
+    (4, 2, 3, None, None, False), (4, 3, 2, None, None, False), (4, 2, 3, 2, 2, False), (3, 2, 5, 3, 1, False),
+    (6, 1, 4, 4, 3, False), (4, 1, 4, 3, 3, False), (4, 2, 2, 4, 2, True), (2, 1, 3, 2, 3, True),
+    (4, 1, 3, 3, 3, True), (2, 2, 2, 2, 2, True),
 ])
 def test_the_two_steps_give_the_same_output_on_the_same_state_with_ties(segment_size, leaf, top, group, groups,
-                                                                        monkeypatch):
+                                                                        group_step, monkeypatch):
     """Keys of -1, 0 and 1 (many leaves and groups with equal bounds) and distinct values: the CPU step and the
     accelerator step read the same rows at every position (a tie settled otherwise moves the output by O(1)), with
-    padding, an empty document, leaves that do and do not divide the segment, one level and two."""
+    padding, an empty document, leaves that do and do not divide the segment, one level and two. ``group_step``:
+    the accelerator runs the group leaf step (``(p - 1)·g + 1 - s/b >= r``; three of them at that bound, and one
+    just past it that keeps the general step)."""
     generator = torch.Generator().manual_seed(3)
     lengths = [23, 17, 6, 0]
     queries, _, values, valid = _inputs(4, 2, 23, 9, 4, lengths)
@@ -122,10 +127,13 @@ def test_the_two_steps_give_the_same_output_on_the_same_state_with_ties(segment_
                      top_groups=groups)
     monkeypatch.setattr(step_choice, "STEP_OVERRIDE", "accelerator")  # the state that carries both steps' fields
     state = module.init_state(keys, values, valid)
+    steps: list[int] = []
+    monkeypatch.setattr(QuestCrossAttention, "group_leaf_step", _counting(QuestCrossAttention.group_leaf_step, steps))
     outputs = {}
     for kind in step_choice.STEP_KINDS:
         monkeypatch.setattr(step_choice, "STEP_OVERRIDE", kind)
         outputs[kind] = torch.cat([module.step(queries[:, :, t:t + 1], state, position=t)[0] for t in range(9)], 2)
+    assert len(steps) == (9 if group_step else 0)
     assert_exact(outputs["accelerator"], outputs["cpu"], "accelerator step vs CPU step")
     assert_exact(outputs["cpu"], module(queries, state)[0], "CPU step vs parallel path")
     assert outputs["accelerator"][-1].abs().max() == 0
@@ -200,17 +208,20 @@ def test_generate_reading_encoder_rows_equals_the_standard_state(family, each_st
 
 @pytest.mark.parametrize("family", ["t5", "bart"])
 @pytest.mark.parametrize("rows_min_keys", [1, None], ids=["encoder-rows", "keys"])
-def test_the_leaf_step_generates_the_cpu_steps_tokens(family, rows_min_keys, monkeypatch):
-    """One level with segments of whole leaves (s = 4, b = 2): on an accelerator the leaf step
-    (``QuestCrossAttention.leaf_step``) runs, from a state of whole segments, and greedy and beam search give the
-    CPU step's tokens, and its scores up to float32 rounding, in both layouts (the bounds of each layout are the
-    same on both devices)."""
+@pytest.mark.parametrize("groups", [False, True], ids=["one-level", "groups"])
+def test_the_leaf_steps_generate_the_cpu_steps_tokens(family, rows_min_keys, groups, monkeypatch):
+    """Segments of whole leaves (s = 4, b = 2), one level or groups of 2 (p = 3): on an accelerator the leaf step
+    (``QuestCrossAttention.leaf_step``) or the group leaf step runs, from a state of whole segments, and greedy and
+    beam search give the CPU step's tokens, and its scores up to float32 rounding, in both layouts (the bounds of
+    each layout are the same on both devices)."""
+    grouping = {"group_size": 2, "top_groups": 3} if groups else {}
     model = converted(BUILDERS[family](), variant="quest", segment_size=4, target_length=8, leaf_size=2,
-                      top_leaves=2)
+                      top_leaves=2, **grouping)
     srformer.set_runtime_options(model, rows_min_keys=rows_min_keys)
     ids, mask = padded_batch(model)
     steps = []
-    monkeypatch.setattr(QuestCrossAttention, "leaf_step", _counting(QuestCrossAttention.leaf_step, steps))
+    step = "group_leaf_step" if groups else "leaf_step"
+    monkeypatch.setattr(QuestCrossAttention, step, _counting(getattr(QuestCrossAttention, step), steps))
     for beams in (1, 3):
         config = plain_generation_config(model, max_new_tokens=8, num_beams=beams, output_scores=True,
                                          return_dict_in_generate=True)
@@ -221,7 +232,8 @@ def test_the_leaf_step_generates_the_cpu_steps_tokens(family, rows_min_keys, mon
                 outputs[kind] = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
         state = outputs["accelerator"].past_key_values.cross_attention_cache.layers[0].state
         rows = state.positions.shape[1]
-        assert rows % 4 == 0 and state.row_bias.shape[1:] == (rows // 2, 2)  # whole segments of whole leaves
+        assert rows % 4 == 0  # whole segments of whole leaves, each row's bias per leaf (per slot with groups)
+        assert state.row_bias.shape[1:] == ((*state.leaf_order.shape[1:], 2) if groups else (rows // 2, 2))
         assert torch.equal(outputs["accelerator"].sequences, outputs["cpu"].sequences)
         for a, b in zip(outputs["accelerator"].scores, outputs["cpu"].scores, strict=True):
             finite = torch.isfinite(b)
@@ -285,17 +297,40 @@ def test_half_bounds_are_rounded_outward_and_still_bound(seed, spread):
     assert (wide[..., 4:].float() <= beyond[..., 4:]).all()
 
 
+@pytest.mark.parametrize("grouping", [{}, {"group_size": 2, "top_groups": 3}], ids=["one-level", "groups"])
+def test_the_estimate_covers_every_field_of_an_accelerators_rows_state(grouping, monkeypatch):
+    """Built where the whole-leaf steps run (the step forced to the accelerator's), a rows state of an unpadded
+    48-token input holds at most the estimate's bytes per layer, and the estimate is not loose by more than the
+    tree's empty slots and the step's index tables of one segment (a tenth here)."""
+    monkeypatch.setattr(step_choice, "STEP_OVERRIDE", "accelerator")
+    model = converted(BUILDERS["t5"](), variant="quest", segment_size=4, target_length=8, leaf_size=2,
+                      top_leaves=2, rows_min_keys=1, **grouping)
+    ids = torch.randint(3, 90, (1, 48), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), return_dict_in_generate=True,
+                             generation_config=plain_generation_config(model, max_new_tokens=2))
+    states = [layer.state for layer in out.past_key_values.cross_attention_cache.layers]
+    assert all(type(state) is QuestRowsState and state.row_bias.shape[1] for state in states)
+    config = SRformerConfig("quest", segment_size=4, target_length=8, leaf_size=2, top_leaves=2, rows_min_keys=1,
+                            **grouping)
+    estimate = estimate_decode_memory(config, model.config, 1, 48, torch.float64).states  # a float64 model
+    # beside the per-example numbers the estimate leaves out (lengths, segments, the last segment, slot, has-keys)
+    held = sum(state.nbytes() - 5 * 8 for state in states)
+    assert 0.9 * estimate <= held <= estimate, (held, estimate)
+
+
 def test_the_rows_state_keeps_bfloat16_leaf_bounds_and_the_estimate_counts_them():
     """The leaves' bounds take 2 bytes per number, with groups and without; the estimate counts them so: one level
-    of leaves of 2 keeps ``2·(k/2)·d`` bfloat16 bounds per head and layer (half of float32 keys and values) and the
-    compaction order."""
+    of leaves of 2 keeps ``2·(k/2)·d`` bfloat16 bounds per head and layer (half of float32 keys and values), the
+    compaction order, and the accelerator step's tables (each leaf's index and rank term, each row's float32 bias
+    and encoder row); the estimate counts every field of an accelerator's state (built here by forcing the step)."""
     model_config = BUILDERS["t5"]().config
     flat = named_config("quest-b2", segment_size=64, target_length=128)
     k = 262144
     layers, heads, d = model_config.num_decoder_layers, model_config.num_heads, model_config.d_kv
     estimate = estimate_decode_memory(flat, model_config, 1, k, torch.float32).states
-    assert estimate == layers * (2 * heads * (k // 2) * 2 * d + k * 8)
-    assert estimate <= 0.5 * layers * 2 * heads * k * d * 4
+    assert estimate == layers * (2 * heads * (k // 2) * 2 * d + k * 8 + (k // 2) * (16 + 1) + k * 12 + 129 * 8)
+    assert estimate <= 0.52 * layers * 2 * heads * k * d * 4
     model = converted(BUILDERS["t5"](), variant="quest", segment_size=4, target_length=8, leaf_size=2,
                       top_leaves=2, rows_min_keys=1)
     ids, mask = padded_batch(model)

@@ -128,3 +128,23 @@ def test_ranked_top_of_finite_scores_is_the_same_without_its_nan_pass(dtype):
     for kwargs in ({}, {"first": first}):
         torch.testing.assert_close(ranked_top(scores, order, 9, **kwargs, finite=True),
                                    ranked_top(scores, order, 9, **kwargs), rtol=0, atol=0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(1, 3), n=st.integers(1, 30), dtype=st.sampled_from([torch.float32, torch.float64,
+                                                                            torch.bfloat16]), data=st.data())
+def test_an_order_term_of_plus_infinity_ranks_first_as_first_does(rows, n, dtype, data):
+    """``+inf`` in ``order`` at finite scores (the group leaf step's segment) chooses the same positions as the same
+    positions passed as ``first``, in float32, bfloat16 and float64 (the tie pass), with positions not allowed."""
+    width = data.draw(st.integers(1, n))
+    values = data.draw(st.lists(st.sampled_from([-1.0, 0.0, 0.5, 2.0, 3e38, -3e38]), min_size=rows * n,
+                                max_size=rows * n))
+    scores = torch.tensor(values, dtype=dtype).view(rows, n)
+    allowed = torch.tensor(data.draw(st.lists(st.booleans(), min_size=rows * n, max_size=rows * n))).view(rows, n)
+    first = torch.zeros(rows, n, dtype=torch.bool)
+    first[:, data.draw(st.permutations(range(n)))[: data.draw(st.integers(0, width))]] = True
+    order = position_order(allowed)
+    by_order = ranked_top(scores, order.masked_fill(first, float("inf")), width, finite=True)
+    by_first = ranked_top(scores, order, width, first=first, finite=True)
+    assert torch.equal(by_order.sort(dim=-1).values, by_first.sort(dim=-1).values)
+    assert first.gather(-1, by_order).sum() == first.sum()

@@ -137,27 +137,39 @@ def test_on_the_cpu_knn_and_block_topk_run_their_cpu_step(name, full):
 
 
 @pytest.mark.filterwarnings("ignore:An encoder input has")
-def test_quest_tree_accelerator_step_is_sync_free_and_does_not_grow_with_the_input(full):
-    """quest-tree's accelerator step (``QuestCrossAttention.accelerator_step``): per token the same calls at 1k and
-    4k tokens, no host sync beyond full attention's, and within 1.4x full's calls (measured, t5-tiny: 284 per
-    token at both lengths, full 219; the CPU step 556 with 4 host syncs more). The 1.25x budget is not met: see the
-    strict xfail below."""
+def test_quest_tree_group_leaf_step_keeps_the_budget_and_is_sync_free(full, per_token_budget):
+    """quest-tree's accelerator step (``QuestCrossAttention.group_leaf_step``: segments of whole leaves, and groups
+    that always hold its ``r`` candidates) keeping keys and values: per token the same calls at 1k and 4k tokens,
+    within the budget, no host sync beyond full attention's (measured, t5-tiny: 259 per token at both lengths
+    against a budget of 261.6, full 219; the general accelerator step made 284)."""
     counts = _counts("quest-tree")
+    for count, reference, budget in zip(counts, full, per_token_budget, strict=True):
+        assert count.calls_per_token <= budget, (budget, count.summary())
+        assert count.syncs_per_token <= reference.syncs_per_token, count.per_token_by_operator
+    assert counts[0].calls_per_token == counts[1].calls_per_token, [c.summary() for c in counts]
+
+
+@pytest.mark.filterwarnings("ignore:An encoder input has")
+def test_quest_tree_reading_encoder_rows_is_sync_free_and_does_not_grow_with_the_input(full):
+    """The same step reading rows of the encoder output (the layout of long inputs): per token the same calls at 1k
+    and 4k tokens, no host sync beyond full attention's, within 1.25x full's calls (measured, t5-tiny: 265 per
+    token, full 219). The budget is not met: see the strict xfail below."""
+    counts = _counts("quest-tree", rows_min_keys=1)
     for count, reference in zip(counts, full, strict=True):
-        assert count.calls_per_token <= 1.4 * reference.calls_per_token, count.summary()
+        assert count.calls_per_token <= 1.25 * reference.calls_per_token, count.summary()
         assert count.syncs_per_token <= reference.syncs_per_token, count.per_token_by_operator
     assert counts[0].calls_per_token == counts[1].calls_per_token, [c.summary() for c in counts]
 
 
 @pytest.mark.filterwarnings("ignore:An encoder input has")
 @pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="quest-tree's accelerator step makes 32.5 calls per layer and token above full "
-                   "attention's (284 against 219, t5-tiny): two rankings, the segment and group masks and the "
-                   "rows' indices. The budget allows 21.3")
-def test_quest_tree_keeps_the_operator_budget_per_token(per_token_budget):
-    """Not met yet, and strict: the day quest-tree's step fits the budget this test fails, so that it becomes a
-    kept budget."""
-    counts = _counts("quest-tree")
+                   reason="reading encoder rows, quest-tree's step makes 1.7 calls per layer and token above the "
+                   "budget (265 against 261.6, t5-tiny): the absorbed form's hidden queries, the factor of an "
+                   "example without keys and the value projection, where the keys layout indexes keys and values")
+def test_quest_tree_reading_encoder_rows_keeps_the_operator_budget_per_token(per_token_budget):
+    """Not met yet, and strict: the day this step fits the budget this test fails, so that it becomes a kept
+    budget."""
+    counts = _counts("quest-tree", rows_min_keys=1)
     for count, budget in zip(counts, per_token_budget, strict=True):
         assert count.calls_per_token <= budget, (budget, count.summary())
 

@@ -249,7 +249,9 @@ class BlockTopkCrossAttention(SegmentedCrossAttention):
         real = F.pad(state.segment_valid, (0, spare)).view(batch, segments, n, block)
         real = real & (state.lengths > 0)[:, None, None, None]  # an empty document has no real block
         counts = real.sum(dim=-1).clamp(min=1).to(wide)  # (B, M, n)
-        padded = F.pad(state.keys.detach().to(wide), (0, 0, 0, spare))  # (B, M, H, n·b, d), a temporary copy
+        padded = state.keys.detach().to(wide)  # (B, M, H, n·b, d): the keys themselves where no block is short
+        if spare:
+            padded = F.pad(padded, (0, 0, 0, spare))  # a temporary copy
         sums = padded.view(batch, segments, heads, n, block, d).sum(dim=4)  # (B, M, H, n, d)
         mean_keys = sums / counts[:, :, None, :, None]
         # head-major and stored transposed, (B, H, d, M·n) in memory: a step's gates are one batched product with

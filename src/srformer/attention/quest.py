@@ -210,20 +210,27 @@ class QuestBoundsState(CrossAttentionState):
             head).
         slot_segment: (B, H, Ls) long, the segment whose positions hold every real position of the slot's leaf,
             -1 for a leaf that reaches past its segment or has no real position (and an empty slot): the slot is
-            not a candidate at the steps that read that segment.
+            not a candidate at the steps that read that segment. Empty (B, H, 0) in a state of the whole-leaf
+            steps (:meth:`QuestCrossAttention.uses_leaf_step`), which do not read it.
         slot_rank: (B, H, Ls) float64, each slot's term of the order keys its bound is ranked by
             (:func:`~srformer.attention.selection.position_order` of the slots, in ``π``'s order): ``-inf`` at a
             slot without a real leaf.
         group_rank: (B, H, G) float64, the same for the groups: ``-inf`` at a group without a real leaf.
 
-    The leaf step's fields (:meth:`QuestCrossAttention.leaf_step`: one level, segments of whole leaves, on an
-    accelerator; ``N`` then a multiple of ``s``), (B, 0, b) elsewhere:
+    The whole-leaf steps' fields (:meth:`QuestCrossAttention.leaf_step` and
+    :meth:`QuestCrossAttention.group_leaf_step`: segments of whole leaves, on an accelerator; ``N`` then a multiple
+    of ``s``), (B, 0, b) elsewhere:
 
     Attributes:
         row_bias: (B, L, b), each compacted row's additive bias in the dtype its softmax runs in: 0 at a real row,
-            the dtype's lowest value (float32's for a wider one) past the example's length.
+            the dtype's lowest value (float32's for a wider one) past the example's length. With groups (B, H, Ls, b),
+            per slot of ``π``: its leaf's rows' bias, the lowest at an empty slot.
         row_index: (B, L, b) long, reading encoder rows: each compacted row's row of the flattened encoder output
-            (``slot · k + position``); (B, 0, b) in the standard layout.
+            (``slot · k + position``); with groups (B, H, Ls, b), per slot of ``π`` (an empty slot: the last leaf's
+            rows); (B, 0, b) in the standard layout.
+        segment_slots: (B, M, H, s/b) long, with groups: for each segment, the slots of ``π`` that hold its leaves
+            (the group leaf step ranks them first; such a state keeps ``slot_segment`` empty); (B, 0, H, 0)
+            elsewhere.
     """
 
     positions: torch.Tensor
@@ -239,6 +246,7 @@ class QuestBoundsState(CrossAttentionState):
     group_rank: torch.Tensor
     row_bias: torch.Tensor
     row_index: torch.Tensor
+    segment_slots: torch.Tensor
 
     def anchors(self) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: D102 - see the base class
         return self.leaf_bounds, self.positions
@@ -504,6 +512,7 @@ class _StepTables(NamedTuple):
     ``d``, segments of ``s``, leaves of ``b`` positions and ``R`` leaves read."""
 
     example: torch.Tensor  # (B, 1, 1) long, b
+    examples: torch.Tensor  # (B,) long, b
     head: torch.Tensor  # (1, H, 1) long, h
     low: torch.Tensor  # (2d,) [0, -inf]: clamping [Q, Q] gives bound_features' [max(Q, 0), min(Q, 0)]
     high: torch.Tensor  # (2d,) [inf, 0]
@@ -511,6 +520,7 @@ class _StepTables(NamedTuple):
     leaf_offsets: torch.Tensor  # (b,) long, 0 .. b - 1 (a leaf's rows from its start)
     leaf_column: torch.Tensor  # (s + R·b,) bool, False for the s segment rows, True for the leaves' rows
     slot_group: torch.Tensor  # (B, H, Ls) long, the group of each slot (j // g; 0 without groups), expanded
+    left_out: torch.Tensor  # (B, H, G) float64 -inf (G = Ls // g): scattered with 0 at the chosen groups
     leaf_segment: torch.Tensor  # (Ls,) long, the segment of each leaf (j // (s / b); -1 where b does not divide s)
     zero: torch.Tensor  # () 0 in the queries' dtype: the bias of a row read
     lowest: torch.Tensor  # () that dtype's lowest value (float32's for a wider one): the bias of a row not read
@@ -540,12 +550,13 @@ def _make_step_tables(
     inf = torch.full((dim,), float("inf"), dtype=dtype, device=device)
     zero = torch.zeros(dim, dtype=dtype, device=device)
     return _StepTables(
-        example=torch.arange(batch, device=device).view(batch, 1, 1),
+        example=torch.arange(batch, device=device).view(batch, 1, 1), examples=torch.arange(batch, device=device),
         head=torch.arange(heads, device=device).view(1, heads, 1),
         low=torch.cat([zero, -inf]), high=torch.cat([inf, zero]),
         segment_offsets=torch.arange(s, device=device), leaf_offsets=torch.arange(b, device=device),
         leaf_column=torch.arange(s + width * b, device=device) >= s,
         slot_group=torch.div(torch.arange(slots, device=device), group, rounding_mode="floor").expand(batch, heads, -1),
+        left_out=torch.full((batch, heads, slots // group), float("-inf"), dtype=torch.float64, device=device),
         leaf_segment=(torch.div(torch.arange(slots, device=device), s // b, rounding_mode="floor") if s % b == 0
                       else torch.full((slots,), -1, device=device)),
         zero=torch.zeros((), dtype=bias_dtype, device=device),
@@ -619,28 +630,45 @@ class QuestCrossAttention(CrossAttentionMechanism):
         return lengths, order, max(1, -(-length // unit)) * unit
 
     def uses_leaf_step(self, device: torch.device) -> bool:
-        """Whether decoder steps on ``device`` run :meth:`leaf_step`: one level (no ``group_size``), segments of
-        whole leaves (``s`` a multiple of ``b``), and an accelerator (:func:`~srformer.attention.step_choice.
-        step_kind`). Its states then hold ``N`` compacted rows, a multiple of ``s``, so that every segment is
-        ``s / b`` whole leaves."""
+        """Whether decoder steps on ``device`` run a whole-leaf step, :meth:`leaf_step` (one level) or
+        :meth:`group_leaf_step` (groups): an accelerator (:func:`~srformer.attention.step_choice.step_kind`),
+        segments of whole leaves (``s`` a multiple of ``b``), and with groups ``(p - 1)·g + 1 - s/b >= r``, so that
+        the ``p`` chosen groups always hold ``r`` candidate leaves when a group is left out (at most one chosen
+        group is partly empty: :func:`similarity_order` puts empty slots last). The states then hold ``N``
+        compacted rows, a multiple of ``s``, so that every segment is ``s / b`` whole leaves."""
         s, b = self.settings.resolved_segment_size(), self.settings.resolved_leaf_size()
-        return self.settings.group_size is None and s % b == 0 and step_kind(device) == "accelerator"
+        if s % b or step_kind(device) != "accelerator":
+            return False
+        group = self.settings.group_size
+        if group is None:
+            return True
+        return (self.settings.resolved_top_groups() - 1) * group + 1 - s // b >= self.settings.resolved_top_leaves()
 
     def _leaf_step_fields(
-        self, lengths: torch.Tensor, rows: int, dtype: torch.dtype, encoder_rows: torch.Tensor | None = None
+        self, lengths: torch.Tensor, rows: int, dtype: torch.dtype, leaf_order: torch.Tensor,
+        encoder_rows: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
         """``row_bias`` and ``row_index`` (:class:`QuestBoundsState`) for ``rows`` compacted rows: ``dtype`` the
-        softmax's, ``encoder_rows`` (B, N) long the flattened encoder output's row of each compacted row where the
-        state reads encoder rows. Empty unless :meth:`uses_leaf_step`."""
+        softmax's, ``leaf_order`` the bounds' ``π`` (B, H, Ls) (groups: the bias is kept per slot), ``encoder_rows``
+        (B, N) long the flattened encoder output's row of each compacted row where the state reads encoder rows.
+        Empty unless :meth:`uses_leaf_step`."""
         b = self.settings.resolved_leaf_size()
         batch, device = lengths.shape[0], lengths.device
         empty = torch.zeros(batch, 0, b, dtype=torch.long, device=device)
         if not self.uses_leaf_step(device):
             return {"row_bias": empty.to(dtype), "row_index": empty}
+        lowest = _lowest_bias(dtype)
         real = torch.arange(rows, device=device)[None, :] < lengths[:, None]
-        bias = torch.zeros(batch, rows, dtype=dtype, device=device).masked_fill(~real, _lowest_bias(dtype))
+        bias = torch.zeros(batch, rows, dtype=dtype, device=device).masked_fill(~real, lowest).view(batch, -1, b)
         index = empty if encoder_rows is None else encoder_rows.reshape(batch, -1, b).contiguous()
-        return {"row_bias": bias.view(batch, -1, b), "row_index": index}
+        if self.settings.group_size is not None:  # per slot of π: an empty slot's rows (the last leaf's) not read
+            leaves = bias.shape[1]
+            example = torch.arange(batch, device=device).view(batch, 1, 1)
+            slot_leaf = leaf_order.clamp(max=leaves - 1)
+            bias = bias[example, slot_leaf].masked_fill((leaf_order >= leaves)[..., None], lowest)
+            if encoder_rows is not None:
+                index = index[example, slot_leaf]
+        return {"row_bias": bias, "row_index": index}
 
     def _base_fields(self, lengths: torch.Tensor, order: torch.Tensor, rows: int) -> dict[str, torch.Tensor]:
         s = self.settings.resolved_segment_size()
@@ -660,29 +688,47 @@ class QuestCrossAttention(CrossAttentionMechanism):
         batch, leaves = leaf_real.shape
         heads = bounds["group_bounds"].shape[1]
         device = lengths.device
+        index = torch.zeros(batch, heads, 0, dtype=torch.long, device=device)
+        no_slots = {"segment_slots": torch.zeros(batch, 0, heads, 0, dtype=torch.long, device=device)}
         if step_kind(device) != "accelerator":
-            index = torch.zeros(batch, heads, 0, dtype=torch.long, device=device)
             rank = torch.zeros(batch, heads, 0, dtype=torch.float64, device=device)
             return {"step_segment": torch.zeros(batch, 0, dtype=torch.long, device=device), "slot_leaf": index,
-                    "slot_segment": index, "slot_rank": rank, "group_rank": rank}
+                    "slot_segment": index, "slot_rank": rank, "group_rank": rank, **no_slots}
         step_segment = segment_index(torch.arange(target + 1, device=device), base["num_segments"], target)
-        # leaf j holds positions j·b .. min(j·b + b, n) - 1: inside segment k = j·b // s when they end by its end
-        start = torch.arange(leaves, device=device) * b
-        segment = torch.div(start, s, rounding_mode="floor")
-        inside = torch.minimum(start + b, lengths[:, None]) <= torch.minimum((segment + 1) * s, lengths[:, None])
-        leaf_segment = torch.where(inside & leaf_real, segment, -1)  # (B, L)
+        whole_leaves = self.uses_leaf_step(device)  # the leaf steps read no slot_segment (the group one reads
+        if not whole_leaves:  # segment_slots): it is built for the general accelerator step only
+            # leaf j holds positions j·b .. min(j·b + b, n) - 1: inside segment k = j·b // s when they end by its end
+            start = torch.arange(leaves, device=device) * b
+            segment = torch.div(start, s, rounding_mode="floor")
+            inside = torch.minimum(start + b, lengths[:, None]) <= torch.minimum((segment + 1) * s, lengths[:, None])
+            leaf_segment = torch.where(inside & leaf_real, segment, -1)  # (B, L)
         if self.settings.group_size is None:  # the same for every head: kept once
             slot_leaf = torch.arange(leaves, device=device).expand(batch, 1, leaves)
-            slot_segment = leaf_segment[:, None, :]
+            slot_segment = index if whole_leaves else leaf_segment[:, None, :]
             slot_real = leaf_real[:, None, :]
         else:
             slot_leaf = order.clamp(max=max(leaves - 1, 0))
             present = order < leaves
-            slot_segment = leaf_segment[:, None, :].expand(batch, heads, leaves).gather(2, slot_leaf)
-            slot_segment = slot_segment.masked_fill(~present, -1)
             slot_real = present & leaf_real[:, None, :].expand(batch, heads, leaves).gather(2, slot_leaf)
+            if whole_leaves:
+                no_slots = {"segment_slots": self._segment_slots(order, leaves)}
+                slot_segment = index
+            else:
+                slot_segment = leaf_segment[:, None, :].expand(batch, heads, leaves).gather(2, slot_leaf)
+                slot_segment = slot_segment.masked_fill(~present, -1)
         return {"step_segment": step_segment, "slot_leaf": slot_leaf, "slot_segment": slot_segment,
-                "slot_rank": position_order(slot_real), "group_rank": position_order(bounds["group_real"])}
+                "slot_rank": position_order(slot_real), "group_rank": position_order(bounds["group_real"]),
+                **no_slots}
+
+    def _segment_slots(self, order: torch.Tensor, leaves: int) -> torch.Tensor:
+        """(B, M, H, s/b) long: for each head, the slots of ``π`` (``order`` (B, H, Ls)) that hold each segment's
+        ``s/b`` leaves (``L = M·s/b`` leaves, every segment whole): ``π``'s inverse, one ``scatter``."""
+        batch, heads, slots = order.shape
+        per_segment = self.settings.resolved_segment_size() // self.settings.resolved_leaf_size()
+        place = torch.arange(slots, device=order.device).expand(batch, heads, slots)
+        inverse = torch.zeros(batch, heads, leaves + 1, dtype=torch.long, device=order.device)
+        inverse = inverse.scatter(2, order.clamp(max=leaves), place)[..., :leaves]  # empty slots land on column L
+        return inverse.view(batch, heads, -1, per_segment).transpose(1, 2).contiguous()
 
     def finite_check_fields(self, state: CrossAttentionState) -> tuple[str, ...]:
         """The base's fields less ``slot_rank`` and ``group_rank``, built from masks alone (``-inf`` on purpose)."""
@@ -709,7 +755,7 @@ class QuestCrossAttention(CrossAttentionMechanism):
         compact_values = F.pad(torch.gather(values, 2, index) * real.to(values.dtype), (0, 0, 0, spare)).contiguous()
         bounds = self._stacked_bounds(*self._leaf_bounds(compact_keys, lengths))
         return QuestState(**base, **bounds, **self._step_fields(base, bounds),
-                          **self._leaf_step_fields(lengths, rows, keys.dtype), keys=compact_keys,
+                          **self._leaf_step_fields(lengths, rows, keys.dtype, bounds["leaf_order"]), keys=compact_keys,
                           values=compact_values)
 
     @autocast_off
@@ -755,7 +801,7 @@ class QuestCrossAttention(CrossAttentionMechanism):
         wide = accumulation_dtype(encoder_states.dtype)
         return QuestRowsState(
             **base, **bounds, **self._step_fields(base, bounds),
-            **self._leaf_step_fields(lengths, rows, wide, encoder_rows), slot=slot,
+            **self._leaf_step_fields(lengths, rows, wide, bounds["leaf_order"], encoder_rows), slot=slot,
             has_keys=(lengths > 0).to(wide).view(batch, 1, 1, 1), encoder=EncoderRows(encoder_states, projection),
         )
 
@@ -926,7 +972,10 @@ class QuestCrossAttention(CrossAttentionMechanism):
             raise ValueError(f"{type(self).__name__} cannot step a {type(state).__name__}; build it with init_state().")
         if queries.shape[2] == 1 and step_kind(queries.device) == "accelerator":
             segment = self._segment_at(state, position)
-            step = self.leaf_step if state.row_bias.shape[1] else self.accelerator_step
+            if not state.row_bias.shape[1]:
+                step = self.accelerator_step
+            else:
+                step = self.leaf_step if self.settings.group_size is None else self.group_leaf_step
             return step(queries, state, segment), replace(state, last_segment=segment)
         segments = self._segments(state, position, 1)
         if isinstance(state, QuestRowsState):
@@ -1070,6 +1119,57 @@ class QuestCrossAttention(CrossAttentionMechanism):
         assert isinstance(state, QuestState)
         keys = state.keys.view(batch, heads, leaves, b, d)[tables.example, tables.head, chosen]
         values = state.values.view(batch, heads, leaves, b, d)[tables.example, tables.head, chosen]
+        return F.scaled_dot_product_attention(
+            queries, cast(keys.view(batch, heads, width * b, d), queries.dtype),
+            cast(values.view(batch, heads, width * b, d), queries.dtype), attn_mask=cast(bias, queries.dtype),
+            scale=self.scale,
+        )
+
+    def group_leaf_step(self, queries: torch.Tensor, state: QuestBoundsState, segment: torch.Tensor) -> torch.Tensor:
+        """:meth:`accelerator_step` in fewer operator calls with groups, where every segment is ``e = s / b`` whole
+        leaves and the chosen groups always hold ``r`` candidates (:meth:`uses_leaf_step`; no host sync, the same
+        calls whatever the input length). The same rows and output, by a shorter route: the ``p`` groups of largest
+        bound as there; every slot of the groups left out gets ``-inf`` in its order key (one ``scatter`` and one
+        ``gather``); the ``e`` slots holding segment ``i(t)``'s leaves (``segment_slots``, one indexing) get ``+inf``
+        (one ``scatter``): ranked before every other and read whether or not they hold real rows (those that do not
+        with the lowest bias), so one ``topk`` of order keys (:func:`~srformer.attention.selection.ranked_top`)
+        returns them and the ``r`` candidates of largest bound (ties to the earlier in ``π``). Because at least
+        ``r`` candidates are finite whenever a group is left out, no slot of a group left out is read. The keys and
+        values, or the encoder rows, are read by whole leaves, with each slot's bias (``row_bias``, per slot).
+
+        Args:
+            queries: (B, H, 1, d) projected decoder query.
+            state: either layout, built where this step runs (its ``row_bias`` is not empty).
+            segment: (B,) long, ``i(t)``.
+
+        Returns:
+            (B, H, 1, d) in the queries' dtype.
+        """
+        s, b = self.settings.resolved_segment_size(), self.settings.resolved_leaf_size()
+        batch, heads, _, d = queries.shape
+        leaves, slots = state.leaf_real.shape[1], state.slot_rank.shape[-1]
+        wide = state.group_bounds.dtype  # the leaves' bounds may be bfloat16
+        top = min(self.settings.resolved_top_groups(), state.group_bounds.shape[2])
+        width = min(s // b + self.settings.resolved_top_leaves(), slots)  # e + r
+        tables = self._step_tables(batch, heads, d, wide, queries.device, width, queries.dtype, slots)
+        with torch.no_grad(), torch.autocast(device_type=queries.device.type, enabled=False):
+            features = cast(torch.cat([queries, queries], dim=-1), wide).clamp(tables.low, tables.high)  # (B, H, 1, 2d)
+            # the bounds are finite (the state's finite check): ranked_top skips its nan_to_num (leaf_step's reason)
+            group_scores = (features * state.group_bounds).sum(dim=-1)  # (B, H, G)
+            chosen_groups = ranked_top(group_scores, state.group_rank, top, finite=True)  # (B, H, p)
+            order = state.slot_rank + tables.left_out.scatter(-1, chosen_groups, 0.0).gather(-1, tables.slot_group)
+            # the e slots of segment i(t)'s leaves first: an order term of +inf makes a finite score's key +inf
+            order = order.scatter_(-1, state.segment_slots[tables.examples, segment], float("inf"))
+            scores = (features * state.leaf_bounds).sum(dim=-1)  # (B, H, Ls)
+            chosen = ranked_top(scores, order, width, finite=True)  # (B, H, e + r) slots
+        bias = state.row_bias[tables.example, tables.head, chosen].view(batch, heads, 1, width * b)
+        if isinstance(state, QuestRowsState):
+            return self._attend_encoder_rows(queries, state, state.row_index[tables.example, tables.head, chosen],
+                                             bias)
+        assert isinstance(state, QuestState)
+        leaf = state.slot_leaf.gather(-1, chosen)
+        keys = state.keys.view(batch, heads, leaves, b, d)[tables.example, tables.head, leaf]
+        values = state.values.view(batch, heads, leaves, b, d)[tables.example, tables.head, leaf]
         return F.scaled_dot_product_attention(
             queries, cast(keys.view(batch, heads, width * b, d), queries.dtype),
             cast(values.view(batch, heads, width * b, d), queries.dtype), attn_mask=cast(bias, queries.dtype),

@@ -93,14 +93,17 @@ def ranked_top(
 ) -> torch.Tensor:
     """The ``width`` positions first in the order along the last axis (``first`` ones, then those whose ``order`` is
     finite by score descending and position ascending, then the others), in no particular order: an accelerator
-    step's selection. Float32 (or narrower) scores: the order keys and one ``topk`` (module docstring: four kernels,
-    a fifth for ``first``); float64: the tie pass of :func:`top_positions`. No host sync either way. NaN scores rank
-    as the lowest finite score, ``+inf`` as the highest; positions whose ``order`` is ``-inf`` come after all others
-    and ``first`` ones before all others, in any order among themselves.
+    step's selection. An ``order`` of ``+inf`` ranks its position first too (a finite score's order key is then
+    ``+inf``), as ``first`` does, without a call of its own. Float32 (or narrower) scores: the order keys and one
+    ``topk`` (module docstring: four kernels, a fifth for ``first``); float64: the tie pass of
+    :func:`top_positions`. No host sync either way. NaN scores rank as the lowest finite score, ``+inf`` as the
+    highest; positions whose ``order`` is ``-inf`` come after all others and ``first`` ones before all others, in
+    any order among themselves.
 
     Args:
         scores: (..., n) selection scores in float32 or float64 (or narrower).
-        order: float64 broadcastable to ``scores``, from :func:`position_order` (of ``scores``' positions).
+        order: float64 broadcastable to ``scores``, from :func:`position_order` (of ``scores``' positions), or
+            ``+inf`` at positions to rank first.
         width: how many positions to return, ``1 <= width <= n``.
         first: bool broadcastable to ``scores``, or None: positions returned before any other (``block-topk``'s
             scheduled segment), at most ``width`` per row.
@@ -112,7 +115,9 @@ def ranked_top(
     """
     if scores.dtype == torch.float64:
         allowed = (order > float("-inf")).expand_as(scores)
-        return _tie_pass(scores, allowed, width, None if first is None else first.expand_as(scores))
+        ahead = order == float("inf")  # what the order keys' +inf term does to a finite score
+        first = ahead if first is None else first | ahead
+        return _tie_pass(scores, allowed, width, first.expand_as(scores))
     if scores.dtype != torch.bfloat16:  # bfloat16 kept: float32's range, and the order keys are float64 anyway
         scores = scores.float()
     if not finite:

@@ -22,8 +22,10 @@ sequences each; transformers copies the encoder output ``b`` times), ``L`` decod
   step, every head's scores and order keys, ``B' * H * k`` numbers each.
 - ``quest`` reading rows of the encoder output (an input of at least ``rows_min_keys`` tokens): per layer, the
   minimum and maximum key of each leaf (bfloat16) and group (float32) of each head,
-  ``2 * B' * H * (k/b + k/(g·b)) * d`` numbers, and the compaction order; while it is built, the keys of 4,096
-  positions at a time.
+  ``2 * B' * H * (k/b + G) * d`` numbers (``G`` the tree's groups, a power of two), the compaction order, each head's
+  leaf order, and the accelerator step's tables (16 bytes per leaf and 12 per row; with groups 24 per head and slot
+  and 12 per head and row; the CPU builds none, so there this is an upper bound); while it is built, the keys of
+  4,096 positions at a time.
 
 Two checks use it: the chunked encoder's, before a long input is encoded (``b = 1``: the beams are not known yet),
 and the converted model's, when ``generate`` copies the encoder output for its beams (``b`` known).
@@ -110,9 +112,25 @@ def estimate_decode_memory(
         # groups, the larger ones (the CPU's are a head and 4,096 positions)
         leaf = config.resolved_leaf_size()
         leaves = -(-input_length // leaf)
-        groups = 0 if config.group_size is None else -(-leaves // config.group_size)
+        rows = leaves * leaf
         wide = max(element, 4)
-        bounds = 2 * batch * heads * (leaves * 2 + groups * wide) * head_dim + batch * leaves * leaf * 8  # bfloat16
+        if config.group_size is None:
+            groups = slots = 0
+            bounded = leaves
+            # the accelerator step's tables: each leaf's index and rank term, each row's bias and encoder row
+            step_tables = batch * leaves * 16 + batch * rows * (wide + 8)
+        else:  # the tree's slots: g·2^D for D levels
+            groups = 1 << max(0, -(-leaves // config.group_size) - 1).bit_length()
+            slots = bounded = groups * config.group_size  # the leaves' bounds are kept per slot
+            # per head and slot its leaf, its rank term, its place in its segment (per leaf: at most one per slot)
+            # and its rows' bias and encoder rows; group ranks and flags
+            step_tables = batch * heads * (slots * (24 + leaf * (wide + 8)) + groups * 9)
+        # bfloat16 leaf bounds, float32 group bounds, the compaction order and (groups) each head's leaf order;
+        # the accelerator step's tables are counted on every device (the CPU builds none): an upper bound there
+        # the schedule's table of segments per decoder position (T + 1) and the leaves' flags
+        step_tables += batch * (config.target_length + 1) * 8 + batch * leaves
+        bounds = (2 * batch * heads * (bounded * 2 + groups * wide) * head_dim + batch * rows * 8
+                  + batch * heads * slots * 8 + step_tables)
         chunk = batch * bounds_chunk(input_length, leaf) * (heads * head_dim * (element + wide) + d_model * element)
         tree = 4 * 4 * tree_group_elements(batch, heads, leaves, head_dim)
         return DecodeMemory(batch * input_length * d_model * element, layers * bounds, max(chunk, tree))
