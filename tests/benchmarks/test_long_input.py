@@ -3,6 +3,7 @@ report; and the memory estimate itself."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 
@@ -41,6 +42,17 @@ def test_a_run_records_every_measurement_and_resumes_without_measuring_again(tmp
     written = write_long_input(tmp_path)
     text = written["markdown"].read_text()
     assert "| srformer-lean |" in text and "End to end" in text and written["plot"].stat().st_size > 0
+
+
+def test_without_matplotlib_the_table_is_written_and_the_plot_left_out_with_a_warning(tmp_path, monkeypatch):
+    """A machine with torch and transformers only (a GPU box) still gets the JSON and the table."""
+    settings = LongInputSettings(**{**TINY, "variants": ("full",), "end_to_end": (), "memory_budget": 1})
+    run_long_input(settings, tmp_path, log=lambda line: None)
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else found(name, *a))
+    with pytest.warns(UserWarning, match="long_input.png not written: matplotlib is not installed"):
+        written = write_long_input(tmp_path)
+    assert set(written) == {"json", "markdown"} and not (tmp_path / "long_input.png").exists()
 
 
 def test_a_variant_that_cannot_fit_is_refused_with_its_estimate(tmp_path):

@@ -20,10 +20,12 @@ weights and tokens, costs only (``docs/long-inputs.md``).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -34,7 +36,6 @@ import torch
 from srformer.attention.knn_index import INDEX_KINDS, faiss_available
 from srformer.benchmarks.long_input_variants import DTYPES, LONG_INPUT_VARIANTS
 from srformer.benchmarks.memory import CHILD_ENVIRONMENT
-from srformer.benchmarks.plots import plt
 from srformer.benchmarks.suite_settings import MODEL_SHAPES
 from srformer.benchmarks.timing import resolve_device
 from srformer.core import check_window_settings
@@ -321,6 +322,8 @@ def _plotted(field_name: str, value: float) -> float:
 def plot_long_input(records: Sequence[dict], path: str | Path) -> Path:
     """Four panels against input length, log axes: decode-time peak memory, cache size, time per token and time to
     the first token, one line per variant; a refused variant's estimate is a hollow marker."""
+    from srformer.benchmarks.plots import plt  # matplotlib: imported where a plot is drawn (write_long_input)
+
     path = Path(path)
     variants = [v for v in LONG_INPUT_VARIANTS if any(r.get("variant") == v for r in records)]
     fig, axes = plt.subplots(2, 2, figsize=(12, 8))
@@ -354,6 +357,8 @@ def plot_long_input(records: Sequence[dict], path: str | Path) -> Path:
 def write_long_input(output: str | Path) -> dict[str, Path]:
     """Write ``long_input.md`` and ``long_input.png`` from ``output/long_input.json``.
 
+    Without matplotlib the plot is left out, with a warning (the JSON and the table are written).
+
     Raises:
         FileNotFoundError: if the folder has no ``long_input.json``.
     """
@@ -361,8 +366,13 @@ def write_long_input(output: str | Path) -> dict[str, Path]:
     payload = json.loads((folder / "long_input.json").read_text())
     table = folder / "long_input.md"
     table.write_text(long_input_table(payload["records"], payload["settings"]))
-    return {"json": folder / "long_input.json", "markdown": table,
-            "plot": plot_long_input(payload["records"], folder / "long_input.png")}
+    written = {"json": folder / "long_input.json", "markdown": table}
+    if importlib.util.find_spec("matplotlib") is None:  # a machine with torch and transformers only (a GPU box)
+        warnings.warn(f"long_input.png not written: matplotlib is not installed. The measurements are in "
+                      f"{folder / 'long_input.json'}; where matplotlib is installed, `srformer long-bench --output "
+                      f"{folder}` with the same settings draws it without measuring again.", stacklevel=2)
+        return written
+    return {**written, "plot": plot_long_input(payload["records"], folder / "long_input.png")}
 
 
 def settings_with(base: LongInputSettings, **overrides: Any) -> LongInputSettings:
