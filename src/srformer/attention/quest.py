@@ -695,8 +695,10 @@ class QuestCrossAttention(CrossAttentionMechanism):
             return {"step_segment": torch.zeros(batch, 0, dtype=torch.long, device=device), "slot_leaf": index,
                     "slot_segment": index, "slot_rank": rank, "group_rank": rank, **no_slots}
         step_segment = segment_index(torch.arange(target + 1, device=device), base["num_segments"], target)
-        whole_leaves = self.uses_leaf_step(device)  # the leaf steps read no slot_segment (the group one reads
-        if not whole_leaves:  # segment_slots): it is built for the general accelerator step only
+        # slot_segment serves the general accelerator step only: the whole-leaf steps do not read it (the group
+        # leaf step reads segment_slots)
+        whole_leaves = self.uses_leaf_step(device)
+        if not whole_leaves:
             # leaf j holds positions j·b .. min(j·b + b, n) - 1: inside segment k = j·b // s when they end by its end
             start = torch.arange(leaves, device=device) * b
             segment = torch.div(start, s, rounding_mode="floor")
