@@ -1119,13 +1119,7 @@ class QuestCrossAttention(CrossAttentionMechanism):
         if isinstance(state, QuestRowsState):
             return self._attend_encoder_rows(queries, state, state.row_index[tables.example, chosen], bias)
         assert isinstance(state, QuestState)
-        keys = state.keys.view(batch, heads, leaves, b, d)[tables.example, tables.head, chosen]
-        values = state.values.view(batch, heads, leaves, b, d)[tables.example, tables.head, chosen]
-        return F.scaled_dot_product_attention(
-            queries, cast(keys.view(batch, heads, width * b, d), queries.dtype),
-            cast(values.view(batch, heads, width * b, d), queries.dtype), attn_mask=cast(bias, queries.dtype),
-            scale=self.scale,
-        )
+        return self._attend_whole_leaves(queries, state, tables, chosen, bias)
 
     def group_leaf_step(self, queries: torch.Tensor, state: QuestBoundsState, segment: torch.Tensor) -> torch.Tensor:
         """:meth:`accelerator_step` in fewer operator calls with groups, where every segment is ``e = s / b`` whole
@@ -1149,7 +1143,7 @@ class QuestCrossAttention(CrossAttentionMechanism):
         """
         s, b = self.settings.resolved_segment_size(), self.settings.resolved_leaf_size()
         batch, heads, _, d = queries.shape
-        leaves, slots = state.leaf_real.shape[1], state.slot_rank.shape[-1]
+        slots = state.slot_rank.shape[-1]
         wide = state.group_bounds.dtype  # the leaves' bounds may be bfloat16
         top = min(self.settings.resolved_top_groups(), state.group_bounds.shape[2])
         width = min(s // b + self.settings.resolved_top_leaves(), slots)  # e + r
@@ -1169,7 +1163,17 @@ class QuestCrossAttention(CrossAttentionMechanism):
             return self._attend_encoder_rows(queries, state, state.row_index[tables.example, tables.head, chosen],
                                              bias)
         assert isinstance(state, QuestState)
-        leaf = state.slot_leaf.gather(-1, chosen)
+        return self._attend_whole_leaves(queries, state, tables, state.slot_leaf.gather(-1, chosen), bias)
+
+    def _attend_whole_leaves(
+        self, queries: torch.Tensor, state: QuestState, tables: _StepTables, leaf: torch.Tensor, bias: torch.Tensor
+    ) -> torch.Tensor:
+        """The whole-leaf steps' read of the standard layout: the keys and values of leaves ``leaf`` (B, H, W) long,
+        one indexing each of a leaf-major view, mixed by one ``scaled_dot_product_attention`` with additive ``bias``
+        (B, H, 1, W·b). (B, H, 1, d) in the queries' dtype."""
+        batch, heads, _, d = queries.shape
+        b = self.settings.resolved_leaf_size()
+        leaves, width = state.leaf_real.shape[1], leaf.shape[-1]
         keys = state.keys.view(batch, heads, leaves, b, d)[tables.example, tables.head, leaf]
         values = state.values.view(batch, heads, leaves, b, d)[tables.example, tables.head, leaf]
         return F.scaled_dot_product_attention(
