@@ -21,7 +21,6 @@ abstract_steps=${4:-1000}
 split=(--split-by-id train=0.8,validation=0.1,test=0.1)
 base_model=${BASE:-bart-tiny}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-mkdir -p "$root"
 case $base_model in
   bart-tiny)
     base=$root/pretrain-bbc-stage1 window=256
@@ -35,6 +34,7 @@ case $base_model in
       --max-steps 2400 --batch-size 32 --learning-rate 5e-4 --warmup-steps 200 --eval-every 400 --save-every 200) ;;
   *) echo "BASE must be bart-tiny or bart-mini, not $base_model" >&2; exit 2 ;;
 esac
+mkdir -p "$root"
 shapes=(--variant full --setting encoder_window=$window --max-source-length 768 --max-target-length 352)
 
 resume=(); [ -d "$base/checkpoint" ] && resume=(--resume)
