@@ -41,14 +41,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def close_process_group() -> None:
+    """Destroy torch.distributed's process group when a launched command set one up (``torchrun``, ``accelerate
+    launch``): a gloo group left to the interpreter's exit can abort the process (``terminate called without an
+    active exception``) after its work is done, turning a finished run into a failed launch. Nothing happens in a
+    single process, and torch is not imported by this check."""
+    distributed = sys.modules.get("torch.distributed")
+    if distributed is not None and distributed.is_available() and distributed.is_initialized():
+        distributed.destroy_process_group()
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point. Returns the exit status: 0 on success, 2 on bad input (the message says why)."""
+    """Entry point. Returns the exit status: 0 on success, 2 on bad input (the message says why).
+
+    After a command that finished (either status), a process group it joined is destroyed
+    (:func:`close_process_group`); after an unexpected exception it is left alone, since destroying it while other
+    processes wait in a collective call could hang them."""
     args = build_parser().parse_args(argv)
     try:
-        return args.run(args) or 0
+        status = args.run(args) or 0
     except (ValueError, FileNotFoundError) as error:
         print(f"srformer {args.command}: error: {error}", file=sys.stderr)
-        return 2
+        status = 2
+    close_process_group()
+    return status
 
 
 if __name__ == "__main__":
