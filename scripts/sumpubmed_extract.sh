@@ -4,37 +4,68 @@
 # stopped (a finished step is skipped, an interrupted one continues from its last checkpoint), so rerun the same
 # command after a stop.
 #
-# Usage: scripts/sumpubmed_extract.sh SUMPUBMED_DIR OUTPUT_ROOT [EXTRACT_STEPS]
+# Usage: [BASE=bart-mini] [SOURCE_LENGTH=N] scripts/sumpubmed_extract.sh SUMPUBMED_DIR OUTPUT_ROOT [EXTRACT_STEPS]
 #   SUMPUBMED_DIR holds train.jsonl and validation.jsonl (fields id, document, summary).
+#   BASE: bart-tiny (the default) or bart-mini; SOURCE_LENGTH: the tokens the encoder reads (default 4096 for
+#   bart-tiny, 2048 for bart-mini); EXTRACT_STEPS: steps of the oracle stage, batch 4 (default 600 for bart-tiny,
+#   900 for bart-mini).
 # Steps:
-#   1. the copy base (as scripts/sumpubmed_grid.sh): bart-tiny taught to copy 512-token windows, 3,000 steps;
-#   2. oracle targets of the 2,000 training papers from their first 4,096 tokens (about 0.3 s a paper);
-#   3. the base fine-tuned with full attention on the oracle targets (first 4,096 tokens in windows of 512);
+#   1. the base: bart-tiny taught to copy 512-token windows, 3,000 steps (as scripts/sumpubmed_grid.sh), read in
+#      windows of 512; or bart-mini from random weights on the copy/passage mix at 128 tokens, 2,000 steps, read in
+#      windows of 128;
+#   2. oracle targets of the 2,000 training papers from their first SOURCE_LENGTH tokens (about 0.2 s a paper);
+#   3. the base fine-tuned with full attention on the oracle targets (first SOURCE_LENGTH tokens);
 #   4. `srformer evaluate` of that model on the 300 validation papers against their abstracts (reading check and
 #      baselines in the metrics).
+# Measured for bart-mini on two CPU threads (OMP_NUM_THREADS=2): the base 2,876 s; the oracle targets about 7 min;
+# the oracle stage at 2,048 tokens about 4 s a step.
 set -euo pipefail
-data=${1:?usage: scripts/sumpubmed_extract.sh SUMPUBMED_DIR OUTPUT_ROOT [EXTRACT_STEPS]}
-root=${2:?usage: scripts/sumpubmed_extract.sh SUMPUBMED_DIR OUTPUT_ROOT [EXTRACT_STEPS]}
-steps=${3:-600}
-base=$root/pretrain-sumpubmed-copy
-extract=$root/extract-oracle
+usage="usage: [BASE=bart-mini] [SOURCE_LENGTH=N] scripts/sumpubmed_extract.sh SUMPUBMED_DIR OUTPUT_ROOT [EXTRACT_STEPS]"
+data=${1:?$usage}
+root=${2:?$usage}
+base_model=${BASE:-bart-tiny}
+case $base_model in
+  bart-tiny)
+    source_length=${SOURCE_LENGTH:-4096} steps=${3:-600}
+    base=$root/pretrain-sumpubmed-copy extract=$root/extract-oracle oracle=$root/train-oracle.jsonl
+    window=(--setting encoder_window=512 --setting window_overlap=0) ;;
+  bart-mini)
+    source_length=${SOURCE_LENGTH:-2048} steps=${3:-900}
+    base=$root/pretrain-mini extract=$root/extract-mini-$source_length oracle=$root/train-oracle-$source_length.jsonl
+    window=(--setting encoder_window=128) ;;
+  *) echo "BASE must be bart-tiny or bart-mini, not $base_model" >&2; exit 2 ;;
+esac
+for part in train validation; do
+  if [ ! -f "$data/$part.jsonl" ]; then
+    echo "$data/$part.jsonl not found: SUMPUBMED_DIR must hold train.jsonl and validation.jsonl" >&2
+    exit 2
+  fi
+done
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+mkdir -p "$root"
 
-"$(dirname "$0")/sumpubmed_copy_base.sh" "$data" "$base"
+if [ "$base_model" = bart-tiny ]; then
+  "$(dirname "$0")/sumpubmed_copy_base.sh" "$data" "$base"
+elif [ ! -f "$base/model.safetensors" ]; then
+  resume=(); [ -d "$base/checkpoint" ] && resume=(--resume)
+  srformer pretrain --data "$data/train.jsonl" --output "$base" --model bart-mini --max-source-length 128 \
+    --max-target-length 128 --vocab-size 8000 --objective-mix copy=0.3,passage=0.7 --curriculum-start 8 \
+    --curriculum-hold 0.05 --curriculum-end 0.5 --max-steps 2000 --batch-size 32 --learning-rate 5e-4 \
+    --warmup-steps 200 --eval-documents 32 --eval-every 400 --save-every 200 --seed 0 --no-progress "${resume[@]}"
+fi
 
-srformer oracle-targets --data "$data/train.jsonl" --output "$root/train-oracle.jsonl" --tokenizer "$base" \
-  --max-source-length 4096 --no-progress
+srformer oracle-targets --data "$data/train.jsonl" --output "$oracle" --tokenizer "$base" \
+  --max-source-length "$source_length" --no-progress
 
 finished=$(python -c "import json, sys; print(int(json.load(open(sys.argv[1]))['steps'] >= $steps))" \
   "$extract/training_summary.json" 2>/dev/null || echo 0)
 if [ "$finished" != 1 ]; then
   resume=(); [ -d "$extract/checkpoint" ] && resume=(--resume)
-  srformer train --model "$base" --data "$root/train-oracle.jsonl" --output "$extract" --variant full \
-    --setting encoder_window=512 --setting window_overlap=0 --max-source-length 4096 --max-target-length 512 \
-    --batch-size 4 --max-steps "$steps" --learning-rate 5e-4 --warmup-steps 50 --save-every 25 --seed 0 \
-    --no-progress "${resume[@]}"
+  srformer train --model "$base" --data "$oracle" --output "$extract" --variant full "${window[@]}" \
+    --max-source-length "$source_length" --max-target-length 512 --batch-size 4 --max-steps "$steps" \
+    --learning-rate 5e-4 --warmup-steps 50 --save-every 25 --seed 0 --no-progress "${resume[@]}"
 fi
 
-srformer evaluate --checkpoint "$extract" --data "$data/validation.jsonl" \
-  --output "$root/extract-oracle-validation.json" --predictions "$root/extract-oracle-validation.jsonl" \
-  --max-new-tokens 512 --batch-size 16 --no-repeat-ngram-size 3 --no-progress
+srformer evaluate --checkpoint "$extract" --data "$data/validation.jsonl" --output "$extract-validation.json" \
+  --predictions "$extract-validation.jsonl" --max-new-tokens 512 --batch-size 16 --no-repeat-ngram-size 3 \
+  --no-progress
