@@ -64,7 +64,6 @@ REACH = "results/recipe/copy-reach"  # srformer copy-reach of the bases, one JSO
 BBC = "results/compare/bbc-reading-base/results.json"  # 64-token outputs
 BBC_LONG = "results/compare/bbc-long/results.json"  # outputs up to 352 tokens, 2 seeds
 BBC_MINI = "results/compare/bbc-mini-extract/results.json"  # the bart-mini oracle-extract model, 0 steps
-SUMPUBMED = "results/compare/sumpubmed/results.json"  # the first 4,096 tokens of 300 papers, one seed
 SPM_MINI = "results/compare/sumpubmed-mini-extract/results.json"  # the oracle recipe's bart-mini, 2,048 tokens
 
 GiB, MiB = 2**30, 2**20

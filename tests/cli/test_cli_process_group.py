@@ -37,9 +37,8 @@ def test_a_finished_command_leaves_no_process_group(tmp_path):
 
 
 def test_a_refused_command_leaves_no_process_group(tmp_path):
-    assert run_check(tmp_path, ["split", "--data", str(tmp_path / "missing.jsonl"), "--output-dir",
-                                    str(tmp_path / "o")]) \
-        == "2 False"
+    argv = ["split", "--data", str(tmp_path / "missing.jsonl"), "--output-dir", str(tmp_path / "o")]
+    assert run_check(tmp_path, argv) == "2 False"
 
 
 def test_without_a_process_group_the_check_imports_no_torch():
