@@ -357,6 +357,24 @@ def test_the_tree_orders_leaves_alike_on_the_cpu_and_on_an_accelerator(leaves, g
     assert sorted(orders["cpu"][0, 0].tolist()) == list(range(orders["cpu"].shape[-1]))
 
 
+@pytest.mark.parametrize("scale", [0.0, 1e6], ids=["identical-centres", "large-centres"])
+def test_the_trees_agree_where_a_node_has_no_spread_or_float32_would_overflow_unscaled(scale, monkeypatch):
+    """The accelerator's route takes the 4th power of each node's covariance at once, scaled by its largest entry:
+    identical centres (a covariance of 0: every projection 0, the stable order kept) and centres of 1e6 in float32
+    (an unscaled 4th power of their covariance would overflow) order as the CPU's normalised iterations do."""
+    generator = torch.Generator().manual_seed(3)
+    centres = (torch.randn(1, 2, 48, 6, generator=generator) * scale + 5.0).float()
+    real = torch.ones(1, 48, dtype=torch.bool)
+    real[0, 40:] = False
+    orders = {}
+    for kind in step_choice.STEP_KINDS:
+        monkeypatch.setattr(step_choice, "STEP_OVERRIDE", kind)
+        orders[kind] = similarity_order(centres, real, 4)
+    assert torch.equal(orders["cpu"], orders["accelerator"])
+    if scale == 0.0:  # no spread: the real leaves keep their positions, the empty slots follow
+        assert orders["cpu"][0, 0].tolist() == list(range(orders["cpu"].shape[-1]))
+
+
 def test_a_state_built_for_the_cpu_step_keeps_no_step_fields_and_is_refused_by_the_accelerator_step(monkeypatch):
     """On the CPU the accelerator step's fields are empty (beam search reorders nothing more there); stepping such
     a state with the accelerator step is refused by name instead of reading empty tables."""
