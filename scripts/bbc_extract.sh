@@ -37,11 +37,9 @@ esac
 mkdir -p "$root"
 shapes=(--variant full --setting encoder_window=$window --max-source-length 768 --max-target-length 352)
 
-resume=(); [ -d "$base/checkpoint" ] && resume=(--resume)
-if [ ! -f "$base/model.safetensors" ]; then
-  srformer pretrain --data "$all" "${split[@]}" --split train --output "$base" "${pretrain[@]}" --eval-documents 32 \
-    --seed 0 --no-progress "${resume[@]}"
-fi
+. "$(dirname "$0")/training_stages.sh"
+pretrain_stage "$base" --data "$all" "${split[@]}" --split train "${pretrain[@]}" --eval-documents 32 --seed 0 \
+  --no-progress
 
 srformer oracle-targets --data "$all" "${split[@]}" --split train --output "$root/train-oracle.jsonl" \
   --tokenizer "$base" --max-source-length 768 --no-progress
@@ -49,15 +47,8 @@ srformer oracle-targets --data "$all" "${split[@]}" --split train --output "$roo
 
 stage() {  # MODEL DATA OUTPUT STEPS [extra train options]: train unless finished, resuming a checkpoint
   local model=$1 data=$2 output=$3 steps=$4; shift 4
-  local finished
-  finished=$(python -c "import json, sys; print(int(json.load(open(sys.argv[1]))['steps'] >= $steps))" \
-    "$output/training_summary.json" 2>/dev/null || echo 0)
-  if [ "$finished" != 1 ]; then
-    local resume=(); [ -d "$output/checkpoint" ] && resume=(--resume)
-    srformer train --model "$model" --data "$data" --output "$output" "${shapes[@]}" --batch-size 8 \
-      --max-steps "$steps" --learning-rate 5e-4 --warmup-steps 50 --save-every 50 --seed 0 --no-progress \
-      "$@" "${resume[@]}"
-  fi
+  train_stage "$output" "$steps" --model "$model" --data "$data" "${shapes[@]}" --batch-size 8 --learning-rate 5e-4 \
+    --warmup-steps 50 --save-every 50 --seed 0 --no-progress "$@"
 }
 stage "$base" "$root/train-oracle.jsonl" "$root/extract" "$extract_steps"
 for model in extract; do

@@ -43,28 +43,23 @@ for part in train validation; do
 done
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 mkdir -p "$root"
+. "$(dirname "$0")/training_stages.sh"
 
 if [ "$base_model" = bart-tiny ]; then
   "$(dirname "$0")/sumpubmed_copy_base.sh" "$data" "$base"
-elif [ ! -f "$base/model.safetensors" ]; then
-  resume=(); [ -d "$base/checkpoint" ] && resume=(--resume)
-  srformer pretrain --data "$data/train.jsonl" --output "$base" --model bart-mini --max-source-length 128 \
+else
+  pretrain_stage "$base" --data "$data/train.jsonl" --model bart-mini --max-source-length 128 \
     --max-target-length 128 --vocab-size 8000 --objective-mix copy=0.3,passage=0.7 --curriculum-start 8 \
     --curriculum-hold 0.05 --curriculum-end 0.5 --max-steps 2000 --batch-size 32 --learning-rate 5e-4 \
-    --warmup-steps 200 --eval-documents 32 --eval-every 400 --save-every 200 --seed 0 --no-progress "${resume[@]}"
+    --warmup-steps 200 --eval-documents 32 --eval-every 400 --save-every 200 --seed 0 --no-progress
 fi
 
 srformer oracle-targets --data "$data/train.jsonl" --output "$oracle" --tokenizer "$base" \
   --max-source-length "$source_length" --no-progress
 
-finished=$(python -c "import json, sys; print(int(json.load(open(sys.argv[1]))['steps'] >= $steps))" \
-  "$extract/training_summary.json" 2>/dev/null || echo 0)
-if [ "$finished" != 1 ]; then
-  resume=(); [ -d "$extract/checkpoint" ] && resume=(--resume)
-  srformer train --model "$base" --data "$oracle" --output "$extract" --variant full "${window[@]}" \
-    --max-source-length "$source_length" --max-target-length 512 --batch-size 4 --max-steps "$steps" \
-    --learning-rate 5e-4 --warmup-steps 50 --save-every 25 --seed 0 --no-progress "${resume[@]}"
-fi
+train_stage "$extract" "$steps" --model "$base" --data "$oracle" --variant full "${window[@]}" \
+  --max-source-length "$source_length" --max-target-length 512 --batch-size 4 --learning-rate 5e-4 \
+  --warmup-steps 50 --save-every 25 --seed 0 --no-progress
 
 srformer evaluate --checkpoint "$extract" --data "$data/validation.jsonl" --output "$extract-validation.json" \
   --predictions "$extract-validation.jsonl" --max-new-tokens 512 --batch-size 16 --no-repeat-ngram-size 3 \
