@@ -3,6 +3,7 @@ when first read."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -52,3 +53,22 @@ def test_the_gradient_reaches_the_weights_through_the_views():
 def test_a_module_that_is_not_a_plain_linear_has_no_projection():
     key, value = _linears(bias=False)
     assert HeadProjection.from_linear(nn.Sequential(key), value, HEADS, HEAD_DIM) is None
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["t5-no-bias", "bart-bias"])
+def test_keys_are_the_layers_own_keys_split_into_heads(bias):
+    """``keys``: the key projection of encoder rows, head ``h`` its columns ``h·d .. h·d + d - 1``, against a
+    float64 per-head product, in a handful of calls."""
+    key, value = _linears(bias=bias)
+    projection = HeadProjection.from_linear(key, value, HEADS, HEAD_DIM)
+    assert projection is not None
+    hidden = torch.randn(2, 5, HIDDEN)
+    keys, calls = count_calls(lambda: projection.keys(hidden))
+    weight = key.weight.double().view(HEADS, HEAD_DIM, HIDDEN)
+    expected = torch.einsum("bnD,hdD->bhnd", hidden.double(), weight)
+    if bias:
+        expected = expected + key.bias.double().view(1, HEADS, 1, HEAD_DIM)
+    assert keys.shape == (2, HEADS, 5, HEAD_DIM) and keys.dtype == key.weight.dtype
+    # float32 sums of 16 products: rounding at most about 16·eps·sum|x·w| (4e-6 here)
+    torch.testing.assert_close(keys.double(), expected, rtol=1e-5, atol=1e-5)
+    assert sum(calls.values()) <= 7

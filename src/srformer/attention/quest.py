@@ -793,10 +793,7 @@ class QuestCrossAttention(CrossAttentionMechanism):
                 stop = min(rows, start + chunk)
                 index = padded_order[:, start:stop]
                 hidden = torch.gather(encoder_states.detach(), 1, index[:, :, None].expand(-1, -1, width))
-                keys = torch.einsum("bnD,hdD->bhnd", hidden.to(projection.key_weight.dtype), projection.key_weight)
-                if projection.key_bias is not None:
-                    keys = keys + projection.key_bias[None, :, None, :]
-                parts.append(self._leaf_bounds(keys, lengths, start))
+                parts.append(self._leaf_bounds(projection.keys(hidden), lengths, start))
         lows, highs, reals = zip(*parts, strict=True)
         low, high, leaf_real = torch.cat(lows, dim=2), torch.cat(highs, dim=2), torch.cat(reals, dim=1)
         del parts, lows, highs
