@@ -61,6 +61,19 @@ def test_the_counter_counts_calls_and_syncs():
     assert counter.syncs >= 2 and counter.total >= 4
 
 
+@pytest.mark.filterwarnings("ignore:An encoder input has")
+@pytest.mark.parametrize("name", ["quest-tree", "block-topk-b4"])
+def test_the_calls_per_token_are_the_steady_ones_on_a_fresh_model(name):
+    """A module that makes its step's index tables at its first generation (per input length here) does not
+    have them subtracted from the calls per token: a fresh model and one that has generated already count the
+    same per token (counted on the first generations, quest-tree's were 11 calls per token too few)."""
+    model = long_input_model(name, shape="t5-tiny", segment_size=16, target_length=16)
+    fresh = count_generation_operators(model, LENGTHS[0])
+    warm = count_generation_operators(model, LENGTHS[0])
+    assert fresh.calls_per_token == warm.calls_per_token
+    assert fresh.first_step_calls > warm.first_step_calls  # the tables: made once, in the first step
+
+
 def test_full_attention_counts_do_not_depend_on_the_input_length(full):
     assert full[0].first_step_calls == full[1].first_step_calls > 0
     assert full[0].calls_per_token == full[1].calls_per_token > 0
@@ -78,10 +91,10 @@ def test_mechanisms_keep_their_operator_budgets(name, runtime, full, per_token_b
     any accelerator): per token within the budget (``per_token_budget``: 261.6 calls at t5-tiny); a first step
     whose calls do not grow with the input (no loop over segments: srformer's RAF recurrence is one operator) and
     stay within 3x full's; no host sync beyond full's, per token or in the first step. Measured (t5-tiny, 1k and
-    4k tokens; full 219 per token, 270 first step): segmented 231.5, first step 391; srformer 251, 541; knn 238,
-    345; block-topk-b4 244.5, 501; quest-b2 (its leaf step) 248, 607 with keys and values kept, and 258, 649
-    reading encoder rows (the absorbed form: the query through W_k, the mix through W_v); knn-rows (the encoder
-    output searched in torch, the same absorbed form) 246, 337."""
+    4k tokens; full 219 per token, 270 first step; per token counted after a first generation): segmented 224,
+    first step 367; srformer 244, 513; knn 232, 321; block-topk-b4 244, 471; quest-b2 (its leaf step) 246, 555
+    with keys and values kept, and 260, 581 reading encoder rows (the absorbed form: the query through W_k, the
+    mix through W_v); knn-rows (the encoder output searched in torch, the same absorbed form) 242, 315."""
     counts = _counts(name, **runtime)
     for count, reference, budget in zip(counts, full, per_token_budget, strict=True):
         assert count.calls_per_token <= budget, (budget, count.summary())
@@ -140,8 +153,9 @@ def test_on_the_cpu_knn_and_block_topk_run_their_cpu_step(name, full):
 def test_quest_tree_group_leaf_step_keeps_the_budget_and_is_sync_free(full, per_token_budget):
     """quest-tree's accelerator step (``QuestCrossAttention.group_leaf_step``: segments of whole leaves, and groups
     that always hold its ``r`` candidates) keeping keys and values: per token the same calls at 1k and 4k tokens,
-    within the budget, no host sync beyond full attention's (measured, t5-tiny: 259 per token at both lengths
-    against a budget of 261.6, full 219; the general accelerator step made 284)."""
+    within the budget, no host sync beyond full attention's (measured, t5-tiny: 256 per token at both lengths
+    against a budget of 261.6, full 219; counted on a model that has generated before, as the calls per token
+    are)."""
     counts = _counts("quest-tree")
     for count, reference, budget in zip(counts, full, per_token_budget, strict=True):
         assert count.calls_per_token <= budget, (budget, count.summary())
@@ -152,7 +166,7 @@ def test_quest_tree_group_leaf_step_keeps_the_budget_and_is_sync_free(full, per_
 @pytest.mark.filterwarnings("ignore:An encoder input has")
 def test_quest_tree_reading_encoder_rows_is_sync_free_and_does_not_grow_with_the_input(full):
     """The same step reading rows of the encoder output (the layout of long inputs): per token the same calls at 1k
-    and 4k tokens, no host sync beyond full attention's, within 1.25x full's calls (measured, t5-tiny: 265 per
+    and 4k tokens, no host sync beyond full attention's, within 1.25x full's calls (measured, t5-tiny: 268 per
     token, full 219). The budget is not met: see the strict xfail below."""
     counts = _counts("quest-tree", rows_min_keys=1)
     for count, reference in zip(counts, full, strict=True):
@@ -163,8 +177,8 @@ def test_quest_tree_reading_encoder_rows_is_sync_free_and_does_not_grow_with_the
 
 @pytest.mark.filterwarnings("ignore:An encoder input has")
 @pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="reading encoder rows, quest-tree's step makes 1.7 calls per layer and token above the "
-                   "budget (265 against 261.6, t5-tiny): the absorbed form's hidden queries, the factor of an "
+                   reason="reading encoder rows, quest-tree's step makes 3.2 calls per layer and token above the "
+                   "budget (268 against 261.6, t5-tiny): the absorbed form's hidden queries, the factor of an "
                    "example without keys and the value projection, where the keys layout indexes keys and values")
 def test_quest_tree_reading_encoder_rows_keeps_the_operator_budget_per_token(per_token_budget):
     """Not met yet, and strict: the day this step fits the budget this test fails, so that it becomes a kept

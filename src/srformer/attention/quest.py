@@ -226,8 +226,9 @@ class QuestBoundsState(CrossAttentionState):
             the dtype's lowest value (float32's for a wider one) past the example's length. With groups (B, H, Ls, b),
             per slot of ``π``: its leaf's rows' bias, the lowest at an empty slot.
         row_index: (B, L, b) long, reading encoder rows: each compacted row's row of the flattened encoder output
-            (``slot · k + position``); with groups (B, H, Ls, b), per slot of ``π`` (an empty slot: the last leaf's
-            rows); (B, 0, b) in the standard layout.
+            (``slot · k + position``); in the standard layout the compacted row itself (an expanded view), so that
+            one indexing of the keys (and one of the values) reads a step's leaves. With groups (B, H, Ls, b), per
+            slot of ``π`` (an empty slot: the last leaf's rows).
         segment_slots: (B, M, H, s/b) long, with groups: for each segment, the slots of ``π`` that hold its leaves
             (the group leaf step ranks them first; such a state keeps ``slot_segment`` empty); (B, 0, H, 0)
             elsewhere.
@@ -653,9 +654,9 @@ class QuestCrossAttention(CrossAttentionMechanism):
         encoder_rows: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
         """``row_bias`` and ``row_index`` (:class:`QuestBoundsState`) for ``rows`` compacted rows: ``dtype`` the
-        softmax's, ``leaf_order`` the bounds' ``π`` (B, H, Ls) (groups: the bias is kept per slot), ``encoder_rows``
-        (B, N) long the flattened encoder output's row of each compacted row where the state reads encoder rows.
-        Empty unless :meth:`uses_leaf_step`."""
+        softmax's, ``leaf_order`` the bounds' ``π`` (B, H, Ls) (groups: both are kept per slot), ``encoder_rows``
+        (B, N) long the flattened encoder output's row of each compacted row where the state reads encoder rows
+        (else the index holds the compacted rows themselves). Empty unless :meth:`uses_leaf_step`."""
         b = self.settings.resolved_leaf_size()
         batch, device = lengths.shape[0], lengths.device
         empty = torch.zeros(batch, 0, b, dtype=torch.long, device=device)
@@ -664,14 +665,16 @@ class QuestCrossAttention(CrossAttentionMechanism):
         lowest = _lowest_bias(dtype)
         real = torch.arange(rows, device=device)[None, :] < lengths[:, None]
         bias = torch.zeros(batch, rows, dtype=dtype, device=device).masked_fill(~real, lowest).view(batch, -1, b)
-        index = empty if encoder_rows is None else encoder_rows.reshape(batch, -1, b).contiguous()
+        if encoder_rows is None:  # the standard layout: the rows of the compacted keys and values
+            index = torch.arange(rows, device=device).view(1, -1, b).expand(batch, -1, b)
+        else:
+            index = encoder_rows.reshape(batch, -1, b).contiguous()
         if self.settings.group_size is not None:  # per slot of π: an empty slot's rows (the last leaf's) not read
             leaves = bias.shape[1]
             example = torch.arange(batch, device=device).view(batch, 1, 1)
             slot_leaf = leaf_order.clamp(max=leaves - 1)
             bias = bias[example, slot_leaf].masked_fill((leaf_order >= leaves)[..., None], lowest)
-            if encoder_rows is not None:
-                index = index[example, slot_leaf]
+            index = index[example, slot_leaf]
         return {"row_bias": bias, "row_index": index}
 
     def _base_fields(self, lengths: torch.Tensor, order: torch.Tensor, rows: int) -> dict[str, torch.Tensor]:
@@ -1120,7 +1123,7 @@ class QuestCrossAttention(CrossAttentionMechanism):
         if isinstance(state, QuestRowsState):
             return self._attend_encoder_rows(queries, state, state.row_index[tables.example, chosen], bias)
         assert isinstance(state, QuestState)
-        return self._attend_whole_leaves(queries, state, tables, chosen, bias)
+        return self._attend_whole_leaves(queries, state, tables, state.row_index[tables.example, chosen], bias)
 
     def group_leaf_step(self, queries: torch.Tensor, state: QuestBoundsState, segment: torch.Tensor) -> torch.Tensor:
         """:meth:`accelerator_step` in fewer operator calls with groups, where every segment is ``e = s / b`` whole
@@ -1164,22 +1167,21 @@ class QuestCrossAttention(CrossAttentionMechanism):
             return self._attend_encoder_rows(queries, state, state.row_index[tables.example, tables.head, chosen],
                                              bias)
         assert isinstance(state, QuestState)
-        return self._attend_whole_leaves(queries, state, tables, state.slot_leaf.gather(-1, chosen), bias)
+        return self._attend_whole_leaves(queries, state, tables, state.row_index[tables.example, tables.head, chosen],
+                                         bias)
 
     def _attend_whole_leaves(
-        self, queries: torch.Tensor, state: QuestState, tables: _StepTables, leaf: torch.Tensor, bias: torch.Tensor
+        self, queries: torch.Tensor, state: QuestState, tables: _StepTables, rows: torch.Tensor, bias: torch.Tensor
     ) -> torch.Tensor:
-        """The whole-leaf steps' read of the standard layout: the keys and values of leaves ``leaf`` (B, H, W) long,
-        one indexing each of a leaf-major view, mixed by one ``scaled_dot_product_attention`` with additive ``bias``
-        (B, H, 1, W·b). (B, H, 1, d) in the queries' dtype."""
-        batch, heads, _, d = queries.shape
-        b = self.settings.resolved_leaf_size()
-        leaves, width = state.leaf_real.shape[1], leaf.shape[-1]
-        keys = state.keys.view(batch, heads, leaves, b, d)[tables.example, tables.head, leaf]
-        values = state.values.view(batch, heads, leaves, b, d)[tables.example, tables.head, leaf]
+        """The whole-leaf steps' read of the standard layout: the keys and values at compacted ``rows`` (B, H, W, b)
+        long (``row_index`` of the chosen leaves), one indexing each, mixed by one ``scaled_dot_product_attention``
+        with additive ``bias`` (B, H, 1, W·b). (B, H, 1, d) in the queries' dtype."""
+        batch, heads = rows.shape[:2]
+        rows = rows.view(batch, heads, -1)
+        keys = state.keys[tables.example, tables.head, rows]
+        values = state.values[tables.example, tables.head, rows]
         return F.scaled_dot_product_attention(
-            queries, cast(keys.view(batch, heads, width * b, d), queries.dtype),
-            cast(values.view(batch, heads, width * b, d), queries.dtype), attn_mask=cast(bias, queries.dtype),
+            queries, cast(keys, queries.dtype), cast(values, queries.dtype), attn_mask=cast(bias, queries.dtype),
             scale=self.scale,
         )
 

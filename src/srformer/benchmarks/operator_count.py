@@ -149,12 +149,17 @@ def count_generation_operators(
     """Count the aten calls of greedy ``generate()`` from a random encoder output of ``encoder_length`` tokens
     (encoder excluded, as in :func:`~srformer.benchmarks.generation.generate_fixed`).
 
+    The first step is counted on the model as it comes, so it includes what a module makes once and keeps (the
+    accelerator steps' index tables, per batch size or input length). The calls per token are counted after
+    that generation, between two generations that find those tables made: the steady cost of a token (counted
+    on the first generations instead, one generation's tables would be subtracted from the tokens' calls).
+
     Args:
         model: a T5- or BART-style seq2seq model, converted or not, in eval mode, on any device.
         encoder_length: ``k`` in tokens.
         batch_size: sequences per call.
-        tokens: two generation lengths ``(1, n)``, ``n > 1``: the first gives the first step, the difference the
-            calls per token.
+        tokens: two generation lengths ``(1, n)``, ``n > 1``: the first gives the first step; the difference of
+            the two, generated after it, the calls per token.
         seed: seed of the random encoder output.
         as_on_accelerator: count what an accelerator runs whatever the device: the NaN/inf check of a new state
             deferred to the next step (:func:`srformer.models.cross_attention.finite_check_mode`), which a CPU
@@ -182,11 +187,12 @@ def count_generation_operators(
         step_choice.STEP_OVERRIDE = "accelerator"
     try:
         _, first = count_calls(lambda: generate_fixed(model, encoder_outputs, mask, 1))
+        _, shorter = count_calls(lambda: generate_fixed(model, encoder_outputs, mask, 1))
         _, longer = count_calls(lambda: generate_fixed(model, encoder_outputs, mask, tokens[1]))
     finally:
         cross_attention.FINITE_CHECK_OVERRIDE, step_choice.STEP_OVERRIDE = override, step_override
     extra = tokens[1] - 1
-    per_token = {name: (longer[name] - first[name]) / extra for name in longer | first}
+    per_token = {name: (longer[name] - shorter[name]) / extra for name in longer | shorter}
     per_token = {name: n for name, n in per_token.items() if n}
     return OperatorCount(
         encoder_length=encoder_length,

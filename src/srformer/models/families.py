@@ -63,7 +63,11 @@ class _ConvertedCrossAttention:
             raise RuntimeError("An SRformer module replaces decoder cross attention only; it got no encoder states.")
         query, key, value, out, num_heads, head_dim = self._projections()
         batch, q_len = hidden_states.shape[:2]
-        queries = query(hidden_states).view(batch, q_len, -1, head_dim).transpose(1, 2)
+        step = q_len == 1  # a decoding step: (B, 1, d_model) projected as (B, d_model), no transposes
+        if step:
+            queries = query(hidden_states.view(batch, -1)).view(batch, -1, 1, head_dim)
+        else:
+            queries = query(hidden_states).view(batch, q_len, -1, head_dim).transpose(1, 2)
 
         def project(states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             keys = key(states).view(states.shape[0], -1, num_heads, head_dim).transpose(1, 2)
@@ -82,6 +86,8 @@ class _ConvertedCrossAttention:
             output_attentions=attention_weights_requested(self, output_attentions),
             projection=HeadProjection.from_linear(key, value, num_heads, head_dim),
         )
+        if step:  # (B, H, 1, d) is (B, H·d) as it is: the output projection of 2-D rows (4 calls, not 6)
+            return out(output.reshape(batch, -1)).view(batch, 1, -1), weights
         return out(output.transpose(1, 2).reshape(batch, q_len, -1)), weights
 
 
