@@ -344,8 +344,8 @@ CLAIMS: list[Claim] = [
               decode_bytes(run, "full", K262, "state_bytes") / GiB,
               first_token(run, "quest-tree", K262),
               first_token(run, "quest-tree", K262) / first_token(run, "full", K262))),
-    Claim(README, "per token at 65k: `full` {:.0f}, `segmented` {:.1f}, `srformer` {:.1f}, `knn` {:.0f}, "
-          "`block-topk-b4` {:.1f}, `knn-rows` {:,.0f}, `quest-b2` {:,.0f}, `quest-tree` {:,.0f};",
+    Claim(README, "per token at 65k: `full` {:.0f}, `segmented` {:.0f}, `srformer` {:.0f}, `knn` {:.0f}, "
+          "`block-topk-b4` {:.0f}, `knn-rows` {:,.0f}, `quest-b2` {:,.0f}, `quest-tree` {:,.0f};",
           OPERATORS, lambda records: tuple(bench_at(records, name, "operator_calls_per_token", K65) for name in (
               "full-sdpa", "segmented", "srformer", "knn", "block-topk-b4", "knn-rows", "quest-b2", "quest-tree"))),
     Claim(README, "{:.1f} GiB instead of {:.1f} GiB at 262k, {:.0f} ms per token instead of {:.0f}, and it runs at 1M "
