@@ -1095,8 +1095,8 @@ class QuestCrossAttention(CrossAttentionMechanism):
         lowest bias), so one ``topk`` of order keys over every leaf's bound
         (:func:`~srformer.attention.selection.ranked_top` with ``first``) returns them and the ``R`` candidate
         leaves of largest bound (ties to the earlier leaf), and the keys and values, or the encoder rows, are read
-        by whole leaves, one indexing each of a leaf-major view. The bounds are multiplied by one batched matrix
-        product (``O(L·d)`` per head, no ``(L, 2d)`` temporary).
+        by whole leaves through ``row_index`` (the leaves' rows), one indexing each. The bounds are multiplied by one
+        batched matrix product (``O(L·d)`` per head, no ``(L, 2d)`` temporary).
 
         Args:
             queries: (B, H, 1, d) projected decoder query.
