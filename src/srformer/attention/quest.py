@@ -1089,7 +1089,7 @@ class QuestCrossAttention(CrossAttentionMechanism):
 
     def leaf_step(self, queries: torch.Tensor, state: QuestBoundsState, segment: torch.Tensor) -> torch.Tensor:
         """:meth:`accelerator_step` in fewer operator calls where every segment is ``e = s / b`` whole leaves and
-        there is one level (:meth:`uses_leaf_step`; 21 calls per layer in the standard layout whatever the input
+        there is one level (:meth:`uses_leaf_step`; 19 calls per layer in the standard layout whatever the input
         length, no host sync). The same rows and output, by a shorter route: the ``e`` leaves of segment ``i(t)`` are
         ranked before every other (they are read whether or not they hold real rows: those that do not carry the
         lowest bias), so one ``topk`` of order keys over every leaf's bound
