@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import srformer
 from srformer.attention import naive, step_choice
+from srformer.attention.projection import HeadProjection
 from srformer.attention.quest import (
     QuestCrossAttention,
     QuestRowsState,
@@ -396,3 +397,41 @@ def test_the_leaf_steps_bounds_operand_is_the_same_from_either_layout():
     expected = stored.transpose(-1, -2).reshape(6, 8, 5)
     for bounds in (stored, copy, stored[1:]):
         torch.testing.assert_close(_bounds_matrix(bounds), expected[-bounds.shape[0] * 3:], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["value-bias", "no-bias"])
+@pytest.mark.parametrize("grouping", [{}, {"group_size": 2, "top_groups": 3}], ids=["one-level", "groups"])
+def test_the_rows_step_is_softmax_attention_over_the_rows_it_selects_in_float64(grouping, bias, each_step):
+    """Reading rows of the encoder output (the absorbed form, either step) gives, at every decoder position, the
+    softmax attention of the query over the projected keys and values of the rows :meth:`select` chooses from
+    that state (its leaves' bounds are bfloat16, so the choice may differ from a standard state's at a near-tie):
+    float64, left padding, an empty document (output 0), the projections' biases (BART's) or none (T5's)."""
+    batch, heads, length, hidden_size, head_dim, scale = 3, 2, 40, 8, 4, 0.5
+    generator = torch.Generator().manual_seed(0)
+    hidden = torch.randn(batch, length, hidden_size, generator=generator, dtype=torch.float64)
+    valid = torch.ones(batch, length, dtype=torch.bool)
+    valid[1, :7] = False  # left padding
+    valid[2] = False  # an empty document
+    key = torch.nn.Linear(hidden_size, heads * head_dim, bias=bias, dtype=torch.float64)
+    value = torch.nn.Linear(hidden_size, heads * head_dim, bias=bias, dtype=torch.float64)
+    with torch.no_grad():
+        for parameter in (*key.parameters(), *value.parameters()):
+            parameter.copy_(torch.randn(parameter.shape, generator=generator, dtype=torch.float64))
+    projection = HeadProjection.from_linear(key, value, heads, head_dim)
+    assert projection is not None
+    module = QuestCrossAttention(SRformerConfig("quest", segment_size=4, target_length=8, leaf_size=2, top_leaves=2,
+                                                rows_min_keys=1, **grouping), head_dim, scale=scale)
+    with torch.no_grad():
+        state = module.indexed_state(hidden, valid, projection)
+        assert isinstance(state, QuestRowsState)
+        keys, values = projection.project(hidden[:, None].expand(-1, heads, -1, -1))  # (B, H, k, d)
+        for position in range(10):
+            queries = torch.randn(batch, heads, 1, head_dim, generator=generator, dtype=torch.float64)
+            output = module.step(queries, state, position=position)[0]
+            rows, allowed = module.select(queries, state, module._segments(state, position, 1))  # (B, H, 1, S)
+            at = state.positions.gather(1, rows.view(batch, -1)).view(batch, heads, -1, 1).expand(-1, -1, -1, head_dim)
+            logits = (queries * keys.gather(2, at)).sum(-1, keepdim=True).transpose(-1, -2) * scale  # (B, H, 1, S)
+            weights = torch.softmax(logits.masked_fill(~allowed, float("-inf")), dim=-1).nan_to_num(0.0)
+            expected = weights @ values.gather(2, at)
+            torch.testing.assert_close(output, expected, rtol=0, atol=1e-12)
+            assert torch.equal(output[2], torch.zeros_like(output[2]))

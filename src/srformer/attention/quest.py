@@ -1205,36 +1205,30 @@ class QuestCrossAttention(CrossAttentionMechanism):
     def _read_encoder_rows(
         self, queries: torch.Tensor, state: QuestRowsState, segments: torch.Tensor
     ) -> torch.Tensor:
-        """The output from rows of the encoder output: ``W_v (sum_x a_x h_x) + b_v`` with
-        ``a = softmax(scale · (W_k^T Q_t) . h_x)`` over the chosen rows (B, H, q, d)."""
-        rows, allowed = self.select(queries, state, segments)
-        s = self.settings.resolved_segment_size()
-        batch, heads, count, width = rows.shape
-        encoder, projection = state.encoder.states, state.encoder.projection
-        wide = accumulation_dtype(torch.promote_types(queries.dtype, encoder.dtype))
-        # the segment's rows are the same for every head: gathered once
-        segment = self._encoder_rows(state, rows[:, 0, :, :s]).to(wide)  # (B, q, s, D)
-        chosen = self._encoder_rows(state, rows[..., s:]).to(wide)  # (B, H, q, R·b, D)
-        hidden_queries = projection.hidden_queries(queries).to(wide)  # (B, H, q, D)
-        logits = torch.cat([torch.einsum("bhqD,bqsD->bhqs", hidden_queries, segment),
-                            torch.einsum("bhqD,bhqsD->bhqs", hidden_queries, chosen)], dim=-1) * self.scale
-        some = allowed.any(dim=-1, keepdim=True)
-        logits = logits.masked_fill(~allowed, float("-inf")).masked_fill(~some, 0.0)
-        probabilities = torch.softmax(logits, dim=-1) * some.to(logits.dtype)
-        mixed = (torch.einsum("bhqs,bqsD->bhqD", probabilities[..., :s], segment)
-                 + torch.einsum("bhqs,bhqsD->bhqD", probabilities[..., s:], chosen))
-        output = torch.einsum("bhqD,hdD->bhqd", mixed, projection.value_weight.to(wide))
-        if projection.value_bias is not None:
-            output = output + projection.value_bias.to(wide)[None, :, None, :] * some.to(wide)
-        return output.to(queries.dtype)
+        """The CPU step's output from rows of the encoder output, for one decoder position: the rows :meth:`select`
+        chooses, one ``index_select`` of the flattened encoder output, then the absorbed form the accelerator steps
+        use (:meth:`~srformer.attention.projection.HeadProjection.attend_rows`: ``W_v (sum_x a_x h_x) + b_v`` with
+        ``a = softmax(scale · (W_k^T Q_t) . h_x)`` over the rows read, one ``scaled_dot_product_attention``).
 
-    @staticmethod
-    def _encoder_rows(state: QuestRowsState, rows: torch.Tensor) -> torch.Tensor:
-        """The encoder output's rows at compacted ``rows`` (B, ...) long: (B, ..., D), one ``index_select``."""
-        length, hidden_size = state.encoder.states.shape[1], state.encoder.states.shape[2]
-        positions = state.positions.gather(1, rows.reshape(rows.shape[0], -1))
-        flat = (state.slot[:, None] * length + positions).reshape(-1)
-        return state.encoder.flat.index_select(0, flat).view(*rows.shape, hidden_size)
+        Args:
+            queries: (B, H, 1, d) projected decoder query.
+            state: the encoder-rows layout.
+            segments: (B, 1) long, ``i(t)``.
+
+        Returns:
+            (B, H, 1, d) in the queries' dtype; 0 for an example without a row read.
+        """
+        rows, allowed = self.select(queries, state, segments)  # (B, H, 1, S)
+        batch, heads, _, width = rows.shape
+        encoder, projection = state.encoder, state.encoder.projection
+        wide = accumulation_dtype(torch.promote_types(queries.dtype, encoder.states.dtype))
+        length = encoder.states.shape[1]
+        flat = state.positions.gather(1, rows.view(batch, -1)) + (state.slot * length).view(batch, 1)
+        hidden = cast(encoder.flat.index_select(0, flat.view(-1)).view(batch, heads, width, -1), wide)
+        bias = torch.full(allowed.shape, _lowest_bias(wide), dtype=wide, device=rows.device).masked_fill(allowed, 0.0)
+        some = cast(allowed.any(dim=-1, keepdim=True), wide)  # (B, H, 1, 1): a head with no row read outputs 0
+        output = projection.attend_rows(projection.step_hidden_queries(queries, wide), hidden, bias, some, self.scale)
+        return cast(output, queries.dtype)
 
     def _standard(self, state: CrossAttentionState) -> QuestState:
         if not isinstance(state, QuestState):
