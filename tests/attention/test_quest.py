@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import srformer
-from srformer.attention import naive, step_choice
+from srformer.attention import naive, quest, step_choice
 from srformer.attention.projection import HeadProjection
 from srformer.attention.quest import (
     QuestCrossAttention,
@@ -112,13 +112,17 @@ def test_equal_bounds_choose_the_earlier_leaf(each_step):
     (6, 1, 4, 4, 3, False), (4, 1, 4, 3, 3, False), (4, 2, 2, 4, 2, True), (2, 1, 3, 2, 3, True),
     (4, 1, 3, 3, 3, True), (2, 2, 2, 2, 2, True),
 ])
+@pytest.mark.parametrize("route", ["masked", "gathered"])
 def test_the_two_steps_give_the_same_output_on_the_same_state_with_ties(segment_size, leaf, top, group, groups,
-                                                                        group_step, monkeypatch):
+                                                                        group_step, route, monkeypatch):
     """Keys of -1, 0 and 1 (many leaves and groups with equal bounds) and distinct values: the CPU step and the
     accelerator step read the same rows at every position (a tie settled otherwise moves the output by O(1)), with
     padding, an empty document, leaves that do and do not divide the segment, one level and two. ``group_step``:
     the accelerator runs the group leaf step (``(p - 1)·g + 1 - s/b >= r``; three of them at that bound, and one
-    just past it that keeps the general step)."""
+    just past it that keeps the general step), scoring every slot or (``gathered``) the chosen groups' slots only;
+    the example of 6 tokens has fewer candidates than ``r``, so the gathered route picks a slot of its segment
+    again, and must not read it twice."""
+    monkeypatch.setattr(quest, "GATHER_SLOTS_RATIO_EAGER", 0 if route == "gathered" else 10**9)
     generator = torch.Generator().manual_seed(3)
     lengths = [23, 17, 6, 0]
     queries, _, values, valid = _inputs(4, 2, 23, 9, 4, lengths)
@@ -209,13 +213,14 @@ def test_generate_reading_encoder_rows_equals_the_standard_state(family, each_st
 
 @pytest.mark.parametrize("family", ["t5", "bart"])
 @pytest.mark.parametrize("rows_min_keys", [1, None], ids=["encoder-rows", "keys"])
-@pytest.mark.parametrize("groups", [False, True], ids=["one-level", "groups"])
+@pytest.mark.parametrize("groups", [False, True, "gathered"], ids=["one-level", "groups", "groups-gathered"])
 def test_the_leaf_steps_generate_the_cpu_steps_tokens(family, rows_min_keys, groups, monkeypatch):
     """Segments of whole leaves (s = 4, b = 2), one level or groups of 2 (p = 3): on an accelerator the leaf step
     (``QuestCrossAttention.leaf_step``) or the group leaf step runs, from a state of whole segments, and greedy and
     beam search give the CPU step's tokens, and its scores up to float32 rounding, in both layouts (the bounds of
     each layout are the same on both devices)."""
     grouping = {"group_size": 2, "top_groups": 3} if groups else {}
+    monkeypatch.setattr(quest, "GATHER_SLOTS_RATIO_EAGER", 0 if groups == "gathered" else 10**9)
     model = converted(BUILDERS[family](), variant="quest", segment_size=4, target_length=8, leaf_size=2,
                       top_leaves=2, **grouping)
     srformer.set_runtime_options(model, rows_min_keys=rows_min_keys)

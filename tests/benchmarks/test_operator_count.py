@@ -164,6 +164,23 @@ def test_quest_tree_group_leaf_step_keeps_the_budget_and_is_sync_free(full, per_
 
 
 @pytest.mark.filterwarnings("ignore:An encoder input has")
+@pytest.mark.parametrize("rows_min_keys", [None, 1], ids=["keys", "encoder-rows"])
+def test_quest_tree_gathered_group_step_is_sync_free_and_costs_eleven_calls_a_layer_more(full, rows_min_keys,
+                                                                                       monkeypatch):
+    """The group leaf step's gathered route (the chosen groups' slots only, taken from 131,072 tokens in eager mode;
+    forced here): per token the same calls at 1k and 4k tokens, no host sync beyond full attention's, and 11 calls
+    per layer more than the route that scores every slot (t5-tiny's 2 layers: 22 per token)."""
+    runtime = {} if rows_min_keys is None else {"rows_min_keys": rows_min_keys}
+    masked = _counts("quest-tree", **runtime)
+    monkeypatch.setattr(quest, "GATHER_SLOTS_RATIO_EAGER", 0)
+    gathered = _counts("quest-tree", **runtime)
+    for count, reference, other in zip(gathered, full, masked, strict=True):
+        assert count.syncs_per_token <= reference.syncs_per_token, count.per_token_by_operator
+        assert count.calls_per_token == other.calls_per_token + 11 * t5_config("t5-tiny").num_decoder_layers
+    assert gathered[0].calls_per_token == gathered[1].calls_per_token, [c.summary() for c in gathered]
+
+
+@pytest.mark.filterwarnings("ignore:An encoder input has")
 def test_quest_tree_reading_encoder_rows_is_sync_free_and_does_not_grow_with_the_input(full):
     """The same step reading rows of the encoder output (the layout of long inputs): per token the same calls at 1k
     and 4k tokens, no host sync beyond full attention's, within 1.25x full's calls (measured, t5-tiny: 268 per

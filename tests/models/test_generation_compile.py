@@ -26,7 +26,7 @@ import torch
 from torch._dynamo.utils import counters
 from transformers import CompileConfig
 
-from srformer.attention import step_choice
+from srformer.attention import quest, step_choice
 from srformer.attention.knn_rows import RowsKNNState
 from srformer.attention.quest import QuestRowsState
 from srformer.attention.step_choice import STEP_KINDS
@@ -143,6 +143,24 @@ def test_quest_reading_encoder_rows_decodes_in_one_graph(family, name, step, mon
     compiled, eager, graphs = _compiled_generate(model, "aot_eager")
     assert graphs == 1
     assert type(eager.past_key_values.cross_attention_cache.layers[0].state) is QuestRowsState
+    _assert_eager_tokens_and_logits(compiled, eager)
+
+
+@pytest.mark.parametrize("rows_min_keys", [None, 1], ids=["keys", "encoder-rows"])
+def test_quest_trees_gathered_group_step_decodes_in_one_graph(rows_min_keys, monkeypatch):
+    """The group leaf step's gathered route (the chosen groups' slots only; forced here, compiled and eager) compiles
+    too: one graph for all five positions, eager's tokens and logits."""
+    monkeypatch.setattr(step_choice, "STEP_OVERRIDE", "accelerator")
+    monkeypatch.setattr(quest, "GATHER_SLOTS_RATIO_EAGER", 0)
+    monkeypatch.setattr(quest, "GATHER_SLOTS_RATIO_COMPILED", 0)
+    base = BUILDERS["bart"]("sdpa").double()
+    torch.manual_seed(1)
+    model = converted(base, **{**NAMED_SETTINGS["quest-tree"], **SETTINGS})
+    set_runtime_options(model, rows_min_keys=rows_min_keys)
+    mechanisms = [m for m in model.modules() if isinstance(m, quest.QuestCrossAttention)]
+    assert mechanisms and all(m.uses_leaf_step(torch.device("cpu")) for m in mechanisms)  # the group leaf step runs
+    compiled, eager, graphs = _compiled_generate(model, "aot_eager")
+    assert graphs == 1
     _assert_eager_tokens_and_logits(compiled, eager)
 
 

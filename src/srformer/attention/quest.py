@@ -58,7 +58,8 @@ keys and values (compacted) plus ``2·(L + G)·d`` bounds.
 chosen groups' leaves only, with a host-side tie check); the accelerator step
 (:meth:`QuestCrossAttention.accelerator_step`) scores every slot, ``O(L·d)``, in a fixed sequence of operator calls
 without a host sync, and reads the same rows. Its tables (each slot's leaf and segment, the order keys' position
-terms) add ``O(H·L)`` to the state.
+terms) add ``O(H·L)`` to the state. With groups, from a large enough ratio of slots to ``p·g``, it scores the chosen
+groups' leaves only (:meth:`QuestCrossAttention.group_leaf_step`'s gathered route): ``O(p·g·d)`` per step.
 
 **Reading rows from the encoder output** (``rows_min_keys``): generation from an input of at least
 ``rows_min_keys`` real tokens keeps no keys or values per layer, only the bounds and the compaction order (the
@@ -125,6 +126,14 @@ MAX_BOUNDS_CHUNKS = 1
 TREE_BUDGET = 1 << 24
 #: Elements of gathered leaf bounds per chunk of queries in the parallel path (bounds its memory).
 _GATHER_BUDGET = 1 << 24
+#: With groups, the accelerator's group leaf step scores only the slots of the ``p`` chosen groups (one indexing of
+#: their bounds, :meth:`QuestCrossAttention.group_leaf_step`) where there are at least this many times ``p·g`` slots
+#: in eager mode, and every slot (one product, no indexing) below. The gathered route makes 11 operator calls more per
+#: layer and reads ``p·g`` leaves' bounds instead of ``Ls``: in eager mode on a GPU, where a call costs about 20 µs, it
+#: pays from about this ratio (``quest-tree``: 65,536 slots, inputs of 131,072 tokens).
+GATHER_SLOTS_RATIO_EAGER = 64
+#: The same under ``torch.compile`` (the calls are fused and launched as one graph; the bounds' bytes remain).
+GATHER_SLOTS_RATIO_COMPILED = 8
 
 
 @dataclass(frozen=True)
@@ -526,6 +535,7 @@ class _StepTables(NamedTuple):
     leaf_column: torch.Tensor  # (s + R·b,) bool, False for the s segment rows, True for the leaves' rows
     slot_group: torch.Tensor  # (B, H, Ls) long, the group of each slot (j // g; 0 without groups), expanded
     left_out: torch.Tensor  # (B, H, G) float64 -inf (G = Ls // g): scattered with 0 at the chosen groups
+    group_slots: torch.Tensor  # (G, g) long, the slots of each group (G·g + 0 .. g - 1)
     leaf_segment: torch.Tensor  # (Ls,) long, the segment of each leaf (j // (s / b); -1 where b does not divide s)
     zero: torch.Tensor  # () 0 in the queries' dtype: the bias of a row read
     lowest: torch.Tensor  # () that dtype's lowest value (float32's for a wider one): the bias of a row not read
@@ -562,6 +572,7 @@ def _make_step_tables(
         leaf_column=torch.arange(s + width * b, device=device) >= s,
         slot_group=torch.div(torch.arange(slots, device=device), group, rounding_mode="floor").expand(batch, heads, -1),
         left_out=torch.full((batch, heads, slots // group), float("-inf"), dtype=torch.float64, device=device),
+        group_slots=torch.arange(slots, device=device).view(slots // group, group),
         leaf_segment=(torch.div(torch.arange(slots, device=device), s // b, rounding_mode="floor") if s % b == 0
                       else torch.full((slots,), -1, device=device)),
         zero=torch.zeros((), dtype=bias_dtype, device=device),
@@ -1137,6 +1148,13 @@ class QuestCrossAttention(CrossAttentionMechanism):
         ``r`` candidates are finite whenever a group is left out, no slot of a group left out is read. The keys and
         values, or the encoder rows, are read by whole leaves, with each slot's bias (``row_bias``, per slot).
 
+        That route scores every slot, ``O(Ls·d)`` bytes a step. From :data:`GATHER_SLOTS_RATIO_EAGER` times ``p·g``
+        slots (:data:`GATHER_SLOTS_RATIO_COMPILED` under ``torch.compile``) the **gathered route** scores only the
+        ``p·g`` slots of the chosen groups (one indexing of their bounds, ``O(p·g·d)`` whatever the input length):
+        the slots of segment ``i(t)`` among them ranked last, the ``r`` best of the others chosen by one ``topk`` of
+        order keys and put after the segment's ``e`` slots, and a segment slot picked again (an example with fewer
+        than ``r`` real candidates) masked. The same rows, 11 operator calls more per layer.
+
         Args:
             queries: (B, H, 1, d) projected decoder query.
             state: either layout, built where this step runs (its ``row_bias`` is not empty).
@@ -1152,17 +1170,34 @@ class QuestCrossAttention(CrossAttentionMechanism):
         top = min(self.settings.resolved_top_groups(), state.group_bounds.shape[2])
         width = min(s // b + self.settings.resolved_top_leaves(), slots)  # e + r
         tables = self._step_tables(batch, heads, d, wide, queries.device, width, queries.dtype, slots)
+        ratio = GATHER_SLOTS_RATIO_COMPILED if tracing() else GATHER_SLOTS_RATIO_EAGER
+        gathered = slots >= ratio * top * (self.settings.group_size or 1)
         with torch.no_grad(), torch.autocast(device_type=queries.device.type, enabled=False):
             features = cast(torch.cat([queries, queries], dim=-1), wide).clamp(tables.low, tables.high)  # (B, H, 1, 2d)
             # the bounds are finite (the state's finite check): ranked_top skips its nan_to_num (leaf_step's reason)
             group_scores = (features * state.group_bounds).sum(dim=-1)  # (B, H, G)
             chosen_groups = ranked_top(group_scores, state.group_rank, top, finite=True)  # (B, H, p)
-            order = state.slot_rank + tables.left_out.scatter(-1, chosen_groups, 0.0).gather(-1, tables.slot_group)
-            # the e slots of segment i(t)'s leaves first: an order term of +inf makes a finite score's key +inf
-            order = order.scatter_(-1, state.segment_slots[tables.examples, segment], float("inf"))
-            scores = (features * state.leaf_bounds).sum(dim=-1)  # (B, H, Ls)
-            chosen = ranked_top(scores, order, width, finite=True)  # (B, H, e + r) slots
-        bias = state.row_bias[tables.example, tables.head, chosen].view(batch, heads, 1, width * b)
+            own = state.segment_slots[tables.examples, segment]  # (B, H, e): segment i(t)'s slots
+            if gathered:  # the chosen groups' slots only, those of segment i(t) ranked last; the segment's put first
+                candidates = tables.group_slots[chosen_groups].view(batch, heads, -1)  # (B, H, p·g)
+                scores = (features * state.leaf_bounds[tables.example, tables.head, candidates]).sum(dim=-1)
+                inside = (candidates[..., None] == own[:, :, None, :]).any(dim=-1)
+                order = state.slot_rank[tables.example, tables.head, candidates].masked_fill(inside, float("-inf"))
+                picked = ranked_top(scores, order, width - own.shape[-1], finite=True)  # (B, H, r)
+                chosen = torch.cat([own, candidates.gather(-1, picked)], dim=-1)  # (B, H, e + r) slots
+                # fewer than r real candidates (a short example batched with long ones): a slot of segment i(t) may
+                # be picked again among those ranked last; its second reading is masked
+                again = F.pad(inside.gather(-1, picked), (own.shape[-1], 0))[..., None]  # (B, H, e + r, 1)
+            else:
+                order = state.slot_rank + tables.left_out.scatter(-1, chosen_groups, 0.0).gather(-1, tables.slot_group)
+                # the e slots of segment i(t)'s leaves first: an order term of +inf makes a finite score's key +inf
+                order = order.scatter_(-1, own, float("inf"))
+                scores = (features * state.leaf_bounds).sum(dim=-1)  # (B, H, Ls)
+                chosen = ranked_top(scores, order, width, finite=True)  # (B, H, e + r) slots
+        bias = state.row_bias[tables.example, tables.head, chosen]  # (B, H, e + r, b)
+        if gathered:
+            bias = bias.masked_fill(again, tables.lowest)
+        bias = bias.view(batch, heads, 1, width * b)
         if isinstance(state, QuestRowsState):
             return self._attend_encoder_rows(queries, state, state.row_index[tables.example, tables.head, chosen],
                                              bias)
