@@ -21,6 +21,7 @@ from srformer.attention.quest import (
     _bounds_matrix,
     key_bounds,
     outward_bfloat16,
+    rows_at,
     similarity_order,
     upper_bound,
 )
@@ -301,6 +302,39 @@ def test_half_bounds_are_rounded_outward_and_still_bound(seed, spread):
     wide = outward_bfloat16(beyond)
     assert wide.isfinite().all() and (wide[..., :4].float() >= beyond[..., :4]).all()
     assert (wide[..., 4:].float() <= beyond[..., 4:]).all()
+
+
+@pytest.mark.parametrize("batch,heads", [(1, 1), (2, 3)])
+def test_rows_at_reads_the_same_rows_on_either_device(batch, heads, each_step):
+    """The CPU's ``index_select`` of flattened rows and the accelerator's ``gather``: the rows at the index, one
+    head's or many, repeated and in any order."""
+    generator = torch.Generator().manual_seed(0)
+    rows = torch.randn(batch, heads, 7, 5, generator=generator)
+    index = torch.randint(0, 7, (batch, heads, 11), generator=generator)
+    expected = torch.stack([torch.stack([rows[b, h, index[b, h]] for h in range(heads)]) for b in range(batch)])
+    assert torch.equal(rows_at(rows, index), expected)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(-140, 127), st.sampled_from([torch.float32, torch.float64]))
+def test_half_bounds_are_the_nearest_bfloat16_outward(seed, exponent, dtype):
+    """Each maximum becomes the least bfloat16 at or above it and each minimum the greatest at or below it (no
+    bfloat16 lies between the value and its bound), bit for bit, from float32 (the integer route on its bits) and
+    from float64 (a value just above a bfloat16, such as 1 + 1e-12, rounds up, though float32 would round it to 1):
+    zeros of both signs, subnormals, infinities and values at every float32 exponent."""
+    generator = torch.Generator().manual_seed(seed)
+    bounds = (torch.randn(4, 64, 8, generator=generator, dtype=torch.float64) * 2.0 ** exponent).to(dtype)
+    bounds[0, :4] = torch.tensor([0.0, -0.0, float("inf"), float("-inf")], dtype=dtype)[:, None]
+    bounds[1, 0] = 1.0 + 1e-12 if dtype == torch.float64 else 1.0
+    bounds[1, 1] = -1.0 - 1e-12 if dtype == torch.float64 else -1.0
+    half = outward_bfloat16(bounds)
+    value = half.to(dtype)
+    toward_inf = torch.nextafter(half, torch.full_like(half, float("inf"))).to(dtype)
+    toward_minus_inf = torch.nextafter(half, torch.full_like(half, float("-inf"))).to(dtype)
+    high, low = bounds[..., :4], bounds[..., 4:]
+    assert (value[..., :4] >= high).all() and ((value[..., :4] == high) | (toward_minus_inf[..., :4] < high)).all()
+    assert (value[..., 4:] <= low).all() and ((value[..., 4:] == low) | (toward_inf[..., 4:] > low)).all()
+    assert half.is_contiguous()
 
 
 @pytest.mark.parametrize("grouping", [{}, {"group_size": 2, "top_groups": 3}], ids=["one-level", "groups"])

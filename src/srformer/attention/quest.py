@@ -402,6 +402,23 @@ def _principal_projection(centred: torch.Tensor, start: torch.Tensor, lean: bool
     return torch.bmm(flat, column).view(batch, heads, nodes, size)
 
 
+def rows_at(rows: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``rows`` (B, H, N, e) at ``index`` (B, H, M) long along the third axis: (B, H, M, e). On an accelerator one
+    ``gather`` (:func:`~srformer.attention.step_choice.step_kind`); on the CPU one ``index_select`` of whole rows of
+    the flattened tensor, which copies each row at once where ``gather`` reads it element by element (several
+    times faster there at rows of 64-128 numbers).
+
+    Raises:
+        IndexError: for an index outside ``[0, N)``.
+    """
+    batch, heads, count, width = rows.shape
+    if step_kind(rows.device) == "accelerator":
+        return rows.gather(2, index[..., None].expand(-1, -1, -1, width))
+    flat = index if batch * heads == 1 else index + (torch.arange(batch * heads, device=index.device) * count).view(
+        batch, heads, 1)
+    return rows.reshape(-1, width).index_select(0, flat.reshape(-1)).view(batch, heads, -1, width)
+
+
 def similarity_order(centres: torch.Tensor, real: torch.Tensor, group: int) -> torch.Tensor:
     """``π``: each head's leaves ordered by a principal-direction tree over their centres (module docstring).
 
@@ -426,7 +443,7 @@ def similarity_order(centres: torch.Tensor, real: torch.Tensor, group: int) -> t
     start = F.pad(start_direction(d, centres.dtype, centres.device), (0, 1))
     for level in range(depth):
         nodes, size = 1 << level, slots >> level
-        members = points.gather(2, order[..., None].expand(-1, -1, -1, d + 1)).view(batch, heads, nodes, size, d + 1)
+        members = rows_at(points, order).view(batch, heads, nodes, size, d + 1)
         total = members.sum(dim=3, keepdim=True)  # the members' sum and, last, their count
         centred = members - total / total[..., d:].clamp(min=1) * members[..., d:]
         projection = _principal_projection(centred, start, lean).masked_fill(members[..., d] == 0, float("inf"))
@@ -456,9 +473,13 @@ def group_bounds(
     index = order.clamp(max=leaves - 1)
     present = (order < leaves) & leaf_real[:, None, :].expand(-1, heads, -1).gather(2, index)
     absent = ~present[..., None]
-    gathered = index[..., None].expand(-1, -1, -1, d)
-    group_low = low.gather(2, gathered).masked_fill(absent, float("inf")).view(batch, heads, groups, group, d)
-    group_high = high.gather(2, gathered).masked_fill(absent, float("-inf")).view(batch, heads, groups, group, d)
+    if step_kind(low.device) == "accelerator":  # one expanded index for both
+        gathered = index[..., None].expand(-1, -1, -1, d)
+        slot_low, slot_high = low.gather(2, gathered), high.gather(2, gathered)
+    else:
+        slot_low, slot_high = rows_at(low, index), rows_at(high, index)
+    group_low = slot_low.masked_fill(absent, float("inf")).view(batch, heads, groups, group, d)
+    group_high = slot_high.masked_fill(absent, float("-inf")).view(batch, heads, groups, group, d)
     group_real = present.view(batch, heads, groups, group).any(dim=-1)
     none = ~group_real[..., None]
     return (order, group_low.amin(dim=3).masked_fill(none, 0.0), group_high.amax(dim=3).masked_fill(none, 0.0),
@@ -489,20 +510,33 @@ def outward_bfloat16(bounds: torch.Tensor) -> torch.Tensor:
     check (float16's 65,504 would need one, a host sync on an accelerator); a value beyond it becomes infinite and
     the state's NaN/inf check reports it.
 
+    From float32, bfloat16 is the upper half of the bits, so the rounding is integer arithmetic on them: the
+    upper half is the value rounded toward zero, and one more unit in its last place (the next value away from
+    zero) rounds a maximum above 0 up and a minimum below 0 down where the lower half is not zero (a quarter of
+    the CPU time of rounding to nearest and stepping with ``nextafter``, which a wider dtype takes; the same
+    result).
+
     Args:
-        bounds: (..., 2d), the maxima in the first ``d`` columns and the minima in the last ``d``.
+        bounds: (..., 2d) float32 or wider, the maxima in the first ``d`` columns and the minima in the last ``d``.
 
     Returns:
         (..., 2d) bfloat16, contiguous.
     """
     d = bounds.shape[-1] // 2
-    half = bounds.to(torch.bfloat16)
-    up = torch.nextafter(half, torch.full_like(half, float("inf")))
-    down = torch.nextafter(half, torch.full_like(half, float("-inf")))
+    if bounds.dtype != torch.float32:  # rounded to nearest, then one step outward where that went inward
+        half = bounds.to(torch.bfloat16)
+        is_high = torch.arange(2 * d, device=bounds.device) < d
+        up = torch.nextafter(half, torch.full_like(half, float("inf")))
+        down = torch.nextafter(half, torch.full_like(half, float("-inf")))
+        raised = torch.where(half.to(bounds.dtype) < bounds, up, half)
+        lowered = torch.where(half.to(bounds.dtype) > bounds, down, half)
+        return torch.where(is_high, raised, lowered).contiguous()
+    bits = bounds.contiguous().view(torch.int32)
+    # a float32 bit pattern read as int32 is at least 0 for a value of at least +0 and negative below: away from
+    # zero is the bound's direction for a maximum at or above 0 and a minimum below 0 (0 itself is exact)
     is_high = torch.arange(2 * d, device=bounds.device) < d
-    raised = torch.where(half.to(bounds.dtype) < bounds, up, half)
-    lowered = torch.where(half.to(bounds.dtype) > bounds, down, half)
-    return torch.where(is_high, raised, lowered).contiguous()
+    away = ((bits & 0xFFFF) != 0) & ((bits >= 0) == is_high)
+    return ((bits >> 16).to(torch.int16) + away).view(torch.bfloat16)
 
 
 def _group_rows(bounds: torch.Tensor, groups: torch.Tensor, size: int) -> torch.Tensor:
@@ -626,8 +660,8 @@ class QuestCrossAttention(CrossAttentionMechanism):
         order, group_low, group_high, group_real = group_bounds(low, high, leaf_real, group)
         leaf_bounds = torch.cat([high, low], dim=-1)
         if group is not None:  # in the groups' order: a chosen group's leaves are one contiguous block
-            index = order.clamp(max=low.shape[2] - 1)[..., None].expand(-1, -1, -1, leaf_bounds.shape[-1])
-            leaf_bounds = leaf_bounds.gather(2, index).masked_fill((order >= low.shape[2])[..., None], 0.0)
+            index = order.clamp(max=low.shape[2] - 1)
+            leaf_bounds = rows_at(leaf_bounds, index).masked_fill((order >= low.shape[2])[..., None], 0.0)
         if compact:
             leaf_bounds = outward_bfloat16(leaf_bounds)
         return {"leaf_bounds": leaf_bounds, "leaf_order": order,
