@@ -150,9 +150,10 @@ def test_the_check_is_deferred_on_accelerators_only():
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])
-def test_the_state_check_finds_one_bad_element_in_any_field_in_four_calls(bad, dtype):
-    """The build's check (``_all_finite``): one NaN or infinite element in any of several fields of mixed dtypes
-    makes it false, every finite set true, and it makes the same four operator calls for two fields or five."""
+def test_the_state_check_finds_one_bad_element_in_any_field_in_four_calls(bad, dtype, each_step):
+    """The build's check (``_all_finite``), on either device's route: one NaN or infinite element in any of several
+    fields of mixed dtypes makes it false, every finite set true (values near float32's largest too), and on an
+    accelerator it makes the same four operator calls for two fields or five."""
     from srformer.benchmarks.operator_count import count_calls
 
     fields = [torch.randn(3, 4), torch.randn(7).bfloat16(), torch.randn(2, 2, dtype=torch.float64),
@@ -162,6 +163,7 @@ def test_the_state_check_finds_one_bad_element_in_any_field_in_four_calls(bad, d
         spoiled = [field.clone() for field in fields]
         spoiled[index].view(-1)[-1] = bad
         assert not bool(cross_attention._all_finite(spoiled)), index
-    _, two = count_calls(lambda: cross_attention._all_finite(fields[:2]))
-    _, five = count_calls(lambda: cross_attention._all_finite(fields))
-    assert sum(two.values()) == sum(five.values()) == 4
+    if each_step == "accelerator":
+        _, two = count_calls(lambda: cross_attention._all_finite(fields[:2]))
+        _, five = count_calls(lambda: cross_attention._all_finite(fields))
+        assert sum(two.values()) == sum(five.values()) == 4
