@@ -306,13 +306,14 @@ def test_half_bounds_are_rounded_outward_and_still_bound(seed, spread):
 
 @pytest.mark.parametrize("batch,heads", [(1, 1), (2, 3)])
 def test_rows_at_reads_the_same_rows_on_either_device(batch, heads, each_step):
-    """The CPU's ``index_select`` of flattened rows and the accelerator's ``gather``: the rows at the index, one
-    head's or many, repeated and in any order."""
+    """The CPU's ``index_select`` of flattened rows and the accelerator's ``gather``: each tensor's rows at the
+    index, one head's or many, repeated and in any order."""
     generator = torch.Generator().manual_seed(0)
     rows = torch.randn(batch, heads, 7, 5, generator=generator)
     index = torch.randint(0, 7, (batch, heads, 11), generator=generator)
-    expected = torch.stack([torch.stack([rows[b, h, index[b, h]] for h in range(heads)]) for b in range(batch)])
-    assert torch.equal(rows_at(rows, index), expected)
+    for tensor, read in zip((rows, -rows), rows_at(index, rows, -rows), strict=True):
+        expected = torch.stack([torch.stack([tensor[b, h, index[b, h]] for h in range(heads)]) for b in range(batch)])
+        assert torch.equal(read, expected)
 
 
 @settings(max_examples=30, deadline=None)

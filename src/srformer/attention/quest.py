@@ -402,21 +402,23 @@ def _principal_projection(centred: torch.Tensor, start: torch.Tensor, lean: bool
     return torch.bmm(flat, column).view(batch, heads, nodes, size)
 
 
-def rows_at(rows: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """``rows`` (B, H, N, e) at ``index`` (B, H, M) long along the third axis: (B, H, M, e). On an accelerator one
-    ``gather`` (:func:`~srformer.attention.step_choice.step_kind`); on the CPU one ``index_select`` of whole rows of
-    the flattened tensor, which copies each row at once where ``gather`` reads it element by element (several
-    times faster there at rows of 64-128 numbers).
+def rows_at(index: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Each of ``tensors`` (B, H, N, e) at ``index`` (B, H, M) long along the third axis: (B, H, M, e) each. On an
+    accelerator one ``gather`` each, by one expanded index (:func:`~srformer.attention.step_choice.step_kind`); on the
+    CPU one ``index_select`` each of whole rows of the flattened tensor, which copies a row at once where ``gather``
+    reads it element by element (several times faster there at rows of 64-128 numbers).
 
     Raises:
         IndexError: for an index outside ``[0, N)``.
     """
-    batch, heads, count, width = rows.shape
-    if step_kind(rows.device) == "accelerator":
-        return rows.gather(2, index[..., None].expand(-1, -1, -1, width))
+    batch, heads, count, width = tensors[0].shape
+    if step_kind(index.device) == "accelerator":
+        expanded = index[..., None].expand(-1, -1, -1, width)
+        return tuple(tensor.gather(2, expanded) for tensor in tensors)
     flat = index if batch * heads == 1 else index + (torch.arange(batch * heads, device=index.device) * count).view(
         batch, heads, 1)
-    return rows.reshape(-1, width).index_select(0, flat.reshape(-1)).view(batch, heads, -1, width)
+    flat = flat.reshape(-1)
+    return tuple(tensor.reshape(-1, width).index_select(0, flat).view(batch, heads, -1, width) for tensor in tensors)
 
 
 def similarity_order(centres: torch.Tensor, real: torch.Tensor, group: int) -> torch.Tensor:
@@ -443,7 +445,8 @@ def similarity_order(centres: torch.Tensor, real: torch.Tensor, group: int) -> t
     start = F.pad(start_direction(d, centres.dtype, centres.device), (0, 1))
     for level in range(depth):
         nodes, size = 1 << level, slots >> level
-        members = rows_at(points, order).view(batch, heads, nodes, size, d + 1)
+        (members,) = rows_at(order, points)
+        members = members.view(batch, heads, nodes, size, d + 1)
         total = members.sum(dim=3, keepdim=True)  # the members' sum and, last, their count
         centred = members - total / total[..., d:].clamp(min=1) * members[..., d:]
         projection = _principal_projection(centred, start, lean).masked_fill(members[..., d] == 0, float("inf"))
@@ -473,11 +476,7 @@ def group_bounds(
     index = order.clamp(max=leaves - 1)
     present = (order < leaves) & leaf_real[:, None, :].expand(-1, heads, -1).gather(2, index)
     absent = ~present[..., None]
-    if step_kind(low.device) == "accelerator":  # one expanded index for both
-        gathered = index[..., None].expand(-1, -1, -1, d)
-        slot_low, slot_high = low.gather(2, gathered), high.gather(2, gathered)
-    else:
-        slot_low, slot_high = rows_at(low, index), rows_at(high, index)
+    slot_low, slot_high = rows_at(index, low, high)
     group_low = slot_low.masked_fill(absent, float("inf")).view(batch, heads, groups, group, d)
     group_high = slot_high.masked_fill(absent, float("-inf")).view(batch, heads, groups, group, d)
     group_real = present.view(batch, heads, groups, group).any(dim=-1)
@@ -523,9 +522,9 @@ def outward_bfloat16(bounds: torch.Tensor) -> torch.Tensor:
         (..., 2d) bfloat16, contiguous.
     """
     d = bounds.shape[-1] // 2
+    is_high = torch.arange(2 * d, device=bounds.device) < d
     if bounds.dtype != torch.float32:  # rounded to nearest, then one step outward where that went inward
         half = bounds.to(torch.bfloat16)
-        is_high = torch.arange(2 * d, device=bounds.device) < d
         up = torch.nextafter(half, torch.full_like(half, float("inf")))
         down = torch.nextafter(half, torch.full_like(half, float("-inf")))
         raised = torch.where(half.to(bounds.dtype) < bounds, up, half)
@@ -534,7 +533,6 @@ def outward_bfloat16(bounds: torch.Tensor) -> torch.Tensor:
     bits = bounds.contiguous().view(torch.int32)
     # a float32 bit pattern read as int32 is at least 0 for a value of at least +0 and negative below: away from
     # zero is the bound's direction for a maximum at or above 0 and a minimum below 0 (0 itself is exact)
-    is_high = torch.arange(2 * d, device=bounds.device) < d
     away = ((bits & 0xFFFF) != 0) & ((bits >= 0) == is_high)
     return ((bits >> 16).to(torch.int16) + away).view(torch.bfloat16)
 
@@ -661,7 +659,7 @@ class QuestCrossAttention(CrossAttentionMechanism):
         leaf_bounds = torch.cat([high, low], dim=-1)
         if group is not None:  # in the groups' order: a chosen group's leaves are one contiguous block
             index = order.clamp(max=low.shape[2] - 1)
-            leaf_bounds = rows_at(leaf_bounds, index).masked_fill((order >= low.shape[2])[..., None], 0.0)
+            leaf_bounds = rows_at(index, leaf_bounds)[0].masked_fill((order >= low.shape[2])[..., None], 0.0)
         if compact:
             leaf_bounds = outward_bfloat16(leaf_bounds)
         return {"leaf_bounds": leaf_bounds, "leaf_order": order,
@@ -1257,27 +1255,18 @@ class QuestCrossAttention(CrossAttentionMechanism):
     def _attend_encoder_rows(
         self, queries: torch.Tensor, state: QuestRowsState, flat: torch.Tensor, bias: torch.Tensor
     ) -> torch.Tensor:
-        """The accelerator steps' absorbed form (module docstring) over rows ``flat`` (B, H, ...) long of the
-        flattened encoder output, ``S`` per head, with additive ``bias`` (B, H, 1, S): one indexing of the encoder
-        output, one ``scaled_dot_product_attention`` in the hidden space, the value projection. (B, H, 1, d)."""
+        """The accelerator steps' read of the encoder-rows layout: the rows ``flat`` (B, H, ...) long of the flattened
+        encoder output, ``S`` per head, by one indexing, then :meth:`_absorbed` with additive ``bias`` (B, H, 1, S).
+        (B, H, 1, d)."""
         batch, heads = flat.shape[:2]
-        width = bias.shape[-1]
-        encoder, projection = state.encoder.flat, state.encoder.projection
-        hidden_size = encoder.shape[1]
-        # accumulation_dtype(promote_types(...)) without its two dispatched calls: float64 if either is, else float32
-        wide = torch.float64 if torch.float64 in (queries.dtype, encoder.dtype) else torch.float32
-        hidden = cast(encoder[flat].view(batch, heads, width, hidden_size), wide)
-        hidden_queries = projection.step_hidden_queries(queries, wide)
-        some = cast(state.has_keys, wide)  # an example without real keys: output 0
-        return cast(projection.attend_rows(hidden_queries, hidden, cast(bias, wide), some, self.scale), queries.dtype)
+        return self._absorbed(queries, state, state.encoder.flat[flat].view(batch, heads, bias.shape[-1], -1), bias)
 
     def _read_encoder_rows(
         self, queries: torch.Tensor, state: QuestRowsState, segments: torch.Tensor
     ) -> torch.Tensor:
         """The CPU step's output from rows of the encoder output, for one decoder position: the rows :meth:`select`
-        chooses, one ``index_select`` of the flattened encoder output, then the absorbed form the accelerator steps
-        use (:meth:`~srformer.attention.projection.HeadProjection.attend_rows`: ``W_v (sum_x a_x h_x) + b_v`` with
-        ``a = softmax(scale · (W_k^T Q_t) . h_x)`` over the rows read, one ``scaled_dot_product_attention``).
+        chooses, one ``index_select`` of the flattened encoder output (whole rows: faster there than an indexing),
+        then :meth:`_absorbed`, as the accelerator steps do.
 
         Args:
             queries: (B, H, 1, d) projected decoder query.
@@ -1285,18 +1274,29 @@ class QuestCrossAttention(CrossAttentionMechanism):
             segments: (B, 1) long, ``i(t)``.
 
         Returns:
-            (B, H, 1, d) in the queries' dtype; 0 for an example without a row read.
+            (B, H, 1, d) in the queries' dtype; 0 for an example without a real key.
         """
         rows, allowed = self.select(queries, state, segments)  # (B, H, 1, S)
         batch, heads, _, width = rows.shape
-        encoder, projection = state.encoder, state.encoder.projection
-        wide = accumulation_dtype(torch.promote_types(queries.dtype, encoder.states.dtype))
-        length = encoder.states.shape[1]
+        length = state.encoder.states.shape[1]
         flat = state.positions.gather(1, rows.view(batch, -1)) + (state.slot * length).view(batch, 1)
-        hidden = cast(encoder.flat.index_select(0, flat.view(-1)).view(batch, heads, width, -1), wide)
-        bias = torch.full(allowed.shape, _lowest_bias(wide), dtype=wide, device=rows.device).masked_fill(allowed, 0.0)
-        some = cast(allowed.any(dim=-1, keepdim=True), wide)  # (B, H, 1, 1): a head with no row read outputs 0
-        output = projection.attend_rows(projection.step_hidden_queries(queries, wide), hidden, bias, some, self.scale)
+        hidden = state.encoder.flat.index_select(0, flat.view(-1)).view(batch, heads, width, -1)
+        lowest = _lowest_bias(torch.float32)  # a wider softmax takes float32's lowest too
+        bias = torch.full(allowed.shape, lowest, device=rows.device).masked_fill(allowed, 0.0)
+        return self._absorbed(queries, state, hidden, bias)
+
+    def _absorbed(
+        self, queries: torch.Tensor, state: QuestRowsState, hidden: torch.Tensor, bias: torch.Tensor
+    ) -> torch.Tensor:
+        """The absorbed form (module docstring) over encoder rows ``hidden`` (B, H, S, D) with additive ``bias``
+        (B, H, 1, S): ``W_k^T Q_t``, one ``scaled_dot_product_attention`` in the hidden space, the value projection
+        (:meth:`~srformer.attention.projection.HeadProjection.attend_rows`), in float32 or wider; an example without
+        real keys outputs 0 (``has_keys``). (B, H, 1, d) in the queries' dtype."""
+        projection = state.encoder.projection
+        # accumulation_dtype(promote_types(...)) without its two dispatched calls: float64 if either is, else float32
+        wide = torch.float64 if torch.float64 in (queries.dtype, state.encoder.flat.dtype) else torch.float32
+        output = projection.attend_rows(projection.step_hidden_queries(queries, wide), cast(hidden, wide),
+                                        cast(bias, wide), cast(state.has_keys, wide), self.scale)
         return cast(output, queries.dtype)
 
     def _standard(self, state: CrossAttentionState) -> QuestState:
