@@ -15,6 +15,7 @@ from torch import nn
 
 from srformer.attention.base import CrossAttentionMechanism
 from srformer.attention.projection import HeadProjection
+from srformer.attention.schedule import tracing
 from srformer.models.cross_attention import attention_weights_requested, run_cross_attention
 
 
@@ -65,7 +66,7 @@ class _ConvertedCrossAttention:
         batch, q_len = hidden_states.shape[:2]
         step = q_len == 1  # a decoding step: (B, 1, d_model) projected as (B, d_model), no transposes
         if step:
-            queries = query(hidden_states.view(batch, -1)).view(batch, -1, 1, head_dim)
+            queries = self._step_linear(query, hidden_states.view(batch, -1)).view(batch, -1, 1, head_dim)
         else:
             queries = query(hidden_states).view(batch, q_len, -1, head_dim).transpose(1, 2)
 
@@ -86,9 +87,36 @@ class _ConvertedCrossAttention:
             output_attentions=attention_weights_requested(self, output_attentions),
             projection=HeadProjection.from_linear(key, value, num_heads, head_dim),
         )
-        if step:  # (B, H, 1, d) is (B, H·d) as it is: the output projection of 2-D rows (4 calls, not 6)
-            return out(output.reshape(batch, -1)).view(batch, 1, -1), weights
+        if step:  # (B, H, 1, d) is (B, H·d) as it is: the output projection of 2-D rows (3 calls, not 6)
+            return self._step_linear(out, output.reshape(batch, -1)).view(batch, 1, -1), weights
         return out(output.transpose(1, 2).reshape(batch, q_len, -1)), weights
+
+
+    def _step_linear(self, linear: nn.Module, rows: torch.Tensor) -> torch.Tensor:
+        """``linear(rows)`` for the 2-D rows (B, in) of a decoding step: for an ``nn.Linear``, one ``mm`` (``addmm``
+        with a bias) with the transposed view of its weight that this module keeps between steps, where ``linear``
+        makes that view again at every call (one call per projection and step fewer; a view launches no kernel,
+        but costs the dispatcher's time). The kept view is made again when the weight changes (another tensor,
+        device or dtype, an in-place update: its version counter), and not kept while autograd records through the
+        weight or ``torch.compile`` traces. Any other module (quantized, adapter-wrapped) is called as it is.
+
+        Args:
+            linear: the projection. rows: (B, in_features).
+
+        Returns:
+            (B, out_features), as ``linear(rows)``.
+        """
+        if type(linear) is not nn.Linear or tracing() or (torch.is_grad_enabled() and linear.weight.requires_grad):
+            return linear(rows)
+        weight = linear.weight
+        key = (weight.data_ptr(), weight._version, weight.dtype, weight.device)
+        kept: dict[int, tuple[tuple[Any, ...], torch.Tensor]] = self.__dict__.setdefault("_srformer_step_weights", {})
+        entry = kept.get(id(linear))
+        if entry is None or entry[0] != key:
+            entry = kept[id(linear)] = (key, weight.t())
+        if linear.bias is None:
+            return torch.mm(rows, entry[1])
+        return torch.addmm(linear.bias, rows, entry[1])
 
 
 class SRformerT5AttentionMixin(_ConvertedCrossAttention):
