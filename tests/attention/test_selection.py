@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from srformer.attention.selection import position_order, ranked_top, top_positions
+from srformer.attention.selection import ORDER_FLOOR, position_order, ranked_top, top_positions
 
 
 def _by_sort(scores: torch.Tensor, allowed: torch.Tensor, width: int) -> torch.Tensor:
@@ -112,9 +112,39 @@ def test_order_keys_keep_float32_scores_apart_and_ties_in_position_order():
 
 
 def test_position_order_refuses_more_positions_than_its_keys_keep_apart():
-    allowed = torch.ones(1, dtype=torch.bool).expand((1 << 25) + 1)
-    with pytest.raises(ValueError, match="At most 2\\*\\*25 positions"):
+    allowed = torch.ones(1, dtype=torch.bool).expand(1 << 25)
+    with pytest.raises(ValueError, match="At most 2\\*\\*25 - 1 positions"):
         position_order(allowed)
+
+
+def test_every_position_term_is_below_zero_and_the_first_one_step_below():
+    """A floor of ``+inf`` turns a key into ``-inf`` only where the position term is below 0: the first one too."""
+    for n in (1, 2, 3, 1000, 1024):
+        order = position_order(torch.ones(n, dtype=torch.bool))
+        assert bool((order < 0).all()) and order[0] == -(2.0 ** -(25 + n.bit_length()))
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(1, 3), n=st.integers(1, 30), dtype=st.sampled_from([torch.float32, torch.float64,
+                                                                            torch.bfloat16]), data=st.data())
+def test_a_floor_of_plus_infinity_ranks_last_as_an_order_of_minus_infinity_does(rows, n, dtype, data):
+    """``floor`` (the group leaf step's groups left out): ``+inf`` at a position chooses what an order of ``-inf``
+    there chooses, positions with an order of ``+inf`` still first, in float32, bfloat16 and float64 (the tie
+    pass); the others keep their ranking (ties to the earlier position)."""
+    width = data.draw(st.integers(1, n))
+    values = data.draw(st.lists(st.sampled_from([-1.0, 0.0, 0.5, 2.0, 3e38, -3e38]), min_size=rows * n,
+                                max_size=rows * n))
+    scores = torch.tensor(values, dtype=dtype).view(rows, n)
+
+    def mask() -> torch.Tensor:
+        return torch.tensor(data.draw(st.lists(st.booleans(), min_size=rows * n, max_size=rows * n))).view(rows, n)
+
+    order = position_order(mask()).masked_fill(mask(), float("inf"))
+    out = mask()
+    floor = torch.full((rows, n), ORDER_FLOOR).masked_fill(out, float("inf"))
+    by_floor = ranked_top(scores, order, width, finite=True, floor=floor)
+    by_order = ranked_top(scores, order.masked_fill(out & (order < float("inf")), float("-inf")), width, finite=True)
+    assert torch.equal(by_floor.sort(dim=-1).values, by_order.sort(dim=-1).values)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

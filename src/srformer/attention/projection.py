@@ -100,31 +100,46 @@ class HeadProjection:
         """
         return (_as(queries, dtype).transpose(-1, -2) * _as(self.key_weight, dtype)).sum(dim=-2, keepdim=True)
 
+    def example_values(self, has_keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The value projection of each example for :meth:`attend_rows`, made once per sequence by the states that
+        read encoder rows: ``W_v`` and ``b_v`` times ``has_keys``, so that an example without a real key outputs 0
+        without a step multiplying by it (one or two operator calls per layer and step fewer). ``B·H·d·D``
+        numbers per layer: a t5-small layer's 262,144 per example.
+
+        Args:
+            has_keys: (B, 1, 1, 1) float32 or wider, 1 for an example with a real key and 0 for one without.
+
+        Returns:
+            ``(value_weight, value_bias)``: (B, H, d, D) and (B, H, 1, d) or None (no value bias), in
+            ``has_keys``' dtype.
+        """
+        dtype = has_keys.dtype
+        weight = has_keys * _as(self.value_weight, dtype)
+        bias = None if self.value_bias is None else has_keys * _as(self.value_bias, dtype).unsqueeze(1)
+        return weight, bias
+
     def attend_rows(
-        self, hidden_queries: torch.Tensor, rows: torch.Tensor, bias: torch.Tensor, some: torch.Tensor, scale: float
+        self, hidden_queries: torch.Tensor, rows: torch.Tensor, bias: torch.Tensor, value_weight: torch.Tensor,
+        value_bias: torch.Tensor | None, scale: float,
     ) -> torch.Tensor:
         """Attention of one decoder position over encoder rows in the absorbed form (Unlimiformer Sec. 2.3): the
         softmax of ``scale · (W_k^T Q_t) · h_x + bias_x`` mixes the rows ``h_x`` in the hidden space, and ``W_v``
         projects the mix (``sum_x a_x (W_v h_x + b_v) = W_v (sum_x a_x h_x) + b_v``): the output of the softmax over
-        the rows' keys and values, without projecting them. Five or six operator calls.
+        the rows' keys and values, without projecting them. Four operator calls, five with a value bias.
 
         Args:
             hidden_queries: (B, H, 1, D), :meth:`step_hidden_queries`.
             rows: (B, H, S, D) the rows each head reads, in the hidden queries' dtype.
             bias: (B, H, 1, S) additive bias in that dtype (the dtype's lowest value at a row not to read).
-            some: (B, 1, 1, 1) in that dtype, 1 for an example with a real key, 0 for one without (output 0).
+            value_weight, value_bias: :meth:`example_values` (0 for an example without a real key: output 0).
             scale: the model's attention scale.
 
         Returns:
-            (B, H, 1, d) in the hidden queries' dtype.
+            (B, H, 1, d) in the hidden queries' dtype (or wider, where the value projection is).
         """
-        dtype = hidden_queries.dtype
-        heads = rows.shape[1]
-        mixed = F.scaled_dot_product_attention(hidden_queries, rows, rows, attn_mask=bias, scale=scale) * some
-        output = (mixed * _as(self.value_weight, dtype)).sum(dim=-1).unsqueeze(2)  # (B, H, 1, d)
-        if self.value_bias is not None:
-            output = output + _as(self.value_bias, dtype).view(1, heads, 1, -1) * some
-        return output
+        mixed = F.scaled_dot_product_attention(hidden_queries, rows, rows, attn_mask=bias, scale=scale)
+        output = (mixed * value_weight).sum(dim=-1).unsqueeze(2)  # (B, H, 1, d)
+        return output if value_bias is None else output + value_bias
 
     def keys(self, hidden: torch.Tensor) -> torch.Tensor:
         """The keys of encoder rows as the layer computes them (its own ``linear``, bias included), split into

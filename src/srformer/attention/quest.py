@@ -97,7 +97,7 @@ from srformer.attention.schedule import (
     tracing,
 )
 from srformer.attention.segmented import cast
-from srformer.attention.selection import position_order, ranked_top, top_positions
+from srformer.attention.selection import ORDER_FLOOR, position_order, ranked_top, top_positions
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, rows_in_encoder_order
 from srformer.attention.step_choice import step_kind
 from srformer.core import MechanismSettings, integer_setting
@@ -128,7 +128,7 @@ TREE_BUDGET = 1 << 24
 _GATHER_BUDGET = 1 << 24
 #: With groups, the accelerator's group leaf step scores only the slots of the ``p`` chosen groups (one indexing of
 #: their bounds, :meth:`QuestCrossAttention.group_leaf_step`) where there are at least this many times ``p·g`` slots
-#: in eager mode, and every slot (one product, no indexing) below. The gathered route makes 11 operator calls more per
+#: in eager mode, and every slot (one product, no indexing) below. The gathered route makes 12 operator calls more per
 #: layer and reads ``p·g`` leaves' bounds instead of ``Ls``: in eager mode on a GPU, where a call costs about 20 µs, it
 #: pays from about this ratio (``quest-tree``: 65,536 slots, inputs of 131,072 tokens).
 GATHER_SLOTS_RATIO_EAGER = 64
@@ -311,13 +311,16 @@ class QuestRowsState(QuestBoundsState):
 
     Attributes:
         slot: (B,) long, each row's example in :attr:`encoder` (reordered with the beams like every tensor field).
-        has_keys: (B, 1, 1, 1), 1 for an example with a real key and 0 for one without (its output is 0), in the
-            accumulation dtype of the encoder output (:func:`~srformer.attention.state.accumulation_dtype`).
+        value_weight: (B, H, d, D) the layer's ``W_v`` per head, 0 for an example without a real key, in the
+            accumulation dtype of the encoder output (:func:`~srformer.attention.state.accumulation_dtype`;
+            :meth:`~srformer.attention.projection.HeadProjection.example_values`).
+        value_bias: (B, H, 1, d) ``b_v`` likewise, or None for a projection without a bias.
         encoder: the encoder output and the layer's projections (:class:`EncoderRows`).
     """
 
     slot: torch.Tensor
-    has_keys: torch.Tensor
+    value_weight: torch.Tensor
+    value_bias: torch.Tensor | None = None
     encoder: EncoderRows
 
     is_lean: ClassVar[bool] = True
@@ -566,7 +569,8 @@ class _StepTables(NamedTuple):
     leaf_offsets: torch.Tensor  # (b,) long, 0 .. b - 1 (a leaf's rows from its start)
     leaf_column: torch.Tensor  # (s + R·b,) bool, False for the s segment rows, True for the leaves' rows
     slot_group: torch.Tensor  # (B, H, Ls) long, the group of each slot (j // g; 0 without groups), expanded
-    left_out: torch.Tensor  # (B, H, G) float64 -inf (G = Ls // g): scattered with 0 at the chosen groups
+    left_out: torch.Tensor  # (B, H, G) float32 +inf (G = Ls // g): scattered with ranked_top's floor at the chosen
+    # groups, its ``floor`` of every slot then ranks a slot of a group left out after all others
     group_slots: torch.Tensor  # (G, g) long, the slots of each group (G·g + 0 .. g - 1)
     leaf_segment: torch.Tensor  # (Ls,) long, the segment of each leaf (j // (s / b); -1 where b does not divide s)
     zero: torch.Tensor  # () 0 in the queries' dtype: the bias of a row read
@@ -603,7 +607,7 @@ def _make_step_tables(
         segment_offsets=torch.arange(s, device=device), leaf_offsets=torch.arange(b, device=device),
         leaf_column=torch.arange(s + width * b, device=device) >= s,
         slot_group=torch.div(torch.arange(slots, device=device), group, rounding_mode="floor").expand(batch, heads, -1),
-        left_out=torch.full((batch, heads, slots // group), float("-inf"), dtype=torch.float64, device=device),
+        left_out=torch.full((batch, heads, slots // group), float("inf"), dtype=torch.float32, device=device),
         group_slots=torch.arange(slots, device=device).view(slots // group, group),
         leaf_segment=(torch.div(torch.arange(slots, device=device), s // b, rounding_mode="floor") if s % b == 0
                       else torch.full((slots,), -1, device=device)),
@@ -783,8 +787,10 @@ class QuestCrossAttention(CrossAttentionMechanism):
         return inverse.view(batch, heads, -1, per_segment).transpose(1, 2).contiguous()
 
     def finite_check_fields(self, state: CrossAttentionState) -> tuple[str, ...]:
-        """The base's fields less ``slot_rank`` and ``group_rank``, built from masks alone (``-inf`` on purpose)."""
-        return tuple(name for name in super().finite_check_fields(state) if name not in ("slot_rank", "group_rank"))
+        """The base's fields less ``slot_rank`` and ``group_rank``, built from masks alone (``-inf`` on purpose), and
+        the rows layout's ``value_weight`` and ``value_bias``, the model's own weights."""
+        skipped = ("slot_rank", "group_rank", "value_weight", "value_bias")
+        return tuple(name for name in super().finite_check_fields(state) if name not in skipped)
 
     @autocast_off
     def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> QuestState:
@@ -848,10 +854,12 @@ class QuestCrossAttention(CrossAttentionMechanism):
         slot = torch.arange(batch, device=encoder_states.device)
         encoder_rows = base["positions"] + (slot * length)[:, None]
         wide = accumulation_dtype(encoder_states.dtype)
+        encoder = EncoderRows(encoder_states, projection)
+        value_weight, value_bias = encoder.projection.example_values((lengths > 0).to(wide).view(batch, 1, 1, 1))
         return QuestRowsState(
             **base, **bounds, **self._step_fields(base, bounds),
             **self._leaf_step_fields(lengths, rows, wide, bounds["leaf_order"], encoder_rows), slot=slot,
-            has_keys=(lengths > 0).to(wide).view(batch, 1, 1, 1), encoder=EncoderRows(encoder_states, projection),
+            value_weight=value_weight, value_bias=value_bias, encoder=encoder,
         )
 
     def lean(self, state: CrossAttentionState) -> CrossAttentionState:
@@ -1172,11 +1180,12 @@ class QuestCrossAttention(CrossAttentionMechanism):
         """:meth:`accelerator_step` in fewer operator calls with groups, where every segment is ``e = s / b`` whole
         leaves and the chosen groups always hold ``r`` candidates (:meth:`uses_leaf_step`; no host sync, the same
         calls whatever the input length). The same rows and output, by a shorter route: the ``p`` groups of largest
-        bound as there; every slot of the groups left out gets ``-inf`` in its order key (one ``scatter`` and one
-        ``gather``); the ``e`` slots holding segment ``i(t)``'s leaves (``segment_slots``, one indexing) get ``+inf``
-        (one ``scatter``): ranked before every other and read whether or not they hold real rows (those that do not
-        with the lowest bias), so one ``topk`` of order keys (:func:`~srformer.attention.selection.ranked_top`)
-        returns them and the ``r`` candidates of largest bound (ties to the earlier in ``π``). Because at least
+        bound as there; every slot of the groups left out gets a floor of ``+inf`` in its order key, which ranks it
+        after all others (one ``scatter`` and one ``gather``; :func:`~srformer.attention.selection.ranked_top`'s
+        ``floor``); the ``e`` slots holding segment ``i(t)``'s leaves (``segment_slots``, one indexing) get an order
+        term of ``+inf`` (one ``scatter``): ranked before every other and read whether or not they hold real rows
+        (those that do not with the lowest bias), so one ``topk`` of order keys returns them and the ``r`` candidates
+        of largest bound (ties to the earlier in ``π``). Because at least
         ``r`` candidates are finite whenever a group is left out, no slot of a group left out is read. The keys and
         values, or the encoder rows, are read by whole leaves, with each slot's bias (``row_bias``, per slot).
 
@@ -1185,7 +1194,7 @@ class QuestCrossAttention(CrossAttentionMechanism):
         ``p·g`` slots of the chosen groups (one indexing of their bounds, ``O(p·g·d)`` whatever the input length):
         the slots of segment ``i(t)`` among them ranked last, the ``r`` best of the others chosen by one ``topk`` of
         order keys and put after the segment's ``e`` slots, and a segment slot picked again (an example with fewer
-        than ``r`` real candidates) masked. The same rows, 11 operator calls more per layer.
+        than ``r`` real candidates) masked. The same rows, 12 operator calls more per layer.
 
         Args:
             queries: (B, H, 1, d) projected decoder query.
@@ -1221,11 +1230,12 @@ class QuestCrossAttention(CrossAttentionMechanism):
                 # be picked again among those ranked last; its second reading is masked
                 again = F.pad(inside.gather(-1, picked), (own.shape[-1], 0))[..., None]  # (B, H, e + r, 1)
             else:
-                order = state.slot_rank + tables.left_out.scatter(-1, chosen_groups, 0.0).gather(-1, tables.slot_group)
+                # the slots of the groups left out after all others: a floor of +inf in their order keys
+                floor = tables.left_out.scatter(-1, chosen_groups, ORDER_FLOOR).gather(-1, tables.slot_group)
                 # the e slots of segment i(t)'s leaves first: an order term of +inf makes a finite score's key +inf
-                order = order.scatter_(-1, own, float("inf"))
+                order = state.slot_rank.scatter(-1, own, float("inf"))
                 scores = (features * state.leaf_bounds).sum(dim=-1)  # (B, H, Ls)
-                chosen = ranked_top(scores, order, width, finite=True)  # (B, H, e + r) slots
+                chosen = ranked_top(scores, order, width, finite=True, floor=floor)  # (B, H, e + r) slots
         bias = state.row_bias[tables.example, tables.head, chosen]  # (B, H, e + r, b)
         if gathered:
             bias = bias.masked_fill(again, tables.lowest)
@@ -1291,12 +1301,12 @@ class QuestCrossAttention(CrossAttentionMechanism):
         """The absorbed form (module docstring) over encoder rows ``hidden`` (B, H, S, D) with additive ``bias``
         (B, H, 1, S): ``W_k^T Q_t``, one ``scaled_dot_product_attention`` in the hidden space, the value projection
         (:meth:`~srformer.attention.projection.HeadProjection.attend_rows`), in float32 or wider; an example without
-        real keys outputs 0 (``has_keys``). (B, H, 1, d) in the queries' dtype."""
+        real keys outputs 0 (its ``value_weight``). (B, H, 1, d) in the queries' dtype."""
         projection = state.encoder.projection
         # accumulation_dtype(promote_types(...)) without its two dispatched calls: float64 if either is, else float32
         wide = torch.float64 if torch.float64 in (queries.dtype, state.encoder.flat.dtype) else torch.float32
         output = projection.attend_rows(projection.step_hidden_queries(queries, wide), cast(hidden, wide),
-                                        cast(bias, wide), cast(state.has_keys, wide), self.scale)
+                                        cast(bias, wide), state.value_weight, state.value_bias, self.scale)
         return cast(output, queries.dtype)
 
     def _standard(self, state: CrossAttentionState) -> QuestState:

@@ -11,44 +11,48 @@ positions in the order (allowed first, score descending, position ascending) in 
 * :func:`ranked_top` (the accelerator steps, :mod:`srformer.attention.step_choice`): a fixed sequence of four or
   five kernels and no host sync. Float32 (and narrower) scores are widened to float64 **order keys** that also
   encode the position, ``key_j = s_j + hypot(s_j, 2^-126) · o_j`` with the position term
-  ``o_j = -j · 2^-(25 + L)`` (``2^L >= n``; :func:`position_order`). The term moves a score by less than
+  ``o_j = -(j + 1) · 2^-(25 + L)`` (``2^L > n``; :func:`position_order`). The term moves a score by less than
   ``2^-25`` of its magnitude, less than half the gap to the next float32, so distinct scores keep their order;
   the product is exact in float64 (24 bits times ``L <= 25``) and two equal scores' keys differ by at least
   ``|s|·2^-50``, two float64 units of ``s``, so they stay apart after the sum's one rounding, the earlier position
   above. All keys of a row are distinct: one ``topk`` is the exact answer. ``o_j = -inf`` puts a position after
-  every other. Float64 scores have no spare bits for the position: :func:`top_positions`'s tie pass, without its
-  host check.
+  every other, and so does a floor of ``+inf`` in place of ``2^-126`` (every ``o_j`` is below 0: the term is
+  ``-inf``), which a caller can build in one call fewer than an order with ``-inf`` added. Float64 scores have no
+  spare bits for the position: :func:`top_positions`'s tie pass, without its host check.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["position_order", "ranked_top", "top_positions"]
+__all__ = ["ORDER_FLOOR", "position_order", "ranked_top", "top_positions"]
 
 #: The smallest normal float32, ``2^-126``: the floor under a score's magnitude in its order key, so that a zero
 #: score's key still carries its position (a 0-d CPU tensor: an operand of any device's elementwise kernels).
 _FLOOR = torch.tensor(torch.finfo(torch.float32).tiny, dtype=torch.float32, device="cpu")
-#: The widest position term: ``2^25`` positions keep two equal scores' keys two float64 units apart.
+#: The same floor as a number: the value of :func:`ranked_top`'s ``floor`` at a position ranked as usual.
+ORDER_FLOOR = torch.finfo(torch.float32).tiny
+#: The widest position term: fewer than ``2^25`` positions keep two equal scores' keys two float64 units apart.
 _MAX_POSITION_BITS = 25
 
 
 def _position_shift(n: int) -> int:
-    """``25 + L``, the exponent of a position term's step for ``n`` positions (``2^L >= n``).
+    """``25 + L``, the exponent of a position term's step for ``n`` positions (``2^L > n``).
 
     Raises:
-        ValueError: for more than ``2^25`` positions.
+        ValueError: for ``2^25`` positions or more.
     """
-    bits = max(n - 1, 1).bit_length()
+    bits = max(n, 1).bit_length()
     if bits > _MAX_POSITION_BITS:
-        raise ValueError(f"At most 2**{_MAX_POSITION_BITS} positions can be ranked, got {n}.")
+        raise ValueError(f"At most 2**{_MAX_POSITION_BITS} - 1 positions can be ranked, got {n}.")
     return 25 + bits
 
 
 def position_order(allowed: torch.Tensor) -> torch.Tensor:
-    """The position term of :func:`ranked_top`'s order keys along the last axis: ``-j · 2^-(25 + L)`` at an allowed
-    position ``j`` (``2^L >= n``), ``-inf`` at the others (ranked after every allowed one). Built once per sequence
-    by the states that keep it (``knn``'s keys, ``block-topk``'s blocks).
+    """The position term of :func:`ranked_top`'s order keys along the last axis: ``-(j + 1) · 2^-(25 + L)`` at an
+    allowed position ``j`` (``2^L > n``; below 0 everywhere, so that a floor of ``+inf`` makes the key ``-inf``),
+    ``-inf`` at the others (ranked after every allowed one). Built once per sequence by the states that keep it
+    (``knn``'s keys, ``block-topk``'s blocks, ``quest``'s slots and groups).
 
     Args:
         allowed: (..., n) bool.
@@ -57,10 +61,10 @@ def position_order(allowed: torch.Tensor) -> torch.Tensor:
         (..., n) float64.
 
     Raises:
-        ValueError: for more than ``2^25`` positions.
+        ValueError: for ``2^25`` positions or more.
     """
     n = allowed.shape[-1]
-    step = torch.arange(n, dtype=torch.float64, device=allowed.device) * -(2.0 ** -_position_shift(n))
+    step = torch.arange(1, n + 1, dtype=torch.float64, device=allowed.device) * -(2.0 ** -_position_shift(n))
     return step.masked_fill(~allowed, float("-inf"))
 
 
@@ -89,7 +93,8 @@ def _earliest_at_cut(scores: torch.Tensor, at: torch.Tensor, cut: torch.Tensor, 
 
 
 def ranked_top(
-    scores: torch.Tensor, order: torch.Tensor, width: int, first: torch.Tensor | None = None, *, finite: bool = False
+    scores: torch.Tensor, order: torch.Tensor, width: int, first: torch.Tensor | None = None, *, finite: bool = False,
+    floor: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The ``width`` positions first in the order along the last axis (``first`` ones, then those whose ``order`` is
     finite by score descending and position ascending, then the others), in no particular order: an accelerator
@@ -109,12 +114,17 @@ def ranked_top(
             scheduled segment), at most ``width`` per row.
         finite: the caller knows every score is finite: one call fewer (no ``nan_to_num``). A NaN or infinite
             score then ranks above every finite one (its order key is NaN).
+        floor: float32 broadcastable to ``scores``, or None (``2^-126`` everywhere): the floor under each score's
+            magnitude in its order key, ``2^-126`` where the position is ranked as usual and ``+inf`` where it is
+            ranked after every other, as an ``order`` of ``-inf`` ranks it (unless its ``order`` is ``+inf``: it is
+            then ranked first). ``order`` must come from :func:`position_order` (below 0 at every position).
 
     Returns:
         (..., width) long in ``[0, n)``, distinct within a row.
     """
     if scores.dtype == torch.float64:
-        allowed = (order > float("-inf")).expand_as(scores)
+        allowed = order > float("-inf")
+        allowed = (allowed if floor is None else allowed & (floor < float("inf"))).expand_as(scores)
         ahead = order == float("inf")  # what the order keys' +inf term does to a finite score
         first = ahead if first is None else first | ahead
         return _tie_pass(scores, allowed, width, first.expand_as(scores))
@@ -123,7 +133,7 @@ def ranked_top(
     if not finite:
         info = torch.finfo(scores.dtype)
         scores = torch.nan_to_num(scores, nan=info.min, posinf=info.max, neginf=info.min)
-    keys = torch.addcmul(scores, torch.hypot(scores, _FLOOR), order)  # float64 (order's dtype)
+    keys = torch.addcmul(scores, torch.hypot(scores, _FLOOR if floor is None else floor), order)  # float64
     if first is not None:
         keys = keys.masked_fill(first, float("inf"))
     return torch.topk(keys, width, dim=-1, sorted=False).indices
