@@ -169,10 +169,7 @@ def test_the_state_counts_its_own_tensors_and_the_memory_estimate():
     states = [layer.state for layer in output.past_key_values.cross_attention_cache.layers]
     assert all(isinstance(state, RowsKNNState) for state in states)
     batch, length = mask.shape
-    config = model.config
-    values = config.decoder_attention_heads * (config.d_model // config.decoder_attention_heads) * (config.d_model + 1)
-    # order term, mask; 3 longs; each example's W_v and b_v (float64 here)
-    assert states[0].nbytes() == batch * length * (8 + 8) + batch * 3 * 8 + batch * values * 8
+    assert states[0].nbytes() == batch * length * (8 + 8) + batch * (3 * 8 + 8)  # order term, mask; 3 longs, flag
     per_layer = sum(state.nbytes() for state in states)
     assert cross_attention_cache_bytes(output.past_key_values, encoded) == per_layer + encoded.numel() * 8
 
@@ -181,8 +178,7 @@ def test_the_state_counts_its_own_tensors_and_the_memory_estimate():
     exact = estimate_decode_memory(SRformerConfig("knn"), shape, 1, long, torch.bfloat16)
     rows = estimate_decode_memory(SRformerConfig("knn", knn_index="rows"), shape, 1, long, torch.bfloat16)
     layers = shape.decoder_layers
-    # no keys or values: the order term and the mask per position, and the example's float32 W_v and b_v, per layer
-    assert rows.states == layers * (long * (8 + 4) + values * 4)
+    assert rows.states == layers * long * (8 + 4)  # no keys or values: the order term and the mask per layer
     assert rows.states < exact.states / 10  # 12 bytes per position and layer against 4·d_model (d_model = 32)
     short = estimate_decode_memory(SRformerConfig("knn", knn_index="rows"), shape, 1, 1000, torch.bfloat16)
     assert short == estimate_decode_memory(SRformerConfig("knn"), shape, 1, 1000, torch.bfloat16)

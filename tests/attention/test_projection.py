@@ -72,3 +72,38 @@ def test_keys_are_the_layers_own_keys_split_into_heads(bias):
     # float32 sums of 16 products: rounding at most about 16·eps·sum|x·w| (4e-6 here)
     torch.testing.assert_close(keys.double(), expected, rtol=1e-5, atol=1e-5)
     assert sum(calls.values()) <= 7
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["t5", "bart"])
+def test_both_forms_of_the_absorbed_read_are_the_softmax_over_the_rows_keys_and_values_in_float64(bias):
+    """``attend_rows`` with the layer's ``W_v`` and a factor per example, and with each example's ``W_v`` with the
+    factor folded in (:meth:`HeadProjection.example_values`): the softmax over the chosen rows' own keys and values
+    (an independent float64 reference), 0 for an example without a real key, in one call fewer (two with a bias)."""
+    key, value = (linear.double() for linear in _linears(bias))
+    projection = HeadProjection.from_linear(key, value, HEADS, HEAD_DIM).kept()
+    generator = torch.Generator().manual_seed(1)
+    rows = torch.randn(2, HEADS, 5, HIDDEN, generator=generator, dtype=torch.float64)
+    queries = torch.randn(2, HEADS, 1, HEAD_DIM, generator=generator, dtype=torch.float64)
+    mask = torch.tensor([True, True, False, True, False])
+    bias_term = torch.zeros(2, HEADS, 1, 5, dtype=torch.float64).masked_fill(~mask, torch.finfo(torch.float32).min)
+    has_keys = torch.tensor([1.0, 0.0], dtype=torch.float64).view(2, 1, 1, 1)
+    keys = torch.einsum("bhnD,hdD->bhnd", rows, key.weight.view(HEADS, HEAD_DIM, HIDDEN))
+    values = torch.einsum("bhnD,hdD->bhnd", rows, value.weight.view(HEADS, HEAD_DIM, HIDDEN))
+    if bias:
+        keys = keys + key.bias.view(1, HEADS, 1, HEAD_DIM)
+        values = values + value.bias.view(1, HEADS, 1, HEAD_DIM)
+    weights = torch.softmax((queries @ keys.transpose(-1, -2)).masked_fill(~mask, float("-inf")), dim=-1)
+    expected = (weights @ values) * has_keys
+    hidden = projection.step_hidden_queries(queries, torch.float64)
+    shared, shared_calls = count_calls(lambda: projection.attend_rows(hidden, rows, bias_term, 1.0,
+                                                                      has_keys=has_keys))
+    folded_values = projection.example_values(has_keys)
+    folded, folded_calls = count_calls(lambda: projection.attend_rows(hidden, rows, bias_term, 1.0,
+                                                                      example_values=folded_values))
+    # a few dozen float64 roundings of sums of at most HIDDEN products: far inside 64 units of the largest value
+    tolerance = 64 * torch.finfo(torch.float64).eps * float(values.abs().max() + HIDDEN)
+    for output in (shared, folded):
+        torch.testing.assert_close(output, expected, rtol=0, atol=tolerance)
+    assert sum(shared_calls.values()) - sum(folded_calls.values()) == (3 if bias else 1)
+    with pytest.raises(ValueError, match="exactly one"):
+        projection.attend_rows(hidden, rows, bias_term, 1.0)

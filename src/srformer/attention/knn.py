@@ -411,10 +411,9 @@ class KNNCrossAttention(ContentSparseCrossAttention):
                       key_bias=bias.masked_fill_(~real, torch.finfo(bias.dtype).min))
 
     def finite_check_fields(self, state: CrossAttentionState) -> tuple[str, ...]:
-        """Every field but ``rank_order`` and ``key_bias``, built from the mask alone (``-inf`` and the lowest number
-        at padding on purpose), and the rows layout's ``value_weight`` and ``value_bias``, the model's own weights."""
-        skipped = ("rank_order", "key_bias", "value_weight", "value_bias")
-        return tuple(name for name in super().finite_check_fields(state) if name not in skipped)
+        """Every field but ``rank_order`` and ``key_bias``: built from the mask alone (``-inf`` and the lowest number
+        at padding on purpose)."""
+        return tuple(name for name in super().finite_check_fields(state) if name not in ("rank_order", "key_bias"))
 
     def slots(self, queries: torch.Tensor, state: CrossAttentionState) -> tuple[torch.Tensor, torch.Tensor]:
         """The top ``K`` real keys of every query by ``Q_t . K_j`` (ties: the earlier position).

@@ -16,8 +16,8 @@ the ``min(K, k)`` rows each head chose, and the softmax over them in the hidden 
   output once for all layers (:class:`~srformer.attention.state.SharedMapping`).
 * **Step**: ``O(k·D)`` multiply-adds per head, ``H`` times the exact search's ``O(k·d)``, reading the same ``k·D``
   numbers for every head: half the bytes of full attention's keys and values, in more multiply-adds. Off the CPU
-  (:mod:`srformer.attention.step_choice`) a fixed sequence of 17 operator calls per layer whatever ``k`` in float32
-  (18 with a value bias), no host sync; on the CPU the selection is one ``topk`` and a host read of whether a tie
+  (:mod:`srformer.attention.step_choice`) a fixed sequence of 18 operator calls per layer whatever ``k`` in float32
+  (21 with a value bias), no host sync; on the CPU the selection is one ``topk`` and a host read of whether a tie
   at the cut is left out (free there), the order keys only where one is.
 * **Build**: none beyond the mask's two terms, no host sync: the layout is chosen by the padded input length
   (``index_min_keys``), not by a read of the real lengths.
@@ -55,17 +55,14 @@ class RowsKNNState(CrossAttentionState):
             (:func:`~srformer.attention.selection.position_order`): ``-inf`` at padding.
         key_bias: (B, k) float32 (float64 for a float64 encoder output), 0 at real positions and float32's lowest
             number at padding: the softmax's additive mask of the chosen rows.
-        value_weight: (B, H, d, D) in the same dtype, the layer's ``W_v`` per head, 0 for an example without a real
-            key (its output is 0; :meth:`~srformer.attention.projection.HeadProjection.example_values`).
-        value_bias: (B, H, 1, d) in the same dtype, ``b_v`` likewise, or None for a projection without a bias.
+        has_keys: (B, 1, 1, 1) in the same dtype, 1 for an example with a real key, 0 for one without (output 0).
         projection: the layer's key/value projections per head, their views made at the build.
     """
 
     rows: torch.Tensor
     rank_order: torch.Tensor
     key_bias: torch.Tensor
-    value_weight: torch.Tensor
-    value_bias: torch.Tensor | None = None
+    has_keys: torch.Tensor
     projection: HeadProjection
 
     is_lean: ClassVar[bool] = True
@@ -99,11 +96,10 @@ def rows_state(
             else key_valid.to(device=device, dtype=torch.bool))
     wide = accumulation_dtype(encoder_states.dtype)
     bias = torch.zeros(batch, length, dtype=wide, device=device).masked_fill_(~real, torch.finfo(torch.float32).min)
-    value_weight, value_bias = projection.kept().example_values((lengths > 0).to(wide).view(batch, 1, 1, 1))
     return RowsKNNState(
         lengths=lengths, num_segments=torch.ones_like(lengths), last_segment=torch.full_like(lengths, -1),
-        rows=encoder_states, rank_order=position_order(real[:, None, :]), key_bias=bias, value_weight=value_weight,
-        value_bias=value_bias, projection=projection,
+        rows=encoder_states, rank_order=position_order(real[:, None, :]), key_bias=bias,
+        has_keys=(lengths > 0).to(wide).view(batch, 1, 1, 1), projection=projection.kept(),
     )
 
 
@@ -144,7 +140,7 @@ def rows_step(
     bias = cast(state.key_bias[example, chosen].view(batch, heads, 1, width), wide)
     if torch.is_grad_enabled():  # the selection carries no gradient; the softmax over the chosen rows does
         hidden_queries = projection.step_hidden_queries(queries, wide)
-    output = projection.attend_rows(hidden_queries, hidden, bias, state.value_weight, state.value_bias, scale)
+    output = projection.attend_rows(hidden_queries, hidden, bias, scale, has_keys=cast(state.has_keys, wide))
     return cast(output, queries.dtype)
 
 

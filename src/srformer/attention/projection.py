@@ -101,10 +101,10 @@ class HeadProjection:
         return (_as(queries, dtype).transpose(-1, -2) * _as(self.key_weight, dtype)).sum(dim=-2, keepdim=True)
 
     def example_values(self, has_keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The value projection of each example for :meth:`attend_rows`, made once per sequence by the states that
-        read encoder rows: ``W_v`` and ``b_v`` times ``has_keys``, so that an example without a real key outputs 0
-        without a step multiplying by it (one or two operator calls per layer and step fewer). ``B·H·d·D``
-        numbers per layer: a t5-small layer's 262,144 per example.
+        """The value projection of each example for :meth:`attend_rows`, made once per sequence by a state that
+        reads encoder rows (``quest``'s): ``W_v`` and ``b_v`` times ``has_keys``, so that an example without a real
+        key outputs 0 without a step multiplying by it (one or two operator calls per layer and step fewer).
+        ``B·H·d·D`` numbers per layer: a t5-small layer's 262,144 per example (1 MiB in float32).
 
         Args:
             has_keys: (B, 1, 1, 1) float32 or wider, 1 for an example with a real key and 0 for one without.
@@ -119,25 +119,44 @@ class HeadProjection:
         return weight, bias
 
     def attend_rows(
-        self, hidden_queries: torch.Tensor, rows: torch.Tensor, bias: torch.Tensor, value_weight: torch.Tensor,
-        value_bias: torch.Tensor | None, scale: float,
+        self, hidden_queries: torch.Tensor, rows: torch.Tensor, bias: torch.Tensor, scale: float, *,
+        has_keys: torch.Tensor | None = None,
+        example_values: tuple[torch.Tensor, torch.Tensor | None] | None = None,
     ) -> torch.Tensor:
         """Attention of one decoder position over encoder rows in the absorbed form (Unlimiformer Sec. 2.3): the
         softmax of ``scale · (W_k^T Q_t) · h_x + bias_x`` mixes the rows ``h_x`` in the hidden space, and ``W_v``
         projects the mix (``sum_x a_x (W_v h_x + b_v) = W_v (sum_x a_x h_x) + b_v``): the output of the softmax over
-        the rows' keys and values, without projecting them. Four operator calls, five with a value bias.
+        the rows' keys and values, without projecting them. An example without a real key outputs 0, by one of two
+        forms: the layer's ``W_v`` and a factor per example (five operator calls, eight with a value bias), or each
+        example's ``W_v`` with the factor folded in (:meth:`example_values`: four, five with a value bias).
 
         Args:
             hidden_queries: (B, H, 1, D), :meth:`step_hidden_queries`.
             rows: (B, H, S, D) the rows each head reads, in the hidden queries' dtype.
             bias: (B, H, 1, S) additive bias in that dtype (the dtype's lowest value at a row not to read).
-            value_weight, value_bias: :meth:`example_values` (0 for an example without a real key: output 0).
             scale: the model's attention scale.
+            has_keys: (B, 1, 1, 1) in that dtype, 1 for an example with a real key and 0 for one without.
+            example_values: :meth:`example_values`, instead of ``has_keys``.
 
         Returns:
             (B, H, 1, d) in the hidden queries' dtype (or wider, where the value projection is).
+
+        Raises:
+            ValueError: unless exactly one of ``has_keys`` and ``example_values`` is given.
         """
+        if (has_keys is None) == (example_values is None):
+            raise ValueError("attend_rows takes either `has_keys` (the layer's W_v) or `example_values` (each "
+                             "example's W_v), exactly one of them.")
         mixed = F.scaled_dot_product_attention(hidden_queries, rows, rows, attn_mask=bias, scale=scale)
+        if example_values is not None:
+            value_weight, value_bias = example_values
+        else:
+            assert has_keys is not None
+            dtype, heads = hidden_queries.dtype, rows.shape[1]
+            mixed = mixed * has_keys
+            value_weight = _as(self.value_weight, dtype)
+            value_bias = (None if self.value_bias is None
+                          else _as(self.value_bias, dtype).view(1, heads, 1, -1) * has_keys)
         output = (mixed * value_weight).sum(dim=-1).unsqueeze(2)  # (B, H, 1, d)
         return output if value_bias is None else output + value_bias
 

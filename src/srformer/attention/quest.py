@@ -1306,7 +1306,8 @@ class QuestCrossAttention(CrossAttentionMechanism):
         # accumulation_dtype(promote_types(...)) without its two dispatched calls: float64 if either is, else float32
         wide = torch.float64 if torch.float64 in (queries.dtype, state.encoder.flat.dtype) else torch.float32
         output = projection.attend_rows(projection.step_hidden_queries(queries, wide), cast(hidden, wide),
-                                        cast(bias, wide), state.value_weight, state.value_bias, self.scale)
+                                        cast(bias, wide), self.scale,
+                                        example_values=(state.value_weight, state.value_bias))
         return cast(output, queries.dtype)
 
     def _standard(self, state: CrossAttentionState) -> QuestState:

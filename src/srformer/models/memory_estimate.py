@@ -18,15 +18,15 @@ sequences each; transformers copies the encoder output ``b`` times), ``L`` decod
   state, one float32 index of ``B * k * (d_model + 1)`` numbers (the beams of an input share it), and two float32
   copies of one example's rows while it is built.
 - ``knn`` searching the encoder output's rows (``knn_index="rows"``, an input padded to at least ``index_min_keys``
-  tokens): per layer an order-key term (float64) and a mask (float32) per position, ``B' * k * 12`` bytes, and
-  each example's value projection with its bias (float32), ``B' * H * d * (d_model + 1)`` numbers; at a step, every
-  head's scores and order keys, ``B' * H * k`` numbers each.
+  tokens): per layer an order-key term (float64) and a mask (float32) per position, ``B' * k * 12`` bytes; at a
+  step, every head's scores and order keys, ``B' * H * k`` numbers each.
 - ``quest`` reading rows of the encoder output (an input of at least ``rows_min_keys`` tokens): per layer, the
   minimum and maximum key of each leaf (bfloat16) and group (float32) of each head,
   ``2 * B' * H * (k/b + G) * d`` numbers (``G`` the tree's groups, a power of two), the compaction order, each head's
   leaf order, and the accelerator step's tables (16 bytes per leaf and 12 per row; with groups 24 per head and slot
   and 12 per head and row; the CPU builds none, so there this is an upper bound); while it is built, the keys of
-  4,096 positions at a time. Reading rows, each example's value projection too, as for ``knn``.
+  4,096 positions at a time. Per layer too, each example's value projection with its bias (float32),
+  ``B' * H * d * (d_model + 1)`` numbers.
 
 Two checks use it: the chunked encoder's, before a long input is encoded (``b = 1``: the beams are not known yet),
 and the converted model's, when ``generate`` copies the encoder output for its beams (``b`` known).
@@ -99,9 +99,7 @@ def estimate_decode_memory(
         # the encoder output is the state: per layer an order-key term and a mask per position; a step's scores
         # (in the encoder output's dtype) and float64 order keys for every head
         mask_bytes = 8 if dtype == torch.float64 else 4
-        values = batch * heads * head_dim * (d_model + 1) * mask_bytes  # each example's W_v and b_v
-        return DecodeMemory(batch * input_length * d_model * element,
-                            layers * (batch * input_length * (8 + mask_bytes) + values),
+        return DecodeMemory(batch * input_length * d_model * element, layers * batch * input_length * (8 + mask_bytes),
                             batch * heads * input_length * (element + 8))
     if config.variant == "knn" and config.knn_index is not None and input_length >= config.resolved_index_min_keys():
         # one float32 index of the encoder output for all layers (plus a column for ivf), no per-layer keys; the
