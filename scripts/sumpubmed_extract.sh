@@ -4,11 +4,12 @@
 # stopped (a finished step is skipped, an interrupted one continues from its last checkpoint), so rerun the same
 # command after a stop.
 #
-# Usage: [BASE=bart-mini] [SOURCE_LENGTH=N] scripts/sumpubmed_extract.sh SUMPUBMED_DIR OUTPUT_ROOT [EXTRACT_STEPS]
+# Usage: [BASE=bart-mini] [SOURCE_LENGTH=N] [SEED=N] scripts/sumpubmed_extract.sh SUMPUBMED_DIR OUTPUT_ROOT [EXTRACT_STEPS]
 #   SUMPUBMED_DIR holds train.jsonl and validation.jsonl (fields id, document, summary).
 #   BASE: bart-tiny (the default) or bart-mini; SOURCE_LENGTH: the tokens the encoder reads (default 4096 for
 #   bart-tiny, 2048 for bart-mini); EXTRACT_STEPS: steps of the oracle stage, batch 4 (default 600 for bart-tiny,
-#   900 for bart-mini).
+#   900 for bart-mini); SEED: the seed of the bart-mini base's weights and data order and of the oracle stage
+#   (default 0; another seed is another base: give it its own OUTPUT_ROOT).
 # Steps:
 #   1. the base: bart-tiny taught to copy 512-token windows, 3,000 steps (as scripts/sumpubmed_grid.sh), read in
 #      windows of 512; or bart-mini from random weights on the copy/passage mix at 128 tokens, 2,000 steps, read in
@@ -20,10 +21,11 @@
 # Measured for bart-mini on two CPU threads (OMP_NUM_THREADS=2): the base 2,876 s; the oracle targets about 7 min;
 # the oracle stage at 2,048 tokens about 4 s a step.
 set -euo pipefail
-usage="usage: [BASE=bart-mini] [SOURCE_LENGTH=N] scripts/sumpubmed_extract.sh SUMPUBMED_DIR OUTPUT_ROOT [EXTRACT_STEPS]"
+usage="usage: [BASE=bart-mini] [SOURCE_LENGTH=N] [SEED=N] scripts/sumpubmed_extract.sh SUMPUBMED_DIR OUTPUT_ROOT [EXTRACT_STEPS]"
 data=${1:?$usage}
 root=${2:?$usage}
 base_model=${BASE:-bart-tiny}
+seed=${SEED:-0}
 case $base_model in
   bart-tiny)
     source_length=${SOURCE_LENGTH:-4096} steps=${3:-600}
@@ -51,7 +53,7 @@ else
   pretrain_stage "$base" --data "$data/train.jsonl" --model bart-mini --max-source-length 128 \
     --max-target-length 128 --vocab-size 8000 --objective-mix copy=0.3,passage=0.7 --curriculum-start 8 \
     --curriculum-hold 0.05 --curriculum-end 0.5 --max-steps 2000 --batch-size 32 --learning-rate 5e-4 \
-    --warmup-steps 200 --eval-documents 32 --eval-every 400 --save-every 200 --seed 0 --no-progress
+    --warmup-steps 200 --eval-documents 32 --eval-every 400 --save-every 200 --seed "$seed" --no-progress
 fi
 
 srformer oracle-targets --data "$data/train.jsonl" --output "$oracle" --tokenizer "$base" \
@@ -59,7 +61,7 @@ srformer oracle-targets --data "$data/train.jsonl" --output "$oracle" --tokenize
 
 train_stage "$extract" "$steps" --model "$base" --data "$oracle" --variant full "${window[@]}" \
   --max-source-length "$source_length" --max-target-length 512 --batch-size 4 --learning-rate 5e-4 \
-  --warmup-steps 50 --save-every 25 --seed 0 --no-progress
+  --warmup-steps 50 --save-every 25 --seed "$seed" --no-progress
 
 srformer evaluate --checkpoint "$extract" --data "$data/validation.jsonl" --output "$extract-validation.json" \
   --predictions "$extract-validation.jsonl" --max-new-tokens 512 --batch-size 16 --no-repeat-ngram-size 3 \
