@@ -35,12 +35,14 @@ import torch
 
 from srformer.attention.knn_index import INDEX_KINDS, faiss_available
 from srformer.benchmarks.long_input_variants import DTYPES, LONG_INPUT_VARIANTS
-from srformer.benchmarks.memory import CHILD_ENVIRONMENT
 from srformer.benchmarks.suite_settings import MODEL_SHAPES
 from srformer.benchmarks.timing import resolve_device
 from srformer.core import check_window_settings
 from srformer.models.memory_estimate import available_memory
 
+#: Environment of the child process: the C library's default allocator, as in a user's process (no pinned mmap
+#: threshold: :mod:`srformer.benchmarks.long_input_probe` says why).
+LONG_INPUT_CHILD_ENVIRONMENT = {"PYTHONWARNINGS": "ignore"}
 #: Variants whose generation state does not grow with the input (beyond the encoder output a lean state reads).
 STREAMING = ("segmented-lean", "srformer-lean", "linear")
 
@@ -174,7 +176,7 @@ def run_long_input(
             continue
         log(f"long-bench: {length:,} tokens: {', '.join(variants + [v + ' (end to end)' for v in end_to_end])}")
         job = settings.job(length, variants, end_to_end, budget)
-        environment = {**os.environ, **CHILD_ENVIRONMENT}
+        environment = {**os.environ, **LONG_INPUT_CHILD_ENVIRONMENT}
         child = subprocess.Popen([sys.executable, "-m", "srformer.benchmarks.long_input_probe"], stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
         assert child.stdin is not None and child.stdout is not None

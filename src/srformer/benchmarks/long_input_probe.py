@@ -18,9 +18,14 @@ JSON line per measurement as it finishes:
 
 The job names the device, dtype (the model and its encoder output), batch size (copies of the one encoded input)
 and whether decoding is compiled (a static cache and transformers' compiled step; one untimed call compiles first).
-Run as ``python -m srformer.benchmarks.long_input_probe``. Peak memory on the CPU is read as in
-:mod:`srformer.benchmarks.memory_probe` (``VmHWM`` after a reset; ``MALLOC_MMAP_THRESHOLD_`` pinned by the parent);
-on CUDA it is the allocator's peak (``max_memory_allocated``) above the level before.
+Run as ``python -m srformer.benchmarks.long_input_probe``. The child runs under the C library's default allocator,
+as a user's process does, so the times include what that allocator costs (a pinned mmap threshold, as
+:mod:`srformer.benchmarks.memory` uses, maps and faults in every large temporary again at each step: it doubled
+``quest-tree``'s time per token at 16,384 tokens). Peak memory on the CPU is read as in
+:mod:`srformer.benchmarks.memory_probe` (``VmHWM`` after a reset), each baseline taken after the memory ``malloc``
+holds free is given back (:func:`~srformer.benchmarks.memory_probe.return_free_memory`), so that what an earlier
+step freed does not hide a later one's peak; memory the allocator keeps within one measurement counts, as it does
+in a user's process. On CUDA it is the allocator's peak (``max_memory_allocated``) above the level before.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from transformers import StoppingCriteria, StoppingCriteriaList, T5ForConditiona
 from transformers.modeling_outputs import BaseModelOutput
 
 from srformer.benchmarks.generation import compiled_generation_options, cross_attention_cache_bytes
-from srformer.benchmarks.memory_probe import reset_peak, status_bytes
+from srformer.benchmarks.memory_probe import reset_peak, return_free_memory, status_bytes
 from srformer.benchmarks.variants import quiet_schedule_warnings, t5_config
 from srformer.core import SRformerConfig
 from srformer.models.convert import convert
@@ -70,6 +75,7 @@ class _Memory:
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(self.device)
             return torch.cuda.memory_allocated(self.device)
+        return_free_memory()
         if not reset_peak():
             raise RuntimeError("The long-input benchmark reads peak memory from /proc/self (Linux >= 4.0).")
         return status_bytes("VmRSS")

@@ -10,6 +10,7 @@ the method and its caveats.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import json
 import resource
@@ -24,6 +25,18 @@ from srformer.benchmarks.variants import build_model, quiet_schedule_warnings
 
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+def return_free_memory() -> bool:
+    """Give the memory ``malloc`` holds free back to the system (glibc's ``malloc_trim(0)``: the heap's top and its
+    free pages), so that the resident set counts what is in use; False where the C library has no such call."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):
+        return False
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    trim(0)
+    return True
 
 
 def status_kib(field: str) -> int | None:
