@@ -91,14 +91,14 @@ class _ConvertedCrossAttention:
             return self._step_linear(out, output.reshape(batch, -1)).view(batch, 1, -1), weights
         return out(output.transpose(1, 2).reshape(batch, q_len, -1)), weights
 
-
     def _step_linear(self, linear: nn.Module, rows: torch.Tensor) -> torch.Tensor:
         """``linear(rows)`` for the 2-D rows (B, in) of a decoding step: for an ``nn.Linear``, one ``mm`` (``addmm``
         with a bias) with the transposed view of its weight that this module keeps between steps, where ``linear``
         makes that view again at every call (one call per projection and step fewer; a view launches no kernel,
-        but costs the dispatcher's time). The kept view is made again when the weight changes (another tensor,
-        device or dtype, an in-place update: its version counter), and not kept while autograd records through the
-        weight or ``torch.compile`` traces. Any other module (quantized, adapter-wrapped) is called as it is.
+        but costs the dispatcher's time). The kept view shares the weight's memory, so it sees in-place updates (an
+        optimizer step); it is made again when the weight is another tensor, device or dtype, and not kept while
+        autograd records through the weight or ``torch.compile`` traces. Any other module (quantized,
+        adapter-wrapped) is called as it is.
 
         Args:
             linear: the projection. rows: (B, in_features).
@@ -109,7 +109,7 @@ class _ConvertedCrossAttention:
         if type(linear) is not nn.Linear or tracing() or (torch.is_grad_enabled() and linear.weight.requires_grad):
             return linear(rows)
         weight = linear.weight
-        key = (weight.data_ptr(), weight._version, weight.dtype, weight.device)
+        key = (weight.data_ptr(), weight.dtype, weight.device)
         kept: dict[int, tuple[tuple[Any, ...], torch.Tensor]] = self.__dict__.setdefault("_srformer_step_weights", {})
         entry = kept.get(id(linear))
         if entry is None or entry[0] != key:
