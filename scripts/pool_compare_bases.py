@@ -51,11 +51,11 @@ def load_grid(folder: Path) -> dict[str, dict[str, list[float]]]:
 def document_ids(folder: Path, reference: str) -> list[str] | None:
     """The test document ids of the reference's exported predictions (``predictions/<reference>-seed0.jsonl``), or
     None where the folder has none (a run folder keeps them in its cells)."""
-    exported = sorted((folder / "predictions").glob(f"{reference}-seed*.jsonl"))
-    cells = sorted((folder / "cells").glob(f"{reference}-seed*/test_predictions.jsonl"))
-    for path in exported[:1] or cells[:1]:
-        return [json.loads(line)["id"] for line in path.read_text().splitlines() if line.strip()]
-    return None
+    found = (sorted((folder / "predictions").glob(f"{reference}-seed*.jsonl"))
+             or sorted((folder / "cells").glob(f"{reference}-seed*/test_predictions.jsonl")))
+    if not found:
+        return None
+    return [json.loads(line)["id"] for line in found[0].read_text().splitlines() if line.strip()]
 
 
 def pool(grids: list[dict[str, dict[str, list[float]]]], reference: str) -> dict[str, Any]:
@@ -76,6 +76,7 @@ def pool(grids: list[dict[str, dict[str, list[float]]]], reference: str) -> dict
                          "test set")
     names = [name for name in grids[0] if all(name in grid for grid in grids)]
     left_out = sorted({name for grid in grids for name in grid} - set(names))
+    mean_reference = {key: np.mean([grid[reference][key] for grid in grids], axis=0) for key in KEYS}
     settings = []
     for name in names:
         per_base = []
@@ -84,7 +85,6 @@ def pool(grids: list[dict[str, dict[str, list[float]]]], reference: str) -> dict
             if name != reference:
                 row["minus"] = {key: paired_difference(grid[reference][key], grid[name][key]).to_dict() for key in KEYS}
             per_base.append(row)
-        mean_reference = {key: np.mean([grid[reference][key] for grid in grids], axis=0) for key in KEYS}
         mean_setting = {key: np.mean([grid[name][key] for grid in grids], axis=0) for key in KEYS}
         pooled: dict[str, Any] = {key: float(mean_setting[key].mean()) for key in KEYS}
         if name != reference:
