@@ -193,6 +193,20 @@ def test_quest_tree_reading_encoder_rows_keeps_the_budget_and_is_sync_free(full,
     assert counts[0].calls_per_token == counts[1].calls_per_token, [c.summary() for c in counts]
 
 
+@pytest.mark.filterwarnings("ignore:An encoder input has")
+@pytest.mark.xfail(strict=True, reason=(
+    "quest-tree's tree build makes about 30 calls per layer and level (a level per doubling of the input): "
+    "3.7-4.2x full's first step at t5-tiny (989-1,133 calls against 270), 6.2x at t5-small and 65,536 tokens"))
+@pytest.mark.parametrize("rows", [False, True], ids=["keys-state", "rows-state"])
+def test_quest_tree_first_step_within_three_times_full(rows, full):
+    """The first-step budget every other mechanism keeps (3x full's calls), for quest-tree: a known miss, kept as a
+    strict expected failure so that a build that meets it turns this test red until the mark is removed."""
+    counts = _quest_tree_first_steps(LENGTHS, **({"rows_min_keys": 1} if rows else {}))
+    for count, reference in zip(counts, full, strict=True):
+        assert count.first_step_calls <= 3 * reference.first_step_calls, (count.first_step_calls,
+                                                                          reference.first_step_calls)
+
+
 def _quest_tree_first_steps(lengths, **runtime):
     counts = []
     for length in lengths:
