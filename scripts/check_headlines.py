@@ -52,6 +52,8 @@ LONG_BENCH_1M = "results/long-input/1m/long_input.json"
 QUEST_LONG_BENCH = "results/long-input/quest/long_input.json"  # quest, quest-tree, block-topk-b4: next to other jobs
 QUEST_QUIET = "results/long-input/quest/262k-quiet/long_input.json"
 QUEST_CPU_BUILD = "results/long-input/default-allocator/long_input.json"  # full, segmented, quest-tree side by side
+CPU_COMPILED = "results/long-input/compiled-cpu/long_input.json"  # compiled decoding, beside the eager run below
+CPU_EAGER = "results/long-input/compiled-cpu/eager/long_input.json"  # eager, the same mechanisms, run at the same time
 ROWS_LONG_BENCH = "results/long-input/knn-rows-cpu/long_input.json"  # knn-rows beside full, knn, segmented, quest-b2
 B2_PROBE = "results/probe/long-input-convert0/quest-b2/long_probe.json"  # quest-b2, seeds 0 and 2, 0 steps
 OPERATORS = "results/bench/operators/bench.json"  # operator calls, t5-small, batch 1, 4k / 16k / 65k
@@ -598,12 +600,23 @@ CLAIMS: list[Claim] = [
               *(probe_off(probe, "full", k) for k in (2048, K16, K65)), probe_offs(probe, "knn"),
               99 - probe_off(probe, "quest-tree", K65), 99 - probe_off(probe, "quest-tree", K65, 1),
               99 - probe_off(probe, "full", K65))),
-    Claim(CHOOSING, "| {:.2f}×, {:.2f}×, {:.2f}× (one run next to other jobs, [results/long-input/quest]"
-          "(../results/long-input/quest/long_input.md)) | no: {:.0f}-{:.0f} ms more per layer and step",
-          QUEST_LONG_BENCH, lambda run: (
+    Claim(CHOOSING, "| {:.2f}×, {:.2f}×, {:.2f}× (side by side, one thread next to one other job, [default-allocator]"
+          "(../results/long-input/default-allocator/long_input.md)); {:.2f}×, {:.2f}×, {:.2f}× in an earlier run under "
+          "a pinned allocator ([results/long-input/quest](../results/long-input/quest/long_input.md)) | no: "
+          "{:.0f}-{:.0f} ms more per layer and step",
+          (QUEST_CPU_BUILD, QUEST_LONG_BENCH), lambda run, pinned: (
               *(time_ratio(run, "quest-tree", k) for k in (K16, K65, K262)),
+              *(time_ratio(pinned, "quest-tree", k) for k in (K16, K65, K262)),
               *((ms_per_token(run, "quest-tree", k) - ms_per_token(run, "segmented", k)) / DECODER_LAYERS
                 for k in (K16, K262)))),
+    *(Claim(LONG_INPUTS, f"| {k:,} | {{:.1f}} → {{:.1f}} | {{:.1f}} → {{:.1f}} | {{:.1f}} ({{:.1f}}×) → {{:.1f}} "
+            "({:.1f}×) | {:.1f} ({:.1f}×) → {:.1f} ({:.1f}×) |",
+            (CPU_EAGER, CPU_COMPILED), lambda eager, compiled, k=k: (
+                *(ms_per_token(run, "full", k) for run in (eager, compiled)),
+                *(ms_per_token(run, "segmented", k) for run in (eager, compiled)),
+                *(value for name in ("knn-rows", "quest-tree") for run in (eager, compiled)
+                  for value in (ms_per_token(run, name, k), time_ratio(run, name, k)))))
+      for k in (K16, K65, K262)),
     Claim(CHOOSING, "| {:.2f}× ({:.2f} against {:.1f} ms, batch 1,",
           QUEST_BENCH_65K, lambda records: (
               bench_step(records, "quest-tree"), bench(records, "quest-tree", "cross_attention_step_time"),
