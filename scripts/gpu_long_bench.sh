@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The long-input picks on one CUDA device, sized for a short loan (docs/long-inputs.md, "Long-input benchmark"):
-#   1. eager, bfloat16, batch 1, at 16,384 / 65,536 / 262,144 tokens: full, segmented, srformer, knn, knn-rows,
-#      block-topk-b4, quest-tree and quest-b2 (time per token, time to the first token, peak memory);
-#   2. compiled (static cache, CUDA graphs), bfloat16, batch 8 at 262,144 tokens: full and knn-rows;
-#   3. compiled, bfloat16, batch 1 at 1,048,576 tokens: full and knn-rows.
+#   1. eager, bfloat16, batch 1, at 16,384 / 65,536 / 262,144 tokens: full, segmented, knn-loki (the long-input
+#      pick), knn-rows, srformer, knn, block-topk-b4, quest-tree and quest-b2 (time per token, time to the first
+#      token, peak memory);
+#   2. compiled (static cache, CUDA graphs), bfloat16, batch 8 at 262,144 tokens: full, knn-loki and knn-rows;
+#   3. compiled, bfloat16, batch 1 at 1,048,576 tokens: full, knn-loki and knn-rows.
 # Random t5-small-shaped weights (synthetic: costs only). Needs torch and transformers only: run from a checkout
 # (PYTHONPATH=src is set here), no install, no matplotlib (the PNGs are then left out). Each long-bench call
 # appends to its long_input.json as it measures and a rerun resumes there, so a call stopped by a time limit keeps
@@ -22,7 +23,7 @@ bench() { python -c "import sys; from srformer.cli.main import main; sys.exit(ma
 common=(--device "$device" --dtype bfloat16 --new-tokens 16 --end-to-end)
 
 bench --output "$root/eager" "${common[@]}" --lengths "${lengths[@]}" \
-  --variants full segmented srformer knn knn-rows block-topk-b4 quest-tree quest-b2
+  --variants full segmented knn-loki knn-rows srformer knn block-topk-b4 quest-tree quest-b2
 bench --output "$root/compiled-batch8" "${common[@]}" --compiled --batch-size 8 --lengths "$batch_length" \
-  --variants full knn-rows
-bench --output "$root/compiled-1m" "${common[@]}" --compiled --lengths "$longest" --variants full knn-rows
+  --variants full knn-loki knn-rows
+bench --output "$root/compiled-1m" "${common[@]}" --compiled --lengths "$longest" --variants full knn-loki knn-rows

@@ -192,7 +192,8 @@ def test_settings_default_registry_entry_and_bad_values():
     assert config.top_keys is None and config.resolved_top_keys() == 32
     assert named_config("knn-4").resolved_top_keys() == 4
     assert SRformerConfig(variant="knn", top_keys=7).settings.to_dict() == {
-        "top_keys": 7, "knn_index": None, "index_min_keys": None, "index_lists": None, "index_probes": None}
+        "top_keys": 7, "knn_index": None, "index_min_keys": None, "index_lists": None, "index_probes": None,
+        "index_rank": None, "index_candidates": None}
     entry = mechanism("knn")
     assert entry.capabilities.segment_free and not entry.capabilities.training_time_saving
     assert entry.state_size.startswith("2·k·d")

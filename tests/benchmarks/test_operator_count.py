@@ -85,7 +85,9 @@ def test_full_attention_counts_do_not_depend_on_the_input_length(full):
 @pytest.mark.parametrize("name,runtime", [
     ("segmented", {}), ("srformer", {}), ("knn", {}), ("block-topk-b4", {}), ("quest-b2", {}),
     ("quest-b2", {"rows_min_keys": 1}), ("knn", {"knn_index": "rows", "index_min_keys": 1}),
-], ids=["segmented", "srformer", "knn", "block-topk-b4", "quest-b2", "quest-b2-encoder-rows", "knn-rows"])
+    ("knn", {"knn_index": "loki", "index_min_keys": 1}),
+], ids=["segmented", "srformer", "knn", "block-topk-b4", "quest-b2", "quest-b2-encoder-rows", "knn-rows",
+        "knn-loki"])
 def test_mechanisms_keep_their_operator_budgets(name, runtime, full, per_token_budget):
     """What a GPU runs (the NaN/inf check deferred, and the accelerator steps of knn, block-topk and quest, as on
     any accelerator): per token within the budget (``per_token_budget``: 261.6 calls at t5-tiny); a first step
@@ -94,7 +96,8 @@ def test_mechanisms_keep_their_operator_budgets(name, runtime, full, per_token_b
     4k tokens; full 219 per token, 270 first step; per token counted after a first generation): segmented 224,
     first step 367; srformer 244, 513; knn 232, 321; block-topk-b4 244, 471; quest-b2 (its leaf step) 246, 555
     with keys and values kept, and 260, 581 reading encoder rows (the absorbed form: the query through W_k, the
-    mix through W_v); knn-rows (the encoder output searched in torch, the same absorbed form) 242, 315."""
+    mix through W_v); knn-rows (the encoder output searched in torch, the same absorbed form) 242, 315; knn-loki
+    (a principal basis's channels, then the candidates' rows) 260, 463."""
     counts = _counts(name, **runtime)
     for count, reference, budget in zip(counts, full, per_token_budget, strict=True):
         assert count.calls_per_token <= budget, (budget, count.summary())

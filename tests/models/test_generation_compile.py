@@ -27,6 +27,7 @@ from torch._dynamo.utils import counters
 from transformers import CompileConfig
 
 from srformer.attention import quest, step_choice
+from srformer.attention.knn_loki import LokiKNNState
 from srformer.attention.knn_rows import RowsKNNState
 from srformer.attention.quest import QuestRowsState
 from srformer.attention.step_choice import STEP_KINDS
@@ -171,6 +172,18 @@ def test_knn_reading_encoder_rows_decodes_in_one_graph(family):
     compiled, eager, graphs = _compiled_generate(_knn_rows(family), "aot_eager")
     assert graphs == 1
     assert type(eager.past_key_values.cross_attention_cache.layers[0].state) is RowsKNNState
+    _assert_eager_tokens_and_logits(compiled, eager)
+
+
+@pytest.mark.parametrize("family", ["t5", "bart"])
+def test_knn_through_low_rank_keys_decodes_in_one_graph(family):
+    """``knn_index="loki"`` with a first stage that drops keys (one direction, four candidates per head): one graph
+    for all five positions, eager's tokens and logits."""
+    model = converted(BUILDERS[family]("sdpa").double(), variant="knn", top_keys=3, **SETTINGS)
+    set_runtime_options(model, knn_index="loki", index_min_keys=1, index_rank=1, index_candidates=4)
+    compiled, eager, graphs = _compiled_generate(model, "aot_eager")
+    assert graphs == 1
+    assert type(eager.past_key_values.cross_attention_cache.layers[0].state) is LokiKNNState
     _assert_eager_tokens_and_logits(compiled, eager)
 
 

@@ -61,6 +61,7 @@ from torch.nn import functional as F
 from srformer.attention.base import ProjectRows
 from srformer.attention.content import ContentSparseCrossAttention, ContentState, content_base_state, slot_softmax
 from srformer.attention.knn_index import INDEX_KINDS, EncoderIndex, build_encoder_index, faiss_available, require_faiss
+from srformer.attention.knn_loki import LOKI_INDEX, LokiKNNState, loki_positions, loki_state, loki_step
 from srformer.attention.knn_rows import ROWS_INDEX, RowsKNNState, rows_state, rows_step
 from srformer.attention.projection import HeadProjection
 from srformer.attention.schedule import real_lengths, tracing
@@ -79,8 +80,12 @@ DEFAULT_TOP_KEYS = 32
 DEFAULT_INDEX_MIN_KEYS = 16384
 #: IVF cells scanned per query when ``index_probes`` is None.
 DEFAULT_INDEX_PROBES = 32
+#: ``r``, the low-rank keys' rank of ``knn_index="loki"``, when ``index_rank`` is None.
+DEFAULT_INDEX_RANK = 12
+#: ``C``, the candidates ``knn_index="loki"`` scores exactly per head, when ``index_candidates`` is None.
+DEFAULT_INDEX_CANDIDATES = 256
 #: The values of ``knn_index`` besides None: faiss's index kinds and the rows of the encoder output.
-KNN_INDEXES = (*INDEX_KINDS, ROWS_INDEX)
+KNN_INDEXES = (*INDEX_KINDS, ROWS_INDEX, LOKI_INDEX)
 
 
 @dataclass(frozen=True)
@@ -99,12 +104,19 @@ class KNNSettings(MechanismSettings):
             generation from inputs of at least ``index_min_keys`` real tokens searches a faiss index of the encoder
             output (module docstring; ``pip install 'srformer[index]'``). ``"rows"``: generation from inputs
             padded to at least ``index_min_keys`` tokens searches the encoder output's rows exhaustively in torch,
-            on their own device, keeping no keys or values (:mod:`srformer.attention.knn_rows`). A runtime option.
+            on their own device, keeping no keys or values (:mod:`srformer.attention.knn_rows`). ``"loki"``: the
+            same, but each head first scores every key in a low-rank basis of its keys and reads only the
+            ``index_candidates`` best rows (:mod:`srformer.attention.knn_loki`). A runtime option.
         index_min_keys: the shortest input searched through the index, in real tokens (the longest of the batch;
             ``"rows"``: the padded length, which needs no host read); shorter ones are searched exactly. None:
             16,384. A runtime option.
         index_lists: IVF cells per input; None: ``round(sqrt(n))`` for ``n`` real tokens. A runtime option.
         index_probes: IVF cells scanned per query (more: closer to exact, slower). None: 32. A runtime option.
+        index_rank: ``knn_index="loki"``: ``r``, the channels of each head's principal basis its first stage reads
+            per query (of the ``min(head_dim, 2r)`` kept; more: closer to exact, more bytes read). None: 12. A
+            runtime option.
+        index_candidates: ``knn_index="loki"``: ``C``, the keys per head scored exactly in its second stage, of
+            which the top ``K`` are read (``C >= k``: the exact search). None: 256. A runtime option.
     """
 
     top_keys: int | None = integer_setting(1, None, "the keys each decoder query reads")
@@ -112,8 +124,12 @@ class KNNSettings(MechanismSettings):
     index_min_keys: int | None = integer_setting(1, None, "the shortest input searched through the index")
     index_lists: int | None = integer_setting(1, None, "the IVF cells per input")
     index_probes: int | None = integer_setting(1, None, "the IVF cells scanned per query")
+    index_rank: int | None = integer_setting(1, None, "the rank of the low-rank keys")
+    index_candidates: int | None = integer_setting(1, None, "the candidates scored exactly per head")
 
-    runtime: ClassVar[tuple[str, ...]] = ("knn_index", "index_min_keys", "index_lists", "index_probes")
+    runtime: ClassVar[tuple[str, ...]] = (
+        "knn_index", "index_min_keys", "index_lists", "index_probes", "index_rank", "index_candidates"
+    )
 
     def validate(self, config: SRformerConfig) -> None:
         """The integer settings' ranges, and ``knn_index`` one of None, ``"flat"``, ``"ivf"``, ``"rows"``.
@@ -138,6 +154,14 @@ class KNNSettings(MechanismSettings):
     def resolved_index_probes(self, config: SRformerConfig) -> int:
         """``index_probes``, or 32 when it is None."""
         return self.index_probes if self.index_probes is not None else DEFAULT_INDEX_PROBES
+
+    def resolved_index_rank(self, config: SRformerConfig) -> int:
+        """``index_rank``, or 12 when it is None."""
+        return self.index_rank if self.index_rank is not None else DEFAULT_INDEX_RANK
+
+    def resolved_index_candidates(self, config: SRformerConfig) -> int:
+        """``index_candidates``, or 256 when it is None."""
+        return self.index_candidates if self.index_candidates is not None else DEFAULT_INDEX_CANDIDATES
 
     def whole_input_length(self, config: SRformerConfig) -> int:
         """``K``: an input of at most ``K`` real tokens is read whole (with ``knn_index="ivf"``, whose search is
@@ -244,6 +268,7 @@ class KNNCrossAttention(ContentSparseCrossAttention):
         super().__init__(config, head_dim, scale)
         self.top_keys = config.resolved_top_keys()
         self._indices: dict[tuple[int, int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}  # _step_indices
+        self._loki: dict[tuple, tuple[torch.Tensor, ...]] = {}  # _loki_indices
 
     def configure(self, config: SRformerConfig) -> None:
         """Use ``config`` (see the base class); with ``knn_index`` set, faiss must be installed.
@@ -258,7 +283,7 @@ class KNNCrossAttention(ContentSparseCrossAttention):
 
     def indexed_state(
         self, encoder_states: torch.Tensor, key_valid: torch.Tensor | None, projection: HeadProjection
-    ) -> IndexedKNNState | RowsKNNState | None:
+    ) -> IndexedKNNState | RowsKNNState | LokiKNNState | None:
         """The generation state that searches the encoder output's index, when ``knn_index`` is set and the batch's
         longest input has at least ``index_min_keys`` real tokens; None otherwise (the exact state is built). The
         index is built once per input, for the first layer that asks, and shared by the others.
@@ -272,9 +297,11 @@ class KNNCrossAttention(ContentSparseCrossAttention):
         if settings.knn_index is None:
             return None
         batch, length, _ = encoder_states.shape
-        if settings.knn_index == ROWS_INDEX:  # chosen by the padded length: no host read
+        if settings.knn_index in (ROWS_INDEX, LOKI_INDEX):  # chosen by the padded length: no host read
             if batch == 0 or length < settings.resolved_index_min_keys():
                 return None
+            if settings.knn_index == LOKI_INDEX:
+                return loki_state(encoder_states, key_valid, projection, settings.resolved_index_rank())
             return rows_state(encoder_states, key_valid, projection)
         lengths, _ = real_lengths(key_valid, batch, length, encoder_states.device)
         if batch == 0 or int(lengths.max()) < settings.resolved_index_min_keys():
@@ -314,6 +341,14 @@ class KNNCrossAttention(ContentSparseCrossAttention):
             ValueError: for an indexed state without ``project_rows``; for a rows state given several positions;
                 for a state of another class.
         """
+        if isinstance(state, LokiKNNState):
+            if queries.shape[2] != 1:
+                raise ValueError("A knn state that reads encoder rows steps one position at a time.")
+            settings = self.settings
+            rank = settings.resolved_index_rank()
+            flat, example, bags = self._loki_indices(queries.shape[0], queries.shape[1], state, rank, queries.device)
+            return loki_step(queries, state, self.top_keys, rank, settings.resolved_index_candidates(), self.scale,
+                             flat, example, bags), state
         if isinstance(state, RowsKNNState):
             if queries.shape[2] != 1:
                 raise ValueError("A knn state that reads encoder rows steps one position at a time.")
@@ -365,6 +400,27 @@ class KNNCrossAttention(ContentSparseCrossAttention):
             attn_mask=cast(mask, dtype), scale=self.scale,
         )
 
+    def _loki_indices(
+        self, batch: int, heads: int, state: LokiKNNState, rank: int, device: torch.device
+    ) -> tuple[torch.Tensor, ...]:
+        """The index tensors of :func:`~srformer.attention.knn_loki.loki_step` (its ``flat``, ``example`` and
+        ``bags``), made once per shape and device in eager mode and kept on the module, made in the graph when
+        traced."""
+        doubled = state.query_map.shape[-1] - state.rows.shape[-1]
+        rank = min(rank, doubled // 2)
+        key = (batch, heads, doubled, rank, device)
+        indices = None if tracing() else self._loki.get(key)
+        if indices is None:
+            count = batch * heads
+            indices = (torch.arange(count, device=device).mul_(doubled).view(count, 1, 1),
+                       torch.arange(batch, device=device).repeat_interleave(heads).view(count, 1),
+                       torch.arange(count, device=device).mul_(rank))
+            if not tracing():
+                if len(self._loki) >= 8:  # bounded: beams, batch sizes and devices change across calls
+                    self._loki.clear()
+                self._loki[key] = indices
+        return indices
+
     def _step_indices(self, batch: int, heads: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, 1, 1) and (1, H, 1) long, the example and head of each chosen slot (the first two index tensors of the
         accelerator step's indexing): made once per batch size, head count and device in eager mode and kept on the
@@ -411,12 +467,15 @@ class KNNCrossAttention(ContentSparseCrossAttention):
                       key_bias=bias.masked_fill_(~real, torch.finfo(bias.dtype).min))
 
     def finite_check_fields(self, state: CrossAttentionState) -> tuple[str, ...]:
-        """Every field but ``rank_order`` and ``key_bias``: built from the mask alone (``-inf`` and the lowest number
-        at padding on purpose)."""
-        return tuple(name for name in super().finite_check_fields(state) if name not in ("rank_order", "key_bias"))
+        """Every field but ``rank_order`` (and ``knn_index="loki"``'s view of it, ``flat_order``) and ``key_bias``:
+        built from the mask alone (``-inf`` and the lowest number at padding on purpose)."""
+        built_from_mask = ("rank_order", "flat_order", "key_bias")
+        return tuple(name for name in super().finite_check_fields(state) if name not in built_from_mask)
 
     def slots(self, queries: torch.Tensor, state: CrossAttentionState) -> tuple[torch.Tensor, torch.Tensor]:
-        """The top ``K`` real keys of every query by ``Q_t . K_j`` (ties: the earlier position).
+        """The top ``K`` real keys of every query by ``Q_t . K_j`` (ties: the earlier position); with
+        ``knn_index="loki"`` and at least ``index_min_keys`` keys, the top ``K`` of the ``index_candidates`` best by
+        low-rank score (:func:`~srformer.attention.knn_loki.loki_positions`), the keys generation reads.
 
         Args:
             queries: (B, H, q, d) projected decoder queries.
@@ -428,6 +487,16 @@ class KNNCrossAttention(ContentSparseCrossAttention):
         """
         content = self._state(state)
         width = min(self.top_keys, content.keys.shape[2])
+        settings = self.settings
+        if settings.knn_index == LOKI_INDEX and content.keys.shape[2] >= settings.resolved_index_min_keys():
+            # the two stages of the generation step, so that teacher forcing and training read what it reads
+            wide = accumulation_dtype(torch.promote_types(queries.dtype, content.keys.dtype))
+            positions = loki_positions(queries, cast(content.keys, wide), content.key_valid,
+                                       settings.resolved_index_rank(), settings.resolved_index_candidates(),
+                                       self.top_keys)
+            batch, heads, length, _ = positions.shape
+            valid = content.key_valid[:, None, None, :].expand(batch, heads, length, -1)
+            return positions, valid.gather(-1, positions)
         with torch.no_grad(), torch.autocast(device_type=queries.device.type, enabled=False):
             wide = accumulation_dtype(torch.promote_types(queries.dtype, content.keys.dtype))
             scores = torch.matmul(queries.detach().to(wide), content.keys.detach().to(wide).transpose(-1, -2))

@@ -18,13 +18,15 @@ DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 #: The variants of the long-input benchmark: a name and its :class:`~srformer.config.SRformerConfig` settings
 #: (``-lean``: ``lean_cache=True``; ``full`` over chunked encodings is SLED; ``knn-flat``/``knn-ivf``: ``knn``
 #: searching a faiss index of the encoder output at every length, exhaustive or approximate, which needs faiss;
-#: ``knn-rows``: ``knn`` searching the encoder output's rows in torch at every length, no faiss).
+#: ``knn-rows``: ``knn`` searching the encoder output's rows in torch at every length, no faiss; ``knn-loki``: those
+#: rows reached through low-rank keys first).
 LONG_INPUT_VARIANTS: dict[str, dict[str, Any]] = {
     "full": {"variant": "full"},
     "knn": {"variant": "knn"},
     "knn-flat": {"variant": "knn", "knn_index": "flat", "index_min_keys": 1},
     "knn-ivf": {"variant": "knn", "knn_index": "ivf", "index_min_keys": 1},
     "knn-rows": dict(NAMED_SETTINGS["knn-rows"]),
+    "knn-loki": dict(NAMED_SETTINGS["knn-loki"]),
     "block-topk": {"variant": "block-topk"},
     "block-topk-b4": dict(NAMED_SETTINGS["block-topk-b4"]),
     "quest": {"variant": "quest"},

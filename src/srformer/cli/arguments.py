@@ -193,24 +193,29 @@ def add_generation_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window-overlap", type=float, default=None, help="share of a window shared with the next, "
                         "in [0, 1) (default 0.5)")
     parser.add_argument("--window-batch-size", type=int, default=None, help="windows per encoder call (default 8)")
-    parser.add_argument("--knn-index", choices=("exact", "flat", "ivf", "rows"), default=None,
+    parser.add_argument("--knn-index", choices=("exact", "flat", "ivf", "rows", "loki"), default=None,
                         help="a knn checkpoint on long inputs: search a faiss index of the encoder output, exhaustive "
                              "(flat) or approximate (ivf), instead of every layer's keys (needs "
                              "pip install 'srformer[index]'); rows: search the encoder output's rows exhaustively in "
-                             "torch on their device, keeping no keys or values; exact: the search of every layer's "
-                             "keys in torch (default: the checkpoint's)")
+                             "torch on their device, keeping no keys or values; loki: score low-rank keys first and "
+                             "read only the best candidates' rows; exact: the search of every layer's keys in torch "
+                             "(default: the checkpoint's)")
     parser.add_argument("--index-min-keys", type=int, default=None,
                         help="with --knn-index: the shortest input (tokens) searched through the index (default 16384)")
     parser.add_argument("--index-probes", type=int, default=None,
                         help="with --knn-index ivf: cells scanned per query (default 32)")
+    parser.add_argument("--index-rank", type=int, default=None,
+                        help="with --knn-index loki: the low-rank keys' rank (default 8)")
+    parser.add_argument("--index-candidates", type=int, default=None,
+                        help="with --knn-index loki: keys per head scored exactly (default 256)")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
 def apply_runtime_options(model, args: argparse.Namespace):
     """Apply ``--encoder-window``/``--window-overlap``/``--window-batch-size`` to a loaded model: as runtime options
     of a converted model (:func:`srformer.set_runtime_options`), or by converting a plain model to ``full`` with
-    them (full attention over chunked encodings); and ``--knn-index``/``--index-min-keys``/``--index-probes`` to a
-    ``knn`` model. Returns the model.
+    them (full attention over chunked encodings); and ``--knn-index``/``--index-min-keys``/``--index-probes``/
+    ``--index-rank``/``--index-candidates`` to a ``knn`` model. Returns the model.
 
     Raises:
         ValueError: for a bad value (the message names the option), or an index option on a model that is not
@@ -222,7 +227,8 @@ def apply_runtime_options(model, args: argparse.Namespace):
 
     options = {name: getattr(args, name) for name in ("encoder_window", "window_overlap", "window_batch_size")
                if getattr(args, name, None) is not None}
-    index = {name: getattr(args, name) for name in ("knn_index", "index_min_keys", "index_probes")
+    index = {name: getattr(args, name)
+             for name in ("knn_index", "index_min_keys", "index_probes", "index_rank", "index_candidates")
              if getattr(args, name, None) is not None}
     if index:
         config = srformer_config_of(model)

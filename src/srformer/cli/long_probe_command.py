@@ -10,7 +10,8 @@ from srformer.probe.long_input import LongProbeSettings, run_long_probe, write_l
 def run(args) -> int:
     """Score, write the outputs; returns 0."""
     options = {name: getattr(args, name)
-               for name in ("encoder_window", "examples", "batch_size", "knn_index", "index_probes")
+               for name in ("encoder_window", "examples", "batch_size", "knn_index", "index_probes", "index_rank",
+                            "index_candidates")
                if getattr(args, name) is not None}
     for name in ("lengths", "seeds"):
         if getattr(args, name):

@@ -479,7 +479,8 @@ MECHANISMS: tuple[Mechanism, ...] = (
         doc="Unlimiformer top-k attention: each query and head takes the softmax over the K = top_keys real keys "
         "with the largest Q·K (exact search; ties to the earlier position; all keys when K >= n). With knn_index, "
         "generation from long inputs searches one faiss index of the encoder output instead (flat or ivf), or its rows "
-        "in torch (rows: no keys or values kept).",
+        "in torch (rows: no keys or values kept), or those rows through low-rank keys first (loki: Loki's scores in "
+        "each head's principal basis pick index_candidates rows, scored exactly).",
         citation="Bertsch, Alon, Neubig & Gormley 2023, Unlimiformer: Long-Range Transformers with Unlimited Length "
         "Input, Sec. 2 (every cross-attention head attends its top-k keys over all the input; Sec. 2.3: one "
         "nearest-neighbour index of the encoder's hidden states, queried with W_k^T q)",
@@ -500,6 +501,9 @@ MECHANISMS: tuple[Mechanism, ...] = (
         "rows: the encoder output itself)",
         # knn-rows: the encoder output's rows searched in torch at every length (no keys or values kept), chosen for
         # long inputs on the state it saves and its recall, the exact search's
-        named_settings={"knn-4": {"top_keys": 4}, "knn-rows": {"knn_index": "rows", "index_min_keys": 1}},
+        # knn-loki: the rows read through a low-rank first stage (Loki), chosen for long inputs on the bytes a step
+        # reads (a few percent of full attention's) and its recall, the exact search's
+        named_settings={"knn-4": {"top_keys": 4}, "knn-rows": {"knn_index": "rows", "index_min_keys": 1},
+                        "knn-loki": {"knn_index": "loki", "index_min_keys": 1}},
     ),
 )

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from srformer.attention.knn import DEFAULT_INDEX_PROBES
+from srformer.attention.knn import DEFAULT_INDEX_CANDIDATES, DEFAULT_INDEX_PROBES, DEFAULT_INDEX_RANK
 from srformer.core import named_config
 from srformer.models.convert import convert
 from srformer.probe.metrics import score
@@ -54,6 +54,8 @@ class LongProbeSettings:
             decoded one position at a time through the generation cache (:func:`~srformer.probe.training.
             predict_stepwise`), the path that searches it. The rows are named ``knn (ivf, 32 probes)`` and so on.
         index_probes: IVF cells scanned per query (None: the mechanism's default).
+        index_rank: with ``knn_index="loki"``: the low-rank keys' rank (None: the mechanism's default, 8).
+        index_candidates: with ``knn_index="loki"``: the keys per head scored exactly (None: the default, 256).
     """
 
     runs: tuple[str, ...]
@@ -65,6 +67,8 @@ class LongProbeSettings:
     batch_size: int = 16
     knn_index: str | None = None
     index_probes: int | None = None
+    index_rank: int | None = None
+    index_candidates: int | None = None
 
     def __post_init__(self) -> None:
         if not self.runs or not self.variants:
@@ -114,6 +118,10 @@ def _label(name: str, settings: LongProbeSettings) -> str:
     """The row name: the variant, and the index it searches."""
     if settings.knn_index is None:
         return name
+    if settings.knn_index == "loki":
+        rank = settings.index_rank if settings.index_rank is not None else DEFAULT_INDEX_RANK
+        pool = settings.index_candidates if settings.index_candidates is not None else DEFAULT_INDEX_CANDIDATES
+        return f"{name} (loki, r={rank}, C={pool})"
     probes = settings.index_probes if settings.index_probes is not None else DEFAULT_INDEX_PROBES
     return f"{name} ({settings.knn_index}{f', {probes} probes' if settings.knn_index == 'ivf' else ''})"
 
@@ -123,7 +131,8 @@ def _model(cell: Path, record: dict, encoder_window: int, settings: LongProbeSet
     vocabulary = ProbeVocabulary(**budget["vocabulary"])
     shape = ModelShape(**budget["shape"])
     index = {} if settings.knn_index is None else {
-        "knn_index": settings.knn_index, "index_min_keys": 1, "index_probes": settings.index_probes}
+        "knn_index": settings.knn_index, "index_min_keys": 1, "index_probes": settings.index_probes,
+        "index_rank": settings.index_rank, "index_candidates": settings.index_candidates}
     config = named_config(record["name"], segment_size=record["segment_size"] or min(budget["segment_sizes"]),
                           target_length=record["target_length"], encoder_window=encoder_window,
                           **{k: v for k, v in record.get("settings", {}).items() if k != "encoder_window"}, **index)

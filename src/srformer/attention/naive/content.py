@@ -147,7 +147,12 @@ def knn_attention(
     start_position: int = 0,
 ) -> torch.Tensor:
     """Float64 reference: per query, the softmax over the ``min(K, n)`` real keys ranked first by
-    (``Q_t . K_j`` descending, position ascending) (Unlimiformer, Sec. 2, with exact retrieval).
+    (``Q_t . K_j`` descending, position ascending) (Unlimiformer, Sec. 2, with exact retrieval). With
+    ``knn_index="loki"`` (and ``k >= index_min_keys``) those keys are taken among the ``C = index_candidates`` ranked
+    first by ``sum_i (v_i . Q_t)(v_i . K_j)`` over the ``r = index_rank`` eigenvectors ``v_i`` of the real keys'
+    centred covariance, among its ``min(d, 2r)`` of largest eigenvalue ``λ_i``, with the largest
+    ``|v_i . Q_t| sqrt(λ_i)`` (Loki's basis, Singhania et al. 2024; SparQ's choice of channels, Ribar et al. 2024;
+    :mod:`srformer.attention.knn_loki`).
 
     Args:
         queries: (B, H, q, d). keys, values: (B, H, k, d). key_valid: (B, k) bool or None.
@@ -159,10 +164,25 @@ def knn_attention(
     """
     check_call(settings, parameters, knn_attention)
     top = settings.resolved_top_keys()
+    two_stage = settings.knn_index == "loki" and keys.shape[2] >= settings.resolved_index_min_keys()
 
     def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
         products = (k @ query).tolist()
-        chosen = sorted(range(len(products)), key=lambda j: (-products[j], j))[:top]
+        pool = list(range(len(products)))
+        if two_stage:  # the C best scores on the r channels the query weighs most, in these keys' principal basis
+            rank, d = settings.resolved_index_rank(), k.shape[1]
+            centred = k - k.mean(dim=0)
+            values, vectors = torch.linalg.eigh(centred.T @ centred)  # ascending eigenvalues
+            kept = min(d, 2 * rank)  # the principal channels kept: the largest eigenvalues
+            spread = values[d - kept:].clamp_min(0.0).sqrt()
+            spread = torch.maximum(spread, (spread[-1] * 1e-3).clamp_min(torch.finfo(k.dtype).tiny))
+            basis = vectors[:, d - kept:]
+            rotated_query = basis.T @ query
+            weight = (rotated_query.abs() * spread).tolist()
+            channels = sorted(range(kept), key=lambda i: (-weight[i], i))[:rank]
+            rough = ((k @ basis[:, channels]) @ rotated_query[channels]).tolist()
+            pool = sorted(pool, key=lambda j: (-rough[j], j))[:settings.resolved_index_candidates()]
+        chosen = sorted(pool, key=lambda j: (-products[j], j))[:top]
         rows = torch.tensor(sorted(chosen), dtype=torch.long)
         return softmax_attention(query, k[rows], v[rows], scale)
 

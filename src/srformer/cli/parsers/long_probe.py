@@ -27,10 +27,14 @@ def add_parser(subparsers) -> None:
                         help="tokens per encoder window (default: the trained input length)")
     parser.add_argument("--examples", type=int, default=None, help="documents per length (default 128)")
     parser.add_argument("--batch-size", type=int, default=None, help="documents per forward pass (default 16)")
-    parser.add_argument("--knn-index", choices=("flat", "ivf", "rows"), default=None,
-                        help="knn cells: search a faiss index of the encoder output (flat, ivf) or its rows in torch "
-                             "(rows) at every length, decoding one position at a time as generate() does (default: "
-                             "the exact search, teacher-forced)")
+    parser.add_argument("--knn-index", choices=("flat", "ivf", "rows", "loki"), default=None,
+                        help="knn cells: search a faiss index of the encoder output (flat, ivf), its rows in torch "
+                             "(rows), or those rows through low-rank keys first (loki) at every length, decoding one "
+                             "position at a time as generate() does (default: the exact search, teacher-forced)")
+    parser.add_argument("--index-rank", type=int, default=None,
+                        help="with --knn-index loki: the low-rank keys' rank (default 8)")
+    parser.add_argument("--index-candidates", type=int, default=None,
+                        help="with --knn-index loki: keys per head scored exactly (default 256)")
     parser.add_argument("--index-probes", type=int, default=None,
                         help="with --knn-index ivf: cells scanned per query (default 32)")
     parser.set_defaults(run=run)

@@ -1,0 +1,286 @@
+"""``knn`` searching low-rank keys first (``knn_index="loki"``): Unlimiformer's top-``K`` attention (Bertsch et al.
+2023, Sec. 2) found by a two-stage search: approximate scores in each head's principal basis (Loki: Low-rank Keys for
+Efficient Sparse Attention, Singhania et al. 2024, Sec. 3-4), over the few channels the query weighs most (SparQ
+Attention, Ribar et al. 2024, Sec. 3), then exact scores of a few candidates.
+
+The encoder output does not change while the decoder runs, so each layer's keys are known once. At the build, per
+head: the eigenvectors ``v_i`` and eigenvalues ``λ_i`` of the real keys' centred covariance, the ``m = min(d, 2r)``
+of largest variance kept (``r = index_rank``), and every key in that basis, ``c_ji = v_i . K_j`` (kept in bfloat16:
+float64 for a float64 encoder output). A decoder step then, per head:
+
+1. rotates the query, ``x_i = v_i . Q_t``, and keeps the ``r`` channels of largest ``|x_i| sqrt(λ_i)`` (the
+   largest expected contributions ``|x_i c_ji|``, SparQ's choice in Loki's basis); scores every key on those
+   channels, ``sum_i x_i c_ji``: ``Q_t . K_j`` up to the other channels' terms and a term the same for every ``j``
+   (the keys' mean); takes the ``C = index_candidates`` best as candidates (padding last);
+2. scores the candidates exactly through the encoder output's rows (``(W_k^T Q_t) . h_j``, as ``knn_index="rows"``,
+   :mod:`srformer.attention.knn_rows`), and takes the top ``K = top_keys`` of them (ties to the earlier position);
+3. takes the softmax over those ``K`` rows' keys and values in the absorbed form
+   (:meth:`~srformer.attention.projection.HeadProjection.attend_rows`).
+
+* **Layout**: the channels are kept twice, ``c_ji / s_i`` and ``-c_ji / s_i`` (``s_i = sqrt(λ_i)``, floored at
+  ``10^-3`` of the largest), and the query map twice, ``v_i s_i`` and ``-v_i s_i``: the ``r`` largest of the
+  ``2m`` mapped query components are the ``r`` channels of largest ``|x_i| s_i``, each with the sign that makes its
+  value positive, so one ``topk`` gives the channels, their query values, and the rows of keys to read, whose
+  products are ``x_i c_ji``. The same map holds each head's ``W_k`` (``d x D``), so one batched product gives the
+  mapped query and ``W_k^T Q_t``. A padded position's channels are ``-2^64``: it scores last.
+* **Exactness**: with ``C >= k`` every position is a candidate and the step is the exact search's (``knn``); with
+  ``r >= m = d`` the first stage scores every key exactly up to rounding. Otherwise the keys read are the exact top
+  ``K`` whenever those are among the candidates (what the recall measurements check). The float64 reference is
+  :func:`srformer.attention.naive.content.knn_attention` with ``knn_index="loki"``; the parallel path (training,
+  teacher forcing) runs the same two stages (:func:`loki_positions`).
+* **Reads per step and layer**: ``H·r·k`` bfloat16 numbers (2 bytes each) and ``H·C`` encoder rows of ``D``,
+  against full attention's ``2·H·k·d`` keys and values.
+* **State**: per layer the ``2m`` channels ((B·H·2m, k), bfloat16), the query map ((B·H, d, 2m + D)), each
+  example's ``W_v`` ((B, H, d, D)), and ``knn_index="rows"``'s order keys and mask (12 bytes per position); the
+  encoder output is held, not copied.
+* **Build**: one projection of the keys per layer (``k·D·D`` multiply-adds, half of full attention's cache fill),
+  their covariance, one ``eigh`` of ``d x d`` per head (on CUDA ``torch.linalg.eigh`` synchronises with the host
+  once per layer), the channels.
+* **Step**: a fixed sequence of operator calls whatever ``k``, no host sync, one graph under ``torch.compile``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import ClassVar, Self
+
+import torch
+from torch.nn import functional as F
+
+from srformer.attention.knn_rows import RowsKNNState, rows_state
+from srformer.attention.projection import HeadProjection
+from srformer.attention.segmented import cast
+from srformer.attention.selection import ranked_top
+from srformer.attention.state import accumulation_dtype
+
+__all__ = ["LOKI_INDEX", "LokiKNNState", "loki_basis", "loki_positions", "loki_state", "loki_step", "stored_channels"]
+
+#: The ``knn_index`` value of this layout.
+LOKI_INDEX = "loki"
+#: The channels' dtype for an encoder output of any dtype but float64 (float64 keeps float64).
+LOW_RANK_DTYPE = torch.bfloat16
+#: A padded position's value in every channel, ``-2^64``: below every real score (bfloat16 has float32's range).
+_PADDING_VALUE = -(2.0**64)
+#: The floor of a channel's scale ``sqrt(λ_i)``, relative to the largest: keeps ``c_ji / s_i`` finite.
+_SCALE_FLOOR = 1e-3
+
+
+def stored_channels(rank: int, head_dim: int) -> int:
+    """``m = min(d, 2r)``: the principal channels kept per head, of which a step reads ``r``."""
+    return min(head_dim, 2 * rank)
+
+
+@dataclass(kw_only=True)
+class LokiKNNState(RowsKNNState):
+    """:class:`~srformer.attention.knn_rows.RowsKNNState` plus the channels and the query map (module docstring).
+    B = batch (times beams), H = heads, k = padded encoder length, d = head_dim, D = d_model, m = stored channels.
+
+    :attr:`channels` and :attr:`query_map` hold examples and heads on their first axis, the layout of the step's
+    batched calls (no reshape per step); :meth:`map_batch` maps them per example, as every other field.
+
+    Attributes:
+        channels: (B·H·2m, k) in :data:`LOW_RANK_DTYPE` (float64 for a float64 encoder output): per example and
+            head, ``c_ji / s_i`` then ``-c_ji / s_i``; ``-2^64`` at padded positions.
+        query_map: (B·H, d, 2m + D) float32 (float64 for a float64 encoder output): ``v_i s_i``, ``-v_i s_i``, then
+            the head's ``W_k`` (d x D).
+        flat_order: (B, k) float64, :attr:`rank_order` without its middle axis (a view), indexed by the step.
+        value_weight: (B, H, d, D) each example's ``W_v`` times its ``has_keys`` factor, and ``value_bias`` (B, H,
+            1, d) or None (no value bias) the same of ``b_v``
+            (:meth:`~srformer.attention.projection.HeadProjection.example_values`): an example without real keys
+            outputs 0 with one operator call fewer per step.
+    """
+
+    channels: torch.Tensor
+    query_map: torch.Tensor
+    flat_order: torch.Tensor
+    value_weight: torch.Tensor
+    value_bias: torch.Tensor | None
+
+    is_lean: ClassVar[bool] = True
+    reads_encoder_rows: ClassVar[bool] = True
+
+    def nbytes(self) -> int:
+        """Bytes of the state's own tensors: every field but the encoder output and :attr:`flat_order` (a view of
+        :attr:`rank_order`)."""
+        return super().nbytes() - self.flat_order.numel() * self.flat_order.element_size()
+
+    def map_batch(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Self:
+        """``fn`` applied per example: the two (B·H)-first fields seen as (B, H, ...) for it, :attr:`flat_order`
+        made again as a view of the mapped :attr:`rank_order`."""
+        batch = self.lengths.shape[0]
+        per_example = replace(self, channels=self.channels.unflatten(0, (batch, -1)),
+                              query_map=self.query_map.unflatten(0, (batch, -1)), flat_order=self.lengths)
+        mapped = super(LokiKNNState, per_example).map_batch(fn)
+        return replace(mapped, channels=mapped.channels.flatten(0, 1), query_map=mapped.query_map.flatten(0, 1),
+                       flat_order=mapped.rank_order.flatten(1))
+
+
+def loki_basis(
+    keys: torch.Tensor, key_valid: torch.Tensor | None, channels: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each head's principal directions of its real keys and their scales: eigenvectors of the keys' centred
+    covariance, the ``channels`` of largest eigenvalue.
+
+    Args:
+        keys: (B, H, k, d) float32 or float64; values at padded positions are ignored.
+        key_valid: (B, k) bool, True at real positions, or None (all real).
+        channels: ``m``, ``1 <= m <= d``.
+
+    Returns:
+        ``(vectors, scales)``: (B, H, d, m) orthonormal columns, the largest variance last, and (B, H, m) the
+        square roots of their eigenvalues (the spread of the keys along each), floored at ``10^-3`` of the largest
+        (and above 0), in ``keys``' dtype. An example without real keys gets the eigenvectors of a zero matrix.
+    """
+    batch, _, length, d = keys.shape
+    if key_valid is None:
+        weights = keys.new_ones(batch, 1, length, 1)
+    else:
+        weights = key_valid.to(device=keys.device, dtype=keys.dtype).view(batch, 1, length, 1)
+    real = keys * weights
+    count = weights.sum(dim=2, keepdim=True).clamp_min(1.0)  # (B, 1, 1, 1)
+    mean = real.sum(dim=2, keepdim=True) / count  # (B, H, 1, d)
+    covariance = real.mT @ real - count * (mean.mT @ mean)  # (B, H, d, d), the centred sum of squares
+    values, vectors = torch.linalg.eigh(covariance)  # ascending eigenvalues
+    spread = values[..., d - channels:].clamp_min(0.0).sqrt()
+    floor = (spread[..., -1:] * _SCALE_FLOOR).clamp_min(torch.finfo(keys.dtype).tiny)
+    return vectors[..., d - channels:], torch.maximum(spread, floor)
+
+
+def loki_state(
+    encoder_states: torch.Tensor, key_valid: torch.Tensor | None, projection: HeadProjection, rank: int
+) -> LokiKNNState:
+    """The state of one layer (module docstring). The keys are projected once, in float32 or wider, and dropped.
+
+    Args:
+        encoder_states: (B, k, D) the encoder output.
+        key_valid: (B, k) bool, True at real positions, or None when nothing is padded.
+        projection: the layer's key/value projections per head.
+        rank: ``r = index_rank``, the channels a step reads.
+
+    Raises:
+        ValueError: for more than ``2^25`` encoder positions (what the order keys keep apart).
+    """
+    base = rows_state(encoder_states, key_valid, projection)
+    wide = accumulation_dtype(encoder_states.dtype)
+    low = torch.float64 if wide == torch.float64 else LOW_RANK_DTYPE
+    with torch.no_grad(), torch.autocast(device_type=encoder_states.device.type, enabled=False):
+        keys = cast(projection.keys(encoder_states), wide)  # (B, H, k, d)
+        batch, heads, length, d = keys.shape
+        vectors, scales = loki_basis(keys, key_valid, stored_channels(rank, d))  # (B, H, d, m), (B, H, m)
+        rotated = ((keys @ vectors) / scales[:, :, None, :]).mT  # (B, H, m, k)
+        channels = cast(torch.cat([rotated, -rotated], dim=2), low)  # (B, H, 2m, k)
+        if key_valid is not None:
+            padded = ~key_valid.to(device=keys.device, dtype=torch.bool)
+            channels.masked_fill_(padded[:, None, None, :], _PADDING_VALUE)
+        mapped = vectors * scales[:, :, None, :]
+        key_weight = cast(projection.key_weight, wide).expand(batch, -1, -1, -1)  # (B, H, d, D)
+        query_map = torch.cat([mapped, -mapped, key_weight], dim=-1)
+        value_weight, value_bias = base.projection.example_values(base.has_keys)
+    return LokiKNNState(
+        lengths=base.lengths, num_segments=base.num_segments, last_segment=base.last_segment, rows=base.rows,
+        rank_order=base.rank_order, key_bias=base.key_bias, has_keys=base.has_keys, projection=base.projection,
+        channels=channels.flatten(0, 2), query_map=query_map.flatten(0, 1),
+        flat_order=base.rank_order.view(batch, length), value_weight=value_weight, value_bias=value_bias,
+    )
+
+
+def loki_step(
+    queries: torch.Tensor, state: LokiKNNState, top_keys: int, rank: int, candidates: int, scale: float,
+    flat: torch.Tensor, example: torch.Tensor, bags: torch.Tensor,
+) -> torch.Tensor:
+    """One decoder position (module docstring): the ``r`` channels the query weighs most, the ``min(C, k)``
+    candidates of best score on them per head, the ``min(K, C, k)`` of those of best exact score (ties to the earlier
+    position, padding last), the softmax over their keys and values. The first stage is one ``embedding_bag`` (the
+    ``r`` channels' rows weighted by the query's values and summed, without a copy of the rows) in the channels'
+    dtype; the exact scores and the softmax take float32 or wider. No host sync.
+
+    Args:
+        queries: (B, H, 1, d) projected decoder query.
+        state: from :func:`loki_state`.
+        top_keys: ``K``.
+        rank: ``r`` (at most the ``m`` channels kept).
+        candidates: ``C``.
+        scale: the model's attention scale.
+        flat: (B·H, 1, 1) long, ``2m · arange(B·H)``: the first channel row of each example and head (kept by the
+            caller).
+        example: (B·H, 1) long, each example and head's example (kept by the caller).
+        bags: (B·H,) long, ``r · arange(B·H)``: where each example and head's channels start (kept by the caller).
+
+    Returns:
+        (B, H, 1, d) in the queries' dtype.
+    """
+    rows, projection, channels = state.rows, state.projection, state.channels
+    batch, heads = queries.shape[:2]
+    length = channels.shape[-1]
+    doubled = state.query_map.shape[-1] - rows.shape[-1]
+    rank = min(rank, doubled // 2)
+    pool = min(candidates, length)
+    width = min(top_keys, pool)
+    wide = state.query_map.dtype
+    with torch.no_grad(), torch.autocast(device_type=queries.device.type, enabled=False):
+        # one product: the mapped query (2m) and W_k^T Q_t (D), per example and head
+        mapped = torch.bmm(cast(queries, wide).view(batch * heads, 1, -1), state.query_map)
+        hidden_queries = mapped[..., doubled:]  # (B·H, 1, D)
+        top = torch.topk(mapped[..., :doubled], rank, dim=-1, sorted=False)  # the r channels, each signed positive
+        rough = F.embedding_bag((top.indices + flat).view(-1), channels, bags,
+                                per_sample_weights=cast(top.values, channels.dtype).view(-1), mode="sum")
+        pooled = torch.topk(rough, pool, dim=-1, sorted=False).indices  # (B·H, C)
+        hidden = cast(rows[example, pooled], wide)  # (B·H, C, D)
+        # one product, reading the candidates' rows once (a product and a sum would write and read them again)
+        scores = torch.bmm(hidden, hidden_queries.mT).view(batch * heads, pool)
+        order = state.flat_order[example, pooled]  # (B·H, C)
+        chosen = ranked_top(scores, order, width, finite=True)  # (B·H, S) in [0, C)
+        positions = pooled.gather(1, chosen)  # (B·H, S) encoder positions
+    picked = cast(rows[example, positions], wide).view(batch, heads, width, -1)  # read again: the gradient reaches
+    bias = cast(state.key_bias[example, positions], wide)
+    if torch.is_grad_enabled():  # the selection carries no gradient; the softmax over the chosen rows does
+        hidden_queries = projection.step_hidden_queries(queries, wide)
+    else:
+        hidden_queries = hidden_queries.view(batch, heads, 1, -1)
+    output = projection.attend_rows(hidden_queries, picked, bias.view(batch, heads, 1, width), scale,
+                                    example_values=(state.value_weight, state.value_bias))
+    return cast(output, queries.dtype)
+
+
+def loki_positions(
+    queries: torch.Tensor, keys: torch.Tensor, key_valid: torch.Tensor, rank: int, candidates: int, top_keys: int
+) -> torch.Tensor:
+    """The parallel path's selection (training, teacher forcing, a multi-token chunk): for every query, the same
+    two stages as :func:`loki_step` over the projected keys themselves (the first stage's products rounded to the
+    step's dtype), so that the same keys are read up to the rounding of the scores. Without gradient.
+
+    Args:
+        queries: (B, H, q, d) projected decoder queries.
+        keys: (B, H, k, d) projected encoder keys, float32 or wider.
+        key_valid: (B, k) bool, True at real positions.
+        rank: ``r``. candidates: ``C``. top_keys: ``K``.
+
+    Returns:
+        (B, H, q, min(K, C, k)) long encoder positions, ascending.
+    """
+    from srformer.attention.selection import top_positions
+
+    length, d = keys.shape[2], keys.shape[3]
+    pool = min(candidates, length)
+    width = min(top_keys, pool)
+    wide = keys.dtype
+    low = torch.float64 if wide == torch.float64 else LOW_RANK_DTYPE
+    with torch.no_grad(), torch.autocast(device_type=queries.device.type, enabled=False):
+        keys, queries = keys.detach(), cast(queries.detach(), wide)
+        count = stored_channels(rank, d)
+        vectors, scales = loki_basis(keys, key_valid, count)
+        mapped = queries @ (vectors * scales[:, :, None, :])  # (B, H, q, m): x_i s_i
+        chosen = torch.topk(mapped.abs(), min(rank, count), dim=-1).indices
+        kept = torch.zeros_like(mapped).scatter_(-1, chosen, 1.0)
+        rotated = (keys @ vectors) / scales[:, :, None, :]  # (B, H, k, m): c_ji / s_i
+        rough = cast(cast(mapped * kept, low), wide) @ cast(cast(rotated, low), wide).mT  # (B, H, q, k)
+        rough = rough.masked_fill(~key_valid[:, None, None, :], float("-inf"))
+        pooled = torch.topk(rough, pool, dim=-1, sorted=False).indices  # (B, H, q, C)
+        exact = queries @ keys.mT  # (B, H, q, k)
+        scores = exact.gather(-1, pooled)
+        allowed = key_valid[:, None, None, :].expand_as(exact).gather(-1, pooled)
+        # the tie rule compares positions: rank the pool in encoder order first
+        ordered, order = pooled.sort(dim=-1)
+        best = top_positions(scores.gather(-1, order), allowed.gather(-1, order), width)
+        return ordered.gather(-1, best).sort(dim=-1).values

@@ -1,0 +1,238 @@
+"""``knn`` through low-rank keys first (``knn_index="loki"``, :mod:`srformer.attention.knn_loki`): the step and the
+parallel path against the float64 reference (Loki's first stage, then the exact top ``K`` of the candidates), the
+exact search when every key is a candidate, padding, an empty document, no host sync and the same calls at every
+length, teacher forcing equal to generation, beam search, the state's size and the settings."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import srformer
+from srformer.attention import step_choice
+from srformer.attention.knn import KNNCrossAttention
+from srformer.attention.knn_loki import LokiKNNState, loki_basis, loki_state, stored_channels
+from srformer.attention.naive import knn_attention
+from srformer.attention.projection import HeadProjection
+from srformer.benchmarks.operator_count import OperatorCounter
+from srformer.config import SRformerConfig
+from tests.models.conftest import BUILDERS, converted, padded_batch, plain_generation_config
+
+BATCH, HEADS, LENGTH, HIDDEN, HEAD_DIM = 3, 2, 40, 8, 4
+
+
+def _inputs(dtype: torch.dtype, seed: int = 0):
+    """Hidden states (B, k, D) with left padding and an empty example, a per-head projection with biases, one
+    decoder query per head, the real-position mask."""
+    generator = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(BATCH, LENGTH, HIDDEN, generator=generator, dtype=dtype)
+    valid = torch.ones(BATCH, LENGTH, dtype=torch.bool)
+    valid[1, :7] = False  # left padding
+    valid[2] = False  # an empty document
+    key = torch.nn.Linear(HIDDEN, HEADS * HEAD_DIM, dtype=dtype)
+    value = torch.nn.Linear(HIDDEN, HEADS * HEAD_DIM, dtype=dtype)
+    projection = HeadProjection.from_linear(key, value, HEADS, HEAD_DIM)
+    assert projection is not None
+    queries = torch.randn(BATCH, HEADS, 1, HEAD_DIM, generator=generator, dtype=dtype)
+    return hidden, valid, projection, queries
+
+
+def _config(**settings) -> SRformerConfig:
+    return SRformerConfig("knn", segment_size=4, knn_index="loki", index_min_keys=1, **settings)
+
+
+def _module(**settings) -> KNNCrossAttention:
+    return KNNCrossAttention(_config(**settings), HEAD_DIM, scale=0.5)
+
+
+def _tolerance(hidden: torch.Tensor, projection: HeadProjection) -> float:
+    """Float64 rounding of the absorbed form against the reference's projected keys and values: a few dozen
+    operations per output, each within one unit of the largest magnitude involved."""
+    return 64 * torch.finfo(torch.float64).eps * float(hidden.abs().max()) * float(
+        projection.value_weight.detach().abs().sum(-1).max() + 1)
+
+
+def _reference(hidden, valid, projection, queries, **settings):
+    with torch.no_grad():
+        keys, values = projection.project(hidden[:, None].expand(-1, HEADS, -1, -1))
+    return knn_attention(queries, keys, values, valid, _config(**settings), scale=0.5)
+
+
+@pytest.mark.parametrize("rank", [1, 2, 4])
+@pytest.mark.parametrize("candidates", [3, 12, 50])
+@pytest.mark.parametrize("top_keys", [1, 3])
+def test_the_step_is_the_two_stage_reference(rank, candidates, top_keys):
+    """In float64: the same keys as the reference's two stages (``C`` best scores on the ``r`` principal channels
+    the query weighs most, then the top ``K`` of them by exact score), padding never read, 0 for the empty
+    document; ``C >= k`` or ``r = d`` is the exact search."""
+    hidden, valid, projection, queries = _inputs(torch.float64)
+    settings = {"index_rank": rank, "index_candidates": candidates, "top_keys": top_keys}
+    module = _module(**settings)
+    state = module.indexed_state(hidden, valid, projection)
+    assert isinstance(state, LokiKNNState) and state.rows is hidden
+    with torch.no_grad():
+        output, same = module.step(queries, state, position=0)
+    assert same is state
+    expected = _reference(hidden, valid, projection, queries, **settings)
+    assert (output - expected).abs().max().item() <= _tolerance(hidden, projection)
+    assert torch.equal(output[2], torch.zeros_like(output[2]))
+
+
+def test_a_narrow_first_stage_changes_what_is_read():
+    """The reference's stages matter: with one direction and few candidates the keys read are not the exact
+    search's for some query (else the tests above could not tell the two apart)."""
+    hidden, valid, projection, queries = _inputs(torch.float64, seed=1)
+    loki = _reference(hidden, valid, projection, queries, index_rank=1, index_candidates=3, top_keys=3)
+    exact = _reference(hidden, valid, projection, queries, index_rank=HEAD_DIM, index_candidates=LENGTH,
+                       top_keys=3)
+    assert (loki - exact).abs().max().item() > 1e-3
+
+
+def test_the_basis_is_the_principal_directions_of_the_real_keys():
+    """Against the eigenvectors and eigenvalues of the real keys' centred covariance, per example and head; padded
+    keys, whatever their values, change nothing."""
+    generator = torch.Generator().manual_seed(3)
+    keys = torch.randn(2, 3, 30, 5, generator=generator, dtype=torch.float64)
+    valid = torch.ones(2, 30, dtype=torch.bool)
+    valid[1, 20:] = False
+    basis, scales = loki_basis(keys, valid, 2)
+    keys[1, :, 20:] = 1e3  # padding
+    again, same_scales = loki_basis(keys, valid, 2)
+    assert torch.allclose(again.abs(), basis.abs(), rtol=0, atol=1e-9)
+    assert torch.allclose(same_scales, scales, rtol=1e-12, atol=0)
+    for b in range(2):
+        for h in range(3):
+            real = keys[b, h][valid[b]]
+            centred = real - real.mean(0)
+            values, vectors = torch.linalg.eigh(centred.T @ centred)
+            # the same directions (an eigenvector's sign is free), the spread along them
+            assert torch.allclose((vectors[:, -2:].T @ basis[b, h]).abs(), torch.eye(2, dtype=torch.float64),
+                                  atol=1e-9)
+            assert torch.allclose(scales[b, h], values[-2:].sqrt(), rtol=1e-12, atol=0)
+
+
+def test_channels_and_query_map_hold_each_product_with_a_positive_query_value():
+    """For any query, the ``r`` largest of the ``2m`` mapped components pick the ``r`` channels of largest
+    ``|x_i| s_i``, each value positive, and the channels' rows they index hold ``x_i c_ji`` once multiplied: the
+    sum over them is the score on those channels."""
+    hidden, valid, projection, queries = _inputs(torch.float64)
+    state = loki_state(hidden, valid, projection, 1)  # m = 2 of d = 4 kept, one read
+    keys = projection.keys(hidden)
+    vectors, scales = loki_basis(keys, valid, 2)
+    mapped = queries.reshape(BATCH * HEADS, 1, HEAD_DIM) @ state.query_map[:, :, :4]  # (B·H, 1, 2m)
+    top = mapped.topk(1, dim=-1)
+    assert (top.values > 0).all()
+    channels = state.channels.view(BATCH * HEADS, 4, LENGTH)  # (B·H, 2m, k)
+    rough = (top.values * channels[torch.arange(BATCH * HEADS)[:, None, None], top.indices][:, 0]).squeeze(1)
+    rotated = (queries @ vectors).reshape(BATCH * HEADS, 2)  # x_i per (example, head)
+    weight = rotated.abs() * scales.reshape(BATCH * HEADS, 2)
+    channel = weight.argmax(-1)
+    on_channels = (keys @ vectors).reshape(BATCH * HEADS, LENGTH, 2)
+    expected = rotated.gather(-1, channel[:, None]) * on_channels.gather(
+        -1, channel[:, None, None].expand(-1, LENGTH, 1))[..., 0]
+    real = valid.repeat_interleave(HEADS, dim=0)
+    torch.testing.assert_close(rough[real], expected[real], rtol=1e-12, atol=1e-12)
+    padded = ~real & real.any(-1, keepdim=True)  # an empty document has no basis to speak of: it reads nothing
+    assert padded.any() and (rough[padded] < -1e15).all()  # padding scores last
+
+
+def test_padding_does_not_change_an_examples_output():
+    """Left or right padding of the same real rows: the same output."""
+    hidden, _, projection, queries = _inputs(torch.float64)
+    real = hidden[:1, :30]
+    left = torch.cat([torch.zeros(1, 10, HIDDEN, dtype=torch.float64), real], dim=1)
+    right = torch.cat([real, torch.zeros(1, 10, HIDDEN, dtype=torch.float64)], dim=1)
+    module = _module(top_keys=3, index_rank=2, index_candidates=6)
+    outputs = []
+    for rows, valid in ((left, torch.arange(40) >= 10), (right, torch.arange(40) < 30), (real, None)):
+        state = loki_state(rows, None if valid is None else valid[None], projection, 2)
+        with torch.no_grad():
+            outputs.append(module.step(queries[:1], state, position=0)[0])
+    for other in outputs[1:]:
+        torch.testing.assert_close(other, outputs[0], rtol=0, atol=1e-12)
+
+
+def test_the_step_makes_no_host_sync_and_the_same_calls_at_every_length(monkeypatch):
+    """On either device's route (one step for both): no host sync, the same operator calls whatever ``k``."""
+    monkeypatch.setattr(step_choice, "STEP_OVERRIDE", "accelerator")
+    hidden, valid, projection, queries = _inputs(torch.float32)
+    module = _module(top_keys=4, index_rank=2, index_candidates=8)
+    totals = []
+    for repeat in (1, 4):
+        state = loki_state(hidden.repeat(1, repeat, 1), valid.repeat(1, repeat), projection, 2)
+        module.step(queries, state, position=0)  # the module's index tensors, made once per batch size
+        with torch.no_grad(), OperatorCounter() as counter:
+            module.step(queries, state, position=0)
+        assert counter.syncs == 0, counter.calls
+        totals.append(counter.total)
+    assert totals[0] == totals[1] == 30, totals  # 29, and 1 for the value projection's bias (add)
+
+
+def test_the_state_keeps_a_small_fraction_of_full_attentions_cache():
+    """Beyond the encoder output: the channels (bfloat16, ``2m = 48`` per head and position for r = 12), the query
+    map, the order keys and the mask; t5-small's shape (8 heads of 64) at 16,384 tokens: under 0.25x full
+    attention's float32 keys and values (0.21x: the channels 0.19x, the query map 1.1 MiB)."""
+    heads, head_dim, length = 8, 64, 16384
+    key = torch.nn.Linear(512, heads * head_dim, bias=False)
+    value = torch.nn.Linear(512, heads * head_dim, bias=False)
+    projection = HeadProjection.from_linear(key, value, heads, head_dim)
+    assert projection is not None
+    state = loki_state(torch.randn(1, length, 512), None, projection, 12)
+    assert stored_channels(12, head_dim) == 24
+    assert state.channels.dtype == torch.bfloat16 and state.channels.shape == (heads * 48, length)
+    full_cache = 2 * heads * length * head_dim * 4
+    assert state.nbytes() <= 0.25 * full_cache, state.nbytes() / full_cache
+
+
+@pytest.mark.parametrize("family", ["t5", "bart"])
+def test_teacher_forcing_reads_what_generation_reads(family):
+    """A float64 model whose first stage drops keys (one direction, four candidates of each input's 9-13 tokens):
+    greedy generation's scores equal the teacher-forced forward pass's, which runs the same two stages; beam
+    search runs and its best sequence is scored the same way."""
+    model = converted(BUILDERS[family](), variant="knn", top_keys=2, knn_index="loki", index_min_keys=1,
+                      index_rank=1, index_candidates=4)
+    ids, mask = padded_batch(model)
+    for beams in (1, 3):
+        config = plain_generation_config(model, max_new_tokens=5, num_beams=beams, output_scores=True,
+                                         return_dict_in_generate=True)
+        with torch.no_grad():
+            generated = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+        if beams > 1:
+            assert generated.sequences.shape[0] == ids.shape[0]
+            continue
+        with torch.no_grad():
+            forced = model(input_ids=ids, attention_mask=mask, decoder_input_ids=generated.sequences[:, :-1]).logits
+        stepped = torch.stack(generated.scores, dim=1)
+        torch.testing.assert_close(stepped.double(), forced.double().to(stepped.dtype).double(), rtol=0, atol=1e-5)
+
+
+def test_settings_are_named_and_checked():
+    assert srformer.named_config("knn-loki").knn_index == "loki"
+    for name in ("index_rank", "index_candidates"):
+        with pytest.raises(ValueError, match=name):
+            SRformerConfig("knn", knn_index="loki", **{name: 0})
+    hidden, valid, projection, _ = _inputs(torch.float32)
+    late = KNNCrossAttention(SRformerConfig("knn", segment_size=4, knn_index="loki", index_min_keys=41), HEAD_DIM)
+    assert late.indexed_state(hidden, valid, projection) is None  # the padded length decides
+
+
+@pytest.mark.parametrize("family", ["t5", "bart"])
+def test_beam_search_with_every_key_a_candidate_is_the_exact_search(family):
+    """``C >= k``: greedy and beam search (float64 models) give the exact ``knn``'s tokens and scores, so the
+    state's per-example mapping under beam reorders keeps each beam's low-rank keys and basis with its rows."""
+    model = converted(BUILDERS[family](), variant="knn", top_keys=3)
+    ids, mask = padded_batch(model)
+    for beams in (1, 3):
+        config = plain_generation_config(model, max_new_tokens=6, num_beams=beams, output_scores=True,
+                                         return_dict_in_generate=True)
+        with torch.no_grad():
+            srformer.set_runtime_options(model, knn_index=None)
+            exact = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+            srformer.set_runtime_options(model, knn_index="loki", index_min_keys=1, index_rank=1,
+                                         index_candidates=ids.shape[1])
+            loki = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+        assert torch.equal(loki.sequences, exact.sequences)
+        for a, b in zip(loki.scores, exact.scores, strict=True):
+            finite = torch.isfinite(b)
+            assert torch.equal(torch.isfinite(a), finite)
+            torch.testing.assert_close(a[finite], b[finite], rtol=0, atol=1e-5)
