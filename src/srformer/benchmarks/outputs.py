@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from srformer.benchmarks.plots import plot_figure5, plot_operator_calls, plot_step_time
+from srformer.benchmarks.plots_bytes import plot_bytes
 from srformer.benchmarks.records import BenchRecord, write_records_json
 from srformer.benchmarks.report import write_report
 
@@ -22,17 +24,19 @@ def write_outputs(
     settings: dict | None = None,
     notes: Sequence[str] = (),
     seconds: float | None = None,
+    details: Mapping[str, list[dict]] | None = None,
 ) -> dict[str, Path]:
     """Write every output file of a run into ``output_dir`` (created if needed).
 
     ``step_time.png`` is skipped when there is no step-time record (its section was not run), ``operators.png``
-    when there is no operator count.
+    when there is no operator count, ``bytes.png`` when there is no byte count.
 
     Args:
         records: the run's records.
         output_dir: the output directory.
         figure5_qs: summary lengths of the Figure 5 curves.
         environment, settings, notes, seconds: shown in ``bench.md`` (see :func:`write_report`).
+        details: detail rows by file name, each written as JSON (``bytes_by_operator.json``).
 
     Returns:
         File name -> path of every file written.
@@ -49,4 +53,11 @@ def write_outputs(
         written["step_time.png"] = plot_step_time(records, output_dir / "step_time.png")
     if any(r.metric == "operator_calls_per_token" for r in records):
         written["operators.png"] = plot_operator_calls(records, output_dir / "operators.png")
+    operator_bytes = (details or {}).get("bytes_by_operator.json", [])
+    for name, rows in (details or {}).items():
+        path = output_dir / name
+        path.write_text(json.dumps(rows, indent=1) + "\n")
+        written[name] = path
+    if any(r.metric == "persistent_bytes_per_token" for r in records):
+        written["bytes.png"] = plot_bytes(records, operator_bytes, output_dir / "bytes.png")
     return written

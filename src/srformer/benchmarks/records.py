@@ -159,6 +159,8 @@ METRIC_UNITS: dict[str, str] = {
     "operator_calls_per_token": "calls",
     "first_step_host_syncs": "syncs",
     "host_syncs_per_token": "syncs",
+    **{f"{route}{name}": "bytes" for route in ("", "cpu_route_") for name in (
+        "first_step_bytes", "first_step_persistent_bytes", "bytes_per_token", "persistent_bytes_per_token")},
 }
 
 #: Every unit a record may carry.

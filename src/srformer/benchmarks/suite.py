@@ -87,6 +87,7 @@ def run_suite(
     *,
     progress: bool = True,
     log: Callable[[str], None] | None = None,
+    details: dict[str, list[dict]] | None = None,
 ) -> list[BenchRecord]:
     """Run every selected measurement and return the records.
 
@@ -94,6 +95,8 @@ def run_suite(
         settings: what to measure (:class:`SuiteSettings`; :meth:`SuiteSettings.quick` for CI).
         progress: show a tqdm progress bar (stderr) with the current measurement.
         log: receives one line per skipped measurement or caveat (default: printed above the bar).
+        details: filled, when given, with the detail rows some sections keep beside their records, by output file
+            name (``bytes_by_operator.json``: the ``operators`` section's bytes per operator).
 
     Returns:
         The records, in measurement order.
@@ -130,4 +133,6 @@ def run_suite(
                 messages(f"{label}: {time.perf_counter() - started:.1f}s")
     bar.close()
     ctx.models.clear()
+    if details is not None:
+        details.update(ctx.details)
     return records

@@ -35,6 +35,7 @@ class SuiteContext:
     log: Callable[[str], None]
     compile_reason: Callable[[str], str | None]
     models: dict = field(default_factory=dict)
+    details: dict[str, list[dict]] = field(default_factory=dict)  # detail rows by file name (bytes by operator)
     compile_probe: list[str | None] = field(default_factory=list)  # [reason or None] once probed
 
     @property

@@ -47,9 +47,10 @@ def run(args) -> int:
         print(line, file=sys.stderr, flush=True)
 
     started = time.perf_counter()
-    records = run_suite(settings, progress=not args.no_progress, log=log)
+    details: dict[str, list[dict]] = {}
+    records = run_suite(settings, progress=not args.no_progress, log=log, details=details)
     seconds = time.perf_counter() - started
     written = write_outputs(records, args.output, figure5_qs=settings.figure5_qs, environment=environment,
-                            settings=settings.summary(), notes=notes, seconds=seconds)
+                            settings=settings.summary(), notes=notes, seconds=seconds, details=details)
     print(f"{len(records)} records in {seconds:.0f} s; wrote " + ", ".join(str(p) for p in written.values()))
     return 0
