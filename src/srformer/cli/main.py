@@ -1,5 +1,5 @@
-"""``srformer`` command line: train, evaluate, summarize, the ACLSum main job, compare, bench, probe, long-bench,
-long-probe, pick, split, pretrain, oracle-targets and copy-reach.
+"""``srformer`` command line: train, evaluate, summarize, the ACLSum main job, compare, fidelity, bench, probe,
+long-bench, long-probe, pick, split, pretrain, oracle-targets and copy-reach.
 
 The parsers come from :mod:`srformer.cli.parsers`, which import no torch or transformers, so ``srformer --help`` and
 ``srformer COMMAND --help`` answer at once; a sub-command imports its implementation when it runs."""
@@ -15,6 +15,7 @@ from srformer.cli.parsers import (
     compare,
     copy_reach,
     evaluate,
+    fidelity,
     long_bench,
     long_probe,
     oracle_targets,
@@ -26,8 +27,8 @@ from srformer.cli.parsers import (
     train,
 )
 
-COMMANDS = (train, evaluate, summarize, aclsum, compare, bench, probe, long_bench, long_probe, pick, split, pretrain,
-            oracle_targets, copy_reach)
+COMMANDS = (train, evaluate, summarize, aclsum, compare, fidelity, bench, probe, long_bench, long_probe, pick, split,
+            pretrain, oracle_targets, copy_reach)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,84 @@
+"""``srformer fidelity`` end to end on a plain tiny BART built from a config and a tokenizer trained on the spot:
+the reference agrees with itself, ``knn-loki`` with every key a candidate scores what the exact ``knn`` scores, a
+mechanism that reads less differs, a rerun resumes without converting again, and a converted checkpoint is
+refused."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import BartConfig, BartForConditionalGeneration
+
+from srformer.cli import fidelity_command
+from srformer.cli.main import main
+from srformer.data import train_unigram_tokenizer
+
+DOCUMENTS = [f"Item {i}: the council met on day {i} and the road {i % 3} was closed for repairs by crew {i}."
+             for i in range(6)]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("fidelity")
+    tokenizer = train_unigram_tokenizer(DOCUMENTS * 20, vocab_size=120)
+    torch.manual_seed(0)
+    model = BartForConditionalGeneration(BartConfig(
+        vocab_size=len(tokenizer), d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128,
+        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.eos_token_id))
+    model.save_pretrained(folder / "base")
+    tokenizer.save_pretrained(folder / "base")
+    rows = [{"id": str(i), "document": text * 3, "summary": text[:40]} for i, text in enumerate(DOCUMENTS)]
+    (folder / "data.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return folder
+
+
+def _args(base, output, *variants):
+    return ["fidelity", "--checkpoint", str(base / "base"), "--data", str(base / "data.jsonl"), "--variants",
+            *variants, "--max-source-length", "96", "--max-target-length", "24", "--segment-size", "16",
+            "--target-length", "24", "--batch-size", "4", "--output", str(output), "--no-progress"]
+
+
+def test_fidelity_of_each_mechanism_against_full(base, tmp_path, monkeypatch, capsys):
+    output = tmp_path / "out"
+    assert main(_args(base, output, "knn", "knn-loki", "segmented")) == 0
+    payload = json.loads((output / "fidelity.json").read_text())
+    summary = payload["summary"]
+    assert list(summary) == ["full", "knn", "knn-loki", "segmented"]
+    assert summary["full"]["perplexity_ratio"] == 1.0 and summary["full"]["agreement"] == 1.0
+    # every key is a candidate (256 >= 96): the exact search's keys, the same scores up to float32 rounding
+    for mine, exact in zip(payload["documents"]["knn-loki"], payload["documents"]["knn"], strict=True):
+        assert mine["argmax"] == exact["argmax"]
+        assert mine["nll"] == pytest.approx(exact["nll"], rel=1e-4)
+    assert summary["segmented"]["perplexity_ratio"] != 1.0  # it reads one segment of the six
+    assert summary["knn"]["documents"] == 6 and summary["knn"]["tokens"] == summary["full"]["tokens"]
+    assert "| `knn-loki` |" in (output / "fidelity.md").read_text()
+
+    def never(*_args, **_kwargs):
+        raise AssertionError("a finished mechanism was scored again")
+
+    monkeypatch.setattr(fidelity_command, "load_summarizer", never)
+    assert main(_args(base, output, "knn", "knn-loki", "segmented")) == 0  # resumed: nothing left to score
+    assert json.loads((output / "fidelity.json").read_text())["summary"] == summary
+
+
+def test_a_converted_checkpoint_and_another_runs_folder_are_refused(base, tmp_path, capsys):
+    from srformer import convert, named_config
+    from srformer.evaluation.evaluate import load_summarizer
+
+    model, tokenizer = load_summarizer(base / "base")
+    convert(model, named_config("segmented", segment_size=16, target_length=24))
+    model.save_pretrained(tmp_path / "converted")
+    tokenizer.save_pretrained(tmp_path / "converted")
+    args = _args(base, tmp_path / "out", "knn")
+    args[2] = str(tmp_path / "converted")
+    assert main(args) == 2
+    assert "already converted" in capsys.readouterr().err
+    assert main(_args(base, tmp_path / "other", "full")) == 0
+    changed = _args(base, tmp_path / "other", "full")
+    changed[changed.index("--max-target-length") + 1] = "12"
+    assert main(changed) == 2
+    assert "another run" in capsys.readouterr().err
