@@ -10,6 +10,7 @@ import torch
 
 import srformer
 from srformer.attention import step_choice
+from srformer.attention.step_choice import STEP_KINDS
 from srformer.attention.knn import KNNCrossAttention
 from srformer.attention.knn_loki import LokiKNNState, loki_basis, loki_state, stored_channels
 from srformer.attention.naive import knn_attention
@@ -58,13 +59,16 @@ def _reference(hidden, valid, projection, queries, **settings):
     return knn_attention(queries, keys, values, valid, _config(**settings), scale=0.5)
 
 
+@pytest.mark.parametrize("step", STEP_KINDS)
 @pytest.mark.parametrize("rank", [1, 2, 4])
 @pytest.mark.parametrize("candidates", [3, 12, 50])
 @pytest.mark.parametrize("top_keys", [1, 3])
-def test_the_step_is_the_two_stage_reference(rank, candidates, top_keys):
-    """In float64: the same keys as the reference's two stages (``C`` best scores on the ``r`` principal channels
-    the query weighs most, then the top ``K`` of them by exact score), padding never read, 0 for the empty
-    document; ``C >= k`` or ``r = d`` is the exact search."""
+def test_the_step_is_the_two_stage_reference(rank, candidates, top_keys, step, monkeypatch):
+    """In float64, with either route's gathers (the CPU's ``index_select`` of flat rows, advanced indexing
+    elsewhere): the same keys as the reference's two stages (``C`` best scores on the ``r`` principal channels the
+    query weighs most, then the top ``K`` of them by exact score), padding never read, 0 for the empty document;
+    ``C >= k`` or ``r = d`` is the exact search."""
+    monkeypatch.setattr(step_choice, "STEP_OVERRIDE", step)
     hidden, valid, projection, queries = _inputs(torch.float64)
     settings = {"index_rank": rank, "index_candidates": candidates, "top_keys": top_keys}
     module = _module(**settings)
