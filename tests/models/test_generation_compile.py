@@ -216,6 +216,18 @@ def test_knn_rows_decodes_with_inductor_as_eager():
     _assert_eager_tokens_and_logits(compiled, eager, inductor=True)
 
 
+@pytest.mark.slow
+def test_knn_loki_decodes_with_inductor_as_eager():
+    """The long-input pick through inductor's generated code, its first stage dropping keys (one channel, four
+    candidates per head): one graph for every position, eager's tokens, and its logits within the bound of the
+    SRformer inductor test above."""
+    model = converted(BUILDERS["t5"]("sdpa").double(), variant="knn", top_keys=3, **SETTINGS)
+    set_runtime_options(model, knn_index="loki", index_min_keys=1, index_rank=1, index_candidates=4)
+    compiled, eager, graphs = _compiled_generate(model, "inductor")
+    assert graphs == 1
+    _assert_eager_tokens_and_logits(compiled, eager, inductor=True)
+
+
 def _teacher_forced_inputs(model):
     ids, mask = batch(model, lengths=(24, 17, 9))
     return dict(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_inputs(model, ids.shape[0], 13))
