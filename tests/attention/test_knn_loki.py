@@ -10,32 +10,23 @@ import torch
 
 import srformer
 from srformer.attention import step_choice
-from srformer.attention.step_choice import STEP_KINDS
 from srformer.attention.knn import KNNCrossAttention
 from srformer.attention.knn_loki import LokiKNNState, loki_basis, loki_state, stored_channels
 from srformer.attention.naive import knn_attention
 from srformer.attention.projection import HeadProjection
+from srformer.attention.step_choice import STEP_KINDS
 from srformer.benchmarks.operator_count import OperatorCounter
 from srformer.config import SRformerConfig
+from tests.attention.rows_cases import (
+    BATCH,
+    HEAD_DIM,
+    HEADS,
+    LENGTH,
+    assert_generation_equals_the_exact_search,
+    padded_outputs,
+    rows_inputs,
+)
 from tests.models.conftest import BUILDERS, converted, padded_batch, plain_generation_config
-
-BATCH, HEADS, LENGTH, HIDDEN, HEAD_DIM = 3, 2, 40, 8, 4
-
-
-def _inputs(dtype: torch.dtype, seed: int = 0):
-    """Hidden states (B, k, D) with left padding and an empty example, a per-head projection with biases, one
-    decoder query per head, the real-position mask."""
-    generator = torch.Generator().manual_seed(seed)
-    hidden = torch.randn(BATCH, LENGTH, HIDDEN, generator=generator, dtype=dtype)
-    valid = torch.ones(BATCH, LENGTH, dtype=torch.bool)
-    valid[1, :7] = False  # left padding
-    valid[2] = False  # an empty document
-    key = torch.nn.Linear(HIDDEN, HEADS * HEAD_DIM, dtype=dtype)
-    value = torch.nn.Linear(HIDDEN, HEADS * HEAD_DIM, dtype=dtype)
-    projection = HeadProjection.from_linear(key, value, HEADS, HEAD_DIM)
-    assert projection is not None
-    queries = torch.randn(BATCH, HEADS, 1, HEAD_DIM, generator=generator, dtype=dtype)
-    return hidden, valid, projection, queries
 
 
 def _config(**settings) -> SRformerConfig:
@@ -69,7 +60,7 @@ def test_the_step_is_the_two_stage_reference(rank, candidates, top_keys, step, m
     query weighs most, then the top ``K`` of them by exact score), padding never read, 0 for the empty document;
     ``C >= k`` or ``r = d`` is the exact search."""
     monkeypatch.setattr(step_choice, "STEP_OVERRIDE", step)
-    hidden, valid, projection, queries = _inputs(torch.float64)
+    hidden, valid, projection, queries = rows_inputs(torch.float64)
     settings = {"index_rank": rank, "index_candidates": candidates, "top_keys": top_keys}
     module = _module(**settings)
     state = module.indexed_state(hidden, valid, projection)
@@ -85,7 +76,7 @@ def test_the_step_is_the_two_stage_reference(rank, candidates, top_keys, step, m
 def test_a_narrow_first_stage_changes_what_is_read():
     """The reference's stages matter: with one direction and few candidates the keys read are not the exact
     search's for some query (else the tests above could not tell the two apart)."""
-    hidden, valid, projection, queries = _inputs(torch.float64, seed=1)
+    hidden, valid, projection, queries = rows_inputs(torch.float64, seed=1)
     loki = _reference(hidden, valid, projection, queries, index_rank=1, index_candidates=3, top_keys=3)
     exact = _reference(hidden, valid, projection, queries, index_rank=HEAD_DIM, index_candidates=LENGTH,
                        top_keys=3)
@@ -119,7 +110,7 @@ def test_channels_and_query_map_hold_each_product_with_a_positive_query_value():
     """For any query, the ``r`` largest of the ``2m`` mapped components pick the ``r`` channels of largest
     ``|x_i| s_i``, each value positive, and the channels' rows they index hold ``x_i c_ji`` once multiplied: the
     sum over them is the score on those channels."""
-    hidden, valid, projection, queries = _inputs(torch.float64)
+    hidden, valid, projection, queries = rows_inputs(torch.float64)
     state = loki_state(hidden, valid, projection, 1)  # m = 2 of d = 4 kept, one read
     keys = projection.keys(hidden)
     vectors, scales = loki_basis(keys, valid, 2)
@@ -142,16 +133,10 @@ def test_channels_and_query_map_hold_each_product_with_a_positive_query_value():
 
 def test_padding_does_not_change_an_examples_output():
     """Left or right padding of the same real rows: the same output."""
-    hidden, _, projection, queries = _inputs(torch.float64)
-    real = hidden[:1, :30]
-    left = torch.cat([torch.zeros(1, 10, HIDDEN, dtype=torch.float64), real], dim=1)
-    right = torch.cat([real, torch.zeros(1, 10, HIDDEN, dtype=torch.float64)], dim=1)
+    hidden, _, projection, queries = rows_inputs(torch.float64)
     module = _module(top_keys=3, index_rank=2, index_candidates=6)
-    outputs = []
-    for rows, valid in ((left, torch.arange(40) >= 10), (right, torch.arange(40) < 30), (real, None)):
-        state = loki_state(rows, None if valid is None else valid[None], projection, 2)
-        with torch.no_grad():
-            outputs.append(module.step(queries[:1], state, position=0)[0])
+    outputs = padded_outputs(hidden, lambda rows, valid: module.step(
+        queries[:1], loki_state(rows, valid, projection, 2), position=0)[0])
     for other in outputs[1:]:
         torch.testing.assert_close(other, outputs[0], rtol=0, atol=1e-12)
 
@@ -159,7 +144,7 @@ def test_padding_does_not_change_an_examples_output():
 def test_the_step_makes_no_host_sync_and_the_same_calls_at_every_length(monkeypatch):
     """On either device's route (one step for both): no host sync, the same operator calls whatever ``k``."""
     monkeypatch.setattr(step_choice, "STEP_OVERRIDE", "accelerator")
-    hidden, valid, projection, queries = _inputs(torch.float32)
+    hidden, valid, projection, queries = rows_inputs(torch.float32)
     module = _module(top_keys=4, index_rank=2, index_candidates=8)
     totals = []
     for repeat in (1, 4):
@@ -215,7 +200,7 @@ def test_settings_are_named_and_checked():
     for name in ("index_rank", "index_candidates"):
         with pytest.raises(ValueError, match=name):
             SRformerConfig("knn", knn_index="loki", **{name: 0})
-    hidden, valid, projection, _ = _inputs(torch.float32)
+    hidden, valid, projection, _ = rows_inputs(torch.float32)
     late = KNNCrossAttention(SRformerConfig("knn", segment_size=4, knn_index="loki", index_min_keys=41), HEAD_DIM)
     assert late.indexed_state(hidden, valid, projection) is None  # the padded length decides
 
@@ -226,17 +211,5 @@ def test_beam_search_with_every_key_a_candidate_is_the_exact_search(family):
     state's per-example mapping under beam reorders keeps each beam's low-rank keys and basis with its rows."""
     model = converted(BUILDERS[family](), variant="knn", top_keys=3)
     ids, mask = padded_batch(model)
-    for beams in (1, 3):
-        config = plain_generation_config(model, max_new_tokens=6, num_beams=beams, output_scores=True,
-                                         return_dict_in_generate=True)
-        with torch.no_grad():
-            srformer.set_runtime_options(model, knn_index=None)
-            exact = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
-            srformer.set_runtime_options(model, knn_index="loki", index_min_keys=1, index_rank=1,
-                                         index_candidates=ids.shape[1])
-            loki = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
-        assert torch.equal(loki.sequences, exact.sequences)
-        for a, b in zip(loki.scores, exact.scores, strict=True):
-            finite = torch.isfinite(b)
-            assert torch.equal(torch.isfinite(a), finite)
-            torch.testing.assert_close(a[finite], b[finite], rtol=0, atol=1e-5)
+    assert_generation_equals_the_exact_search(model, ids, mask, knn_index="loki", index_min_keys=1, index_rank=1,
+                                              index_candidates=ids.shape[1])

@@ -13,37 +13,20 @@ from srformer.attention import knn as knn_module
 from srformer.attention import step_choice
 from srformer.attention.knn import KNNCrossAttention, KNNState
 from srformer.attention.knn_rows import RowsKNNState, rows_state
-from srformer.attention.projection import HeadProjection
 from srformer.attention.step_choice import STEP_KINDS
 from srformer.benchmarks.generation import cross_attention_cache_bytes
 from srformer.benchmarks.operator_count import OperatorCounter
 from srformer.config import SRformerConfig
 from srformer.models.memory_estimate import estimate_decode_memory
+from tests.attention.rows_cases import (
+    HEAD_DIM,
+    HEADS,
+    LENGTH,
+    assert_generation_equals_the_exact_search,
+    padded_outputs,
+    rows_inputs,
+)
 from tests.models.conftest import BUILDERS, converted, padded_batch, plain_generation_config
-
-BATCH, HEADS, LENGTH, HIDDEN, HEAD_DIM = 3, 2, 40, 8, 4
-
-
-def _inputs(dtype: torch.dtype, seed: int = 0, tied: bool = False):
-    """Hidden states (B, k, D) with left padding and an empty example, a per-head projection with biases, one
-    decoder query per head, the real-position mask. ``tied``: the keys depend on the first hidden feature only,
-    which takes three values, so that most scores tie while the values differ."""
-    generator = torch.Generator().manual_seed(seed)
-    hidden = torch.randn(BATCH, LENGTH, HIDDEN, generator=generator, dtype=dtype)
-    valid = torch.ones(BATCH, LENGTH, dtype=torch.bool)
-    valid[1, :7] = False  # left padding
-    valid[2] = False  # an empty document
-    key = torch.nn.Linear(HIDDEN, HEADS * HEAD_DIM, dtype=dtype)
-    value = torch.nn.Linear(HIDDEN, HEADS * HEAD_DIM, dtype=dtype)
-    if tied:
-        hidden[..., 0] = torch.randint(-1, 2, (BATCH, LENGTH), generator=generator).to(dtype)
-        with torch.no_grad():
-            key.weight[:, 1:] = 0.0
-            key.weight[:, 0] = torch.tensor([1.0, -1.0, 2.0, 0.5] * HEADS, dtype=dtype)
-    projection = HeadProjection.from_linear(key, value, HEADS, HEAD_DIM)
-    assert projection is not None
-    queries = torch.randn(BATCH, HEADS, 1, HEAD_DIM, generator=generator, dtype=dtype)
-    return hidden, valid, projection, queries
 
 
 def _module(**settings) -> KNNCrossAttention:
@@ -68,7 +51,7 @@ def test_the_rows_step_is_the_exact_search(top_keys, tied, step, monkeypatch):
     toward the earlier position (``ties``: most scores equal, the values not), padding never read, and 0 for the
     empty document."""
     monkeypatch.setattr(step_choice, "STEP_OVERRIDE", step)
-    hidden, valid, projection, queries = _inputs(torch.float64, tied=tied)
+    hidden, valid, projection, queries = rows_inputs(torch.float64, tied=tied)
     module = _module(top_keys=top_keys, knn_index="rows", index_min_keys=1)
     state = module.indexed_state(hidden, valid, projection)
     assert isinstance(state, RowsKNNState) and state.rows is hidden  # held, not copied
@@ -84,16 +67,10 @@ def test_the_rows_step_is_the_exact_search(top_keys, tied, step, monkeypatch):
 
 def test_padding_does_not_change_an_examples_output():
     """Left or right padding of the same real rows: the same output (positions are compared among real rows)."""
-    hidden, _, projection, queries = _inputs(torch.float64)
-    real = hidden[:1, :30]
-    left = torch.cat([torch.zeros(1, 10, HIDDEN, dtype=torch.float64), real], dim=1)
-    right = torch.cat([real, torch.zeros(1, 10, HIDDEN, dtype=torch.float64)], dim=1)
+    hidden, _, projection, queries = rows_inputs(torch.float64)
     module = _module(top_keys=5, knn_index="rows", index_min_keys=1)
-    outputs = []
-    for rows, valid in ((left, torch.arange(40) >= 10), (right, torch.arange(40) < 30), (real, None)):
-        state = rows_state(rows, None if valid is None else valid[None], projection)
-        with torch.no_grad():
-            outputs.append(module.step(queries[:1], state, position=0)[0])
+    outputs = padded_outputs(hidden, lambda rows, valid: module.step(
+        queries[:1], rows_state(rows, valid, projection), position=0)[0])
     for other in outputs[1:]:
         torch.testing.assert_close(other, outputs[0], rtol=0, atol=1e-12)
 
@@ -101,7 +78,7 @@ def test_padding_does_not_change_an_examples_output():
 def test_the_step_makes_no_host_sync_and_the_same_calls_at_every_length(monkeypatch):
     """Off the CPU (the CPU's selection reads whether a tie at the cut is left out: free there)."""
     monkeypatch.setattr(step_choice, "STEP_OVERRIDE", "accelerator")
-    hidden, valid, projection, queries = _inputs(torch.float32)
+    hidden, valid, projection, queries = rows_inputs(torch.float32)
     module = _module(top_keys=4, knn_index="rows", index_min_keys=1)
     totals = []
     for length in (LENGTH, 4 * LENGTH):
@@ -116,7 +93,7 @@ def test_the_step_makes_no_host_sync_and_the_same_calls_at_every_length(monkeypa
 
 
 def test_short_inputs_take_the_exact_state_and_bad_settings_are_named():
-    hidden, valid, projection, _ = _inputs(torch.float32)
+    hidden, valid, projection, _ = rows_inputs(torch.float32)
     assert _module(knn_index="rows").indexed_state(hidden, valid, projection) is None  # 40 tokens < 16,384
     assert _module(knn_index="rows", index_min_keys=41).indexed_state(hidden, valid, projection) is None
     assert isinstance(_module(knn_index="rows", index_min_keys=40).indexed_state(hidden, valid, projection),
@@ -137,19 +114,8 @@ def test_generate_through_the_rows_equals_the_exact_search(family):
     exact ``knn``'s tokens and scores; after beam reorders every layer still reads one tensor of rows."""
     model = converted(BUILDERS[family](), variant="knn", top_keys=3)
     ids, mask = padded_batch(model)
-    for beams in (1, 3):
-        config = plain_generation_config(model, max_new_tokens=6, num_beams=beams, output_scores=True,
-                                         return_dict_in_generate=True)
-        with torch.no_grad():
-            srformer.set_runtime_options(model, knn_index=None)
-            exact = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
-            srformer.set_runtime_options(model, knn_index="rows", index_min_keys=1)
-            rows = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
-        assert torch.equal(rows.sequences, exact.sequences)
-        for a, b in zip(rows.scores, exact.scores, strict=True):
-            finite = torch.isfinite(b)
-            assert torch.equal(finite, torch.isfinite(a))
-            assert (a[finite] - b[finite]).abs().max().item() <= 1e-9
+    generations = assert_generation_equals_the_exact_search(model, ids, mask, knn_index="rows", index_min_keys=1)
+    for beams, rows in zip((1, 3), generations, strict=True):
         states = [layer.state for layer in rows.past_key_values.cross_attention_cache.layers]
         assert all(isinstance(state, RowsKNNState) for state in states)
         assert all(state.rows is states[0].rows for state in states)  # one copy for every layer
@@ -186,7 +152,7 @@ def test_the_state_counts_its_own_tensors_and_the_memory_estimate():
 
 def test_an_exact_state_is_still_built_for_several_positions():
     """A multi-token chunk (assisted decoding) rebuilds the exact state: the rows step takes one position."""
-    hidden, valid, projection, queries = _inputs(torch.float32)
+    hidden, valid, projection, queries = rows_inputs(torch.float32)
     module = _module(knn_index="rows", index_min_keys=1)
     state = module.indexed_state(hidden, valid, projection)
     assert state is not None and state.is_lean

@@ -51,8 +51,8 @@ import torch
 from torch.nn import functional as F
 
 from srformer.attention.knn_rows import RowsKNNState, rows_state
-from srformer.attention.schedule import tracing
 from srformer.attention.projection import HeadProjection
+from srformer.attention.schedule import tracing
 from srformer.attention.segmented import cast
 from srformer.attention.selection import ranked_top
 from srformer.attention.state import accumulation_dtype

@@ -32,8 +32,8 @@ from torch.utils._pytree import tree_flatten
 from transformers import PreTrainedModel
 
 from srformer.attention import step_choice
-from srformer.benchmarks.generation import generate_fixed, random_encoder_outputs
-from srformer.models import cross_attention
+from srformer.benchmarks.generation import generate_fixed
+from srformer.benchmarks.operator_count import counted_route, generation_inputs
 
 __all__ = ["ByteCount", "ByteCounter", "count_generation_bytes"]
 
@@ -206,23 +206,11 @@ def count_generation_bytes(
         ValueError: for ``tokens`` that are not ``(1, n)`` with ``n > 1``, or an ``encoder_length``/``batch_size``
             below 1.
     """
-    if len(tokens) != 2 or tokens[0] != 1 or tokens[1] <= 1:
-        raise ValueError(f"`tokens` must be (1, n) with n > 1, got {tuple(tokens)!r}.")
-    if encoder_length < 1 or batch_size < 1:
-        raise ValueError(f"`encoder_length` and `batch_size` must be >= 1, got {encoder_length} and {batch_size}.")
-    encoder_outputs, mask = random_encoder_outputs(
-        batch_size, encoder_length, model.config.d_model, device=model.device, seed=seed
-    )
-    override, step_override = cross_attention.FINITE_CHECK_OVERRIDE, step_choice.STEP_OVERRIDE
-    if as_on_accelerator:
-        cross_attention.FINITE_CHECK_OVERRIDE = "deferred"
-        step_choice.STEP_OVERRIDE = "accelerator"
-    try:
+    encoder_outputs, mask = generation_inputs(model, encoder_length, batch_size, tokens, seed)
+    with counted_route(as_on_accelerator):
         first = _counted(model, lambda: generate_fixed(model, encoder_outputs, mask, 1))
         shorter = _counted(model, lambda: generate_fixed(model, encoder_outputs, mask, 1))
         longer = _counted(model, lambda: generate_fixed(model, encoder_outputs, mask, tokens[1]))
-    finally:
-        cross_attention.FINITE_CHECK_OVERRIDE, step_choice.STEP_OVERRIDE = override, step_override
     extra = tokens[1] - 1
     per_token = {
         name: ((longer.eager[name] - shorter.eager[name]) / extra,

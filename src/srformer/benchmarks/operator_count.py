@@ -19,8 +19,9 @@ Two quantities per model and input length (:func:`count_generation_operators`):
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -43,6 +44,8 @@ __all__ = [
     "OperatorCounter",
     "count_calls",
     "count_generation_operators",
+    "counted_route",
+    "generation_inputs",
     "long_input_model",
 ]
 
@@ -142,6 +145,36 @@ def _syncs(calls: Counter[str] | dict[str, float]) -> float:
     return sum(n for name, n in calls.items() if name in SYNC_OPERATORS)
 
 
+def generation_inputs(
+    model: PreTrainedModel, encoder_length: int, batch_size: int, tokens: Sequence[int], seed: int
+) -> tuple[Any, torch.Tensor]:
+    """The random encoder output (and its mask) a count generates from, after checking the count's arguments.
+
+    Raises:
+        ValueError: for ``tokens`` that are not two lengths ``(1, n)``, ``n > 1``, or an ``encoder_length``/
+            ``batch_size`` below 1.
+    """
+    if len(tokens) != 2 or tokens[0] != 1 or tokens[1] <= 1:
+        raise ValueError(f"`tokens` must be (1, n) with n > 1, got {tuple(tokens)!r}.")
+    if encoder_length < 1 or batch_size < 1:
+        raise ValueError(f"`encoder_length` and `batch_size` must be >= 1, got {encoder_length} and {batch_size}.")
+    return random_encoder_outputs(batch_size, encoder_length, model.config.d_model, device=model.device, seed=seed)
+
+
+@contextlib.contextmanager
+def counted_route(as_on_accelerator: bool) -> Iterator[None]:
+    """With ``as_on_accelerator``, run what an accelerator runs whatever the device (the deferred NaN/inf check,
+    the accelerator steps), restoring both switches after; otherwise change nothing."""
+    override, step_override = cross_attention.FINITE_CHECK_OVERRIDE, step_choice.STEP_OVERRIDE
+    if as_on_accelerator:
+        cross_attention.FINITE_CHECK_OVERRIDE = "deferred"
+        step_choice.STEP_OVERRIDE = "accelerator"
+    try:
+        yield
+    finally:
+        cross_attention.FINITE_CHECK_OVERRIDE, step_choice.STEP_OVERRIDE = override, step_override
+
+
 def count_generation_operators(
     model: PreTrainedModel, encoder_length: int, *, batch_size: int = 1, tokens: Sequence[int] = (1, 5),
     seed: int = 0, as_on_accelerator: bool = True,
@@ -174,23 +207,11 @@ def count_generation_operators(
         ValueError: for ``tokens`` that are not two lengths ``1 < n``, or an ``encoder_length``/``batch_size``
             below 1.
     """
-    if len(tokens) != 2 or tokens[0] != 1 or tokens[1] <= 1:
-        raise ValueError(f"`tokens` must be (1, n) with n > 1, got {tuple(tokens)!r}.")
-    if encoder_length < 1 or batch_size < 1:
-        raise ValueError(f"`encoder_length` and `batch_size` must be >= 1, got {encoder_length} and {batch_size}.")
-    encoder_outputs, mask = random_encoder_outputs(
-        batch_size, encoder_length, model.config.d_model, device=model.device, seed=seed
-    )
-    override, step_override = cross_attention.FINITE_CHECK_OVERRIDE, step_choice.STEP_OVERRIDE
-    if as_on_accelerator:
-        cross_attention.FINITE_CHECK_OVERRIDE = "deferred"
-        step_choice.STEP_OVERRIDE = "accelerator"
-    try:
+    encoder_outputs, mask = generation_inputs(model, encoder_length, batch_size, tokens, seed)
+    with counted_route(as_on_accelerator):
         _, first = count_calls(lambda: generate_fixed(model, encoder_outputs, mask, 1))
         _, shorter = count_calls(lambda: generate_fixed(model, encoder_outputs, mask, 1))
         _, longer = count_calls(lambda: generate_fixed(model, encoder_outputs, mask, tokens[1]))
-    finally:
-        cross_attention.FINITE_CHECK_OVERRIDE, step_choice.STEP_OVERRIDE = override, step_override
     extra = tokens[1] - 1
     per_token = {name: (longer[name] - shorter[name]) / extra for name in longer | shorter}
     per_token = {name: n for name, n in per_token.items() if n}

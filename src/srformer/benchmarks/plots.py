@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -101,6 +101,25 @@ def plot_step_time(records: Iterable[BenchRecord], path: str | Path, *, batch_si
     return _save(fig, path)
 
 
+def variant_series(
+    rows: Sequence[BenchRecord], colors: dict[str, str], value: Callable[[BenchRecord], float] = lambda r: r.value,
+) -> Iterator[tuple[str, str, str, tuple[int, ...], tuple[float, ...]]]:
+    """Each (variant, segment size) line of ``rows`` in :data:`BENCH_VARIANTS` order: ``(variant, label, color,
+    encoder lengths, values)``, the values by ``value``; points whose value is not above 0 are left out (a log
+    axis), a line without any is skipped. ``colors`` (label -> color) is filled as lines are met, so that a label
+    keeps its color across panels; ``full-sdpa`` is black."""
+    for variant in BENCH_VARIANTS:
+        for s in sorted({r.segment_size for r in rows if r.variant == variant}, key=lambda v: v or 0):
+            points = [(x, y) for x, y in sorted((r.encoder_length, value(r)) for r in rows
+                                                if r.variant == variant and r.segment_size == s) if y > 0]
+            if not points:
+                continue
+            xs, ys = zip(*points, strict=True)
+            label = variant if s is None else f"{variant}, s={s}"
+            color = colors.setdefault(label, "black" if variant == "full-sdpa" else f"C{len(colors) % 10}")
+            yield variant, label, color, xs, ys
+
+
 def plot_operator_calls(records: Iterable[BenchRecord], path: str | Path) -> Path:
     """Operator calls against encoder length ``k``, log-log, one line per variant and segment size: per generated
     token (left) and in the first step (right), with ``full-sdpa``'s budgets shaded (1.25x its calls per token,
@@ -118,19 +137,11 @@ def plot_operator_calls(records: Iterable[BenchRecord], path: str | Path) -> Pat
     colors: dict[str, str] = {}
     for ax, (metric, title, budget) in zip(axes, panels, strict=True):
         rows = [r for r in chosen if r.metric == metric]
-        for variant in BENCH_VARIANTS:
-            for s in sorted({r.segment_size for r in rows if r.variant == variant}, key=lambda v: v or 0):
-                points = sorted((r.encoder_length, r.value) for r in rows
-                                if r.variant == variant and r.segment_size == s)
-                if not points:
-                    continue
-                xs, ys = zip(*points, strict=True)
-                label = variant if s is None else f"{variant}, s={s}"
-                color = colors.setdefault(label, "black" if variant == "full-sdpa" else f"C{len(colors) % 10}")
-                ax.plot(xs, ys, marker="o", markersize=4, color=color, label=label)
-                if variant == "full-sdpa":
-                    ax.fill_between(xs, ys, [budget * y for y in ys], color="grey", alpha=0.15,
-                                    label="budget: 1.25x full-sdpa per token, 3x in the first step")
+        for variant, label, color, xs, ys in variant_series(rows, colors):
+            ax.plot(xs, ys, marker="o", markersize=4, color=color, label=label)
+            if variant == "full-sdpa":
+                ax.fill_between(xs, ys, [budget * y for y in ys], color="grey", alpha=0.15,
+                                label="budget: 1.25x full-sdpa per token, 3x in the first step")
         ax.set_xscale("log", base=2)
         if metric == "first_step_operator_calls":  # grows by orders of magnitude when a build loops
             ax.set_yscale("log")

@@ -11,7 +11,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from srformer.benchmarks.records import BENCH_VARIANTS, BenchRecord
+from srformer.benchmarks.plots import variant_series
+from srformer.benchmarks.records import BenchRecord
 
 #: Operators shown by name in the per-operator panel; the others are summed as "other".
 _SHOWN_OPERATORS = 6
@@ -38,21 +39,15 @@ def plot_bytes(records: Iterable[BenchRecord], operator_rows: Sequence[dict], pa
               ("bytes_per_token", f"eager bytes per token{beyond}, intermediates included"))
     for ax, (metric, title) in zip(axes[:2], panels, strict=True):
         rows = [r for r in chosen if r.metric == metric]
-        for variant in BENCH_VARIANTS:
-            for s in sorted({r.segment_size for r in rows if r.variant == variant}, key=lambda v: v or 0):
-                points = sorted((r.encoder_length, (r.value - own.get((metric, r.encoder_length), 0.0)) / 2**20)
-                                for r in rows if r.variant == variant and r.segment_size == s)
-                points = [(x, y) for x, y in points if y > 0]  # the decoder's own variant has none beyond it
-                if not points:
-                    continue
-                xs, ys = zip(*points, strict=True)
-                label = variant if s is None else f"{variant}, s={s}"
-                color = colors.setdefault(label, "black" if variant == "full-sdpa" else f"C{len(colors) % 10}")
-                ax.plot(xs, ys, marker="o", markersize=4, color=color, label=label)
-                if variant == "full-sdpa" and metric == "persistent_bytes_per_token":
-                    for share, style in ((0.10, "--"), (0.05, ":")):
-                        ax.plot(xs, [share * y for y in ys], color="grey", linestyle=style,
-                                label=f"{share:.2f}x full-sdpa")
+
+        def above_own(r: BenchRecord, metric: str = metric) -> float:
+            return (r.value - own.get((metric, r.encoder_length), 0.0)) / 2**20  # the decoder's own variant: 0
+
+        for variant, label, color, xs, ys in variant_series(rows, colors, above_own):
+            ax.plot(xs, ys, marker="o", markersize=4, color=color, label=label)
+            if variant == "full-sdpa" and metric == "persistent_bytes_per_token":
+                for share, style in ((0.10, "--"), (0.05, ":")):
+                    ax.plot(xs, [share * y for y in ys], color="grey", linestyle=style, label=f"{share:.2f}x full-sdpa")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         lengths = sorted({r.encoder_length for r in rows})

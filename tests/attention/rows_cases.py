@@ -1,0 +1,73 @@
+"""Checks shared by the tests of the ``knn`` layouts that read the encoder output's rows (``rows``, ``loki``) and
+its faiss index: one example padded left, right or not at all, and generation through a layout against the exact
+search."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+import srformer
+from srformer.attention.projection import HeadProjection
+from tests.models.conftest import plain_generation_config
+
+BATCH, HEADS, LENGTH, HIDDEN, HEAD_DIM = 3, 2, 40, 8, 4
+
+
+def rows_inputs(dtype: torch.dtype, seed: int = 0, tied: bool = False):
+    """Hidden states (B, k, D) with left padding and an empty example, a per-head projection with biases, one
+    decoder query per head, the real-position mask. ``tied``: the keys depend on the first hidden feature only,
+    which takes three values, so that most scores tie while the values differ."""
+    generator = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(BATCH, LENGTH, HIDDEN, generator=generator, dtype=dtype)
+    valid = torch.ones(BATCH, LENGTH, dtype=torch.bool)
+    valid[1, :7] = False  # left padding
+    valid[2] = False  # an empty document
+    key = torch.nn.Linear(HIDDEN, HEADS * HEAD_DIM, dtype=dtype)
+    value = torch.nn.Linear(HIDDEN, HEADS * HEAD_DIM, dtype=dtype)
+    if tied:
+        hidden[..., 0] = torch.randint(-1, 2, (BATCH, LENGTH), generator=generator).to(dtype)
+        with torch.no_grad():
+            key.weight[:, 1:] = 0.0
+            key.weight[:, 0] = torch.tensor([1.0, -1.0, 2.0, 0.5] * HEADS, dtype=dtype)
+    projection = HeadProjection.from_linear(key, value, HEADS, HEAD_DIM)
+    assert projection is not None
+    queries = torch.randn(BATCH, HEADS, 1, HEAD_DIM, generator=generator, dtype=dtype)
+    return hidden, valid, projection, queries
+
+
+def padded_outputs(hidden: torch.Tensor, step: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor],
+                   pad: int = 10) -> list[torch.Tensor]:
+    """``step(rows, key_valid)`` of the first example's first ``k - pad`` rows padded with ``pad`` zero rows on the
+    left, on the right, and not at all (``key_valid`` None): three outputs that must be equal."""
+    length = hidden.shape[1]
+    real = hidden[:1, : length - pad]
+    zeros = torch.zeros(1, pad, hidden.shape[2], dtype=hidden.dtype)
+    cases = ((torch.cat([zeros, real], dim=1), (torch.arange(length) >= pad)[None]),
+             (torch.cat([real, zeros], dim=1), (torch.arange(length) < length - pad)[None]),
+             (real, None))
+    with torch.no_grad():
+        return [step(rows, valid) for rows, valid in cases]
+
+
+def assert_generation_equals_the_exact_search(model, ids: torch.Tensor, mask: torch.Tensor, **layout) -> list:
+    """Greedy and beam search (3 beams) of float64 models through the runtime options ``layout`` give the exact
+    search's tokens, and its scores within 1e-9 (a few float64 roundings of logits of order 1, well above them and
+    far below a changed key's effect). Returns the two generations through ``layout`` (1 and 3 beams)."""
+    generations = []
+    for beams in (1, 3):
+        config = plain_generation_config(model, max_new_tokens=6, num_beams=beams, output_scores=True,
+                                         return_dict_in_generate=True)
+        with torch.no_grad():
+            srformer.set_runtime_options(model, knn_index=None)
+            exact = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+            srformer.set_runtime_options(model, **layout)
+            through = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+        assert torch.equal(through.sequences, exact.sequences)
+        for a, b in zip(through.scores, exact.scores, strict=True):
+            finite = torch.isfinite(b)
+            assert torch.equal(torch.isfinite(a), finite)
+            assert (a[finite] - b[finite]).abs().max().item() <= 1e-9
+        generations.append(through)
+    return generations
