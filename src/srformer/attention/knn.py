@@ -124,7 +124,7 @@ class KNNSettings(MechanismSettings):
     index_min_keys: int | None = integer_setting(1, None, "the shortest input searched through the index")
     index_lists: int | None = integer_setting(1, None, "the IVF cells per input")
     index_probes: int | None = integer_setting(1, None, "the IVF cells scanned per query")
-    index_rank: int | None = integer_setting(1, None, "the rank of the low-rank keys")
+    index_rank: int | None = integer_setting(1, None, "the principal channels read per query")
     index_candidates: int | None = integer_setting(1, None, "the candidates scored exactly per head")
 
     runtime: ClassVar[tuple[str, ...]] = (

@@ -54,7 +54,7 @@ class LongProbeSettings:
             decoded one position at a time through the generation cache (:func:`~srformer.probe.training.
             predict_stepwise`), the path that searches it. The rows are named ``knn (ivf, 32 probes)`` and so on.
         index_probes: IVF cells scanned per query (None: the mechanism's default).
-        index_rank: with ``knn_index="loki"``: the low-rank keys' rank (None: the mechanism's default, 8).
+        index_rank: with ``knn_index="loki"``: the principal channels read per query (None: the default, 12).
         index_candidates: with ``knn_index="loki"``: the keys per head scored exactly (None: the default, 256).
     """
 
