@@ -57,6 +57,10 @@ CPU_EAGER = "results/long-input/compiled-cpu/eager/long_input.json"  # eager, th
 ROWS_LONG_BENCH = "results/long-input/knn-rows-cpu/long_input.json"  # knn-rows beside full, knn, segmented, quest-b2
 B2_PROBE = "results/probe/long-input-convert0/quest-b2/long_probe.json"  # quest-b2, seeds 0 and 2, 0 steps
 OPERATORS = "results/bench/operators/bench.json"  # operator calls, t5-small, batch 1, 4k / 16k / 65k
+BYTES = "results/bench/bytes/bench.json"  # bytes and calls, t5-small, batch 1, 16k / 65k
+LOKI_PROBE = "results/probe/long-input-convert0/knn-loki/long_probe.json"  # knn-loki, seeds 0-2, 0 steps
+LOKI_EXACT = "results/probe/long-input-convert0/knn-loki/exact-retrained/long_probe.json"  # knn on the same bases
+LOKI_CPU = "results/long-input/knn-loki-cpu/long_input.json"  # knn-loki beside full and segmented, one thread
 SEED2_PROBE = "results/probe/long-input-convert0/seed2/long_probe.json"  # the third seed, 0 fine-tuning steps
 KNN_LAYOUTS = "results/long-input/knn-index/layouts.json"
 CONVERT0_PROBE = "results/probe/long-input-convert0/long_probe.json"  # k=512 models, 0 fine-tuning steps
@@ -231,6 +235,20 @@ def bench_state_per_layer(records: Any, variant: str) -> float:
     return bench(records, variant, "cross_attention_cache_bytes") / DECODER_LAYERS / MiB
 
 
+def beyond_decoder(records: Any, variant: str, length: int, metric: str = "persistent_bytes_per_token") -> float:
+    """A mechanism's bytes per token beyond ``segmented``'s (the decoder's own) × ``full-sdpa``'s beyond it."""
+    own = bench_at(records, "segmented", metric, length)
+    return (bench_at(records, variant, metric, length) - own) / (bench_at(records, "full-sdpa", metric, length) - own)
+
+
+def eager_over_persistent(records: Any, variant: str, length: int) -> float:
+    """Eager bytes per token beyond the decoder's own × the persistent bytes beyond it."""
+    own = (bench_at(records, "segmented", "bytes_per_token", length),
+           bench_at(records, "segmented", "persistent_bytes_per_token", length))
+    return ((bench_at(records, variant, "bytes_per_token", length) - own[0])
+            / (bench_at(records, variant, "persistent_bytes_per_token", length) - own[1]))
+
+
 # --- results/probe/**/long_probe.json and results.json: one record per cell (and length) ------------------------
 
 
@@ -298,7 +316,47 @@ def paired_rouge1(grid: Any, reference: str, other: str) -> Any:
 # --- The claims -------------------------------------------------------------------------------------------------
 
 
+def loki_gap(loki: Any) -> float:
+    """The largest off-segment shortfall (points) of ``knn-loki`` under the exact ``knn`` on the same bases, over
+    every seed and length."""
+    exact = json.loads((ROOT / LOKI_EXACT).read_text(encoding="utf-8"))
+    return max(probe_off(exact, "knn", item["length"], item["seed"]) - 100 * item["metrics"]["off_token_accuracy"]
+               for item in loki["records"])
+
+
 CLAIMS: list[Claim] = [
+    # the long-input pick, knn-loki
+    Claim(README, "recalls\nwhat the exact search recalls from a 64k-token input straight after conversion and reads "
+          "{:.2f}× full attention's bytes\nper token there",
+          BYTES, lambda records: (beyond_decoder(records, "knn-loki", K65),)),
+    Claim(README, "Straight after conversion it recalls within {:.1f} points of the exact `knn` on three seeds",
+          LOKI_PROBE, lambda loki: (loki_gap(loki),)),
+    Claim(README, "on the route a GPU runs a token reads\n  {:.3f}× `full`'s bytes beyond the decoder's own at 65k",
+          BYTES, lambda records: (beyond_decoder(records, "knn-loki", K65),)),
+    Claim(README, "in {:.3f}× its operator calls.",
+          BYTES, lambda records: (bench_at(records, "knn-loki", "operator_calls_per_token", K65)
+                                  / bench_at(records, "full-sdpa", "operator_calls_per_token", K65),)),
+    Claim(README, "On a CPU it takes {:.2f}× `full`'s time per token at 65k and {:.1f}×\n  `segmented`'s",
+          LOKI_CPU, lambda run: (time_ratio(run, "knn-loki", K65, "full"), time_ratio(run, "knn-loki", K65))),
+    Claim(CHOOSING, "cheaper than `full` per token\n  ({:.2f} / {:.2f} / {:.2f}× at 16k / 65k / 262k)",
+          LOKI_CPU, lambda run: tuple(time_ratio(run, "knn-loki", k, "full") for k in (K16, K65, K262))),
+    Claim(CHOOSING, "but {:.1f} / {:.1f} / {:.1f}× `segmented`'s\n  per token",
+          LOKI_CPU, lambda run: tuple(time_ratio(run, "knn-loki", k) for k in (K16, K65, K262))),
+    Claim(LONG_INPUTS, "| 33.9 / 46.5 / 86.9 ({:.1f} / {:.1f} / {:.1f}× `segmented`'s; {:.2f} / {:.2f} / {:.2f}× `full`'s) |",
+          LOKI_CPU, lambda run: (*(time_ratio(run, "knn-loki", k) for k in (K16, K65, K262)),
+                                 *(time_ratio(run, "knn-loki", k, "full") for k in (K16, K65, K262)))),
+    Claim(CHOOSING, "Straight after conversion it recalls within {:.1f} points of the exact `knn` at",
+          LOKI_PROBE, lambda loki: (loki_gap(loki),)),
+    Claim(CHOOSING, "a token reads {:.3f}× `full`'s bytes beyond the decoder's own at 65k tokens",
+          BYTES, lambda records: (beyond_decoder(records, "knn-loki", K65),)),
+    Claim(CHOOSING, "moves {:.2f}× that eagerly, in {:.3f}× `full`'s operator calls",
+          BYTES, lambda records: (eager_over_persistent(records, "knn-loki", K65),
+                                  bench_at(records, "knn-loki", "operator_calls_per_token", K65)
+                                  / bench_at(records, "full-sdpa", "operator_calls_per_token", K65))),
+    Claim(CHOOSING, "on the route a GPU runs it moves {:.2f}× `full`'s bytes per token at 65k",
+          BYTES, lambda records: (beyond_decoder(records, "quest-tree", K65, "bytes_per_token"),)),
+    Claim(README, "on the route a GPU runs it moves {:.2f}× `full`'s bytes per token at 65k.",
+          BYTES, lambda records: (beyond_decoder(records, "quest-tree", K65, "bytes_per_token"),)),
     # README, "Long inputs"
     Claim(README, "A **262,144-token input is summarised end to end** by `srformer` with `lean_cache=True` in {:.0f} s "
           "({:.0f} s of it encoding); decoding needs {:.0f} MiB beyond the weights and the {:.0f} MiB encoder output.",
