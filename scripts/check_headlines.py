@@ -342,7 +342,8 @@ CLAIMS: list[Claim] = [
           LOKI_CPU, lambda run: tuple(time_ratio(run, "knn-loki", k, "full") for k in (K16, K65, K262))),
     Claim(CHOOSING, "but {:.1f} / {:.1f} / {:.1f}× `segmented`'s\n  per token",
           LOKI_CPU, lambda run: tuple(time_ratio(run, "knn-loki", k) for k in (K16, K65, K262))),
-    Claim(LONG_INPUTS, "| 33.9 / 46.5 / 86.9 ({:.1f} / {:.1f} / {:.1f}× `segmented`'s; {:.2f} / {:.2f} / {:.2f}× `full`'s) |",
+    Claim(LONG_INPUTS, "| 33.9 / 46.5 / 86.9 ({:.1f} / {:.1f} / {:.1f}× `segmented`'s; {:.2f} / {:.2f} / {:.2f}× "
+          "`full`'s) |",
           LOKI_CPU, lambda run: (*(time_ratio(run, "knn-loki", k) for k in (K16, K65, K262)),
                                  *(time_ratio(run, "knn-loki", k, "full") for k in (K16, K65, K262)))),
     Claim(CHOOSING, "Straight after conversion it recalls within {:.1f} points of the exact `knn` at",

@@ -205,7 +205,8 @@ def add_generation_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--index-probes", type=int, default=None,
                         help="with --knn-index ivf: cells scanned per query (default 32)")
     parser.add_argument("--index-rank", type=int, default=None,
-                        help="with --knn-index loki: principal channels of each head's keys read per query (default 12)")
+                        help="with --knn-index loki: principal channels of each head's keys read per query "
+                             "(default 12)")
     parser.add_argument("--index-candidates", type=int, default=None,
                         help="with --knn-index loki: keys per head scored exactly (default 256)")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")

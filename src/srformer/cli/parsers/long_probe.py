@@ -32,7 +32,8 @@ def add_parser(subparsers) -> None:
                              "(rows), or those rows through low-rank keys first (loki) at every length, decoding one "
                              "position at a time as generate() does (default: the exact search, teacher-forced)")
     parser.add_argument("--index-rank", type=int, default=None,
-                        help="with --knn-index loki: principal channels of each head's keys read per query (default 12)")
+                        help="with --knn-index loki: principal channels of each head's keys read per query "
+                             "(default 12)")
     parser.add_argument("--index-candidates", type=int, default=None,
                         help="with --knn-index loki: keys per head scored exactly (default 256)")
     parser.add_argument("--index-probes", type=int, default=None,
