@@ -336,7 +336,7 @@ CLAIMS: list[Claim] = [
     Claim(README, "in {:.3f}× its operator calls.",
           BYTES, lambda records: (bench_at(records, "knn-loki", "operator_calls_per_token", K65)
                                   / bench_at(records, "full-sdpa", "operator_calls_per_token", K65),)),
-    Claim(README, "On a CPU it takes {:.2f}× `full`'s time per token at 65k and {:.1f}×\n  `segmented`'s",
+    Claim(README, "On a CPU it takes {:.2f}× `full`'s time per token at 65k and {:.1f}× `segmented`'s.",
           LOKI_CPU, lambda run: (time_ratio(run, "knn-loki", K65, "full"), time_ratio(run, "knn-loki", K65))),
     Claim(CHOOSING, "cheaper than `full` per token\n  ({:.2f} / {:.2f} / {:.2f}× at 16k / 65k / 262k)",
           LOKI_CPU, lambda run: tuple(time_ratio(run, "knn-loki", k, "full") for k in (K16, K65, K262))),
@@ -356,7 +356,7 @@ CLAIMS: list[Claim] = [
                                   / bench_at(records, "full-sdpa", "operator_calls_per_token", K65))),
     Claim(CHOOSING, "on the route a GPU runs it moves {:.2f}× `full`'s bytes per token at 65k",
           BYTES, lambda records: (beyond_decoder(records, "quest-tree", K65, "bytes_per_token"),)),
-    Claim(README, "on the route a GPU runs it moves {:.2f}× `full`'s bytes per token at 65k.",
+    Claim(README, "on the route a GPU runs it moves {:.2f}× `full`'s bytes per token at 65k, and",
           BYTES, lambda records: (beyond_decoder(records, "quest-tree", K65, "bytes_per_token"),)),
     # README, "Long inputs"
     Claim(README, "A **262,144-token input is summarised end to end** by `srformer` with `lean_cache=True` in {:.0f} s "
@@ -410,16 +410,6 @@ CLAIMS: list[Claim] = [
                                         / decode_bytes(run, "full", K262, "state_bytes"),
                                         first_token(run, "knn-rows", K262) / first_token(run, "full", K262),
                                         ms_per_token(run, "knn-rows", K262) / ms_per_token(run, "full", K262))),
-    Claim(README, "{:.1f} / {:.1f} / {:.1f}× `segmented`'s at 16k / 65k / 262k tokens and {:.2f}× `full`'s at 262k; "
-          "{:.1f} GiB of state at 262k beside the encoder output (`full` {:.1f} GiB), but {:.0f} s before the first "
-          "token ({:.1f}× `full`'s) while it builds its tree.",
-          QUEST_CPU_BUILD, lambda run: (
-              *(time_ratio(run, "quest-tree", k) for k in (K16, K65, K262)),
-              time_ratio(run, "quest-tree", K262, "full"),
-              state_beyond_encoder(run, "quest-tree", K262) / GiB,
-              decode_bytes(run, "full", K262, "state_bytes") / GiB,
-              first_token(run, "quest-tree", K262),
-              first_token(run, "quest-tree", K262) / first_token(run, "full", K262))),
     Claim(README, "per token at 65k: `full` {:.0f}, `segmented` {:.0f}, `srformer` {:.0f}, `knn` {:.0f}, "
           "`block-topk-b4` {:.0f}, `knn-rows` {:,.0f}, `quest-b2` {:,.0f}, `quest-tree` {:,.0f};",
           OPERATORS, lambda records: tuple(bench_at(records, name, "operator_calls_per_token", K65) for name in (
@@ -437,22 +427,6 @@ CLAIMS: list[Claim] = [
                          if r["data"] == "bbc-bart" and r["length"] == K262 and r["probes"] == probes)
               for probes in (32, 128))),
     # README, "Results" (the table: results_table_row)
-    Claim(README, "recalls what full attention recalls **with no fine-tuning** on two seeds of three: {:.0f}% at "
-          "k=512,",
-          PICK, lambda pick: (off(pick, "quest-tree", K512_0),)),
-    Claim(README, "{:.0f} / {:.1f} / {:.1f}% at 2k / 16k / 64k tokens against `full`'s {:.0f} / {:.1f} / {:.1f}%,",
-          CONVERT0_PROBE, lambda probe: tuple(probe_off(probe, name, k) for name in ("quest-tree", "full")
-                                              for k in (2048, K16, K65))),
-    Claim(README, "and keeps {:.1f} GiB of state at 262k tokens against `full`'s {:.1f}. Its time per token is "
-          "{:.1f}-{:.1f}× `segmented`'s from 16k to 262k ({:.2f}× `full`'s at 262k, {:.2f}× at 16k)",
-          QUEST_CPU_BUILD, lambda run: (
-              state_beyond_encoder(run, "quest-tree", K262) / GiB, decode_bytes(run, "full", K262, "state_bytes") / GiB,
-              min(time_ratio(run, "quest-tree", k) for k in (K16, K65, K262)),
-              max(time_ratio(run, "quest-tree", k) for k in (K16, K65, K262)),
-              time_ratio(run, "quest-tree", K262, "full"), time_ratio(run, "quest-tree", K16, "full"))),
-    Claim(README, "its first\n  token at 262k waits {:.0f} s for the tree ({:.1f}× `full`'s)",
-          QUEST_CPU_BUILD, lambda run: (first_token(run, "quest-tree", K262),
-                                        first_token(run, "quest-tree", K262) / first_token(run, "full", K262))),
     Claim(README, "recalls {:.1f}% off-segment at k=512 with no fine-tuning ({:.2f} of the gap after 400 steps; one of "
           "2 seeds {:.2f}), at {:.3f}× full's step",
           PICK, lambda pick: (off(pick, "block-topk-b4", K512_0), gap(pick, "block-topk-b4", K512_400),
