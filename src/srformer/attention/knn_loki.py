@@ -38,7 +38,7 @@ float64 for a float64 encoder output). A decoder step then, per head:
   once per layer), the channels.
 * **Step**: a fixed sequence of operator calls whatever ``k`` (29 per layer off the CPU), no host sync, one graph
   under ``torch.compile``. On the CPU the two gathers of encoder rows are ``index_select`` copies of the flattened
-  rows (the same rows, about 6x faster there, three calls more each).
+  rows (the same rows, about 6x faster there, five calls more each: free on a CPU).
 """
 
 from __future__ import annotations
@@ -232,7 +232,7 @@ def loki_step(
                                 per_sample_weights=cast(top.values, channels.dtype).view(-1), mode="sum")
         pooled = torch.topk(rough, pool, dim=-1, sorted=False).indices  # (B·H, C)
         # on the CPU, index_select of flat rows copies them about 6x faster than advanced indexing (0.19 against
-        # 1.2-1.7 ms for 2,048 rows of 512 at 16k-65k positions, one thread), for three calls more per gather
+        # 1.2-1.7 ms for 2,048 rows of 512 at 16k-65k positions, one thread), for five calls more per gather
         flat_pooled = (pooled + example * length).view(-1) if on_cpu else None
         hidden = cast(_pick(rows, example, pooled, flat_pooled), wide)  # (B·H, C, D)
         # one product, reading the candidates' rows once (a product and a sum would write and read them again)
