@@ -59,7 +59,7 @@ import torch
 from torch.nn import functional as F
 
 from srformer.attention.base import ProjectRows
-from srformer.attention.schedule import segment_index, tracing
+from srformer.attention.schedule import kept_per_shape, segment_index
 from srformer.attention.segmented import SegmentedCrossAttention, SegmentState, cast
 from srformer.attention.selection import position_order, ranked_top, top_positions
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, extend
@@ -425,16 +425,8 @@ class BlockTopkCrossAttention(SegmentedCrossAttention):
     ) -> _StepTables:
         """The accelerator step's index tensors: made once per shape and device in eager mode and kept on the module
         (no operator call per step), made in the graph when traced."""
-        if tracing():
-            return _step_tables(batch, heads, segments, s, n, block, device)
-        key = (batch, heads, segments, s, n, block, device)
-        tables = self._tables.get(key)
-        if tables is None:
-            tables = _step_tables(batch, heads, segments, s, n, block, device)
-            if len(self._tables) >= 8:  # bounded: beams, batch sizes and lengths change across calls
-                self._tables.clear()
-            self._tables[key] = tables
-        return tables
+        return kept_per_shape(self._tables, (batch, heads, segments, s, n, block, device),
+                              lambda: _step_tables(batch, heads, segments, s, n, block, device))
 
     def attention_weights(
         self,

@@ -64,7 +64,7 @@ from srformer.attention.knn_index import INDEX_KINDS, EncoderIndex, build_encode
 from srformer.attention.knn_loki import LOKI_INDEX, LokiKNNState, loki_positions, loki_state, loki_step
 from srformer.attention.knn_rows import ROWS_INDEX, RowsKNNState, rows_state, rows_step
 from srformer.attention.projection import HeadProjection
-from srformer.attention.schedule import real_lengths, tracing
+from srformer.attention.schedule import kept_per_shape, real_lengths
 from srformer.attention.segmented import cast
 from srformer.attention.selection import position_order, ranked_top, top_positions
 from srformer.attention.state import CrossAttentionState, accumulation_dtype, autocast_off, extend, tensor_version
@@ -80,7 +80,7 @@ DEFAULT_TOP_KEYS = 32
 DEFAULT_INDEX_MIN_KEYS = 16384
 #: IVF cells scanned per query when ``index_probes`` is None.
 DEFAULT_INDEX_PROBES = 32
-#: ``r``, the low-rank keys' rank of ``knn_index="loki"``, when ``index_rank`` is None.
+#: ``r``, the principal channels ``knn_index="loki"`` reads per query and head, when ``index_rank`` is None.
 DEFAULT_INDEX_RANK = 12
 #: ``C``, the candidates ``knn_index="loki"`` scores exactly per head, when ``index_candidates`` is None.
 DEFAULT_INDEX_CANDIDATES = 256
@@ -105,8 +105,8 @@ class KNNSettings(MechanismSettings):
             output (module docstring; ``pip install 'srformer[index]'``). ``"rows"``: generation from inputs
             padded to at least ``index_min_keys`` tokens searches the encoder output's rows exhaustively in torch,
             on their own device, keeping no keys or values (:mod:`srformer.attention.knn_rows`). ``"loki"``: the
-            same, but each head first scores every key in a low-rank basis of its keys and reads only the
-            ``index_candidates`` best rows (:mod:`srformer.attention.knn_loki`). A runtime option.
+            same, but each head first scores every key on a few channels of its keys' principal basis and reads only
+            the ``index_candidates`` best rows (:mod:`srformer.attention.knn_loki`). A runtime option.
         index_min_keys: the shortest input searched through the index, in real tokens (the longest of the batch;
             ``"rows"``: the padded length, which needs no host read); shorter ones are searched exactly. None:
             16,384. A runtime option.
@@ -132,7 +132,7 @@ class KNNSettings(MechanismSettings):
     )
 
     def validate(self, config: SRformerConfig) -> None:
-        """The integer settings' ranges, and ``knn_index`` one of None, ``"flat"``, ``"ivf"``, ``"rows"``.
+        """The integer settings' ranges, and ``knn_index`` one of None, ``"flat"``, ``"ivf"``, ``"rows"``, ``"loki"``.
 
         Raises:
             ValueError: naming the setting.
@@ -341,17 +341,16 @@ class KNNCrossAttention(ContentSparseCrossAttention):
             ValueError: for an indexed state without ``project_rows``; for a rows state given several positions;
                 for a state of another class.
         """
-        if isinstance(state, LokiKNNState):
+        if isinstance(state, RowsKNNState):  # LokiKNNState is one too
             if queries.shape[2] != 1:
                 raise ValueError("A knn state that reads encoder rows steps one position at a time.")
-            settings = self.settings
-            rank = settings.resolved_index_rank()
-            flat, example, bags = self._loki_indices(queries.shape[0], queries.shape[1], state, rank, queries.device)
-            return loki_step(queries, state, self.top_keys, rank, settings.resolved_index_candidates(), self.scale,
-                             flat, example, bags), state
-        if isinstance(state, RowsKNNState):
-            if queries.shape[2] != 1:
-                raise ValueError("A knn state that reads encoder rows steps one position at a time.")
+            if isinstance(state, LokiKNNState):
+                settings = self.settings
+                rank = settings.resolved_index_rank()
+                flat, example, bags = self._loki_indices(queries.shape[0], queries.shape[1], state, rank,
+                                                         queries.device)
+                return loki_step(queries, state, self.top_keys, rank, settings.resolved_index_candidates(),
+                                 self.scale, flat, example, bags), state
             example, _ = self._step_indices(queries.shape[0], queries.shape[1], queries.device)
             return rows_step(queries, state, self.top_keys, self.scale, example), state
         if not isinstance(state, IndexedKNNState):
@@ -406,35 +405,22 @@ class KNNCrossAttention(ContentSparseCrossAttention):
         """The index tensors of :func:`~srformer.attention.knn_loki.loki_step` (its ``flat``, ``example`` and
         ``bags``), made once per shape and device in eager mode and kept on the module, made in the graph when
         traced."""
-        doubled = state.query_map.shape[-1] - state.rows.shape[-1]
-        rank = min(rank, doubled // 2)
-        key = (batch, heads, doubled, rank, device)
-        indices = None if tracing() else self._loki.get(key)
-        if indices is None:
-            count = batch * heads
-            indices = (torch.arange(count, device=device).mul_(doubled).view(count, 1, 1),
-                       torch.arange(batch, device=device).repeat_interleave(heads).view(count, 1),
-                       torch.arange(count, device=device).mul_(rank))
-            if not tracing():
-                if len(self._loki) >= 8:  # bounded: beams, batch sizes and devices change across calls
-                    self._loki.clear()
-                self._loki[key] = indices
-        return indices
+        doubled, rank = state.signed_channels, state.channels_read(rank)
+        count = batch * heads
+
+        def make() -> tuple[torch.Tensor, ...]:
+            return (torch.arange(count, device=device).mul_(doubled).view(count, 1, 1),
+                    torch.arange(batch, device=device).repeat_interleave(heads).view(count, 1),
+                    torch.arange(count, device=device).mul_(rank))
+
+        return kept_per_shape(self._loki, (batch, heads, doubled, rank, device), make)
 
     def _step_indices(self, batch: int, heads: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, 1, 1) and (1, H, 1) long, the example and head of each chosen slot (the first two index tensors of the
         accelerator step's indexing): made once per batch size, head count and device in eager mode and kept on the
         module (no operator call per step), made in the graph when traced."""
-        key = (batch, heads, device)
-        indices = None if tracing() else self._indices.get(key)
-        if indices is None:
-            indices = (torch.arange(batch, device=device).view(batch, 1, 1),
-                       torch.arange(heads, device=device).view(1, heads, 1))
-            if not tracing():
-                if len(self._indices) >= 8:  # bounded: beams, batch sizes and devices change across calls
-                    self._indices.clear()
-                self._indices[key] = indices
-        return indices
+        return kept_per_shape(self._indices, (batch, heads, device), lambda: (
+            torch.arange(batch, device=device).view(batch, 1, 1), torch.arange(heads, device=device).view(1, heads, 1)))
 
     @autocast_off
     def init_state(self, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None) -> KNNState:

@@ -38,7 +38,7 @@ float64 for a float64 encoder output). A decoder step then, per head:
   once per layer), the channels.
 * **Step**: a fixed sequence of operator calls whatever ``k`` (29 per layer off the CPU), no host sync, one graph
   under ``torch.compile``. On the CPU the two gathers of encoder rows are ``index_select`` copies of the flattened
-  rows (the same rows, about 6x faster there, five calls more each: free on a CPU).
+  rows (the same rows, about 6x faster there; nine calls more in all, free on a CPU).
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ from srformer.attention.knn_rows import RowsKNNState, rows_state
 from srformer.attention.projection import HeadProjection
 from srformer.attention.schedule import tracing
 from srformer.attention.segmented import cast
-from srformer.attention.selection import ranked_top
-from srformer.attention.state import accumulation_dtype
+from srformer.attention.selection import ranked_top, top_positions
+from srformer.attention.state import accumulation_dtype, extend
 from srformer.attention.step_choice import step_kind
 
 __all__ = ["LOKI_INDEX", "LokiKNNState", "loki_basis", "loki_positions", "loki_state", "loki_step", "stored_channels"]
@@ -103,6 +103,15 @@ class LokiKNNState(RowsKNNState):
 
     is_lean: ClassVar[bool] = True
     reads_encoder_rows: ClassVar[bool] = True
+
+    @property
+    def signed_channels(self) -> int:
+        """``2m``: the channels kept per head, each with both signs (the query map's columns before ``W_k``'s)."""
+        return self.query_map.shape[-1] - self.rows.shape[-1]
+
+    def channels_read(self, rank: int) -> int:
+        """The channels a step reads for ``index_rank = rank``: ``r``, at most the ``m`` kept."""
+        return min(rank, self.signed_channels // 2)
 
     def nbytes(self) -> int:
         """Bytes of the state's own tensors: every field but the encoder output and :attr:`flat_order` (a view of
@@ -181,12 +190,8 @@ def loki_state(
         key_weight = cast(projection.key_weight, wide).expand(batch, -1, -1, -1)  # (B, H, d, D)
         query_map = torch.cat([mapped, -mapped, key_weight], dim=-1)
         value_weight, value_bias = base.projection.example_values(base.has_keys)
-    return LokiKNNState(
-        lengths=base.lengths, num_segments=base.num_segments, last_segment=base.last_segment, rows=base.rows,
-        rank_order=base.rank_order, key_bias=base.key_bias, has_keys=base.has_keys, projection=base.projection,
-        channels=channels.flatten(0, 2), query_map=query_map.flatten(0, 1),
-        flat_order=base.rank_order.view(batch, length), value_weight=value_weight, value_bias=value_bias,
-    )
+    return extend(LokiKNNState, base, channels=channels.flatten(0, 2), query_map=query_map.flatten(0, 1),
+                  flat_order=base.rank_order.view(batch, length), value_weight=value_weight, value_bias=value_bias)
 
 
 def loki_step(
@@ -218,8 +223,7 @@ def loki_step(
     on_cpu = step_kind(queries.device) == "cpu" and not tracing() and state.rows.is_contiguous()
     batch, heads = queries.shape[:2]
     length = channels.shape[-1]
-    doubled = state.query_map.shape[-1] - rows.shape[-1]
-    rank = min(rank, doubled // 2)
+    doubled, rank = state.signed_channels, state.channels_read(rank)
     pool = min(candidates, length)
     width = min(top_keys, pool)
     wide = state.query_map.dtype
@@ -232,16 +236,15 @@ def loki_step(
                                 per_sample_weights=cast(top.values, channels.dtype).view(-1), mode="sum")
         pooled = torch.topk(rough, pool, dim=-1, sorted=False).indices  # (B·H, C)
         # on the CPU, index_select of flat rows copies them about 6x faster than advanced indexing (0.19 against
-        # 1.2-1.7 ms for 2,048 rows of 512 at 16k-65k positions, one thread), for five calls more per gather
-        flat_pooled = (pooled + example * length).view(-1) if on_cpu else None
-        hidden = cast(_pick(rows, example, pooled, flat_pooled), wide)  # (B·H, C, D)
+        # 1.2-1.7 ms for 2,048 rows of 512 at 16k-65k positions, one thread), for four calls more per gather
+        starts = example * length if on_cpu else None  # (B·H, 1): each example's first flat row
+        hidden = cast(_pick(rows, example, pooled, starts), wide)  # (B·H, C, D)
         # one product, reading the candidates' rows once (a product and a sum would write and read them again)
         scores = torch.bmm(hidden, hidden_queries.mT).view(batch * heads, pool)
         order = state.flat_order[example, pooled]  # (B·H, C)
         chosen = ranked_top(scores, order, width, finite=True)  # (B·H, S) in [0, C)
         positions = pooled.gather(1, chosen)  # (B·H, S) encoder positions
-    flat_positions = (positions + example * length).view(-1) if on_cpu else None
-    picked = cast(_pick(rows, example, positions, flat_positions), wide).view(batch, heads, width, -1)  # read again:
+    picked = cast(_pick(rows, example, positions, starts), wide).view(batch, heads, width, -1)  # read again:
     # the softmax's gradient reaches them
     bias = cast(state.key_bias[example, positions], wide)
     if torch.is_grad_enabled():  # the selection carries no gradient; the softmax over the chosen rows does
@@ -254,12 +257,12 @@ def loki_step(
 
 
 def _pick(rows: torch.Tensor, example: torch.Tensor, positions: torch.Tensor,
-          flat: torch.Tensor | None) -> torch.Tensor:
+          starts: torch.Tensor | None) -> torch.Tensor:
     """``rows[example, positions]``: (B·H, n, D) encoder rows; by ``index_select`` of the flattened rows when
-    ``flat`` (``positions`` offset by their example's start, flattened) is given, the CPU's faster copy."""
-    if flat is None:
+    ``starts`` ((B·H, 1), each example's first flat row) is given, the CPU's faster copy."""
+    if starts is None:
         return rows[example, positions]
-    return rows.view(-1, rows.shape[-1]).index_select(0, flat).view(*positions.shape, -1)
+    return rows.view(-1, rows.shape[-1]).index_select(0, (positions + starts).view(-1)).view(*positions.shape, -1)
 
 
 def loki_positions(
@@ -278,8 +281,6 @@ def loki_positions(
     Returns:
         (B, H, q, min(K, C, k)) long encoder positions, ascending.
     """
-    from srformer.attention.selection import top_positions
-
     length, d = keys.shape[2], keys.shape[3]
     pool = min(candidates, length)
     width = min(top_keys, pool)

@@ -90,6 +90,7 @@ from srformer.attention.content import gather_rows, slot_softmax
 from srformer.attention.projection import HeadProjection
 from srformer.attention.schedule import (
     compaction_order,
+    kept_per_shape,
     num_segments,
     real_lengths,
     segment_at,
@@ -1062,16 +1063,9 @@ class QuestCrossAttention(CrossAttentionMechanism):
         mode and kept on the module (no operator call per step), made in the graph when traced."""
         key = (batch, heads, dim, dtype, device, width, bias_dtype, slots, self.settings.group_size or slots)
         s, b = self.settings.resolved_segment_size(), self.settings.resolved_leaf_size()
-        if tracing():
-            return _make_step_tables(*key, s, b)
         cache: dict[tuple[int, int, int, torch.dtype, torch.device, int, torch.dtype, int, int], _StepTables]
         cache = self.__dict__.setdefault("_quest_step_tables", {})
-        tables = cache.get(key)
-        if tables is None:
-            if len(cache) >= 8:  # bounded: beams, batch sizes, lengths and dtypes change across calls
-                cache.clear()
-            tables = cache[key] = _make_step_tables(*key, s, b)
-        return tables
+        return kept_per_shape(cache, key, lambda: _make_step_tables(*key, s, b))
 
     def accelerator_step(self, queries: torch.Tensor, state: QuestBoundsState, segment: torch.Tensor) -> torch.Tensor:
         """One decoder position in a fixed sequence of operator calls whatever the input length, without a host

@@ -8,7 +8,12 @@ real, unpadded encoder length.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
+
 import torch
+
+T = TypeVar("T")
 
 
 def num_segments(lengths: torch.Tensor, segment_size: int) -> torch.Tensor:
@@ -77,6 +82,32 @@ def tracing() -> bool:
     """True while ``torch.compile`` or ``torch.export`` traces the code: the paths then skip every
     data-dependent host decision (see :func:`real_lengths`) and run their sync-free form."""
     return bool(torch.compiler.is_compiling())
+
+
+#: The most entries a module keeps in a cache of :func:`kept_per_shape` (beams, batch sizes, lengths, dtypes and
+#: devices change across calls).
+KEPT_ENTRIES = 8
+
+
+def kept_per_shape(cache: dict[Any, T], key: Hashable, make: Callable[[], T]) -> T:
+    """``make()`` kept in ``cache`` under ``key``: the constant index tensors of a decoder step, made once per shape
+    (batch size, length, dtype, device, ...) in eager mode so that a step makes no operator call for them, and
+    made in the graph when traced (a graph must not read tensors an eager call left on the module). The cache holds
+    at most :data:`KEPT_ENTRIES`; a full one is emptied before the next entry.
+
+    Args:
+        cache: the module's dict for these tensors.
+        key: everything the tensors depend on.
+        make: builds them.
+    """
+    if tracing():
+        return make()
+    value = cache.get(key)
+    if value is None:
+        if len(cache) >= KEPT_ENTRIES:
+            cache.clear()
+        value = cache[key] = make()
+    return value
 
 
 def real_lengths(

@@ -28,7 +28,7 @@ from torch.nn import functional as F
 
 from srformer.attention.base import CrossAttentionMechanism, ProjectBlock, ProjectRows
 from srformer.attention.layout import block_index, segment_major, segment_order, take_blocks
-from srformer.attention.schedule import num_segments, real_lengths, segment_at, segment_index, tracing
+from srformer.attention.schedule import kept_per_shape, num_segments, real_lengths, segment_at, segment_index, tracing
 from srformer.attention.state import CrossAttentionState, autocast_off, rows_in_encoder_order
 from srformer.core import mechanism
 
@@ -556,16 +556,8 @@ class SegmentedCrossAttention(CrossAttentionMechanism):
     def _block_offsets(self, batch: int, max_segments: int, device: torch.device) -> torch.Tensor:
         """(B,) long ``b * M``, the first flat block of each example: made once per batch size, block count and
         device in eager mode and kept on the module (no operator call per step), made in the graph when traced."""
-        if tracing():
-            return torch.arange(0, batch * max_segments, max_segments, device=device)
-        key = (batch, max_segments, device)
-        offsets = self._offsets.get(key)
-        if offsets is None:
-            offsets = torch.arange(0, batch * max_segments, max_segments, device=device)
-            if len(self._offsets) >= 8:  # a bounded cache: beams, batch sizes and lengths change across calls
-                self._offsets.clear()
-            self._offsets[key] = offsets
-        return offsets
+        return kept_per_shape(self._offsets, (batch, max_segments, device),
+                              lambda: torch.arange(0, batch * max_segments, max_segments, device=device))
 
     def _step_output(
         self,
