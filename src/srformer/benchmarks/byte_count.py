@@ -104,15 +104,15 @@ class ByteCounter(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
+        name = str(func.overloadpacket)
+        short = name.split(".")[-1]
+        if short in VIEW_OPERATORS:  # moves nothing: no bookkeeping either
+            return func(*args, **kwargs)
         persistent = [t for t in tree_flatten((args, kwargs))[0]
                       if isinstance(t, torch.Tensor) and _storage(t) not in self._produced]
         out = func(*args, **kwargs)
-        name = str(func.overloadpacket)
-        if name.split(".")[-1] in VIEW_OPERATORS:
-            return out
         outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         written = sum(distinct_bytes(t) for t in outputs)
-        short = name.split(".")[-1]
         if short in BAG_OPERATORS and len(args) > 1 and isinstance(args[0], torch.Tensor):
             table, rest = args[0], tree_flatten((args[1:], kwargs))[0]
             read = args[1].numel() * distinct_bytes(table[0]) if table.dim() > 0 and table.shape[0] else 0

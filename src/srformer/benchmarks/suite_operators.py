@@ -30,12 +30,9 @@ OPERATOR_METRICS: tuple[tuple[str, str, str], ...] = (
 OPERATOR_NOTE = ("aten calls through a TorchDispatchMode (views included), batch 1, greedy generate() from random "
                  "encoder_outputs; per token: (calls of 5 tokens - calls of 1) / 4")
 
-#: The byte metrics: (metric without its route prefix, field of :class:`~srformer.benchmarks.byte_count.ByteCount`).
-BYTE_METRICS: tuple[tuple[str, str], ...] = (
-    ("first_step_bytes", "first_step_bytes"),
-    ("first_step_persistent_bytes", "first_step_persistent_bytes"),
-    ("bytes_per_token", "bytes_per_token"),
-    ("persistent_bytes_per_token", "persistent_bytes_per_token"),
+#: The byte metrics without their route prefix, each a field of :class:`~srformer.benchmarks.byte_count.ByteCount`.
+BYTE_METRICS: tuple[str, ...] = (
+    "first_step_bytes", "first_step_persistent_bytes", "bytes_per_token", "persistent_bytes_per_token",
 )
 
 #: The routes whose bytes are counted: (metric prefix, count the accelerator's route whatever the device).
@@ -59,12 +56,11 @@ def operator_tasks(ctx: SuiteContext) -> list[Task]:
             for prefix, on_accelerator in BYTE_ROUTES:
                 counted = count_generation_bytes(ctx.model(variant, s), k, seed=ctx.settings.seed,
                                                  as_on_accelerator=on_accelerator)
-                route = "accelerator" if on_accelerator else "cpu"
-                for metric, name in BYTE_METRICS:
-                    records.append(ctx.record(variant, k, s, 1, prefix + metric, float(getattr(counted, name)),
-                                              "bytes", note=f"{route} route; {BYTE_NOTE}"))
+                for metric in BYTE_METRICS:
+                    records.append(ctx.record(variant, k, s, 1, prefix + metric, float(getattr(counted, metric)),
+                                              "bytes", note=f"{counted.route} route; {BYTE_NOTE}"))
                 ctx.details.setdefault("bytes_by_operator.json", []).extend(
-                    {"variant": variant, "encoder_length": k, "segment_size": s, "route": route, "step": step,
+                    {"variant": variant, "encoder_length": k, "segment_size": s, "route": counted.route, "step": step,
                      "operator": operator, "bytes": eager, "persistent_bytes": persistent}
                     for step, table in (("per_token", counted.per_token_by_operator),
                                         ("first_step", counted.first_step_by_operator))
