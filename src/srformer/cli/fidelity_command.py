@@ -77,6 +77,7 @@ def run(args) -> int:
     pairs = load_data(args, default_split="test")
     if args.max_examples is not None:
         pairs = pairs[: args.max_examples]
+    features: list[dict[str, list[int]]] | None = None  # the same for every mechanism: tokenized once
     for name in names:
         if name in payload["documents"]:
             continue
@@ -86,8 +87,9 @@ def run(args) -> int:
                              "which each mechanism is converted from.")
         convert(model, named_config(name, segment_size=args.segment_size, target_length=args.target_length,
                                     **settings))
-        features, _ = encode_pairs(tokenizer, pairs, max_source_length=args.max_source_length,
-                                   max_target_length=args.max_target_length, source_prefix=args.source_prefix)
+        if features is None:
+            features, _ = encode_pairs(tokenizer, pairs, max_source_length=args.max_source_length,
+                                       max_target_length=args.max_target_length, source_prefix=args.source_prefix)
         collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)
         starts = range(0, len(features), args.batch_size)
         batches = (collator(features[start:start + args.batch_size]) for start in

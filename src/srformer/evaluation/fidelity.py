@@ -85,13 +85,20 @@ def teacher_forced(model: Any, batches: Iterable[Mapping[str, torch.Tensor]]) ->
     return scored
 
 
-def _agreement(document: DocumentFidelity, reference: DocumentFidelity) -> float:
+def _matches(document: DocumentFidelity, reference: DocumentFidelity) -> int:
+    """Positions whose argmax equals the reference's."""
     if document.tokens != reference.tokens:
         raise ValueError(f"A document has {document.tokens} scored tokens under one mechanism and "
                          f"{reference.tokens} under the reference: score both on the same features.")
-    if not document.tokens:
-        return 1.0
-    return sum(a == b for a, b in zip(document.argmax, reference.argmax, strict=True)) / document.tokens
+    return sum(a == b for a, b in zip(document.argmax, reference.argmax, strict=True))
+
+
+def _perplexity(documents: Sequence[DocumentFidelity]) -> float:
+    return math.exp(sum(document.nll for document in documents) / sum(document.tokens for document in documents))
+
+
+def _nll_per_token(documents: Sequence[DocumentFidelity]) -> list[float]:
+    return [document.nll / max(document.tokens, 1) for document in documents]
 
 
 def fidelity_summary(
@@ -119,26 +126,23 @@ def fidelity_summary(
     if reference not in scores:
         raise ValueError(f"The reference {reference!r} was not scored; scored: {sorted(scores)}.")
     base = scores[reference]
-    total_tokens = sum(document.tokens for document in base)
-    if not base or not total_tokens:
+    if not base or not sum(document.tokens for document in base):
         raise ValueError("No scored target token: give documents with non-empty reference summaries.")
-    base_perplexity = math.exp(sum(document.nll for document in base) / total_tokens)
-    base_per_token = [document.nll / max(document.tokens, 1) for document in base]
+    base_perplexity, base_per_token = _perplexity(base), _nll_per_token(base)
     summary: dict[str, dict[str, Any]] = {}
     for name, documents in scores.items():
         if len(documents) != len(base):
             raise ValueError(f"{name!r} has {len(documents)} documents, the reference {len(base)}.")
-        agreements = [_agreement(document, other) for document, other in zip(documents, base, strict=True)]
+        matches = [_matches(document, other) for document, other in zip(documents, base, strict=True)]
+        agreements = [m / d.tokens if d.tokens else 1.0 for m, d in zip(matches, documents, strict=True)]
         tokens = sum(document.tokens for document in documents)
-        perplexity = math.exp(sum(document.nll for document in documents) / tokens)
-        matched = sum(round(a * d.tokens) for a, d in zip(agreements, documents, strict=True))
-        per_token = [document.nll / max(document.tokens, 1) for document in documents]
+        perplexity = _perplexity(documents)
         summary[name] = {
             "perplexity": perplexity,
             "perplexity_ratio": perplexity / base_perplexity,
-            "agreement": matched / tokens,
-            "nll_per_token_minus_reference": asdict(paired_difference(per_token, base_per_token, seed=seed,
-                                                                      n_samples=n_samples)),
+            "agreement": sum(matches) / tokens,
+            "nll_per_token_minus_reference": asdict(paired_difference(_nll_per_token(documents), base_per_token,
+                                                                      seed=seed, n_samples=n_samples)),
             "agreement_minus_reference": asdict(paired_difference(agreements, [1.0] * len(agreements), seed=seed,
                                                                   n_samples=n_samples)),
             "documents": len(documents),
