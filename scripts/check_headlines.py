@@ -316,10 +316,9 @@ def paired_rouge1(grid: Any, reference: str, other: str) -> Any:
 # --- The claims -------------------------------------------------------------------------------------------------
 
 
-def loki_gap(loki: Any) -> float:
+def loki_gap(loki: Any, exact: Any) -> float:
     """The largest off-segment shortfall (points) of ``knn-loki`` under the exact ``knn`` on the same bases, over
     every seed and length."""
-    exact = json.loads((ROOT / LOKI_EXACT).read_text(encoding="utf-8"))
     return max(probe_off(exact, "knn", item["length"], item["seed"]) - 100 * item["metrics"]["off_token_accuracy"]
                for item in loki["records"])
 
@@ -330,7 +329,7 @@ CLAIMS: list[Claim] = [
           "{:.2f}× full attention's bytes\nper token there",
           BYTES, lambda records: (beyond_decoder(records, "knn-loki", K65),)),
     Claim(README, "Straight after conversion it recalls within {:.1f} points of the exact `knn` on three seeds",
-          LOKI_PROBE, lambda loki: (loki_gap(loki),)),
+          (LOKI_PROBE, LOKI_EXACT), lambda loki, exact: (loki_gap(loki, exact),)),
     Claim(README, "on the route a GPU runs a token reads\n  {:.3f}× `full`'s bytes beyond the decoder's own at 65k",
           BYTES, lambda records: (beyond_decoder(records, "knn-loki", K65),)),
     Claim(README, "in {:.3f}× its operator calls.",
@@ -347,7 +346,7 @@ CLAIMS: list[Claim] = [
           LOKI_CPU, lambda run: (*(time_ratio(run, "knn-loki", k) for k in (K16, K65, K262)),
                                  *(time_ratio(run, "knn-loki", k, "full") for k in (K16, K65, K262)))),
     Claim(CHOOSING, "Straight after conversion it recalls within {:.1f} points of the exact `knn` at",
-          LOKI_PROBE, lambda loki: (loki_gap(loki),)),
+          (LOKI_PROBE, LOKI_EXACT), lambda loki, exact: (loki_gap(loki, exact),)),
     Claim(CHOOSING, "a token reads {:.3f}× `full`'s bytes beyond the decoder's own at 65k tokens",
           BYTES, lambda records: (beyond_decoder(records, "knn-loki", K65),)),
     Claim(CHOOSING, "moves {:.2f}× that eagerly, in {:.3f}× `full`'s operator calls",
