@@ -51,23 +51,31 @@ def padded_outputs(hidden: torch.Tensor, step: Callable[[torch.Tensor, torch.Ten
         return [step(rows, valid) for rows, valid in cases]
 
 
-def assert_generation_equals_the_exact_search(model, ids: torch.Tensor, mask: torch.Tensor, **layout) -> list:
-    """Greedy and beam search (3 beams) of float64 models through the runtime options ``layout`` give the exact
-    search's tokens, and its scores within 1e-9 (a few float64 roundings of logits of order 1, well above them and
-    far below a changed key's effect). Returns the two generations through ``layout`` (1 and 3 beams)."""
+def assert_generation_matches(model, ids: torch.Tensor, mask: torch.Tensor, *, reference: dict, through: dict,
+                              tolerance: float, max_new_tokens: int = 6) -> list:
+    """Greedy and beam search (3 beams) with the runtime options ``through`` give the tokens of those with
+    ``reference``, and their scores within ``tolerance``. Returns the generations with ``through`` (1 and 3 beams)."""
     generations = []
     for beams in (1, 3):
-        config = plain_generation_config(model, max_new_tokens=6, num_beams=beams, output_scores=True,
+        config = plain_generation_config(model, max_new_tokens=max_new_tokens, num_beams=beams, output_scores=True,
                                          return_dict_in_generate=True)
         with torch.no_grad():
-            srformer.set_runtime_options(model, knn_index=None)
-            exact = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
-            srformer.set_runtime_options(model, **layout)
-            through = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
-        assert torch.equal(through.sequences, exact.sequences)
-        for a, b in zip(through.scores, exact.scores, strict=True):
+            srformer.set_runtime_options(model, **reference)
+            expected = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+            srformer.set_runtime_options(model, **through)
+            generated = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+        assert torch.equal(generated.sequences, expected.sequences)
+        for a, b in zip(generated.scores, expected.scores, strict=True):
             finite = torch.isfinite(b)
             assert torch.equal(torch.isfinite(a), finite)
-            assert (a[finite] - b[finite]).abs().max().item() <= 1e-9
-        generations.append(through)
+            assert (a[finite] - b[finite]).abs().max().item() <= tolerance
+        generations.append(generated)
     return generations
+
+
+def assert_generation_equals_the_exact_search(model, ids: torch.Tensor, mask: torch.Tensor, **layout) -> list:
+    """:func:`assert_generation_matches` against the exact ``knn`` search (``knn_index=None``), float64 models: scores
+    within 1e-9 (a few float64 roundings of logits of order 1, well above them and far below a changed key's effect).
+    """
+    return assert_generation_matches(model, ids, mask, reference={"knn_index": None}, through=layout,
+                                     tolerance=1e-9)

@@ -16,6 +16,7 @@ from srformer.attention.knn import IndexedKNNState, KNNCrossAttention
 from srformer.attention.projection import HeadProjection
 from srformer.config import SRformerConfig
 from srformer.models.memory_estimate import estimate_decode_memory
+from tests.attention.rows_cases import assert_generation_matches
 from tests.models.conftest import BUILDERS, converted, padded_batch, plain_generation_config
 
 pytest.importorskip("faiss")
@@ -165,21 +166,10 @@ def test_generate_with_an_index_reading_every_key_equals_the_exact_search(family
         return index
 
     monkeypatch.setattr("srformer.attention.knn.build_encoder_index", counting)
-    for beams in (1, 3):
-        config = plain_generation_config(model, max_new_tokens=6, num_beams=beams, output_scores=True,
-                                         return_dict_in_generate=True)
-        with torch.no_grad():
-            srformer.set_runtime_options(model, knn_index=None)
-            exact = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
-            srformer.set_runtime_options(model, knn_index=kind, index_min_keys=1, index_lists=4, index_probes=4)
-            indexed = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
-        assert torch.equal(indexed.sequences, exact.sequences)
-        for a, b in zip(indexed.scores, exact.scores, strict=True):
-            finite = torch.isfinite(b)
-            assert torch.equal(finite, torch.isfinite(a))
-            assert (a[finite] - b[finite]).abs().max().item() <= 1e-4
-        assert builds == [3], builds  # once for every layer; the beams of an example share its index
-        builds.clear()
+    assert_generation_matches(model, ids, mask, reference={"knn_index": None}, tolerance=1e-4, through=dict(
+        knn_index=kind, index_min_keys=1, index_lists=4, index_probes=4))
+    # once for every layer, for greedy and for beam search; the beams of an example share its index
+    assert builds == [3, 3], builds
 
 
 def test_runtime_options_saving_and_the_memory_estimate(tmp_path):

@@ -27,6 +27,7 @@ from srformer.attention.quest import (
 )
 from srformer.config import SRformerConfig, named_config
 from srformer.models.memory_estimate import estimate_decode_memory
+from tests.attention.rows_cases import assert_generation_matches
 from tests.attention.test_block_topk import check_against_the_reference
 from tests.attention.test_srformer import _inputs
 from tests.attention.test_variants import _module, _reference
@@ -194,21 +195,9 @@ def test_generate_reading_encoder_rows_equals_the_standard_state(family, each_st
     model = converted(BUILDERS[family](), variant="quest", segment_size=4, target_length=8, leaf_size=2,
                       top_leaves=2, group_size=2, top_groups=2)
     ids, mask = padded_batch(model)
-    states = []
-    for beams in (1, 3):
-        config = plain_generation_config(model, max_new_tokens=8, num_beams=beams, output_scores=True,
-                                         return_dict_in_generate=True)
-        with torch.no_grad():
-            srformer.set_runtime_options(model, rows_min_keys=None)
-            standard = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
-            srformer.set_runtime_options(model, rows_min_keys=1)
-            rows = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
-            states.append(type(rows.past_key_values.cross_attention_cache.layers[0].state))
-        assert torch.equal(rows.sequences, standard.sequences)
-        for a, b in zip(rows.scores, standard.scores, strict=True):
-            finite = torch.isfinite(b)
-            assert torch.equal(finite, torch.isfinite(a))
-            assert (a[finite] - b[finite]).abs().max().item() <= 1e-4
+    generations = assert_generation_matches(model, ids, mask, reference={"rows_min_keys": None},
+                                            through={"rows_min_keys": 1}, tolerance=1e-4, max_new_tokens=8)
+    states = [type(rows.past_key_values.cross_attention_cache.layers[0].state) for rows in generations]
     assert states == [QuestRowsState, QuestRowsState]
 
 
