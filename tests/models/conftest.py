@@ -102,3 +102,75 @@ def converted(model, **settings):
 @pytest.fixture(params=["t5", "bart"])
 def family(request):
     return request.param
+
+
+# ------------------------------------------------------------------------ the long-document families
+def _tiny(config_class, model_class, attn_implementation: str, dtype: torch.dtype, **settings):
+    """A tiny model of ``model_class``; ``sdpa`` becomes ``eager`` for a family that has no sdpa path."""
+    torch.manual_seed(0)
+    config = config_class(vocab_size=VOCAB, **settings)
+    config._attn_implementation = attn_implementation if model_class._supports_sdpa else "eager"
+    return model_class(config).to(dtype).eval()
+
+
+_BART_LIKE = dict(
+    d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+    encoder_ffn_dim=64, decoder_ffn_dim=64, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+)
+_T5_LIKE = dict(
+    d_model=32, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4, d_kv=8, decoder_start_token_id=0,
+    pad_token_id=0, eos_token_id=1, dropout_rate=0.0,
+)
+
+
+def tiny_led(attn_implementation: str = "sdpa", dtype: torch.dtype = torch.float64):
+    """LED with an encoder window of 8 tokens."""
+    from transformers import LEDConfig, LEDForConditionalGeneration
+
+    return _tiny(LEDConfig, LEDForConditionalGeneration, attn_implementation, dtype, **_BART_LIKE, attention_window=8,
+                 max_encoder_position_embeddings=256, max_decoder_position_embeddings=64, pad_token_id=1,
+                 bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
+
+
+def tiny_longt5(encoder_attention_type: str):
+    def build(attn_implementation: str = "sdpa", dtype: torch.dtype = torch.float64):
+        from transformers import LongT5Config, LongT5ForConditionalGeneration
+
+        return _tiny(LongT5Config, LongT5ForConditionalGeneration, attn_implementation, dtype, **_T5_LIKE,
+                     local_radius=4, global_block_size=4, encoder_attention_type=encoder_attention_type)
+
+    return build
+
+
+def tiny_pegasus_x(attn_implementation: str = "sdpa", dtype: torch.dtype = torch.float64):
+    """PEGASUS-X with blocks of 8 tokens and 4 global tokens."""
+    from transformers import PegasusXConfig, PegasusXForConditionalGeneration
+
+    return _tiny(PegasusXConfig, PegasusXForConditionalGeneration, attn_implementation, dtype, **_BART_LIKE,
+                 max_position_embeddings=256, block_size=8, num_global_tokens=4, stagger_local_blocks=True,
+                 pad_token_id=0, eos_token_id=1, decoder_start_token_id=0)
+
+
+def tiny_bigbird_pegasus(attention_type: str):
+    def build(attn_implementation: str = "sdpa", dtype: torch.dtype = torch.float64):
+        from transformers import BigBirdPegasusConfig, BigBirdPegasusForConditionalGeneration
+
+        return _tiny(BigBirdPegasusConfig, BigBirdPegasusForConditionalGeneration, attn_implementation, dtype,
+                     **_BART_LIKE, max_position_embeddings=256, attention_type=attention_type, block_size=4,
+                     num_random_blocks=2, pad_token_id=0, bos_token_id=2, eos_token_id=1, decoder_start_token_id=0)
+
+    return build
+
+
+#: The long-document families, each encoder attention type of its own: inputs of 48 tokens and fewer run
+#: BigBirdPegasus's block-sparse attention (it falls back to full attention at or below (5 + 2 r) b = 36 tokens).
+LONG_BUILDERS = {
+    "led": tiny_led,
+    "longt5-local": tiny_longt5("local"),
+    "longt5-transient-global": tiny_longt5("transient-global"),
+    "pegasus_x": tiny_pegasus_x,
+    "bigbird_pegasus-block_sparse": tiny_bigbird_pegasus("block_sparse"),
+    "bigbird_pegasus-original_full": tiny_bigbird_pegasus("original_full"),
+}
+#: Right-padded lengths of the long families' batches (tokens).
+LONG_LENGTHS = (48, 41, 21)

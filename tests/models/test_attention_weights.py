@@ -22,7 +22,7 @@ import torch
 from srformer.config import NAMED_SETTINGS, named_config
 from srformer.core import REGISTRY, WEIGHTS_OF_OUTPUT, WEIGHTS_OF_SEGMENT, WEIGHTS_POOLED, mechanism
 from srformer.models.convert import cross_attention_modules
-from srformer.models.families import attention_scale_of, head_dim_of
+from srformer.models.families.calls import attention_scale_of, head_dim_of
 from tests.models.conftest import BUILDERS, converted, decoder_inputs, padded_batch
 from tests.models.test_generation_strategies import generate, teacher_forced
 from tests.registry_cases import lean_variants, named_settings, variant_of, with_weights

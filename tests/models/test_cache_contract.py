@@ -21,7 +21,7 @@ from srformer.attention.state import SRformerCacheLayer
 from srformer.config import NAMED_SETTINGS
 from srformer.core import mechanism
 from srformer.models.convert import cross_attention_modules
-from srformer.models.families import head_dim_of
+from srformer.models.families.calls import head_dim_of
 from tests.models.conftest import BUILDERS, converted, padded_batch, plain_generation_config
 from tests.registry_cases import lean_variants, mechanisms
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LEDConfig, LEDForConditionalGeneration
+from transformers import BlenderbotConfig, BlenderbotForConditionalGeneration
 
 import srformer
 from tests.models.conftest import BUILDERS, converted, decoder_inputs, padded_batch
@@ -31,15 +31,16 @@ def test_target_length_below_the_number_of_segments_raises_when_strict(family):
 
 
 def test_unsupported_encoder_decoder_is_a_clear_error_listing_what_is_supported():
-    led = LEDForConditionalGeneration(LEDConfig(
+    blenderbot = BlenderbotForConditionalGeneration(BlenderbotConfig(
         vocab_size=50, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_encoder_position_embeddings=64,
-        max_decoder_position_embeddings=64, attention_window=[4],
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
     ))
     with pytest.raises(
         ValueError,
-        match=r"Cannot convert LEDForConditionalGeneration: it has cross-attention classes \['LEDDecoderAttention'\]\. "
-        r"Supported: T5ForConditionalGeneration, MT5ForConditionalGeneration .*BartForConditionalGeneration, "
-        r"MBartForConditionalGeneration, PegasusForConditionalGeneration, MarianMTModel",
+        match=r"Cannot convert BlenderbotForConditionalGeneration: it has cross-attention classes "
+        r"\['BlenderbotAttention'\]\. Supported: T5ForConditionalGeneration, MT5ForConditionalGeneration, "
+        r"BartForConditionalGeneration, MBartForConditionalGeneration, PegasusForConditionalGeneration, MarianMTModel, "
+        r"LEDForConditionalGeneration, LongT5ForConditionalGeneration, PegasusXForConditionalGeneration, "
+        r"BigBirdPegasusForConditionalGeneration",
     ):
-        srformer.convert(led, srformer.SRformerConfig())
+        srformer.convert(blenderbot, srformer.SRformerConfig())

@@ -27,10 +27,9 @@ from transformers.modeling_outputs import BaseModelOutput
 
 from srformer.attention.schedule import compaction_order, tracing
 from srformer.core import SRformerConfig, check_window_settings
+from srformer.models.families import family_of_config
+from srformer.models.families.t5 import PRETRAINED_LENGTH
 from srformer.models.memory_estimate import check_decode_memory
-
-#: The encoder input limit of a family whose positions are relative (T5, mT5): the length it was pretrained on.
-RELATIVE_POSITION_WINDOW = 512
 
 
 @dataclass(frozen=True)
@@ -82,22 +81,25 @@ def plan_windows(length: int, window: int, overlap: float) -> EncoderWindows:
 
 
 def encoder_input_limit(config: Any) -> int | None:
-    """The longest input (tokens) ``config``'s encoder can position: ``max_position_embeddings`` for a family with
-    a position table (BART, mBART, Pegasus, Marian), None for relative positions (T5, mT5: no hard limit)."""
-    if getattr(config, "relative_attention_num_buckets", None) is not None:
-        return None
+    """The longest input (tokens) ``config``'s encoder can position, from its family's entry
+    (:attr:`~srformer.models.families.entry.Family.input_limit`): the position table's size for BART's families,
+    LED, PEGASUS-X and BigBirdPegasus; None for relative positions (T5, mT5, LongT5: no hard limit) and for a config
+    of no family srformer converts."""
+    family = family_of_config(config)
+    return None if family is None else family.input_limit(config)
+
+
+def default_window(config: Any) -> int | None:
+    """The window used when ``encoder_window`` is None, from the family's entry
+    (:meth:`~srformer.models.families.entry.Family.window`): the encoder's own input limit, the length T5 was
+    pretrained on (``n_positions``, else 512 tokens), or None for an encoder built for long inputs without a limit
+    (LongT5), which then reads every input whole. A config of no family srformer converts: its
+    ``max_position_embeddings``, else 512."""
+    family = family_of_config(config)
+    if family is not None:
+        return family.window(config)
     limit = getattr(config, "max_position_embeddings", None)
-    return limit if isinstance(limit, int) and limit > 0 else None
-
-
-def default_window(config: Any) -> int:
-    """The window used when ``encoder_window`` is None: the model's own input limit (:func:`encoder_input_limit`),
-    or ``n_positions`` / :data:`RELATIVE_POSITION_WINDOW` (512 tokens) for relative positions."""
-    limit = encoder_input_limit(config)
-    if limit is not None:
-        return limit
-    positions = getattr(config, "n_positions", None)
-    return positions if isinstance(positions, int) and positions > 0 else RELATIVE_POSITION_WINDOW
+    return limit if isinstance(limit, int) and limit > 0 else PRETRAINED_LENGTH
 
 
 @dataclass(frozen=True)
@@ -112,20 +114,24 @@ class WindowSettings:
 
 def resolve_window_settings(
     config: Any, encoder_window: int | None, window_overlap: float, window_batch_size: int
-) -> WindowSettings:
-    """The :class:`WindowSettings` of a model with Hugging Face config ``config``.
+) -> WindowSettings | None:
+    """The :class:`WindowSettings` of a model with Hugging Face config ``config``, or None where the encoder reads
+    every input whole (no ``encoder_window`` and a family without a default window: LongT5).
 
     Raises:
         ValueError: for bad settings (:func:`check_window_settings`), or an ``encoder_window`` larger than the
             positions of a model with a position table (the message gives the limit).
     """
     window = default_window(config) if encoder_window is None else encoder_window
+    if window is None:
+        check_window_settings(1, window_overlap, window_batch_size)
+        return None
     check_window_settings(window, window_overlap, window_batch_size)
     limit = encoder_input_limit(config)
     if limit is not None and window > limit:
         raise ValueError(
-            f"`encoder_window` is {window} tokens but this model's encoder has positions for {limit} "
-            f"(max_position_embeddings): use encoder_window <= {limit}."
+            f"`encoder_window` is {window} tokens but this model's encoder has positions for {limit} tokens: use "
+            f"encoder_window <= {limit}."
         )
     return WindowSettings(window, float(window_overlap), window_batch_size)
 
@@ -146,7 +152,7 @@ class ChunkedEncoderMixin:
             ``torch.export``.
     """
 
-    srformer_windows: WindowSettings
+    srformer_windows: WindowSettings | None
     srformer_config: SRformerConfig
     config: Any
 

@@ -15,31 +15,9 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import torch
+import transformers
 from torch import nn
-from transformers import (
-    AutoModel,
-    AutoModelForSeq2SeqLM,
-    BartConfig,
-    BartForConditionalGeneration,
-    BartModel,
-    MarianConfig,
-    MarianModel,
-    MarianMTModel,
-    MBartConfig,
-    MBartForConditionalGeneration,
-    MBartModel,
-    MT5Config,
-    MT5ForConditionalGeneration,
-    MT5Model,
-    PegasusConfig,
-    PegasusForConditionalGeneration,
-    PegasusModel,
-    PretrainedConfig,
-    PreTrainedModel,
-    T5Config,
-    T5ForConditionalGeneration,
-    T5Model,
-)
+from transformers import PretrainedConfig, PreTrainedModel
 
 from srformer.core import SRformerConfig
 from srformer.models.chunked_encoding import (
@@ -49,7 +27,8 @@ from srformer.models.chunked_encoding import (
     model_encoder,
     resolve_window_settings,
 )
-from srformer.models.families import SRformerBartAttentionMixin, SRformerT5AttentionMixin
+from srformer.models.families import FAMILIES, Family
+from srformer.models.families.calls import MIXINS
 from srformer.models.install import (
     cross_attention_modules,
     initialize_added_modules,
@@ -130,141 +109,47 @@ class SRformerModelMixin(_MixinBase):
         )
 
 
-# ---------------------------------------------------------------------------------------------- configs
-class SRformerT5Config(T5Config):
-    """``T5Config`` of a converted T5 model (model type ``srformer_t5``); settings in ``config.srformer``."""
-
-    model_type = "srformer_t5"
-
-
-class SRformerMT5Config(MT5Config):
-    """``MT5Config`` of a converted mT5 model (model type ``srformer_mt5``); settings in ``config.srformer``."""
-
-    model_type = "srformer_mt5"
+# ------------------------------------------------------------------------------------- configs and models
+def _own_class(name: str, bases: tuple[type, ...], namespace: dict[str, Any]) -> Any:
+    """A class made here and reachable as ``srformer.models.classes.<name>`` (so that it pickles)."""
+    made = type(name, bases, {"__module__": __name__, "__qualname__": name, **namespace})
+    globals()[name] = made
+    return made
 
 
-class SRformerBartConfig(BartConfig):
-    """``BartConfig`` of a converted BART model (model type ``srformer_bart``); settings in ``config.srformer``."""
-
-    model_type = "srformer_bart"
-
-
-class SRformerMBartConfig(MBartConfig):
-    """``MBartConfig`` of a converted mBART model (model type ``srformer_mbart``); settings in ``config.srformer``."""
-
-    model_type = "srformer_mbart"
-
-
-class SRformerPegasusConfig(PegasusConfig):
-    """``PegasusConfig`` of a converted Pegasus model (model type ``srformer_pegasus``)."""
-
-    model_type = "srformer_pegasus"
+def _family_config(family: Family) -> type[PretrainedConfig]:
+    """``SRformer<Config>``: the family's config class with model type ``srformer_<family>``."""
+    base = family.config_type
+    made: type[PretrainedConfig] = _own_class(f"SRformer{base.__name__}", (base,), {
+        "model_type": f"srformer_{family.name}",
+        "__doc__": f"``{base.__name__}`` of a converted {family.name} model (model type ``srformer_{family.name}``); "
+                   "settings in ``config.srformer``.",
+    })
+    return made
 
 
-class SRformerMarianConfig(MarianConfig):
-    """``MarianConfig`` of a converted Marian model (model type ``srformer_marian``)."""
-
-    model_type = "srformer_marian"
-
-
-# ----------------------------------------------------------------------------------------------- models
-class SRformerT5ForConditionalGeneration(SRformerModelMixin, T5ForConditionalGeneration):
-    """``T5ForConditionalGeneration`` with SRformer cross attention (``AutoModelForSeq2SeqLM``)."""
-
-    config_class = SRformerT5Config
-
-
-class SRformerT5Model(SRformerModelMixin, T5Model):
-    """``T5Model`` with SRformer cross attention (``AutoModel``)."""
-
-    config_class = SRformerT5Config
-
-
-class SRformerMT5ForConditionalGeneration(SRformerModelMixin, MT5ForConditionalGeneration):
-    """``MT5ForConditionalGeneration`` with SRformer cross attention (``AutoModelForSeq2SeqLM``)."""
-
-    config_class = SRformerMT5Config
-
-
-class SRformerMT5Model(SRformerModelMixin, MT5Model):
-    """``MT5Model`` with SRformer cross attention (``AutoModel``)."""
-
-    config_class = SRformerMT5Config
-
-
-class SRformerBartForConditionalGeneration(SRformerModelMixin, BartForConditionalGeneration):
-    """``BartForConditionalGeneration`` with SRformer cross attention (``AutoModelForSeq2SeqLM``)."""
-
-    config_class = SRformerBartConfig
-
-
-class SRformerBartModel(SRformerModelMixin, BartModel):
-    """``BartModel`` with SRformer cross attention (``AutoModel``)."""
-
-    config_class = SRformerBartConfig
-
-
-class SRformerMBartForConditionalGeneration(SRformerModelMixin, MBartForConditionalGeneration):
-    """``MBartForConditionalGeneration`` with SRformer cross attention (``AutoModelForSeq2SeqLM``)."""
-
-    config_class = SRformerMBartConfig
-
-
-class SRformerMBartModel(SRformerModelMixin, MBartModel):
-    """``MBartModel`` with SRformer cross attention (``AutoModel``)."""
-
-    config_class = SRformerMBartConfig
-
-
-class SRformerPegasusForConditionalGeneration(SRformerModelMixin, PegasusForConditionalGeneration):
-    """``PegasusForConditionalGeneration`` with SRformer cross attention (``AutoModelForSeq2SeqLM``)."""
-
-    config_class = SRformerPegasusConfig
-
-
-class SRformerPegasusModel(SRformerModelMixin, PegasusModel):
-    """``PegasusModel`` with SRformer cross attention (``AutoModel``)."""
-
-    config_class = SRformerPegasusConfig
-
-
-class SRformerMarianMTModel(SRformerModelMixin, MarianMTModel):
-    """``MarianMTModel`` with SRformer cross attention (``AutoModelForSeq2SeqLM``)."""
-
-    config_class = SRformerMarianConfig
-
-
-class SRformerMarianModel(SRformerModelMixin, MarianModel):
-    """``MarianModel`` with SRformer cross attention (``AutoModel``)."""
-
-    config_class = SRformerMarianConfig
+def _family_models(family: Family, config_class: type[PretrainedConfig]) -> list[tuple[type, type, Any]]:
+    """``(transformers class, srformer class, Auto class)`` of each of the family's registered heads."""
+    registered = []
+    for class_name, auto_name in family.heads:
+        base = getattr(transformers, class_name)
+        made = _own_class(f"SRformer{class_name}", (SRformerModelMixin, base), {
+            "config_class": config_class,
+            "__doc__": f"``{class_name}`` with SRformer cross attention (``{auto_name}``).",
+        })
+        registered.append((base, made, getattr(transformers, auto_name)))
+    return registered
 
 
 #: transformers config class -> srformer config class (exact classes: a subclass of T5Config with its own
-#: model type is another model).
+#: model type is another model), one per family.
 CONFIG_CLASSES: dict[type[PretrainedConfig], type[PretrainedConfig]] = {
-    T5Config: SRformerT5Config,
-    MT5Config: SRformerMT5Config,
-    BartConfig: SRformerBartConfig,
-    MBartConfig: SRformerMBartConfig,
-    PegasusConfig: SRformerPegasusConfig,
-    MarianConfig: SRformerMarianConfig,
+    family.config_type: _family_config(family) for family in FAMILIES
 }
 
-#: (transformers class, srformer class, the Auto class it is registered with).
-REGISTERED_MODELS: tuple[tuple[type[PreTrainedModel], type[PreTrainedModel], Any], ...] = (
-    (T5ForConditionalGeneration, SRformerT5ForConditionalGeneration, AutoModelForSeq2SeqLM),
-    (T5Model, SRformerT5Model, AutoModel),
-    (MT5ForConditionalGeneration, SRformerMT5ForConditionalGeneration, AutoModelForSeq2SeqLM),
-    (MT5Model, SRformerMT5Model, AutoModel),
-    (BartForConditionalGeneration, SRformerBartForConditionalGeneration, AutoModelForSeq2SeqLM),
-    (BartModel, SRformerBartModel, AutoModel),
-    (MBartForConditionalGeneration, SRformerMBartForConditionalGeneration, AutoModelForSeq2SeqLM),
-    (MBartModel, SRformerMBartModel, AutoModel),
-    (PegasusForConditionalGeneration, SRformerPegasusForConditionalGeneration, AutoModelForSeq2SeqLM),
-    (PegasusModel, SRformerPegasusModel, AutoModel),
-    (MarianMTModel, SRformerMarianMTModel, AutoModelForSeq2SeqLM),
-    (MarianModel, SRformerMarianModel, AutoModel),
+#: (transformers class, srformer class, the Auto class it is registered with), for every family's ``heads``.
+REGISTERED_MODELS: tuple[tuple[type[PreTrainedModel], type[PreTrainedModel], Any], ...] = tuple(
+    entry for family in FAMILIES for entry in _family_models(family, CONFIG_CLASSES[family.config_type])
 )
 
 #: transformers model class -> srformer model class, for the registered classes.
@@ -335,7 +220,7 @@ def adopt_srformer_classes(model: PreTrainedModel) -> None:
         )
     else:
         model.config.__class__ = config_class
-    converted = SRformerT5AttentionMixin | SRformerBartAttentionMixin
+    converted = tuple(MIXINS.values())
     holders = {name for name, module in model.named_modules() if isinstance(module, converted)}
     for name, module in model.named_modules():
         if isinstance(module, PreTrainedModel) and (
@@ -381,6 +266,9 @@ def install_windows(model: PreTrainedModel, config: SRformerConfig) -> None:
     ``window_batch_size`` (:mod:`srformer.models.chunked_encoding`): the encoder is re-classed to a subclass of its
     class (weights and state dict unchanged) holding the resolved settings. Called again, it updates them.
 
+    An encoder that reads every input whole by default (LongT5, :func:`~srformer.models.chunked_encoding.
+    default_window` None) is left as it is unless ``encoder_window`` is set.
+
     Raises:
         ValueError: for an ``encoder_window`` larger than the positions of a model with a position table.
     """
@@ -390,6 +278,8 @@ def install_windows(model: PreTrainedModel, config: SRformerConfig) -> None:
     settings = resolve_window_settings(
         model.config, config.encoder_window, config.window_overlap, config.window_batch_size
     )
+    if settings is None and not isinstance(encoder, ChunkedEncoderMixin):
+        return  # an encoder that reads every input whole (LongT5) stays the family's own
     if not isinstance(encoder, ChunkedEncoderMixin):
         encoder_class: Any = type(encoder)  # a class is hashable (the cache's key)
         if isinstance(encoder, PreTrainedModel):

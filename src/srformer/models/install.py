@@ -7,7 +7,6 @@ this module; it knows nothing of them.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from functools import cache
 
@@ -20,54 +19,30 @@ from srformer.attention.initialization import OwnInitialization
 from srformer.attention.variants import build_cross_attention
 from srformer.core import SRformerConfig, keeps_own_attention
 from srformer.models.families import (
-    SRformerBartAttentionMixin,
-    SRformerT5AttentionMixin,
+    CROSS_ATTENTION_ATTRIBUTES,
+    SUPPORTED_MODELS,
+    Family,
+    family_of_module,
+)
+from srformer.models.families.calls import (
+    MIXINS,
     attention_scale_of,
     head_dim_of,
     num_heads_of,
     projection_weight,
 )
 
-#: Attribute that holds the decoder cross attention, per architecture family.
-CROSS_ATTENTION_ATTRIBUTES = ("EncDecAttention", "encoder_attn")
-
-#: (module path, attention class, mixin) of every supported cross-attention class. Subclasses of
-#: these classes are supported too.
-_SUPPORTED = (
-    ("transformers.models.t5.modeling_t5", "T5Attention", SRformerT5AttentionMixin),
-    ("transformers.models.mt5.modeling_mt5", "MT5Attention", SRformerT5AttentionMixin),
-    ("transformers.models.bart.modeling_bart", "BartAttention", SRformerBartAttentionMixin),
-    ("transformers.models.mbart.modeling_mbart", "MBartAttention", SRformerBartAttentionMixin),
-    ("transformers.models.pegasus.modeling_pegasus", "PegasusAttention", SRformerBartAttentionMixin),
-    ("transformers.models.marian.modeling_marian", "MarianAttention", SRformerBartAttentionMixin),
-)
-
-SUPPORTED_MODELS = (
-    "T5ForConditionalGeneration, MT5ForConditionalGeneration (and models whose cross attention is a "
-    "T5Attention/MT5Attention), BartForConditionalGeneration, MBartForConditionalGeneration, "
-    "PegasusForConditionalGeneration, MarianMTModel (and models reusing their attention classes)"
-)
+__all__ = [
+    "CROSS_ATTENTION_ATTRIBUTES", "SUPPORTED_MODELS", "cross_attention_modules", "initialize_added_modules",
+    "initialize_srformer_module", "install_cross_attention", "is_converted", "srformer_config_of",
+]
 
 
 @cache
-def _supported_classes() -> tuple[tuple[type, type], ...]:
-    found = []
-    for module_path, class_name, mixin in _SUPPORTED:
-        module = importlib.import_module(module_path)
-        found.append((getattr(module, class_name), mixin))
-    return tuple(found)
-
-
-@cache
-def _converted_class(base: type, mixin: type) -> type:
-    return type(f"SRformer{base.__name__}", (mixin, base), {"__module__": __name__})
-
-
-def _mixin_for(module: nn.Module) -> type | None:
-    for base, mixin in _supported_classes():
-        if isinstance(module, base):
-            return mixin
-    return None
+def _converted_class(base: type, family: Family) -> type:
+    """``SRformer<base>``: the family's calling-convention mixin before ``base``, with the family's entry."""
+    return type(f"SRformer{base.__name__}", (MIXINS[family.call], base),
+                {"__module__": __name__, "srformer_family": family})
 
 
 def cross_attention_modules(model: nn.Module) -> list[tuple[nn.Module, str, nn.Module]]:
@@ -87,7 +62,7 @@ def cross_attention_modules(model: nn.Module) -> list[tuple[nn.Module, str, nn.M
 
 def is_converted(model: nn.Module) -> bool:
     """True if any cross-attention module of ``model`` is already an SRformer module."""
-    return any(isinstance(m, SRformerT5AttentionMixin | SRformerBartAttentionMixin) for m in model.modules())
+    return any(isinstance(m, tuple(MIXINS.values())) for m in model.modules())
 
 
 def initialize_srformer_module(module: nn.Module) -> bool:
@@ -127,7 +102,7 @@ def install_cross_attention(model: PreTrainedModel, config: SRformerConfig) -> l
         ValueError: if the model has no supported decoder cross attention.
     """
     targets = cross_attention_modules(model)
-    unsupported = sorted({type(m).__name__ for _, _, m in targets if _mixin_for(m) is None})
+    unsupported = sorted({type(m).__name__ for _, _, m in targets if family_of_module(m) is None})
     if not targets or unsupported:
         what = f"cross-attention classes {unsupported}" if unsupported else "no decoder cross attention"
         raise ValueError(
@@ -141,10 +116,11 @@ def install_cross_attention(model: PreTrainedModel, config: SRformerConfig) -> l
         # initialize_added_modules, through the model's _init_weights, are the same as without these.
         with torch.random.fork_rng(devices=[]):
             for _, _, module in targets:
-                mixin = _mixin_for(module)
+                family = family_of_module(module)
+                assert family is not None  # checked above
                 weight = projection_weight(module)
                 module_class: type = type(module)  # a class is hashable (the lru cache's key)
-                module.__class__ = _converted_class(module_class, mixin)
+                module.__class__ = _converted_class(module_class, family)
                 attention = _built_where_storage_is(config, module, weight.device)
                 module.add_module("srformer", attention)
                 attention.train(module.training)  # a model converted in eval mode stays there (routing's centroids)

@@ -1,9 +1,11 @@
-"""SRformer replacements for the cross-attention modules of T5-style and BART-style models.
+"""The forward passes of converted cross-attention modules, one per calling convention of transformers' modules
+(:data:`~srformer.models.families.entry.CALLS`: T5's, BART's and LED's).
 
 A converted module keeps its class's projections (and their pretrained weights) and gains a
 ``srformer`` child (built by :func:`~srformer.attention.variants.build_cross_attention`). Its class becomes a
-subclass of the original class, so ``isinstance`` checks inside transformers (output recorders, weight init)
-still hold.
+subclass of the original class and of the mixin of its family's calling convention (:data:`MIXINS`), with the
+family's entry as ``srformer_family`` (which names its projections and head sizes), so ``isinstance`` checks inside
+transformers (output recorders, weight init) still hold.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from srformer.attention.base import CrossAttentionMechanism
 from srformer.attention.projection import HeadProjection
 from srformer.attention.schedule import tracing
 from srformer.models.cross_attention import attention_weights_requested, run_cross_attention
+from srformer.models.families import family_of_module
+from srformer.models.families.entry import Family
 
 
 def generation_cache(cache: Any, past_key_values: Any) -> Any:
@@ -32,19 +36,23 @@ def generation_cache(cache: Any, past_key_values: Any) -> Any:
 
 
 class _ConvertedCrossAttention:
-    """The forward pass both families share: project the queries, hand the key/value projection to
+    """The forward pass every family shares: project the queries, hand the key/value projection to
     :func:`~srformer.models.cross_attention.run_cross_attention` with the family's mask and generation cache, and
-    project the heads back. A family mixin names its projections and head sizes in :meth:`_projections`."""
+    project the heads back. The family's entry (``srformer_family``, set on the converted class) names its
+    projections and head sizes (:meth:`_projections`)."""
 
     srformer: CrossAttentionMechanism
+    srformer_family: Family
     # provided by the attention class the family mixin is combined with
     layer_idx: int | None
     dropout: float
     training: bool
 
     def _projections(self) -> tuple[nn.Linear, nn.Linear, nn.Linear, nn.Linear, int, int]:
-        """``(query, key, value, output, num_heads, head_dim)`` of the wrapped module."""
-        raise NotImplementedError
+        """``(query, key, value, output, num_heads, head_dim)`` of the wrapped module, by its family's names."""
+        family = self.srformer_family
+        query, key, value, out = (getattr(self, name) for name in family.projections)
+        return query, key, value, out, getattr(self, family.num_heads), getattr(self, family.head_dim)
 
     def _attend(
         self,
@@ -84,7 +92,8 @@ class _ConvertedCrossAttention:
             cache,
             self.layer_idx,
             dropout=self.dropout if self.training else 0.0,
-            output_attentions=attention_weights_requested(self, output_attentions),
+            output_attentions=bool(output_attentions) if self.srformer_family.weights_always
+            else attention_weights_requested(self, output_attentions),
             projection=HeadProjection.from_linear(key, value, num_heads, head_dim),
         )
         if step:  # (B, H, 1, d) is (B, H·d) as it is: the output projection of 2-D rows (3 calls, not 6)
@@ -133,17 +142,6 @@ class SRformerT5AttentionMixin(_ConvertedCrossAttention):
     weights (B, H, q, k).
     """
 
-    # provided by the T5Attention-style class the mixin is combined with
-    q: nn.Linear
-    k: nn.Linear
-    v: nn.Linear
-    o: nn.Linear
-    n_heads: int
-    key_value_proj_dim: int
-
-    def _projections(self) -> tuple[nn.Linear, nn.Linear, nn.Linear, nn.Linear, int, int]:
-        return self.q, self.k, self.v, self.o, self.n_heads, self.key_value_proj_dim
-
     def forward(
         self,
         hidden_states: torch.Tensor,
@@ -170,17 +168,6 @@ class SRformerBartAttentionMixin(_ConvertedCrossAttention):
     weights (B, H, q, k).
     """
 
-    # provided by the BartAttention-style class the mixin is combined with
-    q_proj: nn.Linear
-    k_proj: nn.Linear
-    v_proj: nn.Linear
-    out_proj: nn.Linear
-    num_heads: int
-    head_dim: int
-
-    def _projections(self) -> tuple[nn.Linear, nn.Linear, nn.Linear, nn.Linear, int, int]:
-        return self.q_proj, self.k_proj, self.v_proj, self.out_proj, self.num_heads, self.head_dim
-
     def forward(
         self,
         hidden_states: torch.Tensor,
@@ -194,37 +181,86 @@ class SRformerBartAttentionMixin(_ConvertedCrossAttention):
                             kwargs.get("output_attentions"))
 
 
+class SRformerLEDAttentionMixin(_ConvertedCrossAttention):
+    """Forward pass of a converted ``LEDDecoderAttention`` (BART's projections and sizes). Called as
+    ``(hidden_states, key_value_states, cache, attention_mask, output_attentions)`` (or ``past_key_values=``, as for
+    :class:`SRformerT5AttentionMixin`) and returns ``(output, weights, cache)``: LED's module has no ``sdpa`` path,
+    so ``weights`` are returned whenever ``output_attentions`` is set.
+
+    Shapes: hidden_states (B, q, d_model), key_value_states (B, k, d_model), output (B, q, d_model),
+    weights (B, H, q, k).
+    """
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        key_value_states: torch.Tensor | None = None,
+        cache: Any = None,
+        attention_mask: torch.Tensor | None = None,
+        output_attentions: bool = False,
+        past_key_values: Any = None,
+        **kwargs: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, Any]:
+        cache = generation_cache(cache, past_key_values)
+        output, weights = self._attend(hidden_states, key_value_states, attention_mask, cache, output_attentions)
+        return output, weights, cache
+
+
+#: The mixin of each calling convention (:data:`~srformer.models.families.entry.CALLS`).
+MIXINS: dict[str, type[_ConvertedCrossAttention]] = {
+    "t5": SRformerT5AttentionMixin, "bart": SRformerBartAttentionMixin, "led": SRformerLEDAttentionMixin,
+}
+
+
+def _family(module: nn.Module) -> Family:
+    family = family_of_module(module)
+    if family is None:
+        raise TypeError(f"{type(module).__name__} is not the cross attention of a family srformer converts.")
+    return family
+
+
 def attention_scale_of(module: nn.Module) -> float:
-    """The softmax scale of a T5-style (``scaling``, 1.0 in T5) or BART-style (``head_dim^-0.5``) module."""
-    return float(getattr(module, "scaling", 1.0))
+    """The softmax scale of a cross-attention module (its family's ``scale`` attribute: ``head_dim^-0.5`` in BART's
+    families, 1.0 in T5's).
+
+    Raises:
+        TypeError: for a module of no family srformer converts.
+    """
+    attribute = _family(module).scale
+    return 1.0 if attribute is None else float(getattr(module, attribute))
 
 
 def num_heads_of(module: nn.Module) -> int:
-    """The number of heads of a T5-style (``n_heads``) or BART-style (``num_heads``) attention module."""
-    heads = getattr(module, "n_heads", None) or getattr(module, "num_heads", None)
+    """The number of heads ``H`` of a cross-attention module (its family's ``num_heads`` attribute).
+
+    Raises:
+        TypeError: for a module of no family srformer converts, or one without an int there.
+    """
+    heads = getattr(module, _family(module).num_heads, None)
     if not isinstance(heads, int):
-        raise TypeError(
-            f"{type(module).__name__} has neither an int `n_heads` (T5) nor `num_heads` (BART); "
-            "it is not a supported cross-attention module."
-        )
+        raise TypeError(f"{type(module).__name__} has no int `{_family(module).num_heads}` (its number of heads).")
     return heads
 
 
 def head_dim_of(module: nn.Module) -> int:
-    """``d`` of a T5-style (``key_value_proj_dim``) or BART-style (``head_dim``) attention module."""
-    head_dim = getattr(module, "key_value_proj_dim", None) or getattr(module, "head_dim", None)
+    """The head size ``d`` of a cross-attention module (its family's ``head_dim`` attribute).
+
+    Raises:
+        TypeError: for a module of no family srformer converts, or one without an int there.
+    """
+    head_dim = getattr(module, _family(module).head_dim, None)
     if not isinstance(head_dim, int):
-        raise TypeError(
-            f"{type(module).__name__} has neither an int `key_value_proj_dim` (T5) nor `head_dim` (BART); "
-            "it is not a supported cross-attention module."
-        )
+        raise TypeError(f"{type(module).__name__} has no int `{_family(module).head_dim}` (its head size).")
     return head_dim
 
 
 def projection_weight(module: nn.Module) -> torch.Tensor:
-    """The query projection weight (for device and dtype)."""
-    projection = module.q if hasattr(module, "q") else module.q_proj
-    weight = getattr(projection, "weight", None)
+    """The query projection's weight (for device and dtype).
+
+    Raises:
+        TypeError: for a module of no family srformer converts, or a query projection without a ``weight`` tensor.
+    """
+    weight = getattr(getattr(module, _family(module).projections[0]), "weight", None)
     if not isinstance(weight, torch.Tensor):
         raise TypeError(f"{type(module).__name__}'s query projection has no `weight` tensor.")
     return weight
