@@ -29,12 +29,14 @@ MODEL_HELP = (
 _OWN_FLAGS = ("variant", "segment_size", "target_length")
 
 
-def add_variant_arguments(parser: argparse.ArgumentParser, *, variant_required: bool = True) -> None:
+def add_variant_arguments(
+    parser: argparse.ArgumentParser, *, variant_required: bool = True, variant_help: str | None = None
+) -> None:
     """``--variant`` (a variant, ablation or mix name of :data:`srformer.config.NAMED_SETTINGS`),
-    ``--segment-size`` (tokens), ``--target-length`` (tokens)."""
+    ``--segment-size`` (tokens), ``--target-length`` (tokens), ``--setting NAME=VALUE``."""
     parser.add_argument("--variant", choices=list(NAMED_SETTINGS), required=variant_required,
-                        help="cross-attention variant, or an ablation (ablation-I..IV) / the Eq. 10 mix "
-                             "(srformer-sigma)")
+                        help=variant_help or "cross-attention variant, or an ablation (ablation-I..IV) / the Eq. 10 "
+                                             "mix (srformer-sigma)")
     parser.add_argument("--segment-size", type=segment_size_argument, default=64,
                         help="encoder tokens per segment (s), or auto: ceil(input length / target length)")
     parser.add_argument("--target-length", type=int, default=128, help="fixed decoder length T of the segment schedule")
@@ -212,20 +214,63 @@ def add_generation_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
+#: ``--variant`` of ``evaluate`` and ``summarize``: convert a plain checkpoint as it is loaded.
+CONVERT_HELP = (
+    "convert a plain checkpoint (T5, BART, LED, LongT5, PEGASUS-X, BigBirdPegasus, ...) to this named setting as it "
+    "is loaded, with no training step (with --segment-size, --target-length, --setting); default: the checkpoint as "
+    "it is (its own setting if it is an srformer checkpoint)"
+)
+
+
+def add_conversion_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--variant`` (:data:`CONVERT_HELP`), ``--segment-size``, ``--target-length``, ``--setting``, all optional."""
+    add_variant_arguments(parser, variant_required=False, variant_help=CONVERT_HELP)
+
+
+def converted_as_asked(model, args: argparse.Namespace):
+    """``model`` converted to ``args.variant`` (with ``--segment-size``, ``--target-length`` and ``--setting``) when
+    ``--variant`` is given; else ``model`` as it is.
+
+    Raises:
+        ValueError: ``--variant`` for a checkpoint that is already converted to another setting than ``full`` (the
+            message names it), or ``--setting`` without ``--variant``.
+    """
+    from srformer.core import keeps_own_attention, named_config
+    from srformer.models.convert import convert
+    from srformer.models.install import srformer_config_of
+
+    variant = getattr(args, "variant", None)
+    if variant is None:
+        if getattr(args, "setting", None):
+            raise ValueError("--setting applies with --variant NAME (the setting to convert the checkpoint to).")
+        return model
+    stored = srformer_config_of(model)
+    if stored is not None and not keeps_own_attention(stored.variant):
+        raise ValueError(
+            f"--variant {variant}: this checkpoint is already converted (variant {stored.variant!r}); --variant "
+            "converts a plain checkpoint. Drop --variant to run it as it is, or pass the plain model it was converted "
+            "from."
+        )
+    return convert(model, named_config(variant, segment_size=args.segment_size, target_length=args.target_length,
+                                       **parse_settings(args.setting)))
+
+
 def apply_runtime_options(model, args: argparse.Namespace):
-    """Apply ``--encoder-window``/``--window-overlap``/``--window-batch-size`` to a loaded model: as runtime options
-    of a converted model (:func:`srformer.set_runtime_options`), or by converting a plain model to ``full`` with
+    """Convert a plain checkpoint when ``--variant`` is given (:func:`converted_as_asked`), then apply
+    ``--encoder-window``/``--window-overlap``/``--window-batch-size`` to a loaded model: as runtime options of a
+    converted model (:func:`srformer.set_runtime_options`), or by converting a plain model to ``full`` with
     them (full attention over chunked encodings); and ``--knn-index``/``--index-min-keys``/``--index-probes``/
     ``--index-rank``/``--index-candidates`` to a ``knn`` model. Returns the model.
 
     Raises:
         ValueError: for a bad value (the message names the option), or an index option on a model that is not
-            ``knn``.
+            ``knn``; ``--variant`` as :func:`converted_as_asked` refuses it.
         ImportError: for ``--knn-index flat``/``ivf`` without faiss.
     """
     from srformer.models.convert import convert, set_runtime_options
     from srformer.models.install import srformer_config_of
 
+    model = converted_as_asked(model, args)
     options = {name: getattr(args, name) for name in ("encoder_window", "window_overlap", "window_batch_size")
                if getattr(args, name, None) is not None}
     index = {name: getattr(args, name)

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from srformer.cli.arguments import CHECKPOINT_HELP, add_data_arguments, add_generation_arguments
+from srformer.cli.arguments import (
+    CHECKPOINT_HELP,
+    add_conversion_arguments,
+    add_data_arguments,
+    add_generation_arguments,
+)
 
 
 def add_parser(subparsers) -> None:
@@ -18,6 +23,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--max-examples", type=int, default=None)
     parser.add_argument("--predictions", default=None,
                         help="optional JSONL path for the generated summaries (missing folders are created)")
+    add_conversion_arguments(parser)
     add_generation_arguments(parser)
     parser.set_defaults(run=run)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from srformer.cli.arguments import CHECKPOINT_HELP, add_generation_arguments
+from srformer.cli.arguments import CHECKPOINT_HELP, add_conversion_arguments, add_generation_arguments
 
 
 def add_parser(subparsers) -> None:
@@ -20,6 +20,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--output", default=None, help="JSONL file of the summaries ({id, summary} per line, in "
                         "input order) instead of printing them; finished batches are kept in OUTPUT.partial, so the "
                         "same command resumes after a kill")
+    add_conversion_arguments(parser)
     add_generation_arguments(parser)
     parser.set_defaults(run=run)
 
