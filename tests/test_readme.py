@@ -37,3 +37,17 @@ def test_readme_python_example_runs_offline(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     exec(compile(example, "README.md example", "exec"), {"__name__": "readme_example"})
     assert (tmp_path / "my-srformer" / "config.json").is_file()
+
+
+@pytest.mark.slow
+def test_usage_led_example_runs_offline(tmp_path, monkeypatch) -> None:
+    """docs/usage.md's LED example (a tiny LED built from a config, converted to the long-input pick, generating)
+    runs as written, offline."""
+    usage = (ROOT / "docs" / "usage.md").read_text(encoding="utf-8")
+    section = usage.split("An LED converted straight after loading", 1)[1]
+    example = section.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {"__name__": "usage_led_example"}
+    exec(compile(example, "docs/usage.md LED example", "exec"), namespace)
+    assert type(namespace["model"]).__name__ == "SRformerLEDForConditionalGeneration"
+    assert namespace["summary_ids"].shape[1] > 1

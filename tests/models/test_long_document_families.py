@@ -6,7 +6,8 @@ the guarantees T5 and BART have (their fuller matrices: test_exactness, test_var
   and each row of a padded batch the logits it gets alone, given the same encoder output (the families' own encoders
   are not all padding-invariant: BigBirdPegasus's block-sparse attention plans its blocks over the padded length);
 - one segment covering the input reduces ``segmented`` and ``srformer`` to full attention;
-- every ``generate()`` strategy with a cache equals it without; the static cache where the family supports it;
+- every ``generate()`` strategy with a cache equals it without; the static cache; transformers' compiled step
+  (``fullgraph``) where the family declares one;
 - save and reload through the Auto and the concrete classes; ``output_attentions``; training through
   ``Seq2SeqTrainer``.
 Tiny float64 models with random weights (:data:`tests.models.conftest.LONG_BUILDERS`).
@@ -200,3 +201,42 @@ def test_seq2seq_trainer_trains_and_predicts_like_generate(family, tmp_path):
     included (the plain model too, in transformers 5.25), so its sources are 32 tokens, a multiple of its 8."""
     lengths = (31, 31) if family == "led" else (10, 30)
     check_trainer_trains_and_predicts_like_generate(_model(family, "srformer"), 2, tmp_path, source_lengths=lengths)
+
+
+#: The long-document families whose transformers classes declare a step that compiles in one graph
+#: (``_can_compile_fullgraph``: PEGASUS-X and BigBirdPegasus; LED and LongT5 do not).
+COMPILABLE = [family for family in FAMILIES if type(LONG_BUILDERS[family]())._can_compile_fullgraph]
+
+
+@pytest.mark.parametrize("name", ["srformer", "knn-loki"])
+@pytest.mark.parametrize("family", COMPILABLE)
+def test_fullgraph_compiled_static_cache_generate_equals_eager(family, name):
+    """transformers' compiled decoding step (static cache, ``fullgraph=True``, ``aot_eager``) gives eager's tokens,
+    and its logits within float64 rounding plus one float32 rounding of each side (see test_generation_compile)."""
+    from torch._dynamo.utils import counters
+    from transformers import CompileConfig
+
+    from tests.tolerance import FLOAT32_UNIT_ROUNDOFF, exact_tolerance, magnitude, max_difference
+
+    model = _model(family, name)
+    ids, mask = _batch(model)
+    compile_config = CompileConfig(backend="aot_eager", fullgraph=True, mode=None, dynamic=False)
+    compile_config._compile_all_devices = True
+    settings = dict(max_new_tokens=5, min_new_tokens=5, cache_implementation="static", output_logits=True,
+                    return_dict_in_generate=True)
+    torch._dynamo.reset()
+    counters.clear()
+    try:
+        with torch.no_grad():
+            compiled = model.generate(input_ids=ids, attention_mask=mask, compile_config=compile_config,
+                                      generation_config=plain_generation_config(model, **settings))
+        assert counters["stats"]["unique_graphs"] >= 1, "generate() did not compile the decoder step"
+    finally:
+        torch._dynamo.reset()
+    with torch.no_grad():
+        eager = model.generate(input_ids=ids, attention_mask=mask,
+                               generation_config=plain_generation_config(model, **settings))
+    assert torch.equal(compiled.sequences, eager.sequences)
+    compiled_logits, eager_logits = torch.stack(compiled.logits, 1), torch.stack(eager.logits, 1)
+    tolerance = exact_tolerance(eager_logits) + 2 * FLOAT32_UNIT_ROUNDOFF * magnitude(eager_logits)
+    assert max_difference(compiled_logits, eager_logits) <= tolerance
