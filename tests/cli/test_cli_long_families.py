@@ -124,3 +124,18 @@ def test_variant_of_a_converted_checkpoint_and_a_setting_alone_are_refused(check
     assert main(["summarize", "--checkpoint", checkpoints["led"], document, "--setting", "recurrence=false",
                  "--no-progress"]) == 2
     assert "--setting applies with --variant" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_train_fine_tunes_a_long_document_checkpoint_by_its_path(checkpoints, tmp_path):
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps({"document": p.document, "summary": p.summary}) + "\n"
+                            for p in load_aclsum("train")[:8]))
+    output = tmp_path / "run"
+    status = main(["train", "--model", checkpoints["longt5"], "--data", str(data), "--variant", "knn-loki",
+                   "--segment-size", "16", "--target-length", "8", "--max-source-length", "256",
+                   "--max-target-length", "16", "--batch-size", "4", "--max-steps", "2", "--output", str(output),
+                   "--no-progress"])
+    assert status == 0
+    config = json.loads((output / "config.json").read_text())
+    assert config["model_type"] == "srformer_longt5" and config["srformer"]["settings"]["knn_index"] == "loki"
