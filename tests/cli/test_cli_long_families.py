@@ -120,7 +120,7 @@ def test_variant_of_a_converted_checkpoint_and_a_setting_alone_are_refused(check
 
     AutoTokenizer.from_pretrained(checkpoints["led"]).save_pretrained(folder)
     assert main(["summarize", "--checkpoint", str(folder), document, "--variant", "srformer", "--no-progress"]) == 2
-    assert "already converted (variant 'segmented')" in capsys.readouterr().err
+    assert "holds an SRformer checkpoint of variant 'segmented'" in capsys.readouterr().err
     assert main(["summarize", "--checkpoint", checkpoints["led"], document, "--setting", "recurrence=false",
                  "--no-progress"]) == 2
     assert "--setting applies with --variant" in capsys.readouterr().err

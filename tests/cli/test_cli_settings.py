@@ -146,43 +146,47 @@ def test_probe_rejects_a_setting_a_variant_cannot_take_before_training(tmp_path,
     assert "'window' is not among this run's variants (full, segmented, srformer)" in capsys.readouterr().err
 
 
-def test_window_options_convert_a_plain_model_to_full_attention_over_windows():
+def test_window_options_convert_a_plain_checkpoint_to_full_attention_over_windows(tmp_path):
     import argparse
 
     import torch
 
-    from srformer.cli.arguments import apply_runtime_options
+    from srformer.cli.arguments import loading_settings
     from srformer.models import srformer_config_of
+    from srformer.models.factory import load_model
     from tests.models.conftest import BUILDERS
 
+    BUILDERS["t5"]().save_pretrained(tmp_path)
     options = argparse.Namespace(encoder_window=16, window_overlap=None, window_batch_size=4)
-    plain = BUILDERS["t5"]()
-    model = apply_runtime_options(plain, options)
+    model = load_model(str(tmp_path), runtime=loading_settings(options)[1])
     assert srformer_config_of(model).variant == "full" and model.get_encoder().srformer_windows.window == 16
     with torch.no_grad():
         assert model.get_encoder()(input_ids=torch.ones(1, 40, dtype=torch.long)).last_hidden_state.shape == (1, 40, 32)
-    unchanged = BUILDERS["t5"]()
-    assert apply_runtime_options(unchanged, argparse.Namespace(encoder_window=None, window_overlap=None,
-                                                              window_batch_size=None)) is unchanged
+    none = argparse.Namespace(encoder_window=None, window_overlap=None, window_batch_size=None)
+    assert loading_settings(none) == (None, {})
+    assert srformer_config_of(load_model(str(tmp_path), runtime=loading_settings(none)[1])) is None
 
 
-def test_index_options_apply_to_a_knn_model_only():
+def test_index_options_apply_to_a_knn_checkpoint_only(tmp_path):
     import argparse
 
     import pytest
 
-    from srformer.cli.arguments import apply_runtime_options
+    from srformer.cli.arguments import loading_settings
     from srformer.models import srformer_config_of
+    from srformer.models.factory import load_model
     from tests.models.conftest import BUILDERS, converted
 
     pytest.importorskip("faiss")
-    options = argparse.Namespace(knn_index="ivf", index_probes=4, index_min_keys=None)
-    model = apply_runtime_options(converted(BUILDERS["bart"](), variant="knn"), options)
-    config = srformer_config_of(model)
+    for name, variant in (("knn", "knn"), ("linear", "linear")):
+        converted(BUILDERS["bart"](), variant=variant).save_pretrained(tmp_path / name)
+    BUILDERS["bart"]().save_pretrained(tmp_path / "plain")
+    _, runtime = loading_settings(argparse.Namespace(knn_index="ivf", index_probes=4, index_min_keys=None))
+    config = srformer_config_of(load_model(str(tmp_path / "knn"), runtime=runtime))
     assert (config.knn_index, config.index_probes) == ("ivf", 4)
-    exact = apply_runtime_options(model, argparse.Namespace(knn_index="exact"))
-    assert srformer_config_of(exact).knn_index is None
-    with pytest.raises(ValueError, match="knn checkpoint.*'linear'"):
-        apply_runtime_options(converted(BUILDERS["bart"](), variant="linear"), options)
-    with pytest.raises(ValueError, match="knn checkpoint.*plain model"):
-        apply_runtime_options(BUILDERS["bart"](), options)
+    _, exact = loading_settings(argparse.Namespace(knn_index="exact"))
+    assert srformer_config_of(load_model(str(tmp_path / "knn"), runtime=exact)).knn_index is None
+    with pytest.raises(ValueError, match="index_probes, knn_index cannot change on a model of variant 'linear'"):
+        load_model(str(tmp_path / "linear"), runtime=runtime)
+    with pytest.raises(ValueError, match="index_probes, knn_index cannot change on a model of variant 'full'"):
+        load_model(str(tmp_path / "plain"), runtime=runtime)

@@ -1,14 +1,13 @@
 """Argument groups shared by several sub-commands, and the parsing of their values.
 
-Imported when the parsers are built (``srformer --help``), so it imports no torch or transformers at module level:
-:func:`apply_runtime_options` imports the models layer when it runs."""
+Imported when the parsers are built (``srformer --help``), so it imports no torch or transformers."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
 
-from srformer.core import NAMED_SETTINGS, SRformerConfig, setting_types
+from srformer.core import NAMED_SETTINGS, SRformerConfig, named_config, setting_types
 
 #: ``--checkpoint`` of ``evaluate`` and ``summarize`` (the rule of :func:`srformer.models.factory.load_pretrained`).
 CHECKPOINT_HELP = (
@@ -227,67 +226,28 @@ def add_conversion_arguments(parser: argparse.ArgumentParser) -> None:
     add_variant_arguments(parser, variant_required=False, variant_help=CONVERT_HELP)
 
 
-def converted_as_asked(model, args: argparse.Namespace):
-    """``model`` converted to ``args.variant`` (with ``--segment-size``, ``--target-length`` and ``--setting``) when
-    ``--variant`` is given; else ``model`` as it is.
+def loading_settings(args: argparse.Namespace) -> tuple[SRformerConfig | None, dict]:
+    """What the options of ``evaluate``, ``summarize`` and ``copy-reach`` ask of the model they load, as
+    :func:`srformer.evaluation.evaluate.load_summarizer` takes it: the settings ``--variant`` (with
+    ``--segment-size``, ``--target-length``, ``--setting``) converts a plain checkpoint to, or None; and the runtime
+    options ``--encoder-window``/``--window-overlap``/``--window-batch-size`` and ``--knn-index``/
+    ``--index-min-keys``/``--index-probes``/``--index-rank``/``--index-candidates`` (``--knn-index exact``: the
+    search of every layer's keys, no index). A plain checkpoint with runtime options and no ``--variant`` runs as
+    ``full`` with them (full attention over chunked encodings).
 
     Raises:
-        ValueError: ``--variant`` for a checkpoint that is already converted to another setting than ``full`` (the
-            message names it), or ``--setting`` without ``--variant``.
+        ValueError: ``--setting`` without ``--variant``, or a malformed ``--setting`` (:func:`parse_settings`).
     """
-    from srformer.core import keeps_own_attention, named_config
-    from srformer.models.convert import convert
-    from srformer.models.install import srformer_config_of
-
     variant = getattr(args, "variant", None)
-    if variant is None:
-        if getattr(args, "setting", None):
-            raise ValueError("--setting applies with --variant NAME (the setting to convert the checkpoint to).")
-        return model
-    stored = srformer_config_of(model)
-    if stored is not None and not keeps_own_attention(stored.variant):
-        raise ValueError(
-            f"--variant {variant}: this checkpoint is already converted (variant {stored.variant!r}); --variant "
-            "converts a plain checkpoint. Drop --variant to run it as it is, or pass the plain model it was converted "
-            "from."
-        )
-    return convert(model, named_config(variant, segment_size=args.segment_size, target_length=args.target_length,
-                                       **parse_settings(args.setting)))
-
-
-def apply_runtime_options(model, args: argparse.Namespace):
-    """Convert a plain checkpoint when ``--variant`` is given (:func:`converted_as_asked`), then apply
-    ``--encoder-window``/``--window-overlap``/``--window-batch-size`` to a loaded model: as runtime options of a
-    converted model (:func:`srformer.set_runtime_options`), or by converting a plain model to ``full`` with
-    them (full attention over chunked encodings); and ``--knn-index``/``--index-min-keys``/``--index-probes``/
-    ``--index-rank``/``--index-candidates`` to a ``knn`` model. Returns the model.
-
-    Raises:
-        ValueError: for a bad value (the message names the option), or an index option on a model that is not
-            ``knn``; ``--variant`` as :func:`converted_as_asked` refuses it.
-        ImportError: for ``--knn-index flat``/``ivf`` without faiss.
-    """
-    from srformer.models.convert import convert, set_runtime_options
-    from srformer.models.install import srformer_config_of
-
-    model = converted_as_asked(model, args)
-    options = {name: getattr(args, name) for name in ("encoder_window", "window_overlap", "window_batch_size")
-               if getattr(args, name, None) is not None}
-    index = {name: getattr(args, name)
-             for name in ("knn_index", "index_min_keys", "index_probes", "index_rank", "index_candidates")
-             if getattr(args, name, None) is not None}
-    if index:
-        config = srformer_config_of(model)
-        if config is None or config.variant != "knn":
-            raise ValueError(
-                f"--{next(iter(index)).replace('_', '-')} applies to a knn checkpoint; this one is "
-                f"{'a plain model' if config is None else 'variant ' + repr(config.variant)}."
-            )
-        if index.get("knn_index") == "exact":
-            index["knn_index"] = None
-        options.update(index)
-    if not options:
-        return model
-    if srformer_config_of(model) is not None:
-        return set_runtime_options(model, **options)
-    return convert(model, SRformerConfig("full", **options))
+    conversion = None
+    if variant is not None:
+        conversion = named_config(variant, segment_size=args.segment_size, target_length=args.target_length,
+                                  **parse_settings(args.setting))
+    elif getattr(args, "setting", None):
+        raise ValueError("--setting applies with --variant NAME (the setting to convert the checkpoint to).")
+    names = ("encoder_window", "window_overlap", "window_batch_size", "knn_index", "index_min_keys", "index_probes",
+             "index_rank", "index_candidates")
+    runtime = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
+    if runtime.get("knn_index") == "exact":
+        runtime["knn_index"] = None
+    return conversion, runtime

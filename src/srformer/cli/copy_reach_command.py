@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 
-from srformer.cli.arguments import apply_runtime_options
+from srformer.cli.arguments import loading_settings
 from srformer.cli.data_source import load_data
 from srformer.cli.output_files import check_output_file
 from srformer.evaluation.copy_reach import copy_reach, reach_starts
@@ -34,8 +34,7 @@ def run(args) -> int:
             raise ValueError(f"{option} must be at least {least}, got {value}.")
     if not 0 <= args.cue < args.span:
         raise ValueError(f"--cue must be in [0, --span), got {args.cue} with --span {args.span}.")
-    model, tokenizer = load_summarizer(args.checkpoint)
-    model = apply_runtime_options(model, args)
+    model, tokenizer = load_summarizer(args.checkpoint, *loading_settings(args))
     run_info = read_run(args.checkpoint) or {}
     length = args.max_source_length or run_info.get("max_source_length", 512)
     if length < args.span:

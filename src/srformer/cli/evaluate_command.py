@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from srformer.cli.arguments import apply_runtime_options
+from srformer.cli.arguments import loading_settings
 from srformer.cli.data_source import load_data
 from srformer.cli.output_files import check_output_file, partial_path
 from srformer.evaluation.corpus import discard_partial
@@ -62,8 +62,8 @@ def run(args) -> int:
     output = check_output_file(args.output, "--output")
     predictions_file = check_output_file(args.predictions, "--predictions") if args.predictions else None
     state = process_state()
-    model, tokenizer = load_summarizer(args.checkpoint)
-    model = apply_runtime_options(model, args).to(state.device)
+    model, tokenizer = load_summarizer(args.checkpoint, *loading_settings(args))
+    model = model.to(state.device)
     run_info = read_run(args.checkpoint) or {}
     pairs = load_data(args, default_split="test")
     if args.max_examples is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from srformer.cli.arguments import apply_runtime_options
+from srformer.cli.arguments import loading_settings
 from srformer.cli.output_files import check_output_file, partial_path
 from srformer.data.documents import load_documents
 from srformer.data.file_reading import data_extension, open_text
@@ -51,8 +51,9 @@ def run(args) -> int:
     """
     output = check_output_file(args.output, "--output") if args.output else None
     state = process_state()
-    model, tokenizer = load_summarizer(args.checkpoint)  # before reading the input: a missing checkpoint fails fast
-    model = apply_runtime_options(model, args).to(state.device)
+    # before reading the input: a missing checkpoint fails fast
+    model, tokenizer = load_summarizer(args.checkpoint, *loading_settings(args))
+    model = model.to(state.device)
     run_info = read_run(args.checkpoint) or {}
     documents, ids = _documents(args.input, args.document_field)
     partial = partial_path(output) if output is not None else None

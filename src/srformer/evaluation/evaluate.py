@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from transformers import AutoTokenizer
 
+from srformer.core import SRformerConfig
 from srformer.core.registry import keeps_own_attention
 from srformer.data.pairs import SummaryPair
 from srformer.evaluation.baselines import BASELINE_NAMES, baseline_scores, lead_sentences, word_count
@@ -26,8 +27,11 @@ from srformer.training.distributed import from_main_process, process_state
 DEFAULT_POSITION_WINDOW = 512
 
 
-def load_summarizer(checkpoint: str | os.PathLike):
-    """Model (converted if it is an SRformer checkpoint) and tokenizer saved in ``checkpoint``.
+def load_summarizer(
+    checkpoint: str | os.PathLike, conversion: SRformerConfig | None = None, runtime: Mapping[str, Any] | None = None
+):
+    """Model (converted if it is an SRformer checkpoint, or to ``conversion``) and tokenizer saved in ``checkpoint``,
+    with the ``runtime`` options (:func:`srformer.models.factory.load_model`), in eval mode.
 
     ``checkpoint`` is a local directory or a hub model id, by the rule of
     :func:`srformer.models.factory.load_pretrained`.
@@ -35,9 +39,10 @@ def load_summarizer(checkpoint: str | os.PathLike):
     Raises:
         FileNotFoundError: naming ``checkpoint`` and the fix, if it is a missing local path, or neither a local
             checkpoint nor a reachable hub model id.
+        ValueError: a ``conversion`` or runtime option that cannot apply (:func:`~srformer.models.factory.load_model`).
     """
     tokenizer = load_pretrained(AutoTokenizer.from_pretrained, str(checkpoint))
-    model = load_model(str(checkpoint))
+    model = load_model(str(checkpoint), conversion=conversion, runtime=runtime)
     model.eval()
     return model, tokenizer
 

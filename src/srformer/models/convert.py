@@ -10,6 +10,7 @@ gives the model srformer's own model type and class (see :mod:`srformer.models.a
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -27,7 +28,7 @@ from srformer.models.install import SUPPORTED_MODELS, cross_attention_modules, i
 
 __all__ = [
     "SUPPORTED_MODELS", "convert", "cross_attention_modules", "from_pretrained", "is_converted",
-    "set_runtime_options", "srformer_config_of",
+    "set_runtime_options", "srformer_config_of", "with_runtime_options",
 ]
 
 
@@ -73,6 +74,24 @@ def convert(model: PreTrainedModel, config: SRformerConfig) -> PreTrainedModel:
     return attach_cross_attention(model, config)
 
 
+def with_runtime_options(config: SRformerConfig, options: Mapping[str, Any]) -> SRformerConfig:
+    """``config`` with the runtime ``options`` changed (:data:`srformer.config.RUNTIME_OPTIONS` and the mechanism's
+    own runtime settings, :attr:`~srformer.attention.settings.MechanismSettings.runtime`).
+
+    Raises:
+        ValueError: for an option that is not a runtime option of ``config``'s variant (``knn_index`` and the other
+            index options apply to a ``knn`` model only; the message names the variant), or a bad value.
+    """
+    allowed = set(RUNTIME_OPTIONS) | set(config.settings.runtime)
+    wrong = sorted(set(options) - allowed)
+    if wrong:
+        raise ValueError(
+            f"{', '.join(wrong)} cannot change on a model of variant {config.variant!r}: only {sorted(allowed)} are "
+            "its runtime options (the index options apply to a knn model)."
+        )
+    return replace(config, **options)
+
+
 def set_runtime_options(model: PreTrainedModel, **options) -> PreTrainedModel:
     """Change the runtime options (:data:`srformer.config.RUNTIME_OPTIONS`: ``lean_cache``, ``strict_schedule``,
     ``encoder_window``, ``window_overlap``, ``window_batch_size``; and the mechanism's own runtime settings,
@@ -80,16 +99,14 @@ def set_runtime_options(model: PreTrainedModel, **options) -> PreTrainedModel:
     ``index_lists``, ``index_probes``) of a converted model in place.
 
     Raises:
-        ValueError: for an option that is not a runtime option, a model that is not converted, or a bad value.
-        ImportError: for ``knn_index`` without faiss installed.
+        ValueError: for an option that is not a runtime option (:func:`with_runtime_options`), a model that is not
+            converted, or a bad value.
+        ImportError: for ``knn_index`` without faiss.
     """
     current = srformer_config_of(model)
     if current is None:
         raise ValueError("This model is not converted; call srformer.convert(model, SRformerConfig(...)) first.")
-    allowed = set(RUNTIME_OPTIONS) | set(current.settings.runtime)
-    if set(options) - allowed:
-        raise ValueError(f"Only {sorted(allowed)} can change after conversion, got {sorted(set(options) - allowed)}.")
-    updated = replace(current, **options)
+    updated = with_runtime_options(current, options)
     for _, _, module in cross_attention_modules(model):
         attention = getattr(module, "srformer", None)
         if attention is not None:
@@ -102,7 +119,9 @@ def set_runtime_options(model: PreTrainedModel, **options) -> PreTrainedModel:
     return model
 
 
-def from_pretrained(path: str, srformer_config: SRformerConfig | None = None, **kwargs) -> PreTrainedModel:
+def from_pretrained(
+    path: str, srformer_config: SRformerConfig | None = None, *, runtime: Mapping[str, Any] | None = None, **kwargs
+) -> PreTrainedModel:
     """Load a model saved after :func:`convert` (or convert a plain checkpoint in one call).
 
     Converted checkpoints of this version also load through ``AutoModelForSeq2SeqLM.from_pretrained`` and
@@ -115,25 +134,31 @@ def from_pretrained(path: str, srformer_config: SRformerConfig | None = None, **
         srformer_config: for an SRformer checkpoint, the settings you expect (an error if they
             differ from the stored ones; the runtime options ``lean_cache``/``strict_schedule`` may
             differ and are applied); for a plain checkpoint, the settings to convert to.
+        runtime: runtime options to apply on top (:func:`with_runtime_options`: chunked encoding's
+            ``encoder_window``/``window_overlap``/``window_batch_size``, ``knn``'s index options, ...). A plain
+            checkpoint loaded with runtime options and no ``srformer_config`` becomes ``full`` with them (full
+            attention over chunked encodings).
         **kwargs: passed to the model class's ``from_pretrained`` (e.g. ``dtype``, ``device_map``).
 
     Returns:
         The converted model, in eval mode.
 
     Raises:
-        ValueError: if a plain checkpoint is loaded without ``srformer_config``; if the stored
-            variant/settings differ from ``srformer_config``; if the checkpoint lacks the RAF
-            weights its variant needs (it was saved from another variant).
+        ValueError: if a plain checkpoint is loaded with neither ``srformer_config`` nor ``runtime``; if the
+            stored variant/settings differ from ``srformer_config``; if the checkpoint lacks the RAF
+            weights its variant needs (it was saved from another variant); for a ``runtime`` option the variant
+            does not have (:func:`with_runtime_options`).
     """
     hf_config = AutoConfig.from_pretrained(path, **{k: v for k, v in kwargs.items() if k in _CONFIG_KWARGS})
     stored = srformer_config_of(hf_config)
     if stored is None:
-        if srformer_config is None:
+        if srformer_config is None and not runtime:
             raise ValueError(
                 f"{path} is not an SRformer checkpoint (its config has no `srformer` settings); pass "
                 "srformer_config=SRformerConfig(...) to convert it, or use srformer.convert(model, config)."
             )
-        return convert(AutoModelForSeq2SeqLM.from_pretrained(path, **kwargs), srformer_config)
+        asked = with_runtime_options(srformer_config or SRformerConfig("full"), runtime or {})
+        return convert(AutoModelForSeq2SeqLM.from_pretrained(path, **kwargs), asked)
     if srformer_config is not None and not srformer_config.same_model(stored):
         raise ValueError(
             f"{path} holds an SRformer checkpoint of variant {stored.variant!r} with settings {stored.to_dict()}, "
@@ -141,7 +166,8 @@ def from_pretrained(path: str, srformer_config: SRformerConfig | None = None, **
             "was requested. Load it without `srformer_config`, or convert the original full-attention model to the "
             "other variant."
         )
-    effective = srformer_config or stored  # runtime options (lean_cache, strict_schedule) may differ
+    # runtime options (lean_cache, strict_schedule, windows, knn's index) may differ from the stored ones
+    effective = with_runtime_options(srformer_config or stored, runtime or {})
     hf_config.srformer = effective.to_dict()
     architecture = (hf_config.architectures or [None])[0]
     base = _model_class(architecture) if architecture else type(AutoModelForSeq2SeqLM.from_config(hf_config))

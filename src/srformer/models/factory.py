@@ -8,7 +8,7 @@ every checkpoint, so evaluation and generation use the same vocabulary.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,8 +24,9 @@ from transformers import (
     T5ForConditionalGeneration,
 )
 
+from srformer.core import SRformerConfig
 from srformer.data.tokenizer import train_unigram_tokenizer
-from srformer.models.convert import from_pretrained, srformer_config_of
+from srformer.models.convert import from_pretrained
 from srformer.models.named_configs import NAMED_CONFIGS
 
 _Loaded = TypeVar("_Loaded")
@@ -126,25 +127,42 @@ def load_tokenizer(
     return load_pretrained(AutoTokenizer.from_pretrained, name_or_path)
 
 
-def load_model(name_or_path: str, tokenizer: PreTrainedTokenizerBase | None = None, **kwargs) -> PreTrainedModel:
-    """A model by name: a named config (random weights), an SRformer checkpoint, or a plain checkpoint.
+def load_model(
+    name_or_path: str,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    *,
+    conversion: SRformerConfig | None = None,
+    runtime: Mapping[str, Any] | None = None,
+    **kwargs,
+) -> PreTrainedModel:
+    """A model by name: a named config (random weights), an SRformer checkpoint, or a plain checkpoint, converted and
+    with runtime options as asked, in one call.
 
     Args:
         name_or_path: a key of :data:`NAMED_CONFIGS`, a local directory or a hub id (the rule of
             :func:`load_pretrained`).
         tokenizer: required for named configs.
+        conversion: the settings to convert a plain checkpoint to as it is loaded (for an SRformer checkpoint, the
+            settings expected: :func:`~srformer.models.convert.from_pretrained`); None: the checkpoint as it is.
+        runtime: runtime options on top (:func:`~srformer.models.convert.with_runtime_options`): chunked
+            encoding's ``encoder_window``/``window_overlap``/``window_batch_size``, ``knn``'s index options; a plain
+            checkpoint with them and no ``conversion`` becomes ``full`` with them.
         **kwargs: passed to ``from_pretrained``.
 
     Raises:
-        ValueError: a named config without a tokenizer.
+        ValueError: a named config without a tokenizer, or with ``conversion``/``runtime`` (convert the built
+            model instead); a ``conversion`` other than the settings an SRformer checkpoint holds; a runtime option
+            the model's variant does not have.
         FileNotFoundError: no local checkpoint and no reachable hub model of that name (:func:`load_pretrained`).
     """
     if name_or_path in NAMED_CONFIGS:
         if tokenizer is None:
             raise ValueError(f"{name_or_path!r} needs a tokenizer to size its vocabulary.")
+        if conversion is not None or runtime:
+            raise ValueError(f"{name_or_path!r} is built from scratch: convert the built model instead of passing "
+                             "`conversion` or `runtime`.")
         return build_named_model(name_or_path, tokenizer)
     config = load_pretrained(AutoConfig.from_pretrained, name_or_path)
-    if srformer_config_of(config) is not None:
-        return from_pretrained(name_or_path, **kwargs)
-    return AutoModelForSeq2SeqLM.from_pretrained(name_or_path, **kwargs)
-
+    if getattr(config, "srformer", None) is None and conversion is None and not runtime:
+        return AutoModelForSeq2SeqLM.from_pretrained(name_or_path, **kwargs)
+    return from_pretrained(name_or_path, conversion, runtime=runtime, **kwargs)
