@@ -17,9 +17,10 @@ Rules:
 - The snippet must occur in its doc, any run of whitespace (a line break included) matching any other; a snippet
   that is not found is a mismatch, so a claim follows its text when the text is reworded. Every occurrence is
   checked. A number written into a snippet literally (a setting, a number with no JSON behind it) is not checked.
-- The README's Results table is not listed cell by cell: each printed row is derived from results/pick/pick.json
-  (``quest-tree``'s cost, footnote ³, from results/bench/quest/bench.json), with its footnote marks, and compared
-  with the printed row cell by cell; a ``-`` must stand where results have no value (:func:`results_table_row`).
+- The probe table with its costs (docs/choosing.md) is not listed cell by cell: each printed row is derived from
+  results/pick/pick.json (``quest-tree``'s cost, footnote ³, from results/bench/quest/bench.json), with its
+  footnote marks, and compared with the printed row cell by cell; a ``-`` must stand where results have no value
+  (:func:`results_table_row`).
 - docs/choosing.md's table of every mechanism is results/pick/pick.md's, line for line (:data:`COPIES`).
 - A number no JSON under ``results/`` records (a wall-clock time from a log, a run whose JSON was not kept) is left
   out of the claims; it is not given a made-up source.
@@ -42,6 +43,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 README, CHOOSING, LONG_INPUTS = "README.md", "docs/choosing.md", "docs/long-inputs.md"
+LIMITATIONS = "docs/limitations.md"
 
 PICK = "results/pick/pick.json"
 PICK_MD = "results/pick/pick.md"
@@ -62,6 +64,8 @@ LOKI_PROBE = "results/probe/long-input-convert0/knn-loki/long_probe.json"  # knn
 LOKI_EXACT = "results/probe/long-input-convert0/knn-loki/exact-retrained/long_probe.json"  # knn on the same bases
 LOKI_CPU = "results/long-input/knn-loki-cpu/long_input.json"  # knn-loki beside full and segmented, one thread
 SEED2_PROBE = "results/probe/long-input-convert0/seed2/long_probe.json"  # the third seed, 0 fine-tuning steps
+ROWS_SEED2_PROBE = "results/probe/long-input-convert0/knn-rows/seed2/long_probe.json"  # knn-rows, seed 2, 0 steps
+LOKI_NAME = "knn (loki, r=12, C=256)"  # knn-loki's name in LOKI_PROBE
 KNN_LAYOUTS = "results/long-input/knn-index/layouts.json"
 CONVERT0_PROBE = "results/probe/long-input-convert0/long_probe.json"  # k=512 models, 0 fine-tuning steps
 K512_PROBE = "results/probe/long-input-k512/long_probe.json"  # k=512 models, fine-tuned
@@ -324,18 +328,35 @@ def loki_gap(loki: Any, exact: Any) -> float:
 
 
 CLAIMS: list[Claim] = [
+    # README, "Results": the table (the probe's seed 2 at 16k / 64k, 0 steps; bytes beyond the decoder at 65k; CPU
+    # time per token at 65k against full's in the same run)
+    Claim(README, "| `knn-loki` | {:.1f} / {:.1f} | {:.3f} | {:.2f} |", (LOKI_PROBE, BYTES, LOKI_CPU),
+          lambda probe, records, run: (*(probe_off(probe, LOKI_NAME, k, 2) for k in (K16, K65)),
+                                       beyond_decoder(records, "knn-loki", K65),
+                                       time_ratio(run, "knn-loki", K65, "full"))),
+    *(Claim(README, f"| `{name}` | {{:.1f}} / {{:.1f}} | {{:.3f}} | {{:.2f}} |", (probe_file, BYTES, ROWS_LONG_BENCH),
+            lambda probe, records, run, name=name, probe_name=probe_name: (
+                *(probe_off(probe, probe_name, k, 2) for k in (K16, K65)), beyond_decoder(records, name, K65),
+                time_ratio(run, name, K65, "full")))
+      for name, probe_file, probe_name in (("knn", SEED2_PROBE, "knn"), ("knn-rows", ROWS_SEED2_PROBE, "knn (rows)"),
+                                           ("quest-b2", B2_PROBE, "quest-b2"))),
+    Claim(README, "| `full` | {:.1f} / {:.1f} | {:.3f} |", (SEED2_PROBE, BYTES),
+          lambda probe, records: (*(probe_off(probe, "full", k, 2) for k in (K16, K65)),
+                                  beyond_decoder(records, "full-sdpa", K65))),
+    Claim(README, "On a CPU `knn-loki` takes {:.2f}× `full`'s time per token at 65k and {:.1f}× `segmented`'s",
+          LOKI_CPU, lambda run: (time_ratio(run, "knn-loki", K65, "full"), time_ratio(run, "knn-loki", K65))),
     # the long-input pick, knn-loki
     Claim(README, "recalls\nwhat the exact search recalls from a 64k-token input straight after conversion and reads "
           "{:.2f}× full attention's bytes\nper token there",
           BYTES, lambda records: (beyond_decoder(records, "knn-loki", K65),)),
-    Claim(README, "Straight after conversion it recalls within {:.1f} points of the exact `knn` on three seeds",
+    Claim(CHOOSING, "Straight after conversion it recalls within {:.1f} points of the exact `knn` on three seeds",
           (LOKI_PROBE, LOKI_EXACT), lambda loki, exact: (loki_gap(loki, exact),)),
-    Claim(README, "on the route a GPU runs a token reads\n  {:.3f}× `full`'s bytes beyond the decoder's own at 65k",
+    Claim(CHOOSING, "on the route a GPU runs a token reads\n  {:.3f}× `full`'s bytes beyond the decoder's own at 65k",
           BYTES, lambda records: (beyond_decoder(records, "knn-loki", K65),)),
-    Claim(README, "in {:.3f}× its operator calls.",
+    Claim(CHOOSING, "in {:.3f}× its operator calls.",
           BYTES, lambda records: (bench_at(records, "knn-loki", "operator_calls_per_token", K65)
                                   / bench_at(records, "full-sdpa", "operator_calls_per_token", K65),)),
-    Claim(README, "On a CPU it takes {:.2f}× `full`'s time per token at 65k and {:.1f}× `segmented`'s.",
+    Claim(CHOOSING, "On a CPU it takes {:.2f}× `full`'s time per token at 65k and {:.1f}× `segmented`'s.",
           LOKI_CPU, lambda run: (time_ratio(run, "knn-loki", K65, "full"), time_ratio(run, "knn-loki", K65))),
     Claim(CHOOSING, "cheaper than `full` per token\n  ({:.2f} / {:.2f} / {:.2f}× at 16k / 65k / 262k)",
           LOKI_CPU, lambda run: tuple(time_ratio(run, "knn-loki", k, "full") for k in (K16, K65, K262))),
@@ -355,21 +376,22 @@ CLAIMS: list[Claim] = [
                                   / bench_at(records, "full-sdpa", "operator_calls_per_token", K65))),
     Claim(CHOOSING, "on the route a GPU runs it moves {:.2f}× `full`'s bytes per token at 65k",
           BYTES, lambda records: (beyond_decoder(records, "quest-tree", K65, "bytes_per_token"),)),
-    Claim(README, "on the route a GPU runs it moves {:.2f}× `full`'s bytes per token at 65k, and",
+    Claim(CHOOSING, "on the route a GPU runs it moves {:.2f}× `full`'s bytes per token at 65k, and",
           BYTES, lambda records: (beyond_decoder(records, "quest-tree", K65, "bytes_per_token"),)),
     # README, "Long inputs"
-    Claim(README, "A **262,144-token input is summarised end to end** by `srformer` with `lean_cache=True` in {:.0f} s "
+    Claim(CHOOSING, "A **262,144-token input is summarised end to end** by `srformer` with `lean_cache=True` in "
+          "{:.0f} s "
           "({:.0f} s of it encoding); decoding needs {:.0f} MiB beyond the weights and the {:.0f} MiB encoder output.",
           LONG_BENCH, lambda run: (record(run, "end_to_end", K262, "srformer-lean")["seconds"],
                                    record(run, "encode", K262)["seconds"],
                                    decode_bytes(run, "srformer-lean", K262, "peak_bytes") / MiB,
                                    record(run, "encode", K262)["output_bytes"] / MiB)),
-    Claim(README, "`full` (SLED), `knn`, `block-topk` and `segmented` need {:.1f} GiB there, the paper's `srformer` "
+    Claim(CHOOSING, "`full` (SLED), `knn`, `block-topk` and `segmented` need {:.1f} GiB there, the paper's `srformer` "
           "layout {:.1f} GiB.",
           LONG_BENCH, lambda run: (tuple(decode_bytes(run, v, K262, "estimated_bytes") / GiB
                                          for v in ("full", "knn", "block-topk", "segmented")),
                                    decode_bytes(run, "srformer", K262, "estimated_bytes") / GiB)),
-    Claim(README, "At 1,048,576 tokens they are refused with their estimate ({:.0f}-{:.0f} GiB) before anything is "
+    Claim(CHOOSING, "At 1,048,576 tokens they are refused with their estimate ({:.0f}-{:.0f} GiB) before anything is "
           "allocated, while the streaming ones generate with at most {:.0f} MiB above the weights and the {:.0f} GiB "
           "encoder output.",
           LONG_BENCH_1M, lambda run: (
@@ -378,12 +400,13 @@ CLAIMS: list[Claim] = [
               max(decode_bytes(run, v, 2**20, "peak_bytes") for v in ("segmented-lean", "srformer-lean", "linear"))
               / MiB,
               record(run, "encode", 2**20)["output_bytes"] / GiB)),
-    Claim(README, "Time per token from 4k to 262k tokens: `linear` {:.2f}×, lean `segmented` {:.2f}×, lean `srformer` "
+    Claim(CHOOSING, "Time per token from 4k to 262k tokens: `linear` {:.2f}×, lean `segmented` {:.2f}×, lean "
+          "`srformer` "
           "{:.2f}× ({:.2f}× from 16k on); `full` {:.0f}× and `knn` {:.0f}× (they score every key).",
           LONG_BENCH, lambda run: (growth(run, "linear", K4), growth(run, "segmented-lean", K4),
                                    growth(run, "srformer-lean", K4), growth(run, "srformer-lean", K16),
                                    growth(run, "full", K4), growth(run, "knn", K4))),
-    Claim(README, "`quest-tree` {:.0f} / {:.1f} / {:.1f}% at 2k / 16k / 64k, `full` over windows {:.0f} / {:.1f} / "
+    Claim(CHOOSING, "`quest-tree` {:.0f} / {:.1f} / {:.1f}% at 2k / 16k / 64k, `full` over windows {:.0f} / {:.1f} / "
           "{:.1f}%, `knn` {:.0f}% throughout, `block-topk-b4` {:.0f} / {:.0f} / {:.0f}% and Quest itself (`quest`, "
           "pages of 16) {:.0f} / {:.0f} / {:.0f}% (one seed each).",
           CONVERT0_PROBE, lambda probe: (
@@ -392,49 +415,56 @@ CLAIMS: list[Claim] = [
               probe_offs(probe, "knn"),
               *(probe_off(probe, "block-topk-b4", k) for k in (2048, K16, K65)),
               *(probe_off(probe, "quest", k) for k in (2048, K16, K65)))),
-    Claim(README, "Fine-tuned `routing` falls to {:.0f}% at 16k",
+    Claim(CHOOSING, "Fine-tuned `routing` falls to {:.0f}% at 16k",
           K512_PROBE, lambda probe: (probe_off(probe, "routing", K16),)),
-    Claim(README, "A third seed ([seed2](results/probe/long-input-convert0/seed2/long_probe.md)), whose base itself "
+    Claim(CHOOSING, "A third seed ([seed2](../results/probe/long-input-convert0/seed2/long_probe.md)), whose "
+          "base itself "
           "loses facts beyond 512: `quest-tree` {:.0f} / {:.0f}% at 16k / 64k, `full` {:.0f} / {:.0f}%, `knn` {:.0f} / "
           "{:.0f}%;",
           SEED2_PROBE, lambda probe: tuple(probe_off(probe, name, k) for name in ("quest-tree", "full", "knn")
                                            for k in (K16, K65))),
-    Claim(README, "no tree; [results](results/probe/long-input-convert0/quest-b2/long_probe.md)) {:.0f}% on seeds 0-1, "
+    Claim(CHOOSING, "no tree; [results](../results/probe/long-input-convert0/quest-b2/long_probe.md)) {:.0f}% "
+          "on seeds 0-1, "
           "{:.0f} / {:.0f}% on seed 2.",
           B2_PROBE, lambda probe: (min(probe_offs(probe, "quest-b2", seed=0) + probe_offs(probe, "quest-b2", seed=1)),
                                    probe_off(probe, "quest-b2", K16, 2), probe_off(probe, "quest-b2", K65, 2))),
-    Claim(README, "**keeps {:.3f}× full's state beyond the encoder output and starts in {:.2f}× its time at 262k**, at "
+    Claim(CHOOSING, "**keeps {:.3f}× full's state beyond the encoder output and starts in {:.2f}× its time at "
+          "262k**, at "
           "{:.2f}× its CPU time per token.",
           ROWS_LONG_BENCH, lambda run: (state_beyond_encoder(run, "knn-rows", K262)
                                         / decode_bytes(run, "full", K262, "state_bytes"),
                                         first_token(run, "knn-rows", K262) / first_token(run, "full", K262),
                                         ms_per_token(run, "knn-rows", K262) / ms_per_token(run, "full", K262))),
-    Claim(README, "per token at 65k: `full` {:.0f}, `segmented` {:.0f}, `srformer` {:.0f}, `knn` {:.0f}, "
+    Claim(CHOOSING, "per token at 65k: `full` {:.0f}, `segmented` {:.0f}, `srformer` {:.0f}, `knn` {:.0f}, "
           "`block-topk-b4` {:.0f}, `knn-rows` {:,.0f}, `quest-b2` {:,.0f}, `quest-tree` {:,.0f};",
           OPERATORS, lambda records: tuple(bench_at(records, name, "operator_calls_per_token", K65) for name in (
               "full-sdpa", "segmented", "srformer", "knn", "block-topk-b4", "knn-rows", "quest-b2", "quest-tree"))),
-    Claim(README, "{:.1f} GiB instead of {:.1f} GiB at 262k, {:.0f} ms per token instead of {:.0f}, and it runs at 1M "
+    Claim(CHOOSING, "{:.1f} GiB instead of {:.1f} GiB at 262k, {:.0f} ms per token instead of {:.0f}, and it "
+          "runs at 1M "
           "tokens where `knn` is refused",
           LONG_BENCH, lambda run: (decode_bytes(run, "knn-ivf", K262, "peak_bytes") / GiB,
                                    decode_bytes(run, "knn", K262, "peak_bytes") / GiB,
                                    ms_per_token(run, "knn-ivf", K262), ms_per_token(run, "knn", K262))),
-    Claim(README, "It is approximate: {:.0f}% recall on the probe up to 65k tokens",
+    Claim(CHOOSING, "It is approximate: {:.0f}% recall on the probe up to 65k tokens",
           CONVERT0_PROBE, lambda probe: (probe_offs(probe, "knn (ivf, 32 probes)"),)),
-    Claim(README, "on news text it returns {:.0f}% of the exact top 32 keys at its default 32 probes ({:.0f}% at 128)",
+    Claim(CHOOSING, "on news text it returns {:.0f}% of the exact top 32 keys at its default 32 probes ({:.0f}% "
+          "at 128)",
           KNN_LAYOUTS, lambda layouts: tuple(
               100 * next(r["shared_ivf"]["recall"] for r in layouts["rows"]
                          if r["data"] == "bbc-bart" and r["length"] == K262 and r["probes"] == probes)
               for probes in (32, 128))),
     # README, "Results" (the table: results_table_row)
-    Claim(README, "recalls {:.1f}% off-segment at k=512 with no fine-tuning ({:.2f} of the gap after 400 steps; one of "
+    Claim(CHOOSING, "recalls {:.1f}% off-segment at k=512 with no fine-tuning ({:.2f} of the gap after 400 "
+          "steps; one of "
           "2 seeds {:.2f}), at {:.3f}× full's step",
           PICK, lambda pick: (off(pick, "block-topk-b4", K512_0), gap(pick, "block-topk-b4", K512_400),
                               seed_gap(pick, "block-topk-b4", K512_400, 1), cost(pick, "block-topk-b4", "step_ratio"))),
-    Claim(README, "On BBC News it scores ROUGE-1 {:.1f} (`full` {:.1f}, `block-topk` {:.1f})",
+    Claim(CHOOSING, "On BBC News it scores ROUGE-1 {:.1f} (`full` {:.1f}, `block-topk` {:.1f})",
           BBC, lambda bbc: (rouge1(bbc, "block-topk-b4"), rouge1(bbc, "full"), rouge1(bbc, "block-topk"))),
-    Claim(README, "it matches `full` on every recall column and on BBC News ROUGE, at {:.2f}× full's step",
+    Claim(CHOOSING, "it matches `full` on every recall column and on BBC News ROUGE, at {:.2f}× full's step",
           PICK, lambda pick: (cost(pick, "knn", "step_ratio"),)),
-    Claim(README, "`block-topk` with whole segments as blocks steps at {:.2f}× but recovers only {:.2f} of the gap at "
+    Claim(CHOOSING, "`block-topk` with whole segments as blocks steps at {:.2f}× but recovers only {:.2f} of "
+          "the gap at "
           "k=512; `routing` and `reformer` recall {:.0f}% and {:.0f}% there after 400 steps ({:.0f}-{:.0f}% by seed) "
           "but do not read their own segment exactly (on-segment {:.0f}% and {:.0f}%), `reformer` at {:.2f}× full's "
           "step.",
@@ -444,38 +474,39 @@ CLAIMS: list[Claim] = [
               min(off_by_seed(pick, "routing", K512_400) + off_by_seed(pick, "reformer", K512_400)),
               max(off_by_seed(pick, "routing", K512_400) + off_by_seed(pick, "reformer", K512_400)),
               on(pick, "routing", K512_400), on(pick, "reformer", K512_400), cost(pick, "reformer", "step_ratio"))),
-    Claim(README, "After conversion it recovers {:.2f} of the gap at k=128 ({:.2f} after 400 steps) and {:.2f} / "
+    Claim(CHOOSING, "After conversion it recovers {:.2f} of the gap at k=128 ({:.2f} after 400 steps) and {:.2f} / "
           "{:.2f} at k=512, and its recurrent term costs on-segment accuracy ({:.0f}-{:.0f}%)",
           PICK, lambda pick: (
               gap(pick, "srformer", K128_100), gap(pick, "srformer", K128_400), gap(pick, "srformer", K512_100),
               gap(pick, "srformer", K512_400),
               min(on(pick, "srformer", c) for c in CONVERTED if c != K512_0),
               max(on(pick, "srformer", c) for c in CONVERTED if c != K512_0))),
-    Claim(README, "From scratch it reaches {:.1f}% at k=128, behind `linear`'s {:.1f}% and ahead of its own no-RAF "
+    Claim(CHOOSING, "From scratch it reaches {:.1f}% at k=128, behind `linear`'s {:.1f}% and ahead of its own no-RAF "
           "ablation ({:.1f}%).",
           PICK, lambda pick: tuple(off(pick, name, SCRATCH) for name in ("srformer", "linear", "ablation-III"))),
-    Claim(README, "article: `full` {:.1f} ROUGE-1, {:.1f} under its matched lead, {:.0f}% of its copied sentences from "
+    Claim(CHOOSING, "article: `full` {:.1f} ROUGE-1, {:.1f} under its matched lead, {:.0f}% of its copied "
+          "sentences from "
           "beyond the first 128 tokens",
           BBC_MINI, lambda grid: (
               rouge1(grid, "full"), under_matched_lead(grid, "full"),
               100 * bbc_group(grid, "full")["reading"]["source_positions"]["beyond_first_window"])),
-    Claim(README, "`quest-tree` ({:.1f}) and `knn` ({:.1f}) keep `full`'s score, `srformer` {:.1f}, `block-topk-b4` "
+    Claim(CHOOSING, "`quest-tree` ({:.1f}) and `knn` ({:.1f}) keep `full`'s score, `srformer` {:.1f}, `block-topk-b4` "
           "{:.1f} and `segmented` {:.1f} lose about 4, `linear` {:.1f} does not read",
           BBC_MINI, lambda grid: tuple(rouge1(grid, name) for name in (
               "quest-tree", "knn", "srformer", "block-topk-b4", "segmented", "linear"))),
-    Claim(README, "the first 8,192 tokens of 300 papers: `full` scores {:.1f} and {:.1f} ROUGE-1, above its matched "
+    Claim(CHOOSING, "the first 8,192 tokens of 300 papers: `full` scores {:.1f} and {:.1f} ROUGE-1, above its matched "
           "lead by {:.1f} and\n",
           (SPM_8192, SPM_8192_SEED1), lambda grid, second: (rouge1(grid, "full", 64), rouge1(second, "full", 64),
                                                             -under_matched_lead(grid, "full", 64))),
-    Claim(README, "\n{:.1f} (intervals above 0), but {:.0f}% and {:.0f}% of the sentences it copies come from beyond "
+    Claim(CHOOSING, "\n{:.1f} (intervals above 0), but {:.0f}% and {:.0f}% of the sentences it copies come from beyond "
           "512 tokens",
           (SPM_8192, SPM_8192_SEED1), lambda grid, second: (-under_matched_lead(second, "full", 64),
                                                             beyond_512(grid, "full"), beyond_512(second, "full"))),
-    Claim(README, "keep its score (pooled `full` − them: {:.1f} and +{:.1f}), `segmented` loses {:.1f} and "
+    Claim(CHOOSING, "keep its score (pooled `full` − them: {:.1f} and +{:.1f}), `segmented` loses {:.1f} and "
           "`block-topk-b4` {:.1f}",
           SPM_POOLED, lambda pooled: tuple(pooled_minus(pooled, name)
                                            for name in ("quest-tree", "knn", "segmented", "block-topk-b4"))),
-    Claim(README, "(+{:.1f}, +{:.1f}, +{:.1f} ROUGE-1 at s = 64, 32, 16;",
+    Claim(CHOOSING, "(+{:.1f}, +{:.1f}, +{:.1f} ROUGE-1 at s = 64, 32, 16;",
           BBC, lambda bbc: tuple(rouge1(bbc, "srformer", s) - rouge1(bbc, "segmented", s) for s in (64, 32, 16))),
     # docs/choosing.md, "The answer"
     Claim(CHOOSING, "With **no fine-tuning** it recalls {:.1f}% off-segment at k=512 (2 seeds; {:.0f}% on-segment)",
@@ -732,19 +763,19 @@ CLAIMS: list[Claim] = [
           LONG_BENCH, lambda run: tuple(growth(run, v, K4) for v in ("linear", "segmented-lean", "srformer-lean"))),
     Claim(LONG_INPUTS, "from 16k to 262k it grows {:.2f}×.",
           LONG_BENCH, lambda run: (growth(run, "srformer-lean", K16),)),
-    Claim(README, "they continue {:.1f}-{:.1f}% of the passages that start after token 0; bart-mini bases "
+    Claim(LIMITATIONS, "they continue {:.1f}-{:.1f}% of the passages that start after token 0; bart-mini bases "
           "{:.0f}% (BBC) and {:.0f}%",
           (f"{REACH}/sumpubmed-base-512.json", f"{REACH}/bbc-base.json", f"{REACH}/bbc-mini-passage-128.json",
            f"{REACH}/sumpubmed-mini-passage-128.json"),
           lambda whole, bbc, mini, spm: (reach(whole, "elsewhere"), reach(bbc, "elsewhere"), reach(mini, "elsewhere"),
                                          reach(spm, "elsewhere"))),
-    Claim(README, "within 128 tokens, {:.0f}-{:.0f}% across windows of 128",
+    Claim(LIMITATIONS, "within 128 tokens, {:.0f}-{:.0f}% across windows of 128",
           (f"{REACH}/sumpubmed-mini-passage-1024w128.json", f"{REACH}/bbc-mini-passage-768w128.json"),
           lambda spm, bbc: (reach(spm, "beyond_first_window"), reach(bbc, "beyond_first_window"))),
 ]
 
 
-# --- The README's Results table ----------------------------------------------------------------------------------
+# --- The probe table with its costs (docs/choosing.md) ---------------------------------------------------------------
 
 TABLE_HEADER = "| mechanism | k=128, 100 steps: off / on |"
 QUIET_RUN = LONG_BENCH  # footnote ¹: the quiet long-input run
@@ -760,7 +791,7 @@ class Cell:
 
 
 def results_table_row(pick: Any, quest_bench: Any, name: str) -> list[Cell]:
-    """The README's Results table row of ``name``, from ``pick.json``: the quality columns (off / on in %), the
+    """The probe table's row of ``name``, from ``pick.json``: the quality columns (off / on in %), the
     long-input recall and time columns, and the costs; a row that pick.json has no cost for (``quest-tree``) takes
     it from results/bench/quest (footnote ³)."""
     row = pick_row(pick, name)
@@ -925,10 +956,11 @@ def check_claims(docs: Path, results: Path, claims: Iterable[Claim] = CLAIMS) ->
 
 
 def check_results_table(docs: Path, results: Path) -> tuple[list[str], int]:
-    """Mismatches of the README's Results table against the rows derived from results, and the numbers checked."""
-    table = _block((docs / README).read_text(encoding="utf-8"), TABLE_HEADER)
+    """Mismatches of the probe table with its costs (docs/choosing.md) against the rows derived from results, and
+    the numbers checked."""
+    table = _block((docs / CHOOSING).read_text(encoding="utf-8"), TABLE_HEADER)
     if not table:
-        return [f"{README}: the Results table ({TABLE_HEADER} ...) is not found"], 0
+        return [f"{CHOOSING}: the probe table with its costs ({TABLE_HEADER} ...) is not found"], 0
     headers = [cell.strip() for cell in table[0].strip("|").split("|")]
     pick, quest_bench = (json.loads((results / path).read_text(encoding="utf-8")) for path in (PICK, QUEST_BENCH))
     problems: list[str] = []
@@ -939,14 +971,15 @@ def check_results_table(docs: Path, results: Path) -> tuple[list[str], int]:
         try:
             cells = results_table_row(pick, quest_bench, name)
         except LookupError as error:
-            problems.append(f"{README}: Results table, row `{name}`: {error} in {PICK}")
+            problems.append(f"{CHOOSING}: the probe table, row `{name}`: {error} in {PICK}")
             continue
         if len(printed) != len(cells) + 1:
-            problems.append(f"{README}: Results table, row `{name}`: {len(printed) - 1} cells, {len(cells)} derived")
+            problems.append(f"{CHOOSING}: the probe table, row `{name}`: {len(printed) - 1} cells, {len(cells)} "
+                "derived")
             continue
         for cell, text, header in zip(cells, printed[1:], headers[1:], strict=True):
-            where = f"Results table, row `{name}`, column '{header}'"
-            found, count = check_snippet(README, text, cell.snippet, cell.values, cell.source, where, whole=True)
+            where = f"the probe table, row `{name}`, column '{header}'"
+            found, count = check_snippet(CHOOSING, text, cell.snippet, cell.values, cell.source, where, whole=True)
             problems += found
             checked += count
     return problems, checked
@@ -988,8 +1021,8 @@ PARTS: dict[str, Callable[[Path, Path], tuple[list[str], int]]] = {
 
 
 def check(docs: Path = ROOT, results: Path = ROOT) -> tuple[list[str], dict[str, int]]:
-    """Every mismatch of the claims, the README's Results table and the copied tables (``docs``: where README.md
-    and docs/ are read; ``results``: where results/ is), and how many numbers each part checked."""
+    """Every mismatch of the claims, the probe table of docs/choosing.md and the copied tables (``docs``: where
+    README.md and docs/ are read; ``results``: where results/ is), and how many numbers each part checked."""
     problems: list[str] = []
     counts: dict[str, int] = {}
     for name, part in PARTS.items():
@@ -1007,8 +1040,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(problem)
     if problems:
         return 1
-    print(f"{sum(counts.values())} headline numbers of {README}, {CHOOSING} and {LONG_INPUTS} match results/: "
-          f"{counts['claims']} in {len(CLAIMS)} claims, {counts['results table']} in the README's Results table, "
+    print(f"{sum(counts.values())} headline numbers of {README}, {CHOOSING}, {LONG_INPUTS} and {LIMITATIONS} match "
+          "results/: "
+          f"{counts['claims']} in {len(CLAIMS)} claims, {counts['results table']} in the probe table of {CHOOSING}, "
           f"{counts['copies']} in the table copied from {PICK_MD}")
     return 0
 

@@ -23,7 +23,7 @@ def test_readme_test_command_is_what_ci_runs() -> None:
 
 
 def test_readme_is_short() -> None:
-    assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 250
+    assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 160
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ from tests.script_loading import script_module
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "check_headlines.py"
 ROOT = SCRIPT.parents[1]
-DOCS = ("README.md", "docs/choosing.md", "docs/long-inputs.md")
+DOCS = ("README.md", "docs/choosing.md", "docs/long-inputs.md", "docs/limitations.md")
 
 
 @pytest.fixture(scope="module")
@@ -21,17 +21,19 @@ def checker():
         yield module
 
 
-def _copy_docs(tmp_path: Path, **replace: tuple[str, str]) -> Path:
-    """The README and docs in ``tmp_path``, with ``replace[file stem] = (old, new)`` applied once."""
+def _copy_docs(tmp_path: Path, **replace: tuple[str, str] | list[tuple[str, str]]) -> Path:
+    """The README and docs in ``tmp_path``, with ``replace[file stem] = (old, new)`` (or a list of such pairs)
+    applied once each."""
     for name in DOCS:
         target = tmp_path / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(ROOT / name, target)
-    for stem, (old, new) in replace.items():
+    for stem, pairs in replace.items():
         target = next(tmp_path / name for name in DOCS if Path(name).stem == stem.replace("_", "-"))
-        text = target.read_text(encoding="utf-8")
-        assert text.count(old) == 1, f"{old!r} should occur once in {target.name}"
-        target.write_text(text.replace(old, new), encoding="utf-8")
+        for old, new in pairs if isinstance(pairs, list) else [pairs]:
+            text = target.read_text(encoding="utf-8")
+            assert text.count(old) == 1, f"{old!r} should occur once in {target.name}"
+            target.write_text(text.replace(old, new), encoding="utf-8")
     return tmp_path
 
 
@@ -47,15 +49,15 @@ def test_the_repository_matches_its_results(checker, capsys):
 def test_a_drifted_number_a_wrong_cell_and_a_reworded_snippet_are_reported(checker, tmp_path, capsys):
     docs = _copy_docs(
         tmp_path,
-        README=("| `knn` | 99.9 / 100.0 | 100.0 / 100.0 / 100.0 (100.0) | 100.0 / 100.0 | 0.643 |",
-                "| `knn` | 99.9 / 100.0 | 100.0 / 100.0 / 100.0 (100.0) | 100.0 / 100.0 | 0.634 |"),
-        choosing=("`block-topk-b4` 0.225× (0.251× in another run), `knn` 0.64×",
-                  "`block-topk-b4` 0.225× (0.251× in another run), `knn` 0.65×"),
+        choosing=[("| `knn` | 99.9 / 100.0 | 100.0 / 100.0 / 100.0 (100.0) | 100.0 / 100.0 | 0.643 |",
+                   "| `knn` | 99.9 / 100.0 | 100.0 / 100.0 / 100.0 (100.0) | 100.0 / 100.0 | 0.634 |"),
+                  ("`block-topk-b4` 0.225× (0.251× in another run), `knn` 0.64×",
+                   "`block-topk-b4` 0.225× (0.251× in another run), `knn` 0.65×")],
         long_inputs=("Per token `quest-tree` is 2.7-3.8× `segmented` here",
                      "Per token `quest-tree` costs 2.7-3.8× `segmented` here"),
     )
     problems, _ = checker.check(docs)
-    assert "README.md: Results table, row `knn`, column 'step × full': printed 0.634, from results 0.643 " \
+    assert "docs/choosing.md: the probe table, row `knn`, column 'step × full': printed 0.634, from results 0.643 " \
            "(results/pick/pick.json)" in problems
     assert any(p.startswith('docs/choosing.md: "`block-topk-b4` {:.3f}× (0.251× in another run), `knn` {:.2f}×')
                and p.endswith(": printed 0.65, from results 0.64 (results/pick/pick.json)") for p in problems)
@@ -70,17 +72,19 @@ def test_a_drifted_number_a_wrong_cell_and_a_reworded_snippet_are_reported(check
 def test_a_dash_where_results_have_a_value_and_a_changed_copy_are_reported(checker, tmp_path):
     docs = _copy_docs(
         tmp_path,
-        README=("| `routing` | 71.9 / 68.6 | - / 72.8 / 80.6 (75.1) | - |",
-                "| `routing` | - | 50.0 / 72.8 / 80.6 (75.1) | - |"),
-        choosing=("| knn | 99.9 / 100.0 (1.00) [2 seeds] |", "| knn | 99.8 / 100.0 (1.00) [2 seeds] |"),
+        choosing=[("| `routing` | 71.9 / 68.6 | - / 72.8 / 80.6 (75.1) | - |",
+                   "| `routing` | - | 50.0 / 72.8 / 80.6 (75.1) | - |"),
+                  ("| knn | 99.9 / 100.0 (1.00) [2 seeds] |", "| knn | 99.8 / 100.0 (1.00) [2 seeds] |")],
     )
     problems, _ = checker.check(docs)
     table = checker._block((ROOT / "results/pick/pick.md").read_text(encoding="utf-8"), "| mechanism | k128")
     line = next(number for number, text in enumerate(table, 1) if text.startswith("| knn |"))
     assert sorted(problems) == [
-        "README.md: Results table, row `routing`, column 'k=128, 100 steps: off / on': printed '-', from results "
+        "docs/choosing.md: the probe table, row `routing`, column 'k=128, 100 steps: off / on': printed '-', from "
+        "results "
         "'71.9 / 68.6' (results/pick/pick.json)",
-        "README.md: Results table, row `routing`, column 'k=512: off after 0 / 100 / 400 steps (on, after the last)': "
+        "docs/choosing.md: the probe table, row `routing`, column 'k=512: off after 0 / 100 / 400 steps (on, after the "
+        "last)': "
         "printed '50.0 / 72.8 / 80.6 (75.1)', from results '- / 72.8 / 80.6 (75.1)' (results/pick/pick.json)",
         f'docs/choosing.md: the table "| mechanism | k128 convert+100 | ...", line {line}: printed '
         "'99.8 / 100.0 (1.00) [2 seeds]', from results '99.9 / 100.0 (1.00) [2 seeds]' (results/pick/pick.md)",
