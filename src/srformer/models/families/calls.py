@@ -129,8 +129,9 @@ class _ConvertedCrossAttention:
 
 
 class SRformerT5AttentionMixin(_ConvertedCrossAttention):
-    """Forward pass of a converted ``T5Attention``-style module (attributes q, k, v, o, n_heads,
-    key_value_proj_dim; T5 scale 1). Called as
+    """Forward pass of a converted module with T5's calling convention (T5, mT5, LongT5: projections ``q``, ``k``,
+    ``v``, ``o``, heads ``n_heads``, head size ``key_value_proj_dim``, scale 1, as its family's entry names them).
+    Called as
     ``(hidden_states, mask, key_value_states, position_bias, past_key_values, **kwargs)`` (transformers >= 5.24
     passes the cache as ``cache``; both names are taken, see :func:`generation_cache`) and
     returns ``(output, position_bias, weights)``: T5 cross attention has no relative position bias,
@@ -158,8 +159,9 @@ class SRformerT5AttentionMixin(_ConvertedCrossAttention):
 
 
 class SRformerBartAttentionMixin(_ConvertedCrossAttention):
-    """Forward pass of a converted ``BartAttention``-style module (attributes q_proj, k_proj, v_proj,
-    out_proj, num_heads, head_dim, scaling = head_dim^-0.5). Called as
+    """Forward pass of a converted module with BART's calling convention (BART, mBART, Pegasus, Marian, PEGASUS-X,
+    BigBirdPegasus: projections ``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``, ``num_heads``, ``head_dim``,
+    ``scaling = head_dim^-0.5``, as its family's entry names them). Called as
     ``(hidden_states, key_value_states, past_key_values, attention_mask, **kwargs)`` (or ``cache=``, as for
     :class:`SRformerT5AttentionMixin`) and returns
     ``(output, weights)``, ``weights`` as for :class:`SRformerT5AttentionMixin`.
