@@ -2,14 +2,19 @@
 
 For each input length (default 4k, 16k, 64k and 256k tokens) a fresh child process
 (:mod:`srformer.benchmarks.long_input_probe`) builds a randomly initialised model of the chosen shape (t5-small by
-default), encodes one random input in windows (chunked encoding, :mod:`srformer.models.chunked_encoding`), and
-generates ``new_tokens`` tokens greedily from that encoding with every variant. It measures:
+default; a shape names its family, :data:`~srformer.benchmarks.suite_settings.MODEL_SHAPES`: T5, LED or LongT5),
+encodes one random input, and generates ``new_tokens`` tokens greedily from that encoding with every variant. A T5
+shape's encoder reads the input in windows (chunked encoding, :mod:`srformer.models.chunked_encoding`; 512 tokens
+by default); LED's and LongT5's read it natively, as srformer converts them by default (LED up to its
+``max_encoder_position_embeddings``, LongT5 at any length), unless an ``encoder_window`` is given. It measures:
 
 - encoding: wall seconds and peak resident memory (the encoder's working set, its output included);
 - decoding: time to the first token (it builds every layer's cross-attention state), then seconds per token; peak
   resident memory above what the process held before (the weights and the encoder output); the bytes of the
   cross-attention cache after generate() (for a lean state: its tensors plus the encoder output it reads);
-- optionally, ``generate(input_ids=...)`` end to end for some variants.
+- optionally, ``generate(input_ids=...)`` end to end for some variants;
+- optionally (``operators``), the aten operator calls of the first step and per generated token
+  (:mod:`srformer.benchmarks.operator_count`), as an accelerator runs the step and as this device does.
 
 A variant whose estimated memory (:func:`srformer.models.memory_estimate.estimate_decode_memory`) exceeds the
 budget (default: the memory available when the run starts) is not run; its row says so, with the estimate. Results
@@ -35,9 +40,11 @@ import torch
 
 from srformer.attention.knn_index import INDEX_KINDS, faiss_available
 from srformer.benchmarks.long_input_variants import DTYPES, LONG_INPUT_VARIANTS
-from srformer.benchmarks.suite_settings import MODEL_SHAPES
+from srformer.benchmarks.suite_settings import MODEL_SHAPES, shape_family
 from srformer.benchmarks.timing import resolve_device
 from srformer.core import check_window_settings
+from srformer.models.chunked_encoding import encoder_input_limit
+from srformer.models.families.t5 import PRETRAINED_LENGTH
 from srformer.models.memory_estimate import available_memory
 
 #: Environment of the child process: the C library's default allocator, as in a user's process (no pinned mmap
@@ -56,11 +63,16 @@ class LongInputSettings:
         variants: names of :data:`LONG_INPUT_VARIANTS` (default: all; ``knn-flat``/``knn-ivf`` only where faiss
             is installed; ``knn-rows`` needs none).
         end_to_end: variants also timed with ``generate(input_ids=...)`` (the encoder inside generate()).
-        shape: model shape (:data:`srformer.benchmarks.suite_settings.MODEL_SHAPES`).
+        shape: model shape (:data:`srformer.benchmarks.suite_settings.MODEL_SHAPES`): it names the family built (T5,
+            LED, LongT5) and its sizes.
         new_tokens: tokens generated per input.
         segment_size: ``s`` in tokens, or ``"auto"``.
         target_length: ``T`` of the segment schedule, in tokens.
-        encoder_window: tokens per encoder window.
+        encoder_window: tokens per encoder window (chunked encoding). None (the default): srformer's default for
+            the shape's family: a T5 shape's windows of 512 tokens (the length T5 was pretrained on; stored as 512,
+            as this benchmark always encoded T5 shapes), LED's and LongT5's own encoder reading the whole input
+            (stored as None): LED up to its ``max_encoder_position_embeddings`` (a longer length is refused unless
+            a window is given), LongT5 at any length.
         window_overlap: share of a window shared with the next, in ``[0, 1)``.
         window_batch_size: windows per encoder call.
         memory_budget: bytes a variant's estimate may use; None: the memory available when the run starts (on
@@ -73,6 +85,8 @@ class LongInputSettings:
         compiled: decode with a static cache and transformers' compiled step (``torch.compile``, fullgraph; CUDA
             graphs on a GPU); an untimed call compiles first.
         max_batch: also find each variant's largest batch that fits (measured on CUDA, estimated on the CPU).
+        operators: also count each variant's aten operator calls, first step and per generated token, on the
+            encoder output it decodes from (as an accelerator runs the step and as this device does).
     """
 
     lengths: tuple[int, ...] = (4096, 16384, 65536, 262144)
@@ -84,7 +98,7 @@ class LongInputSettings:
     new_tokens: int = 64
     segment_size: int | str = 64
     target_length: int = 128
-    encoder_window: int = 512
+    encoder_window: int | None = None
     window_overlap: float = 0.5
     window_batch_size: int = 8
     memory_budget: int | None = None
@@ -94,6 +108,7 @@ class LongInputSettings:
     batch_size: int = 1
     compiled: bool = False
     max_batch: bool = False
+    operators: bool = False
 
     def __post_init__(self) -> None:
         unknown = [name for name in (*self.variants, *self.end_to_end) if name not in LONG_INPUT_VARIANTS]
@@ -105,7 +120,11 @@ class LongInputSettings:
             raise ValueError(f"`lengths` must be positive numbers of tokens, got {self.lengths!r}.")
         if not isinstance(self.new_tokens, int) or self.new_tokens < 2:
             raise ValueError(f"`new_tokens` must be an int >= 2 (one step builds the state), got {self.new_tokens!r}.")
-        check_window_settings(self.encoder_window, self.window_overlap, self.window_batch_size)
+        if self.encoder_window is None and shape_family(self.shape) == "t5":
+            object.__setattr__(self, "encoder_window", PRETRAINED_LENGTH)  # srformer's default window for T5
+        check_window_settings(1 if self.encoder_window is None else self.encoder_window, self.window_overlap,
+                              self.window_batch_size)
+        _check_input_limit(self.shape, self.encoder_window, self.lengths)
         if self.dtype not in DTYPES:
             raise ValueError(f"`dtype` must be one of {', '.join(DTYPES)}, got {self.dtype!r}.")
         if not isinstance(self.batch_size, int) or self.batch_size < 1:
@@ -114,10 +133,22 @@ class LongInputSettings:
             raise ValueError(f"Unknown device {self.device!r}: use cpu, cuda or auto.")
 
     @classmethod
-    def quick(cls) -> LongInputSettings:
-        """Seconds-long settings for tests: the t5-tiny shape, inputs of 1k and 4k tokens, 4 new tokens."""
-        return cls(lengths=(1024, 4096), shape="t5-tiny", new_tokens=4, segment_size=16, target_length=16,
-                   encoder_window=256)
+    def quick(cls, **overrides: Any) -> LongInputSettings:
+        """Seconds-long settings for tests: the t5-tiny shape, inputs of 1k and 4k tokens, 4 new tokens, encoder
+        windows of 256 tokens; ``overrides`` replace any field (another family's shape keeps its own encoder, the
+        default, unless ``encoder_window`` is among them).
+
+        Raises:
+            ValueError: for bad settings, e.g. a shape whose encoder cannot read the lengths whole without a window
+                (led-tiny: 1,024 positions).
+        """
+        quick: dict[str, Any] = dict(lengths=(1024, 4096), shape="t5-tiny", new_tokens=4, segment_size=16,
+                                     target_length=16)
+        quick.update(overrides)
+        shape = quick["shape"]
+        if "encoder_window" not in overrides and shape in MODEL_SHAPES and shape_family(shape) == "t5":
+            quick["encoder_window"] = 256
+        return cls(**quick)
 
     def job(
         self, length: int, variants: Sequence[str], end_to_end: Sequence[str], budget: int | None
@@ -130,12 +161,40 @@ class LongInputSettings:
         return {"length": length, "variants": list(variants), "end_to_end": list(end_to_end), "options": options,
                 "windows": windows, "shape": self.shape, "new_tokens": self.new_tokens, "seed": self.seed,
                 "memory_budget": budget, "device": self.device, "dtype": self.dtype, "batch_size": self.batch_size,
-                "compiled": self.compiled, "max_batch": self.max_batch}
+                "compiled": self.compiled, "max_batch": self.max_batch, "operators": self.operators}
 
     def measured_as(self) -> dict[str, Any]:
         """The settings that change what a record measures: a run folder holds records of one such setting."""
         return {name: value for name, value in asdict(self).items()
-                if name not in ("lengths", "variants", "end_to_end", "memory_budget", "max_batch")}
+                if name not in ("lengths", "variants", "end_to_end", "memory_budget", "max_batch", "operators")}
+
+    def stored(self) -> dict[str, Any]:
+        """The settings as ``long_input.json`` keeps them: every field, but ``operators`` only when set (a file of
+        a run without it reads as it did before the field existed)."""
+        return {name: value for name, value in asdict(self).items() if name != "operators" or value}
+
+
+def _check_input_limit(shape: str, encoder_window: int | None, lengths: Sequence[int]) -> None:
+    """Refuse lengths that ``shape``'s encoder cannot read whole when no ``encoder_window`` is given, and a window
+    larger than its positions (LED: ``max_encoder_position_embeddings``; T5 and LongT5 have no limit).
+
+    Raises:
+        ValueError: naming the limit in tokens.
+    """
+    from srformer.benchmarks.variants import shape_config  # transformers' config classes: where a shape is checked
+
+    limit = encoder_input_limit(shape_config(shape))
+    if limit is None:
+        return
+    if encoder_window is None and max(lengths) > limit:
+        longer = [n for n in lengths if n > limit]
+        raise ValueError(
+            f"Model shape {shape!r} ({shape_family(shape)}) has encoder positions for {limit:,} tokens, and lengths "
+            f"{longer} exceed them: its own encoder cannot read them whole. Give an encoder window of at most "
+            f"{limit:,} tokens (--encoder-window) to encode them in windows, or lengths up to {limit:,}.")
+    if encoder_window is not None and encoder_window > limit:
+        raise ValueError(f"`encoder_window` is {encoder_window:,} tokens but model shape {shape!r} has encoder "
+                         f"positions for {limit:,} tokens: use encoder_window <= {limit:,}.")
 
 
 def _key(record: dict) -> tuple:
@@ -161,7 +220,7 @@ def run_long_input(
     payload = json.loads(path.read_text()) if path.exists() else {"records": []}
     if payload["records"]:
         _check_same_measurement(payload.get("settings", {}), settings, path)
-    payload["settings"] = asdict(settings)
+    payload["settings"] = settings.stored()
     on_cpu = settings.device == "cpu"
     # on CUDA the child reads the free device memory itself (the parent does not touch the GPU)
     budget = settings.memory_budget or (available_memory(torch.device("cpu")) or 2**62 if on_cpu else None)
@@ -170,7 +229,9 @@ def run_long_input(
     done = {_key(r) for r in records}
     for length in settings.lengths:
         variants = [v for v in settings.variants if ("decode", v, length) not in done
-                    or (settings.max_batch and ("max_batch", v, length) not in done)]
+                    or (settings.max_batch and ("max_batch", v, length) not in done)
+                    or (settings.operators and ("operators", v, length) not in done
+                        and not _refused(records, v, length))]
         end_to_end = [v for v in settings.end_to_end if ("end_to_end", v, length) not in done]
         if not variants and not end_to_end and ("encode", None, length) in done:
             continue
@@ -197,6 +258,12 @@ def run_long_input(
     return records
 
 
+def _refused(records: Sequence[dict], variant: str, length: int) -> bool:
+    """Whether ``variant`` was refused at ``length`` (it has no operator count to wait for)."""
+    return any(r["kind"] == "decode" and r.get("variant") == variant and r["length"] == length and r.get("refused")
+               for r in records)
+
+
 def _check_same_measurement(stored: dict, settings: LongInputSettings, path: Path) -> None:
     """Refuse to add records measured another way (device, dtype, batch, compiled, shape, ...) to ``path``'s; a
     stored setting that an older file lacks reads as its default."""
@@ -214,6 +281,9 @@ def _normal(value: Any) -> Any:
 
 
 def _describe(record: dict) -> str:
+    if record["kind"] == "operators":
+        return (f"{record['variant']}: {record['calls_per_token']:,.0f} operator calls per token as on an accelerator "
+                f"({record['device_calls_per_token']:,.0f} on this device), first step {record['first_step_calls']:,}")
     if record["kind"] == "max_batch":
         return f"{record['variant']}: largest batch {record['max_batch']} ({record['how'].split(':')[0]})"
     if record["kind"] == "encode":
@@ -250,13 +320,13 @@ def long_input_table(records: Sequence[dict], settings: dict) -> str:
     lines = [
         "# Generating from very long inputs",
         "",
-        f"Synthetic: random {settings['shape']} weights and tokens, {_measured_on(settings)}, "
+        f"Synthetic: random {_shape_words(settings['shape'])} weights and tokens, {_measured_on(settings)}, "
         f"{settings['new_tokens']} new tokens "
-        f"(greedy), segment size {settings['segment_size']}, target length {settings['target_length']}, encoder "
-        f"windows of {settings['encoder_window']} tokens with overlap {settings['window_overlap']}. Columns: input "
+        f"(greedy), segment size {settings['segment_size']}, target length {settings['target_length']}, "
+        f"{_encoder_words(settings)}. Columns: input "
         "length in tokens. \"refused (est. X)\": the variant's estimated memory exceeds the budget, so it was not run.",
         "",
-        "## Encoding (chunked, once per length)",
+        f"## Encoding ({'chunked' if settings.get('encoder_window', 512) is not None else 'native'}, once per length)",
         "",
         "| quantity | " + " | ".join(f"{n:,}" for n in lengths) + " |",
         "|---|" + "---|" * len(lengths),
@@ -280,6 +350,15 @@ def long_input_table(records: Sequence[dict], settings: dict) -> str:
                 else:
                     cells.append(fmt(record[field_name]))
             lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+    counts = {(r["variant"], r["length"]): r for r in records if r["kind"] == "operators"}
+    if counts:
+        for field_name, heading in _OPERATOR_QUANTITIES:
+            lines += ["", f"## {heading}", "", "Aten calls as an accelerator runs the step (the convention of "
+                      "`srformer bench`'s operators section); in parentheses, as this device runs it.", "", head]
+            for variant in variants:
+                found = [counts.get((variant, n)) for n in lengths]
+                cells = [f"{r[field_name]:,.0f} ({r['device_' + field_name]:,.0f})" if r else "-" for r in found]
+                lines.append(f"| {variant} | " + " | ".join(cells) + " |")
     largest = {(r["variant"], r["length"]): r for r in records if r["kind"] == "max_batch"}
     if largest:
         how = next(iter(largest.values()))["how"]
@@ -294,6 +373,29 @@ def long_input_table(records: Sequence[dict], settings: dict) -> str:
         for r in sorted(end_to_end, key=lambda r: (r["variant"], r["length"])):
             lines.append(f"| {r['variant']} | {r['length']:,} | {r['seconds']:,.1f} | {r['peak_bytes'] / 2**20:,.0f} |")
     return "\n".join(lines) + "\n"
+
+
+#: The operator-count tables: (record field, heading).
+_OPERATOR_QUANTITIES: tuple[tuple[str, str], ...] = (
+    ("calls_per_token", "Operator calls per generated token"),
+    ("first_step_calls", "Operator calls of the first step (builds every layer's state)"),
+)
+
+
+def _shape_words(shape: str) -> str:
+    """``t5-small`` for a T5 shape (as the report always read); ``led-base (LEDForConditionalGeneration)`` for
+    another family's."""
+    family = MODEL_SHAPES[shape].get("family", "t5") if shape in MODEL_SHAPES else "t5"
+    classes = {"led": "LEDForConditionalGeneration", "longt5": "LongT5ForConditionalGeneration"}
+    return f"{shape} ({classes[family]})" if family in classes else shape
+
+
+def _encoder_words(settings: dict) -> str:
+    """How the encoder read the input: windows (size, overlap), or the family's own encoder, whole."""
+    window = settings.get("encoder_window", 512)
+    if window is not None:
+        return f"encoder windows of {window} tokens with overlap {settings['window_overlap']}"
+    return "the model's own encoder reading each input whole (no chunked encoding)"
 
 
 def _measured_on(settings: dict) -> str:

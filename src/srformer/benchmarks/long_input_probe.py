@@ -15,6 +15,14 @@ JSON line per measurement as it finishes:
 - ``{"kind": "max_batch", "variant": ...}``: with ``max_batch``, the largest batch that fits: on CUDA, measured
   (two tokens at each batch tried, doubling then bisecting, out-of-memory caught); on the CPU, estimated
   (:func:`~srformer.models.memory_estimate.estimate_decode_memory` against the memory budget).
+- ``{"kind": "operators", "variant": ...}``: with ``operators``, the aten operator calls of the first step and of
+  each further token, counted on the same encoder output after the timed generation
+  (:func:`~srformer.benchmarks.operator_count.count_operators_from`): as an accelerator runs the step
+  (``calls_per_token``, ...) and as this device does (``device_calls_per_token``, ...).
+
+The model is the job's shape's family (:func:`~srformer.benchmarks.variants.shape_model`: T5, LED or LongT5); its
+encoder reads the input in windows of ``encoder_window`` tokens, or, with ``encoder_window`` None, as srformer's
+conversion leaves it by default (LED: whole up to its positions; LongT5: whole).
 
 The job names the device, dtype (the model and its encoder output), batch size (copies of the one encoded input)
 and whether decoding is compiled (a static cache and transformers' compiled step; one untimed call compiles first).
@@ -39,12 +47,13 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from transformers import StoppingCriteria, StoppingCriteriaList, T5ForConditionalGeneration
+from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.modeling_outputs import BaseModelOutput
 
 from srformer.benchmarks.generation import compiled_generation_options, cross_attention_cache_bytes
 from srformer.benchmarks.memory_probe import reset_peak, return_free_memory, status_bytes
-from srformer.benchmarks.variants import quiet_schedule_warnings, t5_config
+from srformer.benchmarks.operator_count import count_operators_from
+from srformer.benchmarks.variants import quiet_schedule_warnings, shape_model
 from srformer.core import SRformerConfig
 from srformer.models.convert import convert
 from srformer.models.memory_estimate import available_memory, estimate_decode_memory
@@ -147,6 +156,22 @@ def _max_batch(
 #: The largest batch the ``max_batch`` search tries.
 MAX_BATCH_CAP = 4096
 
+#: Generation lengths of the operator count: the first step, and ``n`` tokens for the calls per token.
+OPERATOR_TOKENS = (1, 4)
+
+
+def _operators(model: Any, encoded: torch.Tensor) -> dict[str, Any]:
+    """The operator calls of generating from ``encoded`` (B, k, d_model): first step and per token, as an accelerator
+    runs the step and (``device_...``) as this device does (:func:`count_operators_from`)."""
+    outputs = BaseModelOutput(last_hidden_state=encoded)
+    mask = torch.ones(encoded.shape[:2], dtype=torch.long, device=encoded.device)
+    record: dict[str, Any] = {"tokens_counted": list(OPERATOR_TOKENS)}
+    for prefix, accelerator in (("", True), ("device_", False)):
+        count = count_operators_from(model, outputs, mask, tokens=OPERATOR_TOKENS, as_on_accelerator=accelerator)
+        record.update({prefix + key: count.summary()[key] for key in (
+            "first_step_calls", "first_step_syncs", "calls_per_token", "syncs_per_token")})
+    return record
+
 
 def main() -> int:
     """Run the job read from standard input; print one JSON line per measurement."""
@@ -156,7 +181,7 @@ def main() -> int:
     batch, compiled = int(job.get("batch_size", 1)), bool(job.get("compiled", False))
     memory = _Memory(device)
     torch.manual_seed(job["seed"])
-    base = T5ForConditionalGeneration(t5_config(job["shape"])).eval()
+    base = shape_model(job["shape"])
     length, new_tokens = job["length"], job["new_tokens"]
     ids = torch.randint(2, base.config.vocab_size, (1, length), generator=torch.Generator().manual_seed(job["seed"]))
     windows = job["windows"]
@@ -209,6 +234,8 @@ def main() -> int:
             if job.get("max_batch"):
                 largest, how = _max_batch(model, encoded, compiled, config, base.config, batch, dtype, budget)
                 _emit({"kind": "max_batch", "variant": name, "length": length, "max_batch": largest, "how": how})
+            if job.get("operators"):
+                _emit({"kind": "operators", "variant": name, "length": length, **_operators(model, encoded)})
             del model
         for name in job["end_to_end"]:
             model = converted(job["options"][name])

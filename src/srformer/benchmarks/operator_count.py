@@ -27,13 +27,14 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from transformers import PreTrainedModel, T5ForConditionalGeneration
+from transformers import PreTrainedModel
+from transformers.modeling_outputs import BaseModelOutput
 
 from srformer.attention import step_choice
 from srformer.benchmarks.generation import generate_fixed, random_encoder_outputs
 from srformer.benchmarks.long_input_variants import LONG_INPUT_VARIANTS
 from srformer.benchmarks.suite_settings import MODEL_SHAPES
-from srformer.benchmarks.variants import quiet_schedule_warnings, t5_config
+from srformer.benchmarks.variants import quiet_schedule_warnings, shape_model
 from srformer.core import named_config
 from srformer.models import cross_attention
 from srformer.models.convert import convert
@@ -44,6 +45,7 @@ __all__ = [
     "OperatorCounter",
     "count_calls",
     "count_generation_operators",
+    "count_operators_from",
     "counted_route",
     "generation_inputs",
     "long_input_model",
@@ -208,16 +210,33 @@ def count_generation_operators(
             below 1.
     """
     encoder_outputs, mask = generation_inputs(model, encoder_length, batch_size, tokens, seed)
+    return count_operators_from(model, encoder_outputs, mask, tokens=tokens, as_on_accelerator=as_on_accelerator)
+
+
+def count_operators_from(
+    model: PreTrainedModel, encoder_outputs: BaseModelOutput, attention_mask: torch.Tensor, *,
+    tokens: Sequence[int] = (1, 5), as_on_accelerator: bool = True,
+) -> OperatorCount:
+    """:func:`count_generation_operators` from a given encoder output (``last_hidden_state`` (B, k, d_model), in the
+    model's dtype and on its device) and its (B, k) attention mask: ``srformer long-bench`` counts on the encoding it
+    times. ``tokens`` and ``as_on_accelerator`` as there.
+
+    Raises:
+        ValueError: for ``tokens`` that are not two lengths ``(1, n)``, ``n > 1``.
+    """
+    if len(tokens) != 2 or tokens[0] != 1 or tokens[1] <= 1:
+        raise ValueError(f"`tokens` must be (1, n) with n > 1, got {tuple(tokens)!r}.")
+    batch_size, encoder_length = attention_mask.shape
     with counted_route(as_on_accelerator):
-        _, first = count_calls(lambda: generate_fixed(model, encoder_outputs, mask, 1))
-        _, shorter = count_calls(lambda: generate_fixed(model, encoder_outputs, mask, 1))
-        _, longer = count_calls(lambda: generate_fixed(model, encoder_outputs, mask, tokens[1]))
+        _, first = count_calls(lambda: generate_fixed(model, encoder_outputs, attention_mask, 1))
+        _, shorter = count_calls(lambda: generate_fixed(model, encoder_outputs, attention_mask, 1))
+        _, longer = count_calls(lambda: generate_fixed(model, encoder_outputs, attention_mask, tokens[1]))
     extra = tokens[1] - 1
     per_token = {name: (longer[name] - shorter[name]) / extra for name in longer | shorter}
     per_token = {name: n for name, n in per_token.items() if n}
     return OperatorCount(
-        encoder_length=encoder_length,
-        batch_size=batch_size,
+        encoder_length=int(encoder_length),
+        batch_size=int(batch_size),
         first_step_calls=sum(first.values()),
         first_step_syncs=int(_syncs(first)),
         calls_per_token=sum(per_token.values()),
@@ -230,7 +249,8 @@ def count_generation_operators(
 def long_input_model(
     name: str, *, shape: str = "t5-small", segment_size: int = 64, target_length: int = 128, seed: int = 0
 ) -> PreTrainedModel:
-    """A randomly initialised T5 of ``shape`` with the cross attention of long-input variant ``name``
+    """A randomly initialised model of ``shape`` (its family's class: :func:`~srformer.benchmarks.variants.shape_model`)
+    with the cross attention of long-input variant ``name``
     (:data:`~srformer.benchmarks.long_input_variants.LONG_INPUT_VARIANTS`; ``full`` is the unmodified model), in
     eval mode on the CPU: the models whose calls :func:`count_generation_operators` counts in ``srformer bench``.
 
@@ -242,7 +262,7 @@ def long_input_model(
     if shape not in MODEL_SHAPES:
         raise ValueError(f"Unknown model shape {shape!r}; known shapes are {', '.join(MODEL_SHAPES)}.")
     torch.manual_seed(seed)
-    model = T5ForConditionalGeneration(t5_config(shape))
+    model = shape_model(shape)
     options = dict(LONG_INPUT_VARIANTS[name])
     variant = options.pop("variant")
     if variant != "full":

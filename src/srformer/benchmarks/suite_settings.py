@@ -14,13 +14,64 @@ from typing import Any
 from srformer.benchmarks.records import BENCH_VARIANTS, DEFAULT_BENCH_VARIANTS
 from srformer.models.named_configs import NAMED_CONFIGS
 
-#: Benchmark model shapes: T5 sizes from :data:`srformer.models.factory.NAMED_CONFIGS` and a vocabulary size.
-#: ``t5-small``: t5-small's shape (d_model 512, 6 + 6 layers, 8 heads, d_kv 64, d_ff 2048, 32128 tokens).
-#: ``t5-tiny``: the ``--quick`` shape (d_model 128, 2 + 2 layers, 4 heads, d_kv 32, 512 tokens).
+#: Benchmark model shapes: each names its ``family`` (the model class built: ``t5`` ``T5ForConditionalGeneration``,
+#: ``led`` ``LEDForConditionalGeneration``, ``longt5`` ``LongT5ForConditionalGeneration``;
+#: :func:`srformer.benchmarks.variants.shape_model`) and the keyword arguments of that family's config class.
+#: ``srformer bench`` builds T5 shapes only; ``srformer long-bench`` builds every family.
+#:
+#: - ``t5-small``: t5-small's shape (d_model 512, 6 + 6 layers, 8 heads, d_kv 64, d_ff 2048, 32128 tokens), sizes
+#:   from :data:`srformer.models.factory.NAMED_CONFIGS`.
+#: - ``t5-tiny``: the ``--quick`` shape (d_model 128, 2 + 2 layers, 4 heads, d_kv 32, 512 tokens).
+#: - ``led-base``: ``allenai/led-base-16384`` (``LEDConfig`` fields of its ``config.json``, as saved by allenai's own
+#:   fine-tunes such as ``allenai/led-base-16384-ms2``, whose ``_name_or_path`` is it): d_model 768, 6 + 6 layers,
+#:   12 heads (head size 64), FFN 3072, GELU, vocabulary 50265, ``attention_window`` 1024 in every encoder layer,
+#:   ``max_encoder_position_embeddings`` 16384, ``max_decoder_position_embeddings`` 1024; pad 1, bos 0, eos 2,
+#:   decoder start 2 (``LEDConfig``'s defaults in transformers 5.25, ``models/led/configuration_led.py``).
+#: - ``longt5-base``: ``google/long-t5-tglobal-base`` (``LongT5Config`` fields of its ``config.json``, revision
+#:   452ea23a, and of the configs saved from it since, which add ``tie_word_embeddings: false``): d_model 768,
+#:   d_kv 64, 12 heads, d_ff 2048, 12 + 12 layers, ``encoder_attention_type`` "transient-global", ``local_radius``
+#:   127, ``global_block_size`` 16, ``feed_forward_proj`` "gated-gelu", 32 relative buckets up to distance 128,
+#:   vocabulary 32128; pad 0, eos 1, decoder start 0 (``models/longt5/configuration_longt5.py``).
+#: - ``led-tiny``, ``longt5-tiny``: the same families at test sizes (d_model 64, 2 + 2 layers, 4 heads of 16; LED:
+#:   ``attention_window`` 32 and 1024 positions; LongT5: transient-global, ``local_radius`` 15, ``global_block_size``
+#:   4), seconds per run.
 MODEL_SHAPES: dict[str, dict] = {
     "t5-small": dict(NAMED_CONFIGS["t5-small-random"], vocab_size=32128),
     "t5-tiny": dict(NAMED_CONFIGS["t5-tiny"], vocab_size=512),
+    "led-base": dict(
+        family="led", d_model=768, encoder_layers=6, decoder_layers=6, encoder_attention_heads=12,
+        decoder_attention_heads=12, encoder_ffn_dim=3072, decoder_ffn_dim=3072, activation_function="gelu",
+        vocab_size=50265, attention_window=[1024] * 6, max_encoder_position_embeddings=16384,
+        max_decoder_position_embeddings=1024,
+    ),
+    "longt5-base": dict(
+        family="longt5", d_model=768, d_kv=64, d_ff=2048, num_layers=12, num_decoder_layers=12, num_heads=12,
+        encoder_attention_type="transient-global", local_radius=127, global_block_size=16,
+        feed_forward_proj="gated-gelu", relative_attention_num_buckets=32, relative_attention_max_distance=128,
+        vocab_size=32128, tie_word_embeddings=False,
+    ),
+    "led-tiny": dict(
+        family="led", d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, vocab_size=512, attention_window=[32] * 2,
+        max_encoder_position_embeddings=1024, max_decoder_position_embeddings=128,
+    ),
+    "longt5-tiny": dict(
+        family="longt5", d_model=64, d_kv=16, d_ff=128, num_layers=2, num_decoder_layers=2, num_heads=4,
+        encoder_attention_type="transient-global", local_radius=15, global_block_size=4,
+        feed_forward_proj="gated-gelu", vocab_size=512,
+    ),
 }
+
+
+def shape_family(shape: str) -> str:
+    """The family a :data:`MODEL_SHAPES` entry builds (``t5``, ``led``, ``longt5``).
+
+    Raises:
+        ValueError: for an unknown shape.
+    """
+    if shape not in MODEL_SHAPES:
+        raise ValueError(f"Unknown model shape {shape!r}; known shapes are {', '.join(MODEL_SHAPES)}.")
+    return str(MODEL_SHAPES[shape].get("family", "t5"))
 
 #: Sections of the suite, in run order.
 SECTIONS: tuple[str, ...] = ("flops", "operators", "step", "generate", "training", "memory")
@@ -38,7 +89,7 @@ class SuiteSettings:
             :data:`~srformer.benchmarks.records.DEFAULT_BENCH_VARIANTS`, without the baselines).
         target_length: ``T`` (tokens): the schedule's decoder length, and the label length of the
             training step and the ``q`` of the FLOP counts.
-        model_shape: a key of :data:`MODEL_SHAPES`.
+        model_shape: a key of :data:`MODEL_SHAPES` of the ``t5`` family (the suite builds T5 models).
         device: ``cpu``, ``cuda`` or ``auto``.
         repeats: timed repeats (medians are reported).
         warmup: discarded runs before them.
@@ -111,8 +162,9 @@ class SuiteSettings:
         unknown = [s for s in self.sections if s not in SECTIONS]
         if unknown:
             raise ValueError(f"Unknown section(s) {unknown}; sections are {', '.join(SECTIONS)}.")
-        if self.model_shape not in MODEL_SHAPES:
-            raise ValueError(f"Unknown model shape {self.model_shape!r}; known shapes are {', '.join(MODEL_SHAPES)}.")
+        if shape_family(self.model_shape) != "t5":
+            raise ValueError(f"`srformer bench` builds T5 models; model shape {self.model_shape!r} is a "
+                             f"{shape_family(self.model_shape)} shape (`srformer long-bench --shape` measures it).")
 
     @classmethod
     def quick(cls, **overrides) -> SuiteSettings:

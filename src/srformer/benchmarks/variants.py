@@ -2,9 +2,10 @@
 
 A benchmark variant is a cross-attention variant of :mod:`srformer` plus the settings that change
 its cost: the attention implementation of the unmodified model (``sdpa`` or ``eager``), and the
-lean generation cache of the converted ones. Every model is a randomly initialised T5 (the same
-seed for every variant, so all share the weights of the unmodified model): random weights are
-fine for timing, and a fixed number of new tokens is forced in generation.
+lean generation cache of the converted ones. Every model of ``srformer bench`` is a randomly initialised T5 (the
+same seed for every variant, so all share the weights of the unmodified model): random weights are
+fine for timing, and a fixed number of new tokens is forced in generation. :func:`shape_model` builds a shape of
+any family (T5, LED, LongT5), for ``srformer long-bench``.
 """
 
 from __future__ import annotations
@@ -15,14 +16,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+import transformers
 from torch import nn
-from transformers import T5Config, T5ForConditionalGeneration
+from transformers import PretrainedConfig, PreTrainedModel, T5Config, T5ForConditionalGeneration
 
 from srformer.benchmarks.records import VARIANT_SPECS, VariantSpec  # defined with the variant list (registry)
-from srformer.benchmarks.suite_settings import MODEL_SHAPES  # with the settings that name them (light)
+from srformer.benchmarks.suite_settings import MODEL_SHAPES, shape_family  # with the settings (light)
 from srformer.core import SRformerConfig, named_config
 from srformer.models import cross_attention_modules
 from srformer.models.convert import convert
+from srformer.models.families import family_named
 
 
 def variant_spec(name: str) -> VariantSpec:
@@ -37,19 +40,60 @@ def variant_spec(name: str) -> VariantSpec:
 
 
 def t5_config(shape: str, attn_implementation: str = "sdpa") -> T5Config:
-    """The ``T5Config`` of a :data:`MODEL_SHAPES` entry (pad = decoder start = 0, eos = 1).
+    """The ``T5Config`` of a :data:`MODEL_SHAPES` entry of the ``t5`` family (pad = decoder start = 0, eos = 1).
 
     Raises:
-        ValueError: for an unknown shape.
+        ValueError: for an unknown shape, or a shape of another family (:func:`shape_config` builds those).
     """
-    if shape not in MODEL_SHAPES:
-        raise ValueError(f"Unknown model shape {shape!r}; known shapes are {', '.join(MODEL_SHAPES)}.")
+    family = shape_family(shape)
+    if family != "t5":
+        raise ValueError(f"Model shape {shape!r} is a {family} shape, not a T5 one: use shape_config/shape_model.")
     settings = {key: value for key, value in MODEL_SHAPES[shape].items() if key != "family"}
     # decoder_start_token_id is a generation setting the config takes as an extra keyword (not in its typed signature)
     generation: dict[str, Any] = {"decoder_start_token_id": 0}
     config = T5Config(pad_token_id=0, eos_token_id=1, **generation, **settings)
     config._attn_implementation = attn_implementation
     return config
+
+
+#: Config keywords a family's shapes leave to the benchmark (LongT5's decoder start token: its config takes it as an
+#: extra keyword, as T5's does). The classes come from the family's entry (:mod:`srformer.models.families`); LED's and
+#: LongT5's attention implementation is their classes' default (neither has an ``sdpa`` path).
+_FAMILY_EXTRAS: dict[str, dict[str, Any]] = {"led": {}, "longt5": {"decoder_start_token_id": 0}}
+
+
+def shape_config(shape: str, attn_implementation: str = "sdpa") -> PretrainedConfig:
+    """The config of a :data:`MODEL_SHAPES` entry, of its family's class: :func:`t5_config` for a ``t5`` shape
+    (``attn_implementation`` applies there only), ``LEDConfig`` for ``led`` (pad 1, bos 0, eos = decoder start =
+    2: the class's defaults, as in ``allenai/led-base-16384``), ``LongT5Config`` for ``longt5`` (pad = decoder
+    start = 0, eos 1).
+
+    Raises:
+        ValueError: for an unknown shape or family.
+    """
+    family = shape_family(shape)
+    if family == "t5":
+        return t5_config(shape, attn_implementation)
+    if family not in _FAMILY_EXTRAS:
+        raise ValueError(f"Model shape {shape!r} names family {family!r}; shapes build t5, "
+                         f"{', '.join(_FAMILY_EXTRAS)}.")
+    settings = {key: value for key, value in MODEL_SHAPES[shape].items() if key != "family"}
+    config: PretrainedConfig = family_named(family).config_type(**_FAMILY_EXTRAS[family], **settings)
+    return config
+
+
+def shape_model(shape: str, attn_implementation: str = "sdpa") -> PreTrainedModel:
+    """A randomly initialised model of a :data:`MODEL_SHAPES` entry (from torch's current random state), of its
+    family's class (the first of its entry's ``heads``: ``T5ForConditionalGeneration``,
+    ``LEDForConditionalGeneration`` or ``LongT5ForConditionalGeneration``), in eval mode on the CPU, float32.
+
+    Raises:
+        ValueError: for an unknown shape or family.
+    """
+    config = shape_config(shape, attn_implementation)
+    model_class = getattr(transformers, family_named(shape_family(shape)).heads[0][0])
+    model: PreTrainedModel = model_class(config).eval()
+    return model
 
 
 def head_count_and_dim(shape: str) -> tuple[int, int]:
