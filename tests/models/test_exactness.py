@@ -10,15 +10,19 @@ from tests.models.conftest import BUILDERS, converted, decoder_inputs, padded_ba
 from tests.tolerance import assert_exact
 
 
-def teacher_forced_logits(model, ids, mask, dec):
+def teacher_forced_logits(model, ids, mask, dec, encoder_outputs=None):
+    """One pass over the decoder tokens ``dec``; from ``encoder_outputs`` instead of ``ids`` when given."""
+    inputs = {"input_ids": ids} if encoder_outputs is None else {"encoder_outputs": encoder_outputs}
     with torch.no_grad():
-        return model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec, use_cache=False).logits
+        return model(**inputs, attention_mask=mask, decoder_input_ids=dec, use_cache=False).logits
 
 
-def step_by_step_logits(model, ids, mask, dec):
-    """Feed the decoder one token at a time through an EncoderDecoderCache."""
+def step_by_step_logits(model, ids, mask, dec, encoder_outputs=None):
+    """Feed the decoder one token at a time through an EncoderDecoderCache (from ``encoder_outputs`` instead of
+    encoding ``ids`` when given)."""
     with torch.no_grad():
-        encoder_outputs = model.get_encoder()(input_ids=ids, attention_mask=mask)
+        if encoder_outputs is None:
+            encoder_outputs = model.get_encoder()(input_ids=ids, attention_mask=mask)
         cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
         logits = []
         for t in range(dec.shape[1]):

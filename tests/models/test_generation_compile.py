@@ -52,8 +52,10 @@ CASES = [
 ]
 
 
-def _compiled_generate(model, backend: str):
-    ids, mask = batch(model)
+def compiled_generate(model, backend: str, inputs=None):
+    """5 new tokens generated with transformers' compiled step (static cache, ``fullgraph``, ``backend``) and in eager
+    mode from the padded ``inputs`` (``(ids, mask)``; default :func:`batch`), and the graphs dynamo compiled."""
+    ids, mask = batch(model) if inputs is None else inputs
     compile_config = CompileConfig(backend=backend, fullgraph=True, mode=None, dynamic=False)
     compile_config._compile_all_devices = True
     torch._dynamo.reset()
@@ -73,7 +75,7 @@ def _compiled_generate(model, backend: str):
 @pytest.mark.parametrize("family,variant,lean", CASES)
 def test_fullgraph_static_cache_generate_equals_eager(family, variant, lean):
     model = model_for(family, variant, lean)
-    compiled, eager, graphs = _compiled_generate(model, "aot_eager")
+    compiled, eager, graphs = compiled_generate(model, "aot_eager")
     assert graphs >= 1, "generate() did not compile the decoder step"
     assert torch.equal(compiled.sequences, eager.sequences)
     compiled_logits, eager_logits = torch.stack(compiled.logits, 1), torch.stack(eager.logits, 1)
@@ -89,7 +91,7 @@ PICKS = [("t5", "knn"), ("bart", "knn"), ("t5", "quest-tree"), ("t5", "block-top
          ("t5", "quest-b2"), ("bart", "quest-b2")]
 
 
-def _assert_eager_tokens_and_logits(compiled, eager, inductor: bool = False) -> None:
+def assert_eager_tokens_and_logits(compiled, eager, inductor: bool = False) -> None:
     """The compiled generation's tokens are eager's and its logits within float64 rounding of them (plus one float32
     rounding of their magnitude). ``inductor``: plus T5's RMSNorm, which computes its variance in float32 even in a
     float64 model, and inductor's fused kernel sums the d_model = 32 squares in another order than eager: a float32
@@ -126,9 +128,9 @@ def test_the_picks_decode_in_one_graph_for_every_position(family, name, step, mo
     """Static cache, fullgraph: one graph serves all five decoder positions (no recompilation as the position
     moves), and its tokens and logits are eager's."""
     monkeypatch.setattr(step_choice, "STEP_OVERRIDE", step)
-    compiled, eager, graphs = _compiled_generate(_pick(family, name), "aot_eager")
+    compiled, eager, graphs = compiled_generate(_pick(family, name), "aot_eager")
     assert graphs == 1
-    _assert_eager_tokens_and_logits(compiled, eager)
+    assert_eager_tokens_and_logits(compiled, eager)
 
 
 @pytest.mark.parametrize("family,name", [("t5", "quest-b2"), ("bart", "quest-tree")])
@@ -141,10 +143,10 @@ def test_quest_reading_encoder_rows_decodes_in_one_graph(family, name, step, mon
     torch.manual_seed(1)
     model = converted(base, **{**NAMED_SETTINGS[name], **SETTINGS})
     set_runtime_options(model, rows_min_keys=1)
-    compiled, eager, graphs = _compiled_generate(model, "aot_eager")
+    compiled, eager, graphs = compiled_generate(model, "aot_eager")
     assert graphs == 1
     assert type(eager.past_key_values.cross_attention_cache.layers[0].state) is QuestRowsState
-    _assert_eager_tokens_and_logits(compiled, eager)
+    assert_eager_tokens_and_logits(compiled, eager)
 
 
 @pytest.mark.parametrize("rows_min_keys", [None, 1], ids=["keys", "encoder-rows"])
@@ -160,19 +162,19 @@ def test_quest_trees_gathered_group_step_decodes_in_one_graph(rows_min_keys, mon
     set_runtime_options(model, rows_min_keys=rows_min_keys)
     mechanisms = [m for m in model.modules() if isinstance(m, quest.QuestCrossAttention)]
     assert mechanisms and all(m.uses_leaf_step(torch.device("cpu")) for m in mechanisms)  # the group leaf step runs
-    compiled, eager, graphs = _compiled_generate(model, "aot_eager")
+    compiled, eager, graphs = compiled_generate(model, "aot_eager")
     assert graphs == 1
-    _assert_eager_tokens_and_logits(compiled, eager)
+    assert_eager_tokens_and_logits(compiled, eager)
 
 
 @pytest.mark.parametrize("family", ["t5", "bart"])
 def test_knn_reading_encoder_rows_decodes_in_one_graph(family):
     """``knn_index="rows"`` (the encoder output searched in torch, no keys or values kept): one graph for all five
     positions, eager's tokens and logits."""
-    compiled, eager, graphs = _compiled_generate(_knn_rows(family), "aot_eager")
+    compiled, eager, graphs = compiled_generate(_knn_rows(family), "aot_eager")
     assert graphs == 1
     assert type(eager.past_key_values.cross_attention_cache.layers[0].state) is RowsKNNState
-    _assert_eager_tokens_and_logits(compiled, eager)
+    assert_eager_tokens_and_logits(compiled, eager)
 
 
 @pytest.mark.parametrize("family", ["t5", "bart"])
@@ -181,19 +183,19 @@ def test_knn_through_low_rank_keys_decodes_in_one_graph(family):
     for all five positions, eager's tokens and logits."""
     model = converted(BUILDERS[family]("sdpa").double(), variant="knn", top_keys=3, **SETTINGS)
     set_runtime_options(model, knn_index="loki", index_min_keys=1, index_rank=1, index_candidates=4)
-    compiled, eager, graphs = _compiled_generate(model, "aot_eager")
+    compiled, eager, graphs = compiled_generate(model, "aot_eager")
     assert graphs == 1
     assert type(eager.past_key_values.cross_attention_cache.layers[0].state) is LokiKNNState
-    _assert_eager_tokens_and_logits(compiled, eager)
+    assert_eager_tokens_and_logits(compiled, eager)
 
 
 @pytest.mark.slow
 def test_fullgraph_static_cache_generate_with_inductor_equals_eager():
     """inductor's generated C++ code (fused, reordered float64 arithmetic) for the SRformer step."""
     model = model_for("t5", "srformer")
-    compiled, eager, graphs = _compiled_generate(model, "inductor")
+    compiled, eager, graphs = compiled_generate(model, "inductor")
     assert graphs >= 1
-    _assert_eager_tokens_and_logits(compiled, eager, inductor=True)
+    assert_eager_tokens_and_logits(compiled, eager, inductor=True)
 
 
 @pytest.mark.slow
@@ -202,18 +204,18 @@ def test_quest_b2_decodes_with_inductor_as_eager(step, monkeypatch):
     """The long-input pick through inductor's generated code, with each step: one graph for every position, eager's
     tokens, and its logits within the bound of the SRformer inductor test above (T5's RMSNorm sums reordered)."""
     monkeypatch.setattr(step_choice, "STEP_OVERRIDE", step)
-    compiled, eager, graphs = _compiled_generate(_pick("t5", "quest-b2"), "inductor")
+    compiled, eager, graphs = compiled_generate(_pick("t5", "quest-b2"), "inductor")
     assert graphs == 1
-    _assert_eager_tokens_and_logits(compiled, eager, inductor=True)
+    assert_eager_tokens_and_logits(compiled, eager, inductor=True)
 
 
 @pytest.mark.slow
 def test_knn_rows_decodes_with_inductor_as_eager():
     """The long-input pick through inductor's generated code: one graph for every position, eager's tokens, and its
     logits within the bound of the SRformer inductor test above (T5's RMSNorm sums reordered)."""
-    compiled, eager, graphs = _compiled_generate(_knn_rows("t5"), "inductor")
+    compiled, eager, graphs = compiled_generate(_knn_rows("t5"), "inductor")
     assert graphs == 1
-    _assert_eager_tokens_and_logits(compiled, eager, inductor=True)
+    assert_eager_tokens_and_logits(compiled, eager, inductor=True)
 
 
 @pytest.mark.slow
@@ -223,9 +225,9 @@ def test_knn_loki_decodes_with_inductor_as_eager():
     SRformer inductor test above."""
     model = converted(BUILDERS["t5"]("sdpa").double(), variant="knn", top_keys=3, **SETTINGS)
     set_runtime_options(model, knn_index="loki", index_min_keys=1, index_rank=1, index_candidates=4)
-    compiled, eager, graphs = _compiled_generate(model, "inductor")
+    compiled, eager, graphs = compiled_generate(model, "inductor")
     assert graphs == 1
-    _assert_eager_tokens_and_logits(compiled, eager, inductor=True)
+    assert_eager_tokens_and_logits(compiled, eager, inductor=True)
 
 
 def _teacher_forced_inputs(model):

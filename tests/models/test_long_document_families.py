@@ -18,7 +18,6 @@ from __future__ import annotations
 import pytest
 import torch
 from transformers import AutoModel, AutoModelForSeq2SeqLM
-from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput
 
 import srformer
@@ -32,6 +31,8 @@ from tests.models.conftest import (
     padded_batch,
     plain_generation_config,
 )
+from tests.models.test_exactness import step_by_step_logits, teacher_forced_logits
+from tests.models.test_generation_compile import assert_eager_tokens_and_logits, compiled_generate
 from tests.models.test_seq2seq_trainer import check_trainer_trains_and_predicts_like_generate
 from tests.registry_cases import named_settings
 from tests.tolerance import assert_exact
@@ -58,20 +59,11 @@ def _encoded(model, ids, mask) -> BaseModelOutput:
 
 
 def _teacher_forced(model, encoded, mask, dec):
-    with torch.no_grad():
-        return model(encoder_outputs=encoded, attention_mask=mask, decoder_input_ids=dec, use_cache=False).logits
+    return teacher_forced_logits(model, None, mask, dec, encoder_outputs=encoded)
 
 
 def _step_by_step(model, encoded, mask, dec):
-    cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-    logits = []
-    with torch.no_grad():
-        for t in range(dec.shape[1]):
-            out = model(encoder_outputs=encoded, attention_mask=mask, decoder_input_ids=dec[:, t : t + 1],
-                        cache=cache, use_cache=True)
-            cache = out.past_key_values
-            logits.append(out.logits)
-    return torch.cat(logits, dim=1)
+    return step_by_step_logits(model, None, mask, dec, encoder_outputs=encoded)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -213,30 +205,7 @@ COMPILABLE = [family for family in FAMILIES if type(LONG_BUILDERS[family]())._ca
 def test_fullgraph_compiled_static_cache_generate_equals_eager(family, name):
     """transformers' compiled decoding step (static cache, ``fullgraph=True``, ``aot_eager``) gives eager's tokens,
     and its logits within float64 rounding plus one float32 rounding of each side (see test_generation_compile)."""
-    from torch._dynamo.utils import counters
-    from transformers import CompileConfig
-
-    from tests.tolerance import FLOAT32_UNIT_ROUNDOFF, exact_tolerance, magnitude, max_difference
-
     model = _model(family, name)
-    ids, mask = _batch(model)
-    compile_config = CompileConfig(backend="aot_eager", fullgraph=True, mode=None, dynamic=False)
-    compile_config._compile_all_devices = True
-    settings = dict(max_new_tokens=5, min_new_tokens=5, cache_implementation="static", output_logits=True,
-                    return_dict_in_generate=True)
-    torch._dynamo.reset()
-    counters.clear()
-    try:
-        with torch.no_grad():
-            compiled = model.generate(input_ids=ids, attention_mask=mask, compile_config=compile_config,
-                                      generation_config=plain_generation_config(model, **settings))
-        assert counters["stats"]["unique_graphs"] >= 1, "generate() did not compile the decoder step"
-    finally:
-        torch._dynamo.reset()
-    with torch.no_grad():
-        eager = model.generate(input_ids=ids, attention_mask=mask,
-                               generation_config=plain_generation_config(model, **settings))
-    assert torch.equal(compiled.sequences, eager.sequences)
-    compiled_logits, eager_logits = torch.stack(compiled.logits, 1), torch.stack(eager.logits, 1)
-    tolerance = exact_tolerance(eager_logits) + 2 * FLOAT32_UNIT_ROUNDOFF * magnitude(eager_logits)
-    assert max_difference(compiled_logits, eager_logits) <= tolerance
+    compiled, eager, graphs = compiled_generate(model, "aot_eager", _batch(model))
+    assert graphs >= 1, "generate() did not compile the decoder step"
+    assert_eager_tokens_and_logits(compiled, eager)
