@@ -29,13 +29,11 @@ ROOT = Path(__file__).resolve().parents[1]
 SEED = 2
 LENGTH = headlines.K65
 
-#: (mechanism as the bench names it, its probe file, its name there).
+#: (mechanism as the bench names it, its probe file, its name there): the README's table
+#: (:data:`check_headlines.README_TABLE`) with `full` and `quest-tree` beside it.
 POINTS = (
     ("full-sdpa", headlines.SEED2_PROBE, "full"),
-    ("knn", headlines.SEED2_PROBE, "knn"),
-    ("knn-rows", "results/probe/long-input-convert0/knn-rows/seed2/long_probe.json", "knn (rows)"),
-    ("knn-loki", headlines.LOKI_PROBE, "knn (loki, r=12, C=256)"),
-    ("quest-b2", headlines.B2_PROBE, "quest-b2"),
+    *((name, probe_file, probe_name) for name, probe_file, probe_name, _ in headlines.README_TABLE),
     ("quest-tree", headlines.SEED2_PROBE, "quest-tree"),
 )
 
