@@ -28,6 +28,7 @@ from transformers.modeling_outputs import BaseModelOutput
 from srformer.attention.schedule import compaction_order, tracing
 from srformer.core import SRformerConfig, check_window_settings
 from srformer.models.families import family_of_config
+from srformer.models.families.entry import position_table
 from srformer.models.families.t5 import PRETRAINED_LENGTH
 from srformer.models.memory_estimate import check_decode_memory
 
@@ -98,8 +99,7 @@ def default_window(config: Any) -> int | None:
     family = family_of_config(config)
     if family is not None:
         return family.window(config)
-    limit = getattr(config, "max_position_embeddings", None)
-    return limit if isinstance(limit, int) and limit > 0 else PRETRAINED_LENGTH
+    return position_table("max_position_embeddings")(config) or PRETRAINED_LENGTH
 
 
 @dataclass(frozen=True)

@@ -101,8 +101,8 @@ def install_cross_attention(model: PreTrainedModel, config: SRformerConfig) -> l
     Raises:
         ValueError: if the model has no supported decoder cross attention.
     """
-    targets = cross_attention_modules(model)
-    unsupported = sorted({type(m).__name__ for _, _, m in targets if family_of_module(m) is None})
+    targets = [(module, family_of_module(module)) for _, _, module in cross_attention_modules(model)]
+    unsupported = sorted({type(module).__name__ for module, family in targets if family is None})
     if not targets or unsupported:
         what = f"cross-attention classes {unsupported}" if unsupported else "no decoder cross attention"
         raise ValueError(
@@ -115,9 +115,8 @@ def install_cross_attention(model: PreTrainedModel, config: SRformerConfig) -> l
         # (no_init_weights, a patched _init_weights). The global RNG is restored afterwards: the draws of
         # initialize_added_modules, through the model's _init_weights, are the same as without these.
         with torch.random.fork_rng(devices=[]):
-            for _, _, module in targets:
-                family = family_of_module(module)
-                assert family is not None  # checked above
+            for module, family in targets:
+                assert family is not None  # refused above
                 weight = projection_weight(module)
                 module_class: type = type(module)  # a class is hashable (the lru cache's key)
                 module.__class__ = _converted_class(module_class, family)
