@@ -56,6 +56,40 @@ def test_the_operator_equals_the_neurons_scan(two_sided, skip):
     assert expected.abs().max() > 0  # the neuron fired
 
 
+@pytest.mark.parametrize("two_sided", [False, True])
+@pytest.mark.parametrize("skip", [False, True])
+def test_inputs_formed_in_the_loop_equal_ready_inputs(two_sided, skip):
+    """Given the products K_j^T V_j with W and W K^T V, the loop forms x_j = W K^T V - W K_j^T V_j itself (the CPU
+    build's form): the readouts of the ready inputs x_j, in float64."""
+    products, visited, factor, raf = _case(two_sided, skip, seed=1)
+    weight = raf.linear.weight.detach()
+    total = products.sum(dim=1) @ weight.T  # W on the last axis
+    inputs = total[:, None] - products @ weight.T
+    expected = _expected(inputs, visited, factor, raf)
+    written = products.clone()
+    result = raf_scan_(written, visited, factor, raf.leak, raf.threshold, raf.two_sided, weight=raf.linear.weight,
+                       total=total)
+    assert result.data_ptr() == written.data_ptr()
+    assert_exact(result, expected, "readouts")
+    assert expected.abs().max() > 0
+
+
+@pytest.mark.parametrize("bad", ["weight alone", "total alone", "weight", "total"])
+def test_a_bad_weight_or_total_is_refused_with_the_argument_named(bad):
+    inputs, visited, factor, raf = _case(False, False)
+    weight, total = raf.linear.weight, inputs.sum(dim=1)
+    if bad == "weight alone":
+        total = None
+    elif bad == "total alone":
+        weight = None
+    elif bad == "weight":
+        weight = weight[:, :3]
+    else:
+        total = total[:, :1]
+    with pytest.raises(ValueError, match="`weight`" if bad != "total" else "`total`"):
+        raf_scan_(inputs, visited, factor, raf.leak, raf.threshold, weight=weight, total=total)
+
+
 def test_the_operator_is_one_call_whatever_the_number_of_segments():
     counts = []
     for segments in (3, 40):

@@ -10,6 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from srformer.attention import step_choice
 from srformer.attention.schedule import segment_index
 from srformer.attention.state import SRformerCacheLayer
 from srformer.attention.variants import build_cross_attention
@@ -264,12 +265,14 @@ def test_per_query_segment_blocks_equal_a_dense_masked_softmax_with_gradients(va
     {"raf_neuron": "two_sided"},
     {"target_length": 2},  # more segments than T: the schedule skips segments, RAF fires only where visited
 ])
-@pytest.mark.parametrize("segment_size", [2, 5])  # d = 4: W on the values (s < d), W on each product (s >= d)
-def test_state_built_without_autograd_equals_the_autograd_build(settings, segment_size):
-    """The no-grad build (readouts written over the products' buffer one segment at a time, W applied to the
-    values or to each product, norm(K) summed segment by segment) and the autograd build (RAF scan, then the
-    factor) give the same state at every segment a query reads; the no-grad build's slots after an example's
+@pytest.mark.parametrize("segment_size", [2, 5])  # d = 4: fewer positions per segment than d, and more
+@pytest.mark.parametrize("route", ["cpu", "accelerator"])
+def test_state_built_without_autograd_equals_the_autograd_build(settings, segment_size, route, monkeypatch):
+    """The no-grad build on either route (the CPU's: norm(K) summed segment by segment, W and x_j formed in the
+    scan's loop; the accelerator's: batched, W on the values, one scan call) and the autograd build (RAF scan, then
+    the factor) give the same state at every segment a query reads; the no-grad build's slots after an example's
     last segment (read by no query) are 0."""
+    monkeypatch.setattr(step_choice, "STEP_OVERRIDE", route)
     settings = {"target_length": 8, **settings}
     module = _module("srformer", segment_size=segment_size, **settings)
     _, keys, values, valid = _inputs(3, 2, 13, 1, 4, [13, 6, 0])

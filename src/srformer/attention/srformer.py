@@ -49,7 +49,7 @@ from srformer.attention.initialization import InitFunctions
 from srformer.attention.layout import block_index, take_blocks
 from srformer.attention.raf import RecurrentAccumulateAndFire
 from srformer.attention.raf_scan import raf_scan_
-from srformer.attention.schedule import segment_index
+from srformer.attention.schedule import segment_index, tracing
 from srformer.attention.segmented import LeanSegmentState, SegmentedCrossAttention, SegmentState, cast
 from srformer.attention.state import (
     CrossAttentionState,
@@ -59,6 +59,7 @@ from srformer.attention.state import (
     required,
     shares_storage,
 )
+from srformer.attention.step_choice import step_kind
 
 if TYPE_CHECKING:
     from srformer.core import SRformerConfig
@@ -227,16 +228,23 @@ class SRformerCrossAttention(SegmentedCrossAttention):
         batch, max_segments, heads, _, d = keys.shape
         visited = self._visited(state.num_segments, max_segments)
         if not self._tracks_gradients(keys, values):  # generation: batched, the RAF scan one operator call
-            key_norm = self._key_norm(keys, dim=(1, 3))  # (B, H, d)
+            loops = self._builds_in_loops(keys)
+            key_norm = self._key_norm_by_segments(keys) if loops else self._key_norm(keys, dim=(1, 3))  # (B, H, d)
             factor = self.scale / key_norm[:, :, None, :]  # (B, H, 1, d)
             buffer = None if donated is None else _donated_buffer(donated, (batch, max_segments, heads, d, d),
                                                                   accumulation_dtype(keys.dtype), (keys, values))
-            inputs, total = self._raf_inputs_without_autograd(keys, values, buffer)
+            fused = loops and self._projects_in_scan()
+            if fused:  # the CPU: K_j^T V_j here, W and the subtraction inside the scan's loop
+                inputs, total = self._segment_products_without_autograd(keys, values, buffer)
+            else:
+                inputs, total = self._raf_inputs_without_autograd(keys, values, buffer)
             readout_slot, slot_segment, fires = self._readout_slots(visited)
             if slot_segment is not None:  # only the visited segments' inputs, in order (the others carry the neuron)
                 inputs = self._in_slots(inputs, slot_segment)
             if self.raf is None:  # ablation III: the readout is P_j itself
                 raf_readout = inputs.mul_(factor[:, None]).mul_(fires[:, :, None, None, None])
+            elif fused:
+                raf_readout = self._scan_products(inputs, total, fires, factor)
             else:
                 raf_readout = raf_scan_(inputs, fires, factor, self.raf.leak, self.raf.threshold, self.raf.two_sided)
             return extend(SRformerState, state, raf_readout=raf_readout, readout_slot=readout_slot, raf_total=total,
@@ -312,6 +320,65 @@ class SRformerCrossAttention(SegmentedCrossAttention):
             return False
         parameters = () if self.raf is None else tuple(self.raf.parameters())
         return keys.requires_grad or values.requires_grad or any(p.requires_grad for p in parameters)
+
+    def _builds_in_loops(self, keys: torch.Tensor) -> bool:
+        """Whether the no-autograd build of ``keys``' state takes its CPU form: on the CPU route
+        (:func:`~srformer.attention.step_choice.step_kind`), in eager mode. There loops over segments whose
+        (B, H, s, d) or (B, H, d, d) buffers stay in cache beat batched passes over encoder-length tensors
+        (:meth:`_key_norm_by_segments`, :meth:`_scan_products`); an accelerator runs the batched form and one scan
+        kernel (a fixed number of operator calls, whatever the number of segments), and a traced graph keeps the
+        scan one opaque call."""
+        return step_kind(keys.device) == "cpu" and not tracing()
+
+    def _projects_in_scan(self) -> bool:
+        """Whether the CPU build leaves ``W`` and ``x_j = W K^T V - W K_j^T V_j`` to the scan's loop
+        (:meth:`_scan_products`): for the paper's inputs (a RAF neuron, no ``kv_clamp``, not ablation IV)."""
+        return self.raf is not None and self.settings.kv_clamp is None and not self.raf_reads_segment_products
+
+    def _key_norm_by_segments(self, keys: torch.Tensor) -> torch.Tensor:
+        """:meth:`_key_norm` of segment-major keys (B, M, H, s, d), zero at padding, for the CPU build: the squares
+        of one segment at a time, through a reused (B, H, s, d) buffer in the accumulation dtype that stays in
+        cache, summed over its positions into a (B, H, d) accumulator (one strided reduction over every position
+        cost about 3.5 times as much at k=4096, batch 8, t5-small shape, on a CPU core). Same result up to the
+        order of the sums; ones under ablation II."""
+        if not self.divides_by_key_norm:
+            return self._key_norm(keys, dim=(1, 3))
+        batch, max_segments, heads, s, d = keys.shape
+        wide = accumulation_dtype(keys.dtype)
+        squares = keys.new_empty(batch, heads, s, d, dtype=wide)
+        sums = keys.new_zeros(batch, heads, d, dtype=wide)
+        for j in range(max_segments):
+            block = keys[:, j]
+            if block.dtype == wide:
+                torch.mul(block, block, out=squares)
+            else:  # square in the accumulation dtype, not in bf16/fp16
+                squares.copy_(block).square_()
+            sums.add_(squares.sum(dim=2))
+        return sums.sqrt_().add_(self.settings.norm_eps)
+
+    def _segment_products_without_autograd(
+        self, keys: torch.Tensor, values: torch.Tensor, buffer: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every segment's ``K_j^T V_j`` (B, M, H, d, d), contiguous, in ``buffer`` when given, and ``W K^T V``
+        (B, H, d, d), in the accumulation dtype, from segment-major keys/values (B, M, H, s, d), zero at padding:
+        the inputs of :meth:`_scan_products`."""
+        s, d = keys.shape[-2:]
+        wide = accumulation_dtype(keys.dtype)
+        products = keys.new_empty(*keys.shape[:3], d, d, dtype=wide) if buffer is None else buffer
+        torch.bmm(keys.to(wide).reshape(-1, s, d).transpose(1, 2), values.to(wide).reshape(-1, s, d),
+                  out=products.view(-1, d, d))  # K_j^T V_j
+        return products, self._project(products.sum(dim=1))
+
+    def _scan_products(
+        self, products: torch.Tensor, total: torch.Tensor, fires: torch.Tensor, factor: torch.Tensor
+    ) -> torch.Tensor:
+        """The RAF readouts over ``products`` (B, V, H, d, d) ``K_j^T V_j`` in their slots, written in place, with
+        ``x_j = total - W K_j^T V_j`` formed one slot at a time (:func:`~srformer.attention.raf_scan.raf_scan_`
+        with ``weight``); ``total`` (B, H, d, d) ``W K^T V``, ``fires`` (B, V) bool, ``factor`` (B, H, 1, d)."""
+        raf = self.raf
+        assert raf is not None  # _projects_in_scan
+        return raf_scan_(products, fires, factor, raf.leak, raf.threshold, raf.two_sided, weight=raf.linear.weight,
+                         total=total)
 
     def _raf_inputs_without_autograd(
         self, keys: torch.Tensor, values: torch.Tensor, buffer: torch.Tensor | None = None
