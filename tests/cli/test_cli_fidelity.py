@@ -1,7 +1,7 @@
 """``srformer fidelity`` end to end on a plain tiny BART built from a config and a tokenizer trained on the spot:
 the reference agrees with itself, ``knn-loki`` with every key a candidate scores what the exact ``knn`` scores, a
 mechanism that reads less differs, a rerun resumes without converting again, and a converted checkpoint is
-refused."""
+refused unless it was saved with the ``full`` variant (the plain model, windowed: a trained base)."""
 
 from __future__ import annotations
 
@@ -82,3 +82,28 @@ def test_a_converted_checkpoint_and_another_runs_folder_are_refused(base, tmp_pa
     changed[changed.index("--max-target-length") + 1] = "12"
     assert main(changed) == 2
     assert "another run" in capsys.readouterr().err
+
+
+def test_a_checkpoint_saved_as_full_is_a_base(base, tmp_path):
+    """A model trained with ``--variant full`` (plain attention, its encoder read in windows) is the base the
+    mechanisms are converted from: it is scored, and its ``full`` scores what the plain model read through the same
+    windows scores."""
+    from srformer import convert, named_config
+    from srformer.evaluation.evaluate import load_summarizer
+
+    model, tokenizer = load_summarizer(base / "base")
+    convert(model, named_config("full", segment_size=16, target_length=24, encoder_window=32))
+    model.save_pretrained(tmp_path / "full")
+    tokenizer.save_pretrained(tmp_path / "full")
+    windowed = _args(base, tmp_path / "windowed", "knn") + ["--setting", "encoder_window=32"]
+    assert main(windowed) == 0
+    saved = list(windowed)
+    saved[2] = str(tmp_path / "full")
+    saved[saved.index("--output") + 1] = str(tmp_path / "saved")
+    assert main(saved) == 0
+    plain = json.loads((tmp_path / "windowed" / "fidelity.json").read_text())["documents"]
+    from_full = json.loads((tmp_path / "saved" / "fidelity.json").read_text())["documents"]
+    for name in ("full", "knn"):
+        for a, b in zip(plain[name], from_full[name], strict=True):
+            assert a["argmax"] == b["argmax"]
+            assert a["nll"] == pytest.approx(b["nll"], rel=1e-5)

@@ -15,7 +15,7 @@ from transformers import DataCollatorForSeq2Seq
 
 from srformer.cli.arguments import parse_settings
 from srformer.cli.data_source import load_data
-from srformer.core import named_config
+from srformer.core import keeps_own_attention, named_config
 from srformer.data.features import encode_pairs
 from srformer.evaluation.evaluate import load_summarizer
 from srformer.evaluation.fidelity import DocumentFidelity, fidelity_summary, teacher_forced
@@ -82,7 +82,8 @@ def run(args) -> int:
         if name in payload["documents"]:
             continue
         model, tokenizer = load_summarizer(args.checkpoint)
-        if srformer_config_of(model) is not None:
+        stored = srformer_config_of(model)
+        if stored is not None and not keeps_own_attention(stored.variant):  # `full` is the plain model, windowed
             raise ValueError(f"--checkpoint {args.checkpoint} is already converted; give the plain base model, "
                              "which each mechanism is converted from.")
         convert(model, named_config(name, segment_size=args.segment_size, target_length=args.target_length,
