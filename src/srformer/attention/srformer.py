@@ -227,7 +227,7 @@ class SRformerCrossAttention(SegmentedCrossAttention):
         keys, values = state.keys, state.values  # (B, M, H, s, d), zero at padding
         batch, max_segments, heads, _, d = keys.shape
         visited = self._visited(state.num_segments, max_segments)
-        if not self._tracks_gradients(keys, values):  # generation: batched, the RAF scan one operator call
+        if not self._tracks_gradients(keys, values):  # generation: the RAF scan one operator call
             loops = self._builds_in_loops(keys)
             key_norm = self._key_norm_by_segments(keys) if loops else self._key_norm(keys, dim=(1, 3))  # (B, H, d)
             factor = self.scale / key_norm[:, :, None, :]  # (B, H, 1, d)
@@ -235,7 +235,9 @@ class SRformerCrossAttention(SegmentedCrossAttention):
                                                                   accumulation_dtype(keys.dtype), (keys, values))
             fused = loops and self._projects_in_scan()
             if fused:  # the CPU: K_j^T V_j here, W and the subtraction inside the scan's loop
-                inputs, total = self._segment_products_without_autograd(keys, values, buffer)
+                inputs, total = self._segment_products_without_autograd(
+                    keys, values.to(accumulation_dtype(values.dtype)), buffer)
+                total = self._project(total)  # W K^T V
             else:
                 inputs, total = self._raf_inputs_without_autograd(keys, values, buffer)
             readout_slot, slot_segment, fires = self._readout_slots(visited)
@@ -357,17 +359,18 @@ class SRformerCrossAttention(SegmentedCrossAttention):
         return sums.sqrt_().add_(self.settings.norm_eps)
 
     def _segment_products_without_autograd(
-        self, keys: torch.Tensor, values: torch.Tensor, buffer: torch.Tensor | None
+        self, keys: torch.Tensor, right: torch.Tensor, buffer: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every segment's ``K_j^T V_j`` (B, M, H, d, d), contiguous, in ``buffer`` when given, and ``W K^T V``
-        (B, H, d, d), in the accumulation dtype, from segment-major keys/values (B, M, H, s, d), zero at padding:
-        the inputs of :meth:`_scan_products`."""
+        """Every segment's ``K_j^T R_j`` (B, M, H, d, d), contiguous, in ``buffer`` when given, and their sum over the
+        segments (B, H, d, d), in the accumulation dtype, from segment-major keys (B, M, H, s, d) and ``right``
+        (B, M, H, s, d) in that dtype (the values, or the values through ``W``), zero at padding: one batched
+        matrix product and one sum."""
         s, d = keys.shape[-2:]
         wide = accumulation_dtype(keys.dtype)
         products = keys.new_empty(*keys.shape[:3], d, d, dtype=wide) if buffer is None else buffer
-        torch.bmm(keys.to(wide).reshape(-1, s, d).transpose(1, 2), values.to(wide).reshape(-1, s, d),
-                  out=products.view(-1, d, d))  # K_j^T V_j
-        return products, self._project(products.sum(dim=1))
+        torch.bmm(keys.to(wide).reshape(-1, s, d).transpose(1, 2), right.reshape(-1, s, d),
+                  out=products.view(-1, d, d))
+        return products, products.sum(dim=1)
 
     def _scan_products(
         self, products: torch.Tensor, total: torch.Tensor, fires: torch.Tensor, factor: torch.Tensor
@@ -400,16 +403,13 @@ class SRformerCrossAttention(SegmentedCrossAttention):
             ``(inputs, total)``: (B, M, H, d, d) ``x_j = W P_j = W K^T V - W K_j^T V_j`` (``W K_j^T V_j`` under
             ablation IV), contiguous, in ``buffer`` when given; (B, H, d, d) ``W K^T V``.
         """
-        s, d = keys.shape[-2:]
         wide = accumulation_dtype(keys.dtype)
         clamp = self.settings.kv_clamp
         project_values = self.raf is not None and clamp is None
         right = self._project(values.to(wide)) if project_values else values.to(wide)
-        products = keys.new_empty(*keys.shape[:3], d, d, dtype=wide) if buffer is None else buffer
-        torch.bmm(keys.to(wide).reshape(-1, s, d).transpose(1, 2), right.reshape(-1, s, d),
-                  out=products.view(-1, d, d))  # K_j^T V_j (W K_j^T V_j when the values were projected)
+        # K_j^T V_j (W K_j^T V_j when the values were projected) and their sum, (B, H, d, d)
+        products, total = self._segment_products_without_autograd(keys, right, buffer)
         del right
-        total = products.sum(dim=1)  # (B, H, d, d)
         if clamp is not None:
             total = total.clamp(-clamp, clamp)
             products.clamp_(-clamp, clamp)
