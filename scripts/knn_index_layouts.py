@@ -64,7 +64,7 @@ def checkpoint_case(
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     import srformer
-    from srformer.models.install import cross_attention_modules
+    from srformer.models import cross_attention_modules
 
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     model = srformer.convert(AutoModelForSeq2SeqLM.from_pretrained(checkpoint).eval(),

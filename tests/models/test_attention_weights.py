@@ -22,7 +22,7 @@ import torch
 from srformer.config import NAMED_SETTINGS, named_config
 from srformer.core import REGISTRY, WEIGHTS_OF_OUTPUT, WEIGHTS_OF_SEGMENT, WEIGHTS_POOLED, mechanism
 from srformer.models.convert import cross_attention_modules
-from srformer.models.families.calls import attention_scale_of, head_dim_of
+from srformer.models.families import describe
 from tests.models.conftest import BUILDERS, converted, decoder_inputs, padded_batch
 from tests.models.test_generation_strategies import generate, teacher_forced
 from tests.registry_cases import lean_variants, named_settings, variant_of, with_weights
@@ -82,7 +82,8 @@ def install_captures(model, *, retain_output_grad: bool = False):
     for _, _, module in cross_attention_modules(model):
         record: dict = {}
         captured.append(record)
-        heads, head_dim = getattr(module, "n_heads", None) or module.num_heads, head_dim_of(module)
+        shape = describe(module)
+        heads, head_dim = shape.num_heads, shape.head_dim
 
         def keep(name, record=record, heads=heads, head_dim=head_dim):
             def hook(_, inputs, output):
@@ -95,7 +96,7 @@ def install_captures(model, *, retain_output_grad: bool = False):
 
         for name, projection in zip(("queries", "keys", "values", "output"), projections(module), strict=True):
             handles.append(projection.register_forward_hook(keep(name)))
-        record["scale"] = attention_scale_of(module)
+        record["scale"] = shape.scale
     return captured, handles
 
 

@@ -21,7 +21,7 @@ from srformer.attention.state import SRformerCacheLayer
 from srformer.config import NAMED_SETTINGS
 from srformer.core import mechanism
 from srformer.models.convert import cross_attention_modules
-from srformer.models.families.calls import head_dim_of
+from srformer.models.families import describe
 from tests.models.conftest import BUILDERS, converted, padded_batch, plain_generation_config
 from tests.registry_cases import lean_variants, mechanisms
 
@@ -72,7 +72,8 @@ def projected_encoder_keys_values(model, ids, mask):
     for _, _, module in cross_attention_modules(model):
         key_projection = module.k if hasattr(module, "k") else module.k_proj
         value_projection = module.v if hasattr(module, "v") else module.v_proj
-        heads, head_dim = getattr(module, "n_heads", None) or module.num_heads, head_dim_of(module)
+        shape = describe(module)
+        heads, head_dim = shape.num_heads, shape.head_dim
         keep = mask[:, None, :, None].to(encoded.dtype)
         with torch.no_grad():
             keys, values = (

@@ -17,18 +17,20 @@ path, unchanged. See ``docs/long-inputs.md``.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 import torch
 from torch import nn
+from transformers import PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput
 
 from srformer.attention.schedule import compaction_order, tracing
 from srformer.core import SRformerConfig, check_window_settings
 from srformer.models.families import family_of_config
-from srformer.models.families.entry import position_table
+from srformer.models.families.entry import Family, position_table
 from srformer.models.families.t5 import PRETRAINED_LENGTH
 from srformer.models.memory_estimate import check_decode_memory
 
@@ -96,7 +98,11 @@ def default_window(config: Any) -> int | None:
     pretrained on (``n_positions``, else 512 tokens), or None for an encoder built for long inputs without a limit
     (LongT5), which then reads every input whole. A config of no family srformer converts: its
     ``max_position_embeddings``, else 512."""
-    family = family_of_config(config)
+    return _family_window(config, family_of_config(config))
+
+
+def _family_window(config: Any, family: Family | None) -> int | None:
+    """:func:`default_window` of ``config``, whose family is ``family`` (None: of no family srformer converts)."""
     if family is not None:
         return family.window(config)
     return position_table("max_position_embeddings")(config) or PRETRAINED_LENGTH
@@ -104,7 +110,7 @@ def default_window(config: Any) -> int | None:
 
 @dataclass(frozen=True)
 class WindowSettings:
-    """Chunked encoding's settings on an encoder (:func:`srformer.models.classes.install_windows`): ``window``
+    """Chunked encoding's settings on an encoder (:func:`install_windows`): ``window``
     tokens per window, ``overlap`` in ``[0, 1)``, ``batch_size`` windows per encoder call."""
 
     window: int
@@ -113,21 +119,22 @@ class WindowSettings:
 
 
 def resolve_window_settings(
-    config: Any, encoder_window: int | None, window_overlap: float, window_batch_size: int
+    config: Any, family: Family | None, encoder_window: int | None, window_overlap: float, window_batch_size: int
 ) -> WindowSettings | None:
-    """The :class:`WindowSettings` of a model with Hugging Face config ``config``, or None where the encoder reads
-    every input whole (no ``encoder_window`` and a family without a default window: LongT5).
+    """The :class:`WindowSettings` of a model with Hugging Face config ``config`` of ``family`` (None: of no family
+    srformer converts), or None where the encoder reads every input whole (no ``encoder_window`` and a family
+    without a default window: LongT5).
 
     Raises:
         ValueError: for bad settings (:func:`check_window_settings`), or an ``encoder_window`` larger than the
             positions of a model with a position table (the message gives the limit).
     """
-    window = default_window(config) if encoder_window is None else encoder_window
+    window = _family_window(config, family) if encoder_window is None else encoder_window
     if window is None:
         check_window_settings(1, window_overlap, window_batch_size)
         return None
     check_window_settings(window, window_overlap, window_batch_size)
-    limit = encoder_input_limit(config)
+    limit = None if family is None else family.input_limit(config)
     if limit is not None and window > limit:
         raise ValueError(
             f"`encoder_window` is {window} tokens but this model's encoder has positions for {limit} tokens: use "
@@ -137,7 +144,7 @@ def resolve_window_settings(
 
 
 class ChunkedEncoderMixin:
-    """The forward pass of an encoder re-classed by :func:`srformer.models.classes.install_windows`: inputs longer
+    """The forward pass of an encoder re-classed by :func:`install_windows`: inputs longer
     than the window are encoded window by window (module docstring); shorter ones take the encoder's own ``forward``.
 
     Called as the encoder is (``input_ids`` (B, n) or ``inputs_embeds`` (B, n, d_model), ``attention_mask`` (B, n));
@@ -337,3 +344,55 @@ def model_encoder(model: nn.Module) -> nn.Module | None:
     if not isinstance(encoder, nn.Module) or encoder is model or getattr(encoder.config, "is_decoder", False):
         return None
     return encoder
+
+
+def install_windows(model: nn.Module, config: SRformerConfig, family: Family | None) -> None:
+    """Give ``model``'s encoder chunked encoding with ``config``'s ``encoder_window``, ``window_overlap`` and
+    ``window_batch_size``: the encoder is re-classed to a subclass of its class (:func:`chunked_class`; weights and
+    state dict unchanged) holding the resolved settings. Called again, it updates them.
+
+    An encoder that reads every input whole by default (LongT5, :func:`default_window` None) is left as it is unless
+    ``encoder_window`` is set.
+
+    Args:
+        model: an encoder-decoder model (a model without an encoder is left alone).
+        config: the settings.
+        family: the family of ``model.config`` (:func:`~srformer.models.families.family_of_config`), or None.
+
+    Raises:
+        ValueError: for an ``encoder_window`` larger than the positions of a model with a position table.
+    """
+    encoder = model_encoder(model)
+    if encoder is None:
+        return
+    encoder_class: Any = type(encoder)  # a class is hashable (the cache's key)
+    chunked_type = encoder_class if isinstance(encoder, ChunkedEncoderMixin) else chunked_class(encoder_class)
+    settings = resolve_window_settings(
+        model.config, family, config.encoder_window, config.window_overlap, config.window_batch_size
+    )
+    if settings is None and chunked_type is not encoder_class:
+        return  # an encoder that reads every input whole (LongT5) stays the family's own
+    if chunked_type is not encoder_class:
+        encoder.__class__ = chunked_type
+        if RECORDABLE_OUTPUTS is not None and isinstance(encoder, PreTrainedModel):
+            RECORDABLE_OUTPUTS[encoder] = encoder._can_record_outputs
+    chunked: Any = encoder
+    chunked.srformer_windows = settings
+    chunked.srformer_config = config
+
+
+def _recordable_outputs_registry() -> Any:
+    """transformers' registry of recordable outputs (``output_hidden_states``, ...) keyed by model class, or
+    None for a transformers version that records outputs another way."""
+    try:
+        module = importlib.import_module("transformers.utils.output_capturing")
+    except ImportError:
+        return None
+    return getattr(module, "_CAN_RECORD_REGISTRY", None)
+
+
+#: transformers' registry of the outputs each model class records (``output_hidden_states``, ...), filled by
+#: ``PreTrainedModel.__init__``: a model re-classed without running ``__init__`` is entered there by whoever
+#: re-classes it (here and :func:`srformer.models.classes.adopt_class`), else its hidden states would silently not
+#: be returned. None for a transformers version that records outputs another way.
+RECORDABLE_OUTPUTS: Any = _recordable_outputs_registry()

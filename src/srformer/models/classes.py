@@ -1,7 +1,8 @@
 """srformer's model classes: the converted models' config classes with model types of srformer's own
 (``srformer_t5``, ``srformer_bart``, ...), the model classes (``SRformerT5ForConditionalGeneration``, ...) that
 rebuild the SRformer cross attention from ``config.srformer`` and initialise its parameters with srformer's
-scheme, and the re-classing of a converted model to them (:func:`attach_cross_attention`).
+scheme, and the conversion of a built model (:func:`attach_cross_attention`): where its cross attention sits, its
+re-classing to these classes, then :func:`~srformer.models.install.install_cross_attention`.
 
 :mod:`srformer.models.auto` registers these classes with transformers' Auto classes;
 :func:`srformer.models.convert` converts a plain model through :func:`attach_cross_attention`.
@@ -9,7 +10,6 @@ scheme, and the re-classing of a converted model to them (:func:`attach_cross_at
 
 from __future__ import annotations
 
-import importlib
 import warnings
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -19,36 +19,11 @@ import transformers
 from torch import nn
 from transformers import PretrainedConfig, PreTrainedModel
 
-from srformer.core import SRformerConfig
-from srformer.models.chunked_encoding import (
-    ChunkedEncoderMixin,
-    check_expanded_memory,
-    chunked_class,
-    model_encoder,
-    resolve_window_settings,
-)
-from srformer.models.families import FAMILIES, Family
+from srformer.core import SRformerConfig, keeps_own_attention
+from srformer.models.chunked_encoding import RECORDABLE_OUTPUTS, check_expanded_memory
+from srformer.models.families import CROSS_ATTENTION_ATTRIBUTES, FAMILIES, Family, attention_types
 from srformer.models.families.calls import MIXINS
-from srformer.models.install import (
-    cross_attention_modules,
-    initialize_added_modules,
-    initialize_srformer_module,
-    install_cross_attention,
-    srformer_config_of,
-)
-
-
-def _recordable_outputs_registry() -> Any:
-    """transformers' registry of recordable outputs (``output_hidden_states``, ...) keyed by model class, or
-    None for a transformers version that records outputs another way."""
-    try:
-        module = importlib.import_module("transformers.utils.output_capturing")
-    except ImportError:
-        return None
-    return getattr(module, "_CAN_RECORD_REGISTRY", None)
-
-
-_CAN_RECORD_REGISTRY = _recordable_outputs_registry()
+from srformer.models.install import initialize_srformer_module, install_cross_attention, srformer_config_of
 
 # mypy sees the mixin as a PreTrainedModel (for super()._init_weights); at run time it is a plain mixin
 # placed before the transformers class in each srformer class's bases.
@@ -201,14 +176,18 @@ def adopt_class(module: PreTrainedModel, model_class: type[PreTrainedModel]) -> 
     by its class in a registry that ``PreTrainedModel.__init__`` fills; a module re-classed without running
     ``__init__`` is entered there the same way, else its hidden states would silently not be returned."""
     module.__class__ = model_class
-    if _CAN_RECORD_REGISTRY is not None:
-        _CAN_RECORD_REGISTRY[module] = module._can_record_outputs
+    if RECORDABLE_OUTPUTS is not None:
+        RECORDABLE_OUTPUTS[module] = module._can_record_outputs
 
 
-def adopt_srformer_classes(model: PreTrainedModel) -> None:
-    """Give the config srformer's model type of its family and re-class the model, and every inner
-    ``PreTrainedModel`` holding converted cross attention (``T5Stack``, ``BartModel``, ``BartDecoder``: their
-    ``_init_weights`` initialise the modules under them), to srformer's subclasses."""
+def adopt_srformer_classes(
+    model: PreTrainedModel, found: list[tuple[nn.Module, str, nn.Module]], config: SRformerConfig
+) -> None:
+    """Record ``config`` in ``model.config.srformer``, give the config srformer's model type of its family and
+    re-class the model, and every inner ``PreTrainedModel`` holding one of the cross-attention modules ``found``
+    (``T5Stack``, ``BartModel``, ``BartDecoder``: their ``_init_weights`` initialise the modules under them), to
+    srformer's subclasses; the inner models' configs get the settings too (:func:`record_settings`)."""
+    model.config.srformer = config.to_dict()
     config_class = srformer_config_class(type(model.config))
     if config_class is None:
         warnings.warn(
@@ -220,8 +199,8 @@ def adopt_srformer_classes(model: PreTrainedModel) -> None:
         )
     else:
         model.config.__class__ = config_class
-    converted = tuple(MIXINS.values())
-    holders = {name for name, module in model.named_modules() if isinstance(module, converted)}
+    targets = {id(module) for _, _, module in found}
+    holders = [name for name, module in model.named_modules() if id(module) in targets]
     for name, module in model.named_modules():
         if isinstance(module, PreTrainedModel) and (
             module is model or any(holder.startswith(name + ".") for holder in holders)
@@ -243,49 +222,45 @@ def record_settings(module: PreTrainedModel, config: PretrainedConfig) -> None:
         inner.__class__ = inner_class
 
 
+def cross_attention_modules(model: nn.Module) -> list[tuple[nn.Module, str, nn.Module]]:
+    """Every decoder cross-attention module of ``model``: each module held by a decoder layer under one of its
+    family's attribute names (:data:`~srformer.models.families.CROSS_ATTENTION_ATTRIBUTES`).
+
+    Returns:
+        ``(parent, attribute, module)`` triples in module order.
+    """
+    found = []
+    for parent in model.modules():
+        for attribute in CROSS_ATTENTION_ATTRIBUTES:
+            child = getattr(parent, attribute, None)
+            if isinstance(child, nn.Module):
+                found.append((parent, attribute, child))
+    return found
+
+
+def is_converted(model: nn.Module) -> bool:
+    """True if any cross-attention module of ``model`` is already an SRformer module."""
+    return any(isinstance(m, tuple(MIXINS.values())) for m in model.modules())
+
+
 def attach_cross_attention(model: PreTrainedModel, config: SRformerConfig) -> PreTrainedModel:
-    """Put ``config``'s cross attention into ``model`` (:func:`~srformer.models.install.install_cross_attention`),
-    give the model and its config srformer's classes (:func:`adopt_srformer_classes`) and initialise the new
-    modules through the model's ``_init_weights``; ``full`` only records the settings. No checks of the model's
-    history: :func:`srformer.models.convert` makes them for a plain model; a model class of this module calls
-    this while it is built from a converted checkpoint's config.
+    """Convert ``model`` in place to ``config``'s cross attention: find its decoder cross attention
+    (:func:`cross_attention_modules`), give the model and its config srformer's classes
+    (:func:`adopt_srformer_classes`), then put the new modules in and initialise them through the model's
+    ``_init_weights`` (:func:`~srformer.models.install.install_cross_attention`, which also installs chunked
+    encoding's settings). ``full`` keeps the model's classes and only records the settings. No checks of the
+    model's history: :func:`srformer.models.convert` makes them for a plain model; a model class of this module
+    calls this while it is built from a converted checkpoint's config.
 
     Raises:
-        ValueError: if the model has no supported decoder cross attention.
+        ValueError: if the model has no decoder cross attention or one of a class srformer does not convert (the
+            model is left unchanged).
     """
-    added = install_cross_attention(model, config)
-    if added:
-        adopt_srformer_classes(model)
-        initialize_added_modules(model, added)
-    install_windows(model, config)
+    found = cross_attention_modules(model)
+    # re-classed only where install_cross_attention will accept the model: it refuses the others unchanged
+    if found and not keeps_own_attention(config.variant) and all(
+        isinstance(module, attention_types()) for _, _, module in found
+    ):
+        adopt_srformer_classes(model, found, config)
+    install_cross_attention(model, config, found)
     return model
-
-
-def install_windows(model: PreTrainedModel, config: SRformerConfig) -> None:
-    """Give ``model``'s encoder chunked encoding with ``config``'s ``encoder_window``, ``window_overlap`` and
-    ``window_batch_size`` (:mod:`srformer.models.chunked_encoding`): the encoder is re-classed to a subclass of its
-    class (weights and state dict unchanged) holding the resolved settings. Called again, it updates them.
-
-    An encoder that reads every input whole by default (LongT5, :func:`~srformer.models.chunked_encoding.
-    default_window` None) is left as it is unless ``encoder_window`` is set.
-
-    Raises:
-        ValueError: for an ``encoder_window`` larger than the positions of a model with a position table.
-    """
-    encoder = model_encoder(model)
-    if encoder is None:
-        return
-    settings = resolve_window_settings(
-        model.config, config.encoder_window, config.window_overlap, config.window_batch_size
-    )
-    if settings is None and not isinstance(encoder, ChunkedEncoderMixin):
-        return  # an encoder that reads every input whole (LongT5) stays the family's own
-    if not isinstance(encoder, ChunkedEncoderMixin):
-        encoder_class: Any = type(encoder)  # a class is hashable (the cache's key)
-        if isinstance(encoder, PreTrainedModel):
-            adopt_class(encoder, chunked_class(encoder_class))
-        else:
-            encoder.__class__ = chunked_class(encoder_class)
-    chunked: Any = encoder
-    chunked.srformer_windows = settings
-    chunked.srformer_config = config

@@ -18,13 +18,16 @@ from transformers import AutoConfig, AutoModelForSeq2SeqLM, PreTrainedModel
 
 import srformer.models.auto  # noqa: F401  (registers srformer's model types with transformers' Auto classes)
 from srformer.core import RUNTIME_OPTIONS, SRformerConfig, keeps_own_attention
+from srformer.models.chunked_encoding import install_windows
 from srformer.models.classes import (
     attach_cross_attention,
-    install_windows,
+    cross_attention_modules,
+    is_converted,
     srformer_config_class,
     srformer_model_class,
 )
-from srformer.models.install import SUPPORTED_MODELS, cross_attention_modules, is_converted, srformer_config_of
+from srformer.models.families import SUPPORTED_MODELS, family_of_config
+from srformer.models.install import srformer_config_of
 
 __all__ = [
     "SUPPORTED_MODELS", "convert", "cross_attention_modules", "from_pretrained", "is_converted",
@@ -115,7 +118,7 @@ def set_runtime_options(model: PreTrainedModel, **options) -> PreTrainedModel:
         if isinstance(inner, PreTrainedModel) and getattr(inner.config, "srformer", None) is not None:
             inner.config.srformer = updated.to_dict()
     model.config.srformer = updated.to_dict()
-    install_windows(model, updated)
+    install_windows(model, updated, family_of_config(model.config))
     return model
 
 
@@ -151,31 +154,50 @@ def from_pretrained(
     """
     hf_config = AutoConfig.from_pretrained(path, **{k: v for k, v in kwargs.items() if k in _CONFIG_KWARGS})
     stored = srformer_config_of(hf_config)
+    # each branch loads the model and says what to convert it to (None: its class converted it as it was built)
+    settings: SRformerConfig | None
     if stored is None:
         if srformer_config is None and not runtime:
             raise ValueError(
                 f"{path} is not an SRformer checkpoint (its config has no `srformer` settings); pass "
                 "srformer_config=SRformerConfig(...) to convert it, or use srformer.convert(model, config)."
             )
-        asked = with_runtime_options(srformer_config or SRformerConfig("full"), runtime or {})
-        return convert(AutoModelForSeq2SeqLM.from_pretrained(path, **kwargs), asked)
-    if srformer_config is not None and not srformer_config.same_model(stored):
-        raise ValueError(
-            f"{path} holds an SRformer checkpoint of variant {stored.variant!r} with settings {stored.to_dict()}, "
-            f"but variant {srformer_config.variant!r} with settings {srformer_config.to_dict()} "
-            "was requested. Load it without `srformer_config`, or convert the original full-attention model to the "
-            "other variant."
-        )
-    # runtime options (lean_cache, strict_schedule, windows, knn's index) may differ from the stored ones
-    effective = with_runtime_options(srformer_config or stored, runtime or {})
-    hf_config.srformer = effective.to_dict()
-    architecture = (hf_config.architectures or [None])[0]
-    base = _model_class(architecture) if architecture else type(AutoModelForSeq2SeqLM.from_config(hf_config))
-    if keeps_own_attention(effective.variant):  # a plain model that records its settings
-        model = base.from_pretrained(path, config=hf_config, **kwargs)
-        install_windows(model, effective)
-        model.eval()
-        return model
+        settings = with_runtime_options(srformer_config or SRformerConfig("full"), runtime or {})
+        model = AutoModelForSeq2SeqLM.from_pretrained(path, **kwargs)
+    else:
+        if srformer_config is not None and not srformer_config.same_model(stored):
+            raise ValueError(
+                f"{path} holds an SRformer checkpoint of variant {stored.variant!r} with settings "
+                f"{stored.to_dict()}, but variant {srformer_config.variant!r} with settings "
+                f"{srformer_config.to_dict()} was requested. Load it without `srformer_config`, or convert the "
+                "original full-attention model to the other variant."
+            )
+        # runtime options (lean_cache, strict_schedule, windows, knn's index) may differ from the stored ones
+        effective = with_runtime_options(srformer_config or stored, runtime or {})
+        hf_config.srformer = effective.to_dict()
+        architecture = (hf_config.architectures or [None])[0]
+        base = _model_class(architecture) if architecture else type(AutoModelForSeq2SeqLM.from_config(hf_config))
+        if keeps_own_attention(effective.variant):  # a plain model that records its settings
+            settings = effective
+            model = base.from_pretrained(path, config=hf_config, **kwargs)
+        else:
+            settings = None
+            model = _load_converted(path, hf_config, base, stored, **kwargs)
+    if settings is not None:
+        attach_cross_attention(model, settings)
+    model.eval()
+    return model
+
+
+def _load_converted(path: str, hf_config: Any, base: type[PreTrainedModel], stored: SRformerConfig,
+                    **kwargs: Any) -> PreTrainedModel:
+    """A converted checkpoint loaded with srformer's class of ``base`` (which converts the model as it is built,
+    from ``hf_config.srformer``); a config saved by an srformer version without model types of its own is
+    upgraded, with a warning.
+
+    Raises:
+        ValueError: if the checkpoint lacks the weights of its variant's modules.
+    """
     own_config = srformer_config_class(type(hf_config))
     if own_config is not None and not isinstance(hf_config, own_config):
         warnings.warn(
@@ -183,7 +205,7 @@ def from_pretrained(
             f"{hf_config.model_type!r}), so transformers' Auto classes load it without SRformer cross attention. "
             "Save the returned model again (model.save_pretrained(path)) to upgrade the checkpoint.",
             UserWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
         hf_config.__class__ = own_config
     # With output_loading_info=True this is a (model, loading info) pair; transformers annotates only the model.
@@ -195,7 +217,6 @@ def from_pretrained(
             f"{path} is marked as SRformer variant {stored.variant!r} but lacks its weights {missing[:3]}...; "
             "the checkpoint was probably saved from another variant."
         )
-    model.eval()
     return model
 
 

@@ -26,7 +26,7 @@ from transformers import (
 
 from srformer.core import SRformerConfig
 from srformer.data.tokenizer import train_unigram_tokenizer
-from srformer.models.convert import from_pretrained
+from srformer.models.convert import from_pretrained as load_converted
 from srformer.models.named_configs import NAMED_CONFIGS
 
 _Loaded = TypeVar("_Loaded")
@@ -165,4 +165,4 @@ def load_model(
     config = load_pretrained(AutoConfig.from_pretrained, name_or_path)
     if getattr(config, "srformer", None) is None and conversion is None and not runtime:
         return AutoModelForSeq2SeqLM.from_pretrained(name_or_path, **kwargs)
-    return from_pretrained(name_or_path, conversion, runtime=runtime, **kwargs)
+    return load_converted(name_or_path, conversion, runtime=runtime, **kwargs)

@@ -10,6 +10,7 @@ transformers (output recorders, weight init) still hold.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 import torch
@@ -19,7 +20,6 @@ from srformer.attention.base import CrossAttentionMechanism
 from srformer.attention.projection import HeadProjection
 from srformer.attention.schedule import tracing
 from srformer.models.cross_attention import attention_weights_requested, run_cross_attention
-from srformer.models.families import family_of_module
 from srformer.models.families.entry import Family
 
 
@@ -214,55 +214,11 @@ MIXINS: dict[str, type[_ConvertedCrossAttention]] = {
 }
 
 
-def _family(module: nn.Module) -> Family:
-    family = family_of_module(module)
-    if family is None:
-        raise TypeError(f"{type(module).__name__} is not the cross attention of a family srformer converts.")
-    return family
 
-
-def attention_scale_of(module: nn.Module) -> float:
-    """The softmax scale of a cross-attention module (its family's ``scale`` attribute: ``head_dim^-0.5`` in BART's
-    families, 1.0 in T5's).
-
-    Raises:
-        TypeError: for a module of no family srformer converts.
-    """
-    attribute = _family(module).scale
-    return 1.0 if attribute is None else float(getattr(module, attribute))
-
-
-def num_heads_of(module: nn.Module) -> int:
-    """The number of heads ``H`` of a cross-attention module (its family's ``num_heads`` attribute).
-
-    Raises:
-        TypeError: for a module of no family srformer converts, or one without an int there.
-    """
-    heads = getattr(module, _family(module).num_heads, None)
-    if not isinstance(heads, int):
-        raise TypeError(f"{type(module).__name__} has no int `{_family(module).num_heads}` (its number of heads).")
-    return heads
-
-
-def head_dim_of(module: nn.Module) -> int:
-    """The head size ``d`` of a cross-attention module (its family's ``head_dim`` attribute).
-
-    Raises:
-        TypeError: for a module of no family srformer converts, or one without an int there.
-    """
-    head_dim = getattr(module, _family(module).head_dim, None)
-    if not isinstance(head_dim, int):
-        raise TypeError(f"{type(module).__name__} has no int `{_family(module).head_dim}` (its head size).")
-    return head_dim
-
-
-def projection_weight(module: nn.Module) -> torch.Tensor:
-    """The query projection's weight (for device and dtype).
-
-    Raises:
-        TypeError: for a module of no family srformer converts, or a query projection without a ``weight`` tensor.
-    """
-    weight = getattr(getattr(module, _family(module).projections[0]), "weight", None)
-    if not isinstance(weight, torch.Tensor):
-        raise TypeError(f"{type(module).__name__}'s query projection has no `weight` tensor.")
-    return weight
+@cache
+def converted_class(base: type, family: Family) -> type:
+    """``SRformer<base>``: the class a cross-attention module of class ``base`` (of ``family``) takes when it is
+    converted: the mixin of the family's calling convention (:data:`MIXINS`) before ``base``, with the family's entry
+    as ``srformer_family``. Made once per class."""
+    return type(f"SRformer{base.__name__}", (MIXINS[family.call], base),
+                {"__module__": __name__, "srformer_family": family})
