@@ -1,6 +1,7 @@
-"""The decoding step's projections of a converted module (:mod:`srformer.models.families`): one ``mm`` (``addmm``
-with a bias) with a transposed weight view kept between steps, the same numbers as the ``nn.Linear`` whatever
-happens to the weight."""
+"""The family entries as conversion reads them (:func:`srformer.models.families.describe`: a module's family and
+sizes, and the refusals), and the decoding step's projections of a converted module: one ``mm`` (``addmm`` with a
+bias) with a transposed weight view kept between steps, the same numbers as the ``nn.Linear`` whatever happens to the
+weight."""
 
 from __future__ import annotations
 
@@ -8,8 +9,59 @@ import pytest
 import torch
 from torch import nn
 
+from srformer import SRformerConfig, convert
 from srformer.benchmarks.operator_count import count_calls
-from tests.models.conftest import BUILDERS, converted
+from srformer.models import cross_attention_modules
+from srformer.models.families import describe
+from tests.models.conftest import BUILDERS, LONG_BUILDERS, converted
+
+# (heads, head size, softmax scale) of each test model's cross attention, read from its config
+EXPECTED_SIZES = {
+    "t5": lambda c: (c.num_heads, c.d_kv, 1.0),
+    "longt5": lambda c: (c.num_heads, c.d_kv, 1.0),
+}
+
+
+def _expected(config):
+    if config.model_type in EXPECTED_SIZES:
+        return EXPECTED_SIZES[config.model_type](config)
+    heads = config.decoder_attention_heads
+    head_dim = config.d_model // heads
+    return heads, head_dim, head_dim ** -0.5
+
+
+@pytest.mark.parametrize("name", [*BUILDERS, *LONG_BUILDERS])
+def test_describe_reads_every_cross_attention_module_by_its_family_entry(name):
+    model = {**BUILDERS, **LONG_BUILDERS}[name]()
+    found = cross_attention_modules(model)
+    layers = getattr(model.config, "num_decoder_layers", None) or model.config.decoder_layers
+    assert len(found) == layers
+    for _, _, module in found:
+        shape = describe(module)
+        assert shape is not None and shape.family.name == model.config.model_type
+        assert (shape.num_heads, shape.head_dim) == _expected(model.config)[:2]
+        assert shape.scale == pytest.approx(_expected(model.config)[2], rel=1e-12)
+        query = getattr(module, shape.family.projections[0])
+        assert shape.query_weight is query.weight
+
+
+def test_describe_refuses_a_module_of_no_family_and_one_without_int_sizes():
+    assert describe(nn.Linear(2, 2)) is None
+    module = cross_attention_modules(BUILDERS["bart"]())[0][2]
+    module.num_heads = 4.0
+    with pytest.raises(TypeError, match="num_heads"):
+        describe(module)
+
+
+def test_a_model_whose_cross_attention_is_of_no_family_is_refused_and_left_unchanged():
+    model = BUILDERS["bart"]()
+    layer = model.model.decoder.layers[0]
+    layer.encoder_attn = nn.Linear(2, 2)  # a cross attention of a class srformer does not convert
+    classes = [type(module) for module in model.modules()]
+    with pytest.raises(ValueError, match=r"cross-attention classes \['Linear'\]"):
+        convert(model, SRformerConfig("srformer"))
+    assert [type(module) for module in model.modules()] == classes
+    assert type(model.config).__name__ == "BartConfig" and getattr(model.config, "srformer", None) is None
 
 
 def _module_and_linears(family: str):
