@@ -8,6 +8,7 @@ import argparse
 from collections.abc import Sequence
 
 from srformer.core import NAMED_SETTINGS, SRformerConfig, named_config, setting_types
+from srformer.models.named_configs import NAMED_CONFIGS
 
 #: ``--checkpoint`` of ``evaluate`` and ``summarize`` (the rule of :func:`srformer.models.factory.load_pretrained`).
 CHECKPOINT_HELP = (
@@ -18,7 +19,7 @@ CHECKPOINT_HELP = (
 
 #: ``--model`` of ``train`` and ``compare``.
 MODEL_HELP = (
-    "a named config built from scratch (t5-tiny, t5-mini, t5-small-random, bart-tiny, bart-mini), a local checkpoint "
+    f"a named config built from scratch ({', '.join(NAMED_CONFIGS)}), a local checkpoint "
     "directory, or a Hugging Face hub model id. A path that is absolute, starts with . or ~, or has more than two "
     "/-separated parts must exist; anything else that does not exist locally is loaded from the hub (an error says "
     "when it is neither)"

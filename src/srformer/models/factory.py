@@ -18,6 +18,8 @@ from transformers import (
     AutoTokenizer,
     BartConfig,
     BartForConditionalGeneration,
+    LEDConfig,
+    LEDForConditionalGeneration,
     PreTrainedModel,
     PreTrainedTokenizerBase,
     T5Config,
@@ -38,7 +40,8 @@ def build_named_model(name: str, tokenizer: PreTrainedTokenizerBase, *, max_posi
     Args:
         name: a key of :data:`NAMED_CONFIGS`.
         tokenizer: its vocabulary size and special tokens (pad, eos) set the model's.
-        max_positions: BART only: learned positions, in tokens.
+        max_positions: the learned positions of the encoder and the decoder, in tokens (BART, LED; T5's positions
+            are relative).
 
     Raises:
         ValueError: for an unknown name.
@@ -59,11 +62,13 @@ def build_named_model(name: str, tokenizer: PreTrainedTokenizerBase, *, max_posi
         )
         return T5ForConditionalGeneration(t5_config)
     generation = {"decoder_start_token_id": tokenizer.eos_token_id, "forced_bos_token_id": None}
-    bart_config = BartConfig(
-        vocab_size=vocab_size, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=tokenizer.eos_token_id, forced_eos_token_id=None, max_position_embeddings=max_positions,
-        **generation, **settings,
-    )
+    tokens = dict(vocab_size=vocab_size, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                  bos_token_id=tokenizer.eos_token_id, forced_eos_token_id=None)
+    if family == "led":
+        led_config = LEDConfig(**tokens, max_encoder_position_embeddings=max_positions,
+                               max_decoder_position_embeddings=max_positions, **generation, **settings)
+        return LEDForConditionalGeneration(led_config)
+    bart_config = BartConfig(**tokens, max_position_embeddings=max_positions, **generation, **settings)
     return BartForConditionalGeneration(bart_config)
 
 

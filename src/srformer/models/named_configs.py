@@ -1,4 +1,5 @@
-"""The named configs: small T5 and BART architectures built from scratch (:func:`srformer.models.factory.load_model`).
+"""The named configs: small T5, BART and LED architectures built from scratch
+(:func:`srformer.models.factory.load_model`).
 
 Data only, with no import of torch or transformers, so that ``srformer --help`` lists them; also public as
 :data:`srformer.models.factory.NAMED_CONFIGS`.
@@ -22,5 +23,11 @@ NAMED_CONFIGS: dict[str, dict] = {
     "bart-mini": dict(
         family="bart", d_model=256, encoder_layers=4, decoder_layers=4, encoder_attention_heads=4,
         decoder_attention_heads=4, encoder_ffn_dim=1024, decoder_ffn_dim=1024,
+    ),
+    # bart-mini's sizes with LED's encoder (Beltagy et al., 2020): local self attention in windows of 256 tokens
+    # (128 on each side) over the whole input, positions for the whole input
+    "led-mini": dict(
+        family="led", d_model=256, encoder_layers=4, decoder_layers=4, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=1024, decoder_ffn_dim=1024, attention_window=256,
     ),
 }
