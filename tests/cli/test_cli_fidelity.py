@@ -56,6 +56,7 @@ def test_fidelity_of_each_mechanism_against_full(base, tmp_path, monkeypatch, ca
     assert summary["segmented"]["perplexity_ratio"] != 1.0  # it reads one segment of the six
     assert summary["knn"]["documents"] == 6 and summary["knn"]["tokens"] == summary["full"]["tokens"]
     assert "| `knn-loki` |" in (output / "fidelity.md").read_text()
+    assert (output / "fidelity.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     def never(*_args, **_kwargs):
         raise AssertionError("a finished mechanism was scored again")

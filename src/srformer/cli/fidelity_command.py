@@ -19,6 +19,7 @@ from srformer.core import keeps_own_attention, named_config
 from srformer.data.features import encode_pairs
 from srformer.evaluation.evaluate import load_summarizer
 from srformer.evaluation.fidelity import DocumentFidelity, fidelity_summary, teacher_forced
+from srformer.evaluation.fidelity_plot import plot_fidelity
 from srformer.models.convert import convert
 from srformer.models.install import srformer_config_of
 
@@ -103,8 +104,9 @@ def run(args) -> int:
     payload["summary"] = fidelity_summary(documents, args.reference)
     _write(path, payload)
     (output / "fidelity.md").write_text(fidelity_markdown(payload["summary"], args.reference, run_config))
+    plot_fidelity(payload["summary"], args.reference, output / "fidelity.png")
     for name, row in payload["summary"].items():
         print(f"{name}: perplexity {row['perplexity']:.3f} ({row['perplexity_ratio']:.4f}x), "
               f"agreement {100 * row['agreement']:.2f}%")
-    print(f"wrote {path} and {output / 'fidelity.md'}")
+    print(f"wrote {path}, {output / 'fidelity.md'} and {output / 'fidelity.png'}")
     return 0
