@@ -1,7 +1,8 @@
 """``srformer fidelity`` end to end on a plain tiny BART built from a config and a tokenizer trained on the spot:
 the reference agrees with itself, ``knn-loki`` with every key a candidate scores what the exact ``knn`` scores, a
 mechanism that reads less differs, a rerun resumes without converting again, and a converted checkpoint is
-refused unless it was saved with the ``full`` variant (the plain model, windowed: a trained base)."""
+refused unless it was saved with the ``full`` variant (the plain model, windowed: a trained base); a mechanism with
+settings of its own is stored beside it, and the reference takes none."""
 
 from __future__ import annotations
 
@@ -108,3 +109,21 @@ def test_a_checkpoint_saved_as_full_is_a_base(base, tmp_path):
         for a, b in zip(plain[name], from_full[name], strict=True):
             assert a["argmax"] == b["argmax"]
             assert a["nll"] == pytest.approx(b["nll"], rel=1e-5)
+
+
+def test_a_mechanism_with_settings_of_its_own_is_stored_beside_it_and_the_summary_covers_the_folder(base, tmp_path):
+    output = tmp_path / "out"
+    assert main(_args(base, output, "knn")) == 0
+    # a second call into the same folder: knn reading 2 keys per head, labelled by its setting
+    assert main(_args(base, output, "knn") + ["--setting", "knn:top_keys=2"]) == 0
+    payload = json.loads((output / "fidelity.json").read_text())
+    assert list(payload["documents"]) == ["full", "knn", "knn@top_keys=2"]
+    assert list(payload["summary"]) == ["full", "knn", "knn@top_keys=2"]
+    # 2 of up to 96 keys: it reads less than knn's 32, so it scores otherwise
+    assert payload["summary"]["knn@top_keys=2"]["perplexity"] != payload["summary"]["knn"]["perplexity"]
+    assert "| `knn@top_keys=2` |" in (output / "fidelity.md").read_text()
+
+
+def test_the_reference_takes_no_settings_of_its_own(base, tmp_path, capsys):
+    assert main(_args(base, tmp_path / "out", "knn") + ["--setting", "full:encoder_window=64"]) == 2
+    assert "the reference 'full' takes no settings of its own" in capsys.readouterr().err

@@ -1,7 +1,10 @@
 """``srformer fidelity``: teacher-forced fidelity of each converted mechanism to the reference (full attention).
 
 Each mechanism's per-document scores are written to ``OUTPUT/fidelity.json`` as soon as it is finished, so a run
-stopped between mechanisms resumes at the next one (:mod:`srformer.evaluation.fidelity`)."""
+stopped between mechanisms resumes at the next one (:mod:`srformer.evaluation.fidelity`). A mechanism given settings
+of its own (``--setting knn-loki:top_keys=128``) is stored as ``NAME@SETTING=VALUE``, beside the same mechanism
+without them: a later call with other settings adds its mechanisms to the same folder, and the summary covers every
+mechanism the folder holds."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from typing import Any
 from tqdm.auto import tqdm
 from transformers import DataCollatorForSeq2Seq
 
-from srformer.cli.arguments import parse_settings
+from srformer.cli.arguments import parse_settings, parse_variant_settings
 from srformer.cli.data_source import load_data
 from srformer.core import keeps_own_attention, named_config
 from srformer.data.features import encode_pairs
@@ -55,6 +58,27 @@ def fidelity_markdown(summary: dict[str, dict[str, Any]], reference: str, run: d
     return "\n".join(lines) + "\n"
 
 
+def _labelled(
+    names: list[str], per_variant: dict[str, dict[str, Any]], shared: dict[str, Any], reference: str
+) -> dict[str, tuple[str, dict[str, Any]]]:
+    """``{label: (named setting, its own settings)}``: a mechanism's own settings are those of ``--setting
+    VARIANT:NAME=VALUE`` beyond the shared ones, and its label is ``NAME@SETTING=VALUE,...`` (sorted) when it has any.
+
+    Raises:
+        ValueError: for settings of the reference's own (its scores are what every mechanism is compared with).
+    """
+    labelled = {}
+    for name in names:
+        own = {key: value for key, value in per_variant.get(name, {}).items()
+               if key not in shared or shared[key] != value}
+        if own and name == reference:
+            raise ValueError(f"--setting {name}:...: the reference {name!r} takes no settings of its own; give them "
+                             "to every mechanism (no prefix) or to the others.")
+        label = name + ("@" + ",".join(f"{key}={own[key]}" for key in sorted(own)) if own else "")
+        labelled[label] = (name, own)
+    return labelled
+
+
 def run(args) -> int:
     """Score the reference and every variant (resuming finished ones), then write the summary; returns 0.
 
@@ -64,8 +88,9 @@ def run(args) -> int:
     """
     output = Path(args.output)
     output.mkdir(parents=True, exist_ok=True)
-    settings = parse_settings(args.setting)
+    settings = parse_settings([item for item in args.setting if ":" not in item.partition("=")[0]])
     names = [args.reference] + [name for name in args.variants if name != args.reference]
+    mechanisms = _labelled(names, parse_variant_settings(args.setting, names), settings, args.reference)
     run_config = {"checkpoint": str(args.checkpoint), "data": str(args.data), "split": args.split,
                   "split_by_id": args.split_by_id, "max_source_length": args.max_source_length,
                   "max_target_length": args.max_target_length, "source_prefix": args.source_prefix,
@@ -79,8 +104,8 @@ def run(args) -> int:
     if args.max_examples is not None:
         pairs = pairs[: args.max_examples]
     features: list[dict[str, list[int]]] | None = None  # the same for every mechanism: tokenized once
-    for name in names:
-        if name in payload["documents"]:
+    for label, (name, own) in mechanisms.items():
+        if label in payload["documents"]:
             continue
         model, tokenizer = load_summarizer(args.checkpoint)
         stored = srformer_config_of(model)
@@ -88,19 +113,20 @@ def run(args) -> int:
             raise ValueError(f"--checkpoint {args.checkpoint} is already converted; give the plain base model, "
                              "which each mechanism is converted from.")
         convert(model, named_config(name, segment_size=args.segment_size, target_length=args.target_length,
-                                    **settings))
+                                    **settings, **own))
         if features is None:
             features, _ = encode_pairs(tokenizer, pairs, max_source_length=args.max_source_length,
                                        max_target_length=args.max_target_length, source_prefix=args.source_prefix)
         collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)
         starts = range(0, len(features), args.batch_size)
         batches = (collator(features[start:start + args.batch_size]) for start in
-                   tqdm(starts, desc=f"fidelity: {name}", disable=args.no_progress, unit="batch"))
+                   tqdm(starts, desc=f"fidelity: {label}", disable=args.no_progress, unit="batch"))
         scored = teacher_forced(model.eval(), batches)
-        payload["documents"][name] = [document.to_dict() for document in scored]
+        payload["documents"][label] = [document.to_dict() for document in scored]
         _write(path, payload)
-    documents = {name: [DocumentFidelity.from_dict(record) for record in payload["documents"][name]]
-                 for name in names}
+    held = [args.reference] + [label for label in payload["documents"] if label != args.reference]
+    documents = {label: [DocumentFidelity.from_dict(record) for record in payload["documents"][label]]
+                 for label in held}
     payload["summary"] = fidelity_summary(documents, args.reference)
     _write(path, payload)
     (output / "fidelity.md").write_text(fidelity_markdown(payload["summary"], args.reference, run_config))
