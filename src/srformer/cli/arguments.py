@@ -114,15 +114,30 @@ def parse_settings(values: list[str]) -> dict:
     return settings
 
 
-def add_variant_settings_argument(parser: argparse.ArgumentParser) -> None:
-    """``--setting [VARIANT:]NAME=VALUE`` of the grid commands (``compare``, ``probe``); see
-    :func:`parse_variant_settings`."""
+#: How the grid commands (``compare``, ``probe``) keep a run with settings of its own apart, for ``--setting``'s help.
+GRID_SETTINGS_STORED = ("is recorded with every result; cells with settings get folders of their own "
+                        "(cells/KEY@NAME=VALUE), so the registered setting's stay")
+
+
+def add_variant_settings_argument(parser: argparse.ArgumentParser, stored: str = GRID_SETTINGS_STORED) -> None:
+    """``--setting [VARIANT:]NAME=VALUE`` of the commands that run several named settings (``compare``, ``probe``,
+    ``fidelity``); see :func:`parse_variant_settings`. ``stored``: how the command keeps the results of a named
+    setting given settings of its own, the end of the help text."""
     parser.add_argument("--setting", action="append", default=[], metavar="[VARIANT:]NAME=VALUE",
                         help="an SRformerConfig setting, repeatable: without a prefix for every variant of the run "
                              "(e.g. --setting kv_clamp=10), with one for that named setting only (e.g. --setting "
                              "window:window_size=96 --setting srformer-surrogate:raf_surrogate_slope=4); it wins over "
-                             "the named setting's own value and is recorded with every result; cells with settings get "
-                             "folders of their own (cells/KEY@NAME=VALUE), so the registered setting's stay")
+                             f"the named setting's own value and {stored}")
+
+
+def parse_shared_settings(values: list[str]) -> dict:
+    """The ``--setting`` items without a ``VARIANT:`` prefix (those for every named setting of the run), parsed by
+    :func:`parse_settings`.
+
+    Raises:
+        ValueError: as :func:`parse_settings`.
+    """
+    return parse_settings([item for item in values if ":" not in item.partition("=")[0]])
 
 
 def parse_variant_settings(values: list[str], variants: Sequence[str]) -> dict[str, dict]:
@@ -144,12 +159,9 @@ def parse_variant_settings(values: list[str], variants: Sequence[str]) -> dict[s
         ValueError: naming ``--setting`` and the fix, for a prefix that is not a named setting or not one of
             ``variants``, and everything :func:`parse_settings` raises.
     """
-    shared: list[str] = []
     prefixed: dict[str, list[str]] = {}
     for item in values:
-        head, sep, _ = item.partition("=")
-        if ":" not in head:
-            shared.append(item)
+        if ":" not in item.partition("=")[0]:  # for every variant: parse_shared_settings
             continue
         prefix, _, rest = item.partition(":")
         prefix = prefix.strip()
@@ -160,7 +172,7 @@ def parse_variant_settings(values: list[str], variants: Sequence[str]) -> dict[s
             raise ValueError(f"--setting {item!r}: {prefix!r} is not among this run's variants "
                              f"({', '.join(variants)}); add it to --variants (or --ablations), or drop the prefix.")
         prefixed.setdefault(prefix, []).append(rest)
-    common = parse_settings(shared)
+    common = parse_shared_settings(values)
     result = {name: {**common, **parse_settings(prefixed.get(name, []))} for name in variants}
     return {name: settings for name, settings in result.items() if settings}
 

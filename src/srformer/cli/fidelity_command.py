@@ -16,7 +16,7 @@ from typing import Any
 from tqdm.auto import tqdm
 from transformers import DataCollatorForSeq2Seq
 
-from srformer.cli.arguments import parse_settings, parse_variant_settings
+from srformer.cli.arguments import parse_shared_settings, parse_variant_settings
 from srformer.cli.data_source import load_data
 from srformer.core import keeps_own_attention, named_config
 from srformer.data.features import encode_pairs
@@ -88,7 +88,7 @@ def run(args) -> int:
     """
     output = Path(args.output)
     output.mkdir(parents=True, exist_ok=True)
-    settings = parse_settings([item for item in args.setting if ":" not in item.partition("=")[0]])
+    settings = parse_shared_settings(args.setting)
     names = [args.reference] + [name for name in args.variants if name != args.reference]
     mechanisms = _labelled(names, parse_variant_settings(args.setting, names), settings, args.reference)
     run_config = {"checkpoint": str(args.checkpoint), "data": str(args.data), "split": args.split,

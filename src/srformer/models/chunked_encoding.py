@@ -88,7 +88,11 @@ def encoder_input_limit(config: Any) -> int | None:
     (:attr:`~srformer.models.families.entry.Family.input_limit`): the position table's size for BART's families,
     LED, PEGASUS-X and BigBirdPegasus; None for relative positions (T5, mT5, LongT5: no hard limit) and for a config
     of no family srformer converts."""
-    family = family_of_config(config)
+    return _family_limit(config, family_of_config(config))
+
+
+def _family_limit(config: Any, family: Family | None) -> int | None:
+    """:func:`encoder_input_limit` of ``config``, whose family is ``family`` (None: of no family srformer converts)."""
     return None if family is None else family.input_limit(config)
 
 
@@ -134,7 +138,7 @@ def resolve_window_settings(
         check_window_settings(1, window_overlap, window_batch_size)
         return None
     check_window_settings(window, window_overlap, window_batch_size)
-    limit = None if family is None else family.input_limit(config)
+    limit = _family_limit(config, family)
     if limit is not None and window > limit:
         raise ValueError(
             f"`encoder_window` is {window} tokens but this model's encoder has positions for {limit} tokens: use "

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from srformer.cli.arguments import CHECKPOINT_HELP, add_data_arguments, segment_size_argument
+from srformer.cli.arguments import (
+    CHECKPOINT_HELP,
+    add_data_arguments,
+    add_variant_settings_argument,
+    segment_size_argument,
+)
 from srformer.core import NAMED_SETTINGS
 
 
@@ -30,12 +35,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--segment-size", type=segment_size_argument, default=64,
                         help="encoder tokens per segment (s), or auto")
     parser.add_argument("--target-length", type=int, default=128, help="fixed decoder length T of the schedule")
-    parser.add_argument("--setting", action="append", default=[], metavar="[VARIANT:]NAME=VALUE",
-                        help="an SRformerConfig setting, repeatable: without a prefix for every mechanism (e.g. "
-                             "--setting encoder_window=128), with one for that mechanism only, stored as "
-                             "VARIANT@NAME=VALUE beside the mechanism without it (e.g. --setting "
-                             "knn-loki:top_keys=128); a later call into the same --output adds its mechanisms, and "
-                             "the summary covers all")
+    add_variant_settings_argument(parser, stored=(
+        "is stored as VARIANT@NAME=VALUE beside the mechanism without it (e.g. --setting knn-loki:top_keys=128); a "
+        "later call into the same --output adds its mechanisms, and the summary covers all"))
     parser.add_argument("--max-source-length", type=int, default=512, help="input tokens kept per document")
     parser.add_argument("--max-target-length", type=int, default=128, help="reference tokens scored per document")
     parser.add_argument("--source-prefix", default="", help="text put before every document (T5: 'summarize: ')")
