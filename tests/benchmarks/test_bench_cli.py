@@ -123,3 +123,31 @@ def test_quick_generate_of_an_opt_in_mechanism_is_timed(tmp_path):
     rows = json.loads((tmp_path / "bench.json").read_text())
     assert {row["variant"] for row in rows if row["metric"] == "generate_throughput"} == {"full-sdpa", "knn"}
     assert {row["variant"] for row in rows if row["metric"] == "cross_attention_cache_bytes"} == {"full-sdpa", "knn"}
+
+
+def test_a_variant_setting_changes_what_is_counted_and_is_noted(tmp_path):
+    """``--setting knn-loki:index_rank=R``: fewer channels read fewer persistent bytes per token, and each of the
+    variant's records carries its settings in the note."""
+    def per_token_bytes(folder, extra):
+        assert main(["bench", "--quick", "--output", str(folder), "--no-progress", "--sections", "operators",
+                     "--variants", "knn-loki", "--encoder-lengths", "128", *extra]) == 0
+        records = read_records_json(folder / "bench.json")
+        return records, next(r.value for r in records if r.metric == "persistent_bytes_per_token")
+
+    default_records, default_bytes = per_token_bytes(tmp_path / "default", [])
+    records, fewer = per_token_bytes(tmp_path / "rank2", ["--setting", "knn-loki:index_rank=2"])
+    assert fewer < default_bytes
+    assert all(r.note.endswith("settings: index_rank=2") for r in records)
+    assert not any("settings:" in r.note for r in default_records)
+
+
+@pytest.mark.parametrize("setting,message", [
+    ("index_rank=2", "write VARIANT:NAME=VALUE"),
+    ("full-sdpa:index_rank=2", "unmodified model takes no settings"),
+    ("segmented:index_rank=2", "not among `variants`"),
+    ("knn-loki:no_such=2", "no_such"),
+])
+def test_bad_variant_settings_are_clear_errors(tmp_path, capsys, setting, message):
+    assert main(["bench", "--quick", "--output", str(tmp_path), "--variants", "full-sdpa", "knn-loki",
+                 "--setting", setting]) == 2
+    assert message in capsys.readouterr().err

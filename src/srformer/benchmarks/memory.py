@@ -30,7 +30,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 
@@ -75,6 +75,8 @@ class MemoryJob:
         new_tokens: tokens generated per sequence.
         longest_input: the run's longest ``k`` (``build_model``'s ``longest_input``: linformer's
             ``max_source_length``), or None for the defaults.
+        settings: the variant's SRformerConfig settings beyond its named setting's (``build_model``'s
+            ``settings``), as ``(name, value)`` pairs.
     """
 
     shape: str
@@ -85,11 +87,12 @@ class MemoryJob:
     batch_size: int
     new_tokens: int
     longest_input: int | None = None
+    settings: tuple[tuple[str, Any], ...] = ()
 
     @property
     def model_key(self) -> tuple:
         """Jobs with the same key share one child process (and one model)."""
-        return (self.shape, self.variant, self.segment_size, self.target_length)
+        return (self.shape, self.variant, self.segment_size, self.target_length, self.settings)
 
 
 @dataclass(frozen=True)

@@ -73,12 +73,14 @@ def _maxrss_bytes() -> int:
 
 
 def _model_key(job: dict) -> tuple:
-    return (job["shape"], job["variant"], job["segment_size"], job["target_length"])
+    return (job["shape"], job["variant"], job["segment_size"], job["target_length"],
+            tuple(map(tuple, job.get("settings", ()))))
 
 
 def _load(job: dict) -> T5ForConditionalGeneration:
     model = build_model(job["shape"], job["variant"], segment_size=job["segment_size"],
-                        target_length=job["target_length"], longest_input=job.get("longest_input"))
+                        target_length=job["target_length"], longest_input=job.get("longest_input"),
+                        settings=dict(map(tuple, job.get("settings", ()))))
     tiny_outputs, tiny_mask = random_encoder_outputs(1, 16, model.config.d_model)
     with torch.no_grad():
         generate_fixed(model, tiny_outputs, tiny_mask, 2)  # warm-up: kernels, first arenas

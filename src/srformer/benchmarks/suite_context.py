@@ -57,6 +57,7 @@ class SuiteContext:
                 device=self.device,
                 seed=self.settings.seed,
                 longest_input=max(self.settings.encoder_lengths),
+                settings=self.settings.variant_settings.get(variant),
             )
         return self.models[key]
 
@@ -73,6 +74,12 @@ class SuiteContext:
 
     def record(self, variant, k, s, batch, metric, value, unit, *, q=None, note="", device=None,
                compiled=False) -> BenchRecord:
+        """One measurement; a variant run with settings of its own (``settings.variant_settings``) says so in the
+        note (``settings: index_rank=11``), so its records are not read as the named setting's."""
+        own = self.settings.variant_settings.get(variant)
+        if own:
+            note = "; ".join(part for part in (note, "settings: " + ", ".join(f"{n}={v}" for n, v in own.items()))
+                             if part)
         return BenchRecord(
             variant=variant, encoder_length=k, segment_size=s, batch_size=batch, metric=metric, value=value,
             unit=unit, device=device or self.device_name, decoder_length=q, note=note, compiled=compiled,

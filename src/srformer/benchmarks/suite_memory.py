@@ -28,7 +28,8 @@ def memory_tasks(ctx: SuiteContext) -> list[Task]:
     def probe(pairs: list[tuple[str, int | None]]) -> list[BenchRecord]:
         jobs = [
             MemoryJob(settings.model_shape, variant, s, settings.target_length, k, batch, settings.memory_new_tokens,
-                      longest_input=max(settings.encoder_lengths))
+                      longest_input=max(settings.encoder_lengths),
+                      settings=tuple(sorted(settings.variant_settings.get(variant, {}).items())))
             for variant, s in pairs
             for k in settings.encoder_lengths
         ]

@@ -8,10 +8,10 @@ command line gave. Light (no torch or transformers): ``srformer bench --help`` r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from srformer.benchmarks.records import BENCH_VARIANTS, DEFAULT_BENCH_VARIANTS
+from srformer.benchmarks.records import BENCH_VARIANTS, DEFAULT_BENCH_VARIANTS, VARIANT_SPECS
 from srformer.models.named_configs import NAMED_CONFIGS
 
 #: Benchmark model shapes: each names its ``family`` (the model class built: ``t5`` ``T5ForConditionalGeneration``,
@@ -114,6 +114,8 @@ class SuiteSettings:
         figure5_measured_qs: the ``q`` values with FlopCounterMode points in Figure 5.
         sections: which of :data:`SECTIONS` to run.
         seed: seed of the weights and the random inputs.
+        variant_settings: SRformerConfig settings per benchmark variant on top of its named setting's (e.g.
+            ``{"knn-loki": {"index_rank": 11}}``); only converted variants of ``variants`` take them.
         compiled: also time the step and ``generate()`` compiled (``torch.compile`` with inductor, fullgraph;
             :mod:`~srformer.benchmarks.compiled`). Off by default: compiling every variant and shape takes
             seconds to minutes each.
@@ -144,6 +146,7 @@ class SuiteSettings:
     sections: tuple[str, ...] = SECTIONS
     seed: int = 0
     compiled: bool = False
+    variant_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("encoder_lengths", "segment_sizes", "batch_sizes", "figure5_qs", "figure5_measured_qs"):
@@ -159,6 +162,13 @@ class SuiteSettings:
         unknown = [v for v in self.variants if v not in BENCH_VARIANTS]
         if unknown or not self.variants:
             raise ValueError(f"Unknown benchmark variant(s) {unknown}; known variants are {', '.join(BENCH_VARIANTS)}.")
+        stray = [name for name in self.variant_settings if name not in self.variants]
+        if stray:
+            raise ValueError(f"`variant_settings` names {stray}, which are not among `variants` "
+                             f"({', '.join(self.variants)}).")
+        unmodified = [name for name in self.variant_settings if VARIANT_SPECS[name].srformer_variant == "full"]
+        if unmodified:
+            raise ValueError(f"`variant_settings` names {unmodified}: the unmodified model takes no settings.")
         unknown = [s for s in self.sections if s not in SECTIONS]
         if unknown:
             raise ValueError(f"Unknown section(s) {unknown}; sections are {', '.join(SECTIONS)}.")

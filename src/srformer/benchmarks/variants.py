@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -119,6 +119,7 @@ def build_model(
     device: torch.device | str = "cpu",
     seed: int = 0,
     longest_input: int | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> T5ForConditionalGeneration:
     """A randomly initialised T5 of ``shape`` with the cross attention of benchmark ``variant``.
 
@@ -136,15 +137,21 @@ def build_model(
         longest_input: the longest encoder input (tokens) the model will see, for a variant whose parameters
             depend on it: ``linformer`` gets ``max_source_length = longest_input`` (its ``E, F`` have one column
             per position) when it exceeds the default 4096. None: the defaults.
+        settings: SRformerConfig settings on top of the named setting's own (e.g. ``{"index_rank": 11}`` for
+            ``knn-loki``); None or empty: the named setting as it is.
 
     Returns:
         The model in eval mode.
 
     Raises:
-        ValueError: for an unknown shape or variant, or a missing ``segment_size`` on a converted variant.
+        ValueError: for an unknown shape or variant, a missing ``segment_size`` on a converted variant,
+            ``settings`` for a ``full*`` variant (the unmodified model has none), or a setting the variant's
+            config rejects.
     """
     spec = variant_spec(variant)
     config = t5_config(shape, spec.attn_implementation)
+    if settings and spec.srformer_variant == "full":
+        raise ValueError(f"Variant {variant!r} is the unmodified model: it takes no settings, got {dict(settings)}.")
     torch.manual_seed(seed)
     model = T5ForConditionalGeneration(config)
     if spec.srformer_variant != "full":
@@ -157,7 +164,7 @@ def build_model(
                 segment_size=segment_size or 1,  # unused by linear attention
                 target_length=target_length,
                 lean_cache=spec.lean_cache,
-                **_length_settings(spec.srformer_variant, longest_input),
+                **{**_length_settings(spec.srformer_variant, longest_input), **(settings or {})},
             ),
         )
     # transformers declares PreTrainedModel.to with @wraps(nn.Module.to), so its annotation keeps an unbound `self`

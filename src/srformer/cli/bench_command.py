@@ -8,6 +8,25 @@ import time
 from srformer.benchmarks.outputs import write_outputs
 from srformer.benchmarks.suite import SuiteSettings, environment_summary, run_suite, with_overrides
 from srformer.benchmarks.timing import resolve_device
+from srformer.cli.arguments import parse_settings
+
+
+def parse_bench_settings(values: list[str]) -> dict[str, dict]:
+    """``--setting VARIANT:NAME=VALUE`` strings as ``{variant: {name: value}}`` (values typed by
+    :func:`~srformer.cli.arguments.parse_settings`).
+
+    Raises:
+        ValueError: an item without a ``VARIANT:`` prefix (bench compares the unmodified model too, which has no
+            settings), and everything :func:`~srformer.cli.arguments.parse_settings` raises.
+    """
+    by_variant: dict[str, list[str]] = {}
+    for item in values:
+        prefix, colon, rest = item.partition(":")
+        if not colon or "=" in prefix:
+            raise ValueError(f"--setting {item!r}: write VARIANT:NAME=VALUE, naming one converted variant of "
+                             "--variants (e.g. knn-loki:index_rank=11).")
+        by_variant.setdefault(prefix.strip(), []).append(rest)
+    return {variant: parse_settings(items) for variant, items in by_variant.items()}
 
 
 def run(args) -> int:
@@ -21,6 +40,7 @@ def run(args) -> int:
         parts = getattr(args, name)
         if parts is not None:  # nargs="+" of comma lists: flatten
             setattr(args, name, tuple(value for part in parts for value in part))
+    variant_settings = parse_bench_settings(args.setting)
     settings = with_overrides(
         base,
         device=args.device,
@@ -36,6 +56,7 @@ def run(args) -> int:
         training_batch_size=args.training_batch_size,
         memory_one_process=args.memory_one_process,
         compiled=args.compiled,
+        variant_settings=variant_settings or None,
     )
     device = resolve_device(settings.device)
     environment = environment_summary(device)

@@ -1,5 +1,5 @@
 """``srformer`` command line: train, evaluate, summarize, the ACLSum main job, compare, fidelity, bench, probe,
-long-bench, long-probe, pick, split, pretrain, oracle-targets and copy-reach.
+long-bench, long-probe, pick, split, pretrain, oracle-targets, copy-reach and led-from-bart.
 
 The parsers come from :mod:`srformer.cli.parsers`, which import no torch or transformers, so ``srformer --help`` and
 ``srformer COMMAND --help`` answer at once; a sub-command imports its implementation when it runs."""
@@ -16,6 +16,7 @@ from srformer.cli.parsers import (
     copy_reach,
     evaluate,
     fidelity,
+    led_from_bart,
     long_bench,
     long_probe,
     oracle_targets,
@@ -28,7 +29,7 @@ from srformer.cli.parsers import (
 )
 
 COMMANDS = (train, evaluate, summarize, aclsum, compare, fidelity, bench, probe, long_bench, long_probe, pick, split,
-            pretrain, oracle_targets, copy_reach)
+            pretrain, oracle_targets, copy_reach, led_from_bart)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -70,6 +70,10 @@ def add_parser(subparsers) -> None:
                         help="also time the step and generate() compiled (torch.compile, inductor, fullgraph; "
                              "generate() with a static cache): a `compiled` column in bench.md; compiling every "
                              "variant and shape adds seconds to minutes each")
+    parser.add_argument("--setting", action="append", default=[], metavar="VARIANT:NAME=VALUE",
+                        help="an SRformerConfig setting of one converted variant of --variants, repeatable, on top "
+                             "of its named setting's (e.g. --setting knn-loki:index_rank=11); each of its records "
+                             "says so in its note, and bench.md lists them")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar; one line per measurement instead")
     parser.set_defaults(run=run)
 

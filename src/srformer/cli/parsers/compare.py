@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import fields
+from typing import Any
 
 from srformer.cli.arguments import MODEL_HELP, add_variant_settings_argument
 from srformer.cli.parsers.settings_fields import COMPARE_SKIPPED, COMPARE_TUPLES
@@ -45,7 +46,12 @@ def add_parser(subparsers) -> None:
         flag = f"--{field.name.replace('_', '-')}"
         value = getattr(defaults, field.name)
         if field.name in COMPARE_TUPLES:
-            kwargs = {"choices": list(NAMED_SETTINGS)} if COMPARE_TUPLES[field.name] is str else {}
+            kwargs: dict[str, Any] = {"choices": list(NAMED_SETTINGS)} if COMPARE_TUPLES[field.name] is str else {}
+            if field.name == "ablations":
+                kwargs["help"] = ("named settings run at --ablation-segment-size only (the paper's Table 3 and the "
+                                  "settings beyond it); default: every named setting not in --variants, so a grid "
+                                  "of a few variants decodes dozens of cells unless --ablations is given with no "
+                                  "name (none) or with the ones wanted")
             parser.add_argument(flag, type=COMPARE_TUPLES[field.name], nargs="*" if field.name == "ablations" else "+",
                                 default=list(value), **kwargs)
         else:
