@@ -99,6 +99,24 @@ def test_knn_cells_are_scored_through_the_index_one_position_at_a_time(probe_run
         LongProbeSettings(runs=("x",), variants=("full",), knn_index="flat")
 
 
+def test_top_keys_reads_more_keys_and_names_the_row(probe_run, tmp_path, monkeypatch):
+    """``top_keys`` reaches the knn module of the scored cell and the row says so; only knn cells take it."""
+    from srformer.probe import long_input
+
+    built = []
+    real = long_input.convert
+    monkeypatch.setattr(long_input, "convert", lambda model, config: built.append(config) or real(model, config))
+    settings = LongProbeSettings(runs=(str(probe_run),), variants=("knn",), lengths=(64,), examples=4, batch_size=2,
+                                 top_keys=3)
+    records = run_long_probe(settings, tmp_path, log=lambda line: None)
+    assert [r["name"] for r in records] == ["knn (top 3)"] and built[-1].top_keys == 3
+    assert long_input._label("knn", replace(settings, knn_index="loki")) == "knn (loki, r=12, C=256, top 3)"
+    with pytest.raises(ValueError, match="knn"):
+        LongProbeSettings(runs=("x",), variants=("full",), top_keys=3)
+    with pytest.raises(ValueError, match="top_keys"):
+        LongProbeSettings(runs=("x",), variants=("knn",), top_keys=0)
+
+
 @pytest.mark.parametrize("bad", [dict(lengths=(0,)), dict(examples=0), dict(variants=()), dict(seeds=()),
                                  dict(seeds=(-1,)), dict(seeds=(True,)), dict(seeds=(2**32,))])
 def test_bad_settings_are_refused(bad):

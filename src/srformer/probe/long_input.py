@@ -56,6 +56,8 @@ class LongProbeSettings:
         index_probes: IVF cells scanned per query (None: the mechanism's default).
         index_rank: with ``knn_index="loki"``: the principal channels read per query (None: the default, 12).
         index_candidates: with ``knn_index="loki"``: the keys per head scored exactly (None: the default, 256).
+        top_keys: the keys each head of a ``knn`` cell attends to (None: the cell's own, 32 for ``knn``); the row
+            name then says ``top K``.
     """
 
     runs: tuple[str, ...]
@@ -69,6 +71,7 @@ class LongProbeSettings:
     index_probes: int | None = None
     index_rank: int | None = None
     index_candidates: int | None = None
+    top_keys: int | None = None
 
     def __post_init__(self) -> None:
         if not self.runs or not self.variants:
@@ -79,6 +82,10 @@ class LongProbeSettings:
                              f"got {self.seeds!r}.")
         if self.knn_index is not None and any(named_config(name).variant != "knn" for name in self.variants):
             raise ValueError("`knn_index` applies to knn cells only: give --variants knn (or knn-4).")
+        if self.top_keys is not None and any(named_config(name).variant != "knn" for name in self.variants):
+            raise ValueError("`top_keys` applies to knn cells only: give --variants knn (or knn-4).")
+        if self.top_keys is not None and (isinstance(self.top_keys, bool) or self.top_keys < 1):
+            raise ValueError(f"`top_keys` must be a positive number of keys, got {self.top_keys!r}.")
         if any(not isinstance(n, int) or n < 1 for n in self.lengths) or not self.lengths:
             raise ValueError(f"`lengths` must be positive numbers of tokens, got {self.lengths!r}.")
         for name in ("examples", "batch_size"):
@@ -115,15 +122,19 @@ def find_cells(runs: Sequence[str | Path], variants: Sequence[str], *, seed: int
 
 
 def _label(name: str, settings: LongProbeSettings) -> str:
-    """The row name: the variant, and the index it searches."""
-    if settings.knn_index is None:
-        return name
+    """The row name: the variant, then in parentheses the index it searches and the keys it reads when not the
+    cell's own (``knn (loki, r=12, C=256, top 128)``)."""
+    parts = []
     if settings.knn_index == "loki":
         rank = settings.index_rank if settings.index_rank is not None else DEFAULT_INDEX_RANK
         pool = settings.index_candidates if settings.index_candidates is not None else DEFAULT_INDEX_CANDIDATES
-        return f"{name} (loki, r={rank}, C={pool})"
-    probes = settings.index_probes if settings.index_probes is not None else DEFAULT_INDEX_PROBES
-    return f"{name} ({settings.knn_index}{f', {probes} probes' if settings.knn_index == 'ivf' else ''})"
+        parts += ["loki", f"r={rank}", f"C={pool}"]
+    elif settings.knn_index is not None:
+        probes = settings.index_probes if settings.index_probes is not None else DEFAULT_INDEX_PROBES
+        parts += [settings.knn_index] + ([f"{probes} probes"] if settings.knn_index == "ivf" else [])
+    if settings.top_keys is not None:
+        parts.append(f"top {settings.top_keys}")
+    return f"{name} ({', '.join(parts)})" if parts else name
 
 
 def _model(cell: Path, record: dict, encoder_window: int, settings: LongProbeSettings) -> Any:
@@ -133,9 +144,11 @@ def _model(cell: Path, record: dict, encoder_window: int, settings: LongProbeSet
     index = {} if settings.knn_index is None else {
         "knn_index": settings.knn_index, "index_min_keys": 1, "index_probes": settings.index_probes,
         "index_rank": settings.index_rank, "index_candidates": settings.index_candidates}
+    if settings.top_keys is not None:
+        index["top_keys"] = settings.top_keys
+    own = {k: v for k, v in record.get("settings", {}).items() if k != "encoder_window" and k not in index}
     config = named_config(record["name"], segment_size=record["segment_size"] or min(budget["segment_sizes"]),
-                          target_length=record["target_length"], encoder_window=encoder_window,
-                          **{k: v for k, v in record.get("settings", {}).items() if k != "encoder_window"}, **index)
+                          target_length=record["target_length"], encoder_window=encoder_window, **own, **index)
     model = convert(build_model(vocabulary, shape, record["seed"]), config)
     model.load_state_dict(torch.load(cell / "model.pt", weights_only=True, map_location="cpu"))
     return model.eval(), vocabulary

@@ -36,6 +36,8 @@ def add_parser(subparsers) -> None:
                              "(default 12)")
     parser.add_argument("--index-candidates", type=int, default=None,
                         help="with --knn-index loki: keys per head scored exactly (default 256)")
+    parser.add_argument("--top-keys", type=int, default=None,
+                        help="keys each head of a knn cell attends to (default: the cell's own, 32)")
     parser.add_argument("--index-probes", type=int, default=None,
                         help="with --knn-index ivf: cells scanned per query (default 32)")
     parser.set_defaults(run=run)
