@@ -84,6 +84,7 @@ BBC_MINI = "results/compare/bbc-mini-extract/results.json"  # the bart-mini orac
 SPM_8192 = "results/compare/sumpubmed-mini-extract-8192/results.json"  # the oracle recipe's bart-mini, 8,192 tokens
 SPM_8192_SEED1 = "results/compare/sumpubmed-mini-extract-8192-seed1/results.json"  # the same from a second base
 SPM_POOLED = "results/compare/sumpubmed-mini-extract-8192-seed1/pooled.json"  # both bases pooled
+SPM_LED = "results/compare/sumpubmed-led-4096/results.json"  # the LED-shaped model, its own encoder, 4,096 tokens
 
 GiB, MiB = 2**30, 2**20
 K4, K16, K65, K262 = 4096, 16384, 65536, 262144
@@ -325,6 +326,12 @@ def paired_rouge1(grid: Any, reference: str, other: str) -> Any:
     raise LookupError(f"no paired row {reference} − {other}")
 
 
+def other_minus_reference(difference: Any) -> tuple[float, float, float]:
+    """A paired ``reference − other`` difference turned around: ``other − reference`` as (mean, −low, high), the
+    numbers of a text that prints ``+mean [−low, +high]``."""
+    return -difference["mean"], difference["high"], -difference["low"]
+
+
 # --- The claims -------------------------------------------------------------------------------------------------
 
 
@@ -493,6 +500,8 @@ CLAIMS: list[Claim] = [
           BBC_MINI, lambda grid: (
               rouge1(grid, "full"), under_matched_lead(grid, "full"),
               100 * bbc_group(grid, "full")["reading"]["source_positions"]["beyond_first_window"])),
+    Claim(README, "`knn-loki` on an LED-shaped model reading 4,096 tokens whole (+{:.2f} [−{:.2f}, +{:.2f}] ROUGE-1)",
+          SPM_LED, lambda grid: other_minus_reference(paired_rouge1(grid, "full", "knn-loki"))),
     Claim(CHOOSING, "`quest-tree` ({:.1f}) and `knn` ({:.1f}) keep `full`'s score, `srformer` {:.1f}, `block-topk-b4` "
           "{:.1f} and `segmented` {:.1f} lose about 4, `linear` {:.1f} does not read",
           BBC_MINI, lambda grid: tuple(rouge1(grid, name) for name in (
