@@ -26,7 +26,9 @@ def add_parser(subparsers) -> None:
             "mechanism's per-document scores as it finishes; a rerun resumes there) and OUTPUT/fidelity.md."
         ),
     )
-    parser.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP + " (a plain model, not converted)")
+    parser.add_argument("--checkpoint", required=True,
+                        help=CHECKPOINT_HELP + " (a plain model, or one trained with --variant full; not another "
+                                               "conversion)")
     add_data_arguments(parser)
     parser.add_argument("--variants", nargs="+", choices=list(NAMED_SETTINGS), required=True,
                         help="named settings to score; the reference is added when missing")
