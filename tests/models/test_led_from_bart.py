@@ -13,6 +13,8 @@ from transformers import (
     T5ForConditionalGeneration,
 )
 
+from srformer import SRformerConfig
+from srformer.models.convert import convert
 from srformer.models.led_from_bart import led_from_bart
 from tests.tolerance import assert_exact
 
@@ -72,6 +74,10 @@ def test_refusals_name_the_argument():
         led_from_bart(bart, max_positions=0, attention_window=WINDOW)
     with pytest.raises(ValueError, match="position_period"):
         led_from_bart(bart, max_positions=64, attention_window=WINDOW, position_period=41)
+    with pytest.raises(ValueError, match="converted to 'segmented'"):
+        led_from_bart(convert(_bart(), SRformerConfig(variant="segmented", segment_size=4, target_length=8)),
+                      max_positions=64, attention_window=WINDOW)
+    led_from_bart(convert(_bart(), SRformerConfig(variant="full")), max_positions=64, attention_window=WINDOW)
     with pytest.raises(ValueError, match="scale_embedding"):
         led_from_bart(_bart(scale_embedding=True), max_positions=64, attention_window=WINDOW)
     t5 = T5ForConditionalGeneration(T5Config(vocab_size=60, d_model=16, d_ff=32, num_layers=1, num_heads=2, d_kv=8))

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from transformers import AutoTokenizer
-
-from srformer.models.factory import load_model, load_pretrained
+from srformer.models.factory import load_model, load_tokenizer
 from srformer.models.led_from_bart import led_from_bart
 
 
@@ -25,7 +23,7 @@ def run(args) -> int:
     bart = load_model(args.checkpoint)
     led = led_from_bart(bart, max_positions=args.max_positions, attention_window=args.attention_window,
                         position_period=args.position_period)
-    tokenizer = load_pretrained(AutoTokenizer.from_pretrained, args.checkpoint)
+    tokenizer = load_tokenizer(args.checkpoint)
     led.save_pretrained(output)
     tokenizer.save_pretrained(output)
     period = args.position_period or bart.config.max_position_embeddings

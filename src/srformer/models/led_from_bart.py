@@ -23,6 +23,9 @@ from typing import Any
 import torch
 from transformers import LEDConfig, LEDForConditionalGeneration, PreTrainedModel
 
+from srformer.models.families import family_of_config
+from srformer.models.install import srformer_config_of
+
 __all__ = ["led_from_bart"]
 
 #: BART's learned positions start at row 2 of their table (BartLearnedPositionalEmbedding's offset); LED's at row 0.
@@ -70,13 +73,13 @@ def led_from_bart(
             ``[1, max_position_embeddings]``.
     """
     config = bart.config
-    model_type = getattr(config, "model_type", None)
-    if model_type != "bart":
-        raise ValueError(f"`bart` must be a BART model (model_type 'bart'), not {model_type!r}.")
-    srformer = getattr(config, "srformer", None)
-    variant = srformer.get("variant") if isinstance(srformer, dict) else getattr(srformer, "variant", None)
-    if srformer is not None and variant != "full":
-        raise ValueError(f"`bart` is converted to {variant!r}: pass the plain BART checkpoint or its `full` "
+    family = family_of_config(config)  # a converted BART's model type is srformer's, its family BART's
+    if family is None or family.name != "bart":
+        raise ValueError(f"`bart` must be a BART model (model_type 'bart'), not "
+                         f"{getattr(config, 'model_type', None)!r}.")
+    stored = srformer_config_of(config)
+    if stored is not None and stored.variant != "full":
+        raise ValueError(f"`bart` is converted to {stored.variant!r}: pass the plain BART checkpoint or its `full` "
                          "conversion, whose weights are BART's.")
     if getattr(config, "scale_embedding", False):
         raise ValueError("`bart` scales its embeddings (scale_embedding=True), which LED does not: its encoding "
