@@ -84,8 +84,9 @@ def counts():
     ``knn-loki`` reading the share of each head's channels its default reads on t5-small (12 of 64: 6 of 32)."""
     length = 65536
     models = {name: long_input_model(name, shape="t5-tiny", segment_size=64, target_length=128)
-              for name in ("full", "segmented", "knn-loki")}
+              for name in ("full", "segmented", "knn-loki", "knn-loki-pages")}
     set_runtime_options(models["knn-loki"], index_rank=6)
+    set_runtime_options(models["knn-loki-pages"], index_rank=6)
     return {name: count_generation_bytes(model, length) for name, model in models.items()}
 
 
@@ -113,3 +114,32 @@ def test_knn_loki_keeps_its_byte_budgets(counts):
     assert 0 < loki_reads <= 0.10 * full_reads, (loki_reads / full_reads, loki.per_token_by_operator)
     assert loki_moves <= 2 * loki_reads, (loki_moves / loki_reads, loki.per_token_by_operator)
     assert loki.first_step_bytes <= 2 * full.first_step_bytes, loki.first_step_bytes / full.first_step_bytes
+
+
+@pytest.mark.filterwarnings("ignore:An encoder input has")
+def test_knn_loki_pages_reads_a_fraction_of_knn_lokis_bytes(counts):
+    """With pages (``knn-loki-pages``), beyond the decoder's own bytes: per token at most 0.05x what full attention
+    reads and at most half of what ``knn-loki`` reads; the first step, which sorts the keys into pages, moves at
+    most twice full attention's. Measured: 0.016x (``knn-loki`` 0.057x), first step 1.996x."""
+    own, full = counts["segmented"], counts["full"]
+    pages, loki = counts["knn-loki-pages"], counts["knn-loki"]
+    full_reads = full.persistent_bytes_per_token - own.persistent_bytes_per_token
+    pages_reads = pages.persistent_bytes_per_token - own.persistent_bytes_per_token
+    loki_reads = loki.persistent_bytes_per_token - own.persistent_bytes_per_token
+    assert 0 < pages_reads <= 0.05 * full_reads, (pages_reads / full_reads, pages.per_token_by_operator)
+    assert pages_reads <= 0.5 * loki_reads, pages_reads / loki_reads
+    assert pages.first_step_bytes <= 2 * full.first_step_bytes, (pages.first_step_bytes / full.first_step_bytes,
+                                                                  pages.first_step_by_operator)
+
+
+@pytest.mark.filterwarnings("ignore:An encoder input has")
+@pytest.mark.xfail(strict=True, reason=(
+    "knn-loki-pages reads so few channels that its second stage dominates: the 256 candidates' encoder rows, "
+    "gathered (read and written) and then multiplied, move about 2.6x its persistent bytes per token eagerly "
+    "(knn-loki: 1.6x, its channels being read without a copy)"))
+def test_knn_loki_pages_moves_at_most_twice_what_it_reads(counts):
+    """The eager budget ``knn-loki`` keeps, for ``knn-loki-pages``: a known miss, kept as a strict expected failure
+    so that a step that meets it turns this test red until the mark is removed."""
+    own, pages = counts["segmented"], counts["knn-loki-pages"]
+    reads = pages.persistent_bytes_per_token - own.persistent_bytes_per_token
+    assert pages.bytes_per_token - own.bytes_per_token <= 2 * reads

@@ -117,6 +117,22 @@ def test_top_keys_reads_more_keys_and_names_the_row(probe_run, tmp_path, monkeyp
         LongProbeSettings(runs=("x",), variants=("knn",), top_keys=0)
 
 
+def test_pages_reach_the_knn_module_and_name_the_row(probe_run, tmp_path, monkeypatch):
+    """``index_page`` and ``index_pages`` reach the scored cell's config and the row says so; they need loki."""
+    from srformer.probe import long_input
+
+    built = []
+    real = long_input.convert
+    monkeypatch.setattr(long_input, "convert", lambda model, config: built.append(config) or real(model, config))
+    settings = LongProbeSettings(runs=(str(probe_run),), variants=("knn",), lengths=(64,), examples=2, batch_size=2,
+                                 knn_index="loki", index_page=4, index_pages=9)
+    records = run_long_probe(settings, tmp_path, log=lambda line: None)
+    assert [r["name"] for r in records] == ["knn (loki, r=12, C=256, pages 4 x 9)"]
+    assert built[-1].index_page == 4 and built[-1].index_pages == 9
+    with pytest.raises(ValueError, match="index_page"):
+        LongProbeSettings(runs=("x",), variants=("knn",), index_page=4)
+
+
 @pytest.mark.parametrize("bad", [dict(lengths=(0,)), dict(examples=0), dict(variants=()), dict(seeds=()),
                                  dict(seeds=(-1,)), dict(seeds=(True,)), dict(seeds=(2**32,))])
 def test_bad_settings_are_refused(bad):

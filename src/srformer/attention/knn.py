@@ -84,6 +84,8 @@ DEFAULT_INDEX_PROBES = 32
 DEFAULT_INDEX_RANK = 12
 #: ``C``, the candidates ``knn_index="loki"`` scores exactly per head, when ``index_candidates`` is None.
 DEFAULT_INDEX_CANDIDATES = 256
+#: Pages read per head by ``knn_index="loki"`` with ``index_page`` when ``index_pages`` is None.
+DEFAULT_INDEX_PAGES = 256
 #: The values of ``knn_index`` besides None: faiss's index kinds and the rows of the encoder output.
 KNN_INDEXES = (*INDEX_KINDS, ROWS_INDEX, LOKI_INDEX)
 
@@ -117,6 +119,11 @@ class KNNSettings(MechanismSettings):
             runtime option.
         index_candidates: ``knn_index="loki"``: ``C``, the keys per head scored exactly in its second stage, of
             which the top ``K`` are read (``C >= k``: the exact search). None: 256. A runtime option.
+        index_page: ``knn_index="loki"``: ``b``, keys per page (:mod:`srformer.attention.loki_pages`): each head's
+            keys sorted once into pages of ``b``, and the first stage reads the ``index_pages`` pages of best bound
+            only. None (default): no pages, the first stage reads every key. A runtime option.
+        index_pages: with ``index_page``: ``P``, the pages per head whose keys the first stage scores (``P·b >= k``:
+            every key, as without pages). None: 256. A runtime option.
     """
 
     top_keys: int | None = integer_setting(1, None, "the keys each decoder query reads")
@@ -126,9 +133,12 @@ class KNNSettings(MechanismSettings):
     index_probes: int | None = integer_setting(1, None, "the IVF cells scanned per query")
     index_rank: int | None = integer_setting(1, None, "the principal channels read per query")
     index_candidates: int | None = integer_setting(1, None, "the candidates scored exactly per head")
+    index_page: int | None = integer_setting(1, None, "the keys per page of the first stage")
+    index_pages: int | None = integer_setting(1, None, "the pages per head the first stage reads")
 
     runtime: ClassVar[tuple[str, ...]] = (
-        "knn_index", "index_min_keys", "index_lists", "index_probes", "index_rank", "index_candidates"
+        "knn_index", "index_min_keys", "index_lists", "index_probes", "index_rank", "index_candidates", "index_page",
+        "index_pages",
     )
 
     def validate(self, config: SRformerConfig) -> None:
@@ -142,6 +152,14 @@ class KNNSettings(MechanismSettings):
             raise ValueError(
                 f"`knn_index` must be None (exact search) or one of {KNN_INDEXES}, got {self.knn_index!r}."
             )
+        if self.index_page is not None:
+            pages, top = self.resolved_index_pages(config), self.resolved_top_keys(config)
+            if (pages - 1) * self.index_page < top:
+                raise ValueError(
+                    f"`index_pages` ({pages}) less one, times `index_page` ({self.index_page}), must be at least "
+                    f"`top_keys` ({top}): the pages read must hold the keys a query reads even when one of them is "
+                    f"the last, partly empty page. Read more pages or make them larger."
+                )
 
     def resolved_top_keys(self, config: SRformerConfig) -> int:
         """``K``: ``top_keys``, or 32 when it is None."""
@@ -162,6 +180,10 @@ class KNNSettings(MechanismSettings):
     def resolved_index_candidates(self, config: SRformerConfig) -> int:
         """``index_candidates``, or 256 when it is None."""
         return self.index_candidates if self.index_candidates is not None else DEFAULT_INDEX_CANDIDATES
+
+    def resolved_index_pages(self, config: SRformerConfig) -> int:
+        """``index_pages``, or 256 when it is None."""
+        return self.index_pages if self.index_pages is not None else DEFAULT_INDEX_PAGES
 
     def whole_input_length(self, config: SRformerConfig) -> int:
         """``K``: an input of at most ``K`` real tokens is read whole (with ``knn_index="ivf"``, whose search is
@@ -301,7 +323,8 @@ class KNNCrossAttention(ContentSparseCrossAttention):
             if batch == 0 or length < settings.resolved_index_min_keys():
                 return None
             if settings.knn_index == LOKI_INDEX:
-                return loki_state(encoder_states, key_valid, projection, settings.resolved_index_rank())
+                return loki_state(encoder_states, key_valid, projection, settings.resolved_index_rank(),
+                                  settings.index_page)
             return rows_state(encoder_states, key_valid, projection)
         lengths, _ = real_lengths(key_valid, batch, length, encoder_states.device)
         if batch == 0 or int(lengths.max()) < settings.resolved_index_min_keys():
@@ -347,10 +370,11 @@ class KNNCrossAttention(ContentSparseCrossAttention):
             if isinstance(state, LokiKNNState):
                 settings = self.settings
                 rank = settings.resolved_index_rank()
-                flat, example, bags = self._loki_indices(queries.shape[0], queries.shape[1], state, rank,
-                                                         queries.device)
+                pages = settings.resolved_index_pages()
+                flat, example, bags, page_bags = self._loki_indices(queries.shape[0], queries.shape[1], state,
+                                                                    rank, pages, queries.device)
                 return loki_step(queries, state, self.top_keys, rank, settings.resolved_index_candidates(),
-                                 self.scale, flat, example, bags), state
+                                 self.scale, flat, example, bags, pages, page_bags), state
             example, _ = self._step_indices(queries.shape[0], queries.shape[1], queries.device)
             return rows_step(queries, state, self.top_keys, self.scale, example), state
         if not isinstance(state, IndexedKNNState):
@@ -400,20 +424,22 @@ class KNNCrossAttention(ContentSparseCrossAttention):
         )
 
     def _loki_indices(
-        self, batch: int, heads: int, state: LokiKNNState, rank: int, device: torch.device
+        self, batch: int, heads: int, state: LokiKNNState, rank: int, pages: int, device: torch.device
     ) -> tuple[torch.Tensor, ...]:
-        """The index tensors of :func:`~srformer.attention.knn_loki.loki_step` (its ``flat``, ``example`` and
-        ``bags``), made once per shape and device in eager mode and kept on the module, made in the graph when
-        traced."""
+        """The index tensors of :func:`~srformer.attention.knn_loki.loki_step` (its ``flat``, ``example``,
+        ``bags`` and ``page_bags``), made once per shape and device in eager mode and kept on the module, made in the
+        graph when traced. ``page_bags`` is empty for a state without pages."""
         doubled, rank = state.signed_channels, state.channels_read(rank)
         count = batch * heads
+        read = min(pages, state.channels.shape[-1]) if state.paged is not None else 0
 
         def make() -> tuple[torch.Tensor, ...]:
             return (torch.arange(count, device=device).mul_(doubled).view(count, 1, 1),
                     torch.arange(batch, device=device).repeat_interleave(heads).view(count, 1),
-                    torch.arange(count, device=device).mul_(rank))
+                    torch.arange(count, device=device).mul_(rank),
+                    torch.arange(count * read, device=device).mul_(rank))
 
-        return kept_per_shape(self._loki, (batch, heads, doubled, rank, device), make)
+        return kept_per_shape(self._loki, (batch, heads, doubled, rank, read, device), make)
 
     def _step_indices(self, batch: int, heads: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, 1, 1) and (1, H, 1) long, the example and head of each chosen slot (the first two index tensors of the
@@ -479,7 +505,7 @@ class KNNCrossAttention(ContentSparseCrossAttention):
             wide = accumulation_dtype(torch.promote_types(queries.dtype, content.keys.dtype))
             positions = loki_positions(queries, cast(content.keys, wide), content.key_valid,
                                        settings.resolved_index_rank(), settings.resolved_index_candidates(),
-                                       self.top_keys)
+                                       self.top_keys, settings.index_page, settings.resolved_index_pages())
             batch, heads, length, _ = positions.shape
             valid = content.key_valid[:, None, None, :].expand(batch, heads, length, -1)
             return positions, valid.gather(-1, positions)

@@ -51,6 +51,7 @@ import torch
 from torch.nn import functional as F
 
 from srformer.attention.knn_rows import RowsKNNState, rows_state
+from srformer.attention.loki_pages import page_order, page_tables, paged_candidates, paged_pool
 from srformer.attention.projection import HeadProjection
 from srformer.attention.schedule import tracing
 from srformer.attention.segmented import cast
@@ -93,6 +94,11 @@ class LokiKNNState(RowsKNNState):
             1, d) or None (no value bias) the same of ``b_v``
             (:meth:`~srformer.attention.projection.HeadProjection.example_values`): an example without real keys
             outputs 0 with one operator call fewer per step.
+        paged, slot_position: None without pages (``index_page`` None). With pages of ``b`` keys
+            (:mod:`srformer.attention.loki_pages`), :attr:`channels` holds each page's largest values instead,
+            (B·H·2m, n) for ``n = ceil(k / b)`` pages, and these hold (B·H·2m·n, b) the channels in page order, one
+            page per row, and (B·H, n·b) long each slot's encoder position
+            (:func:`~srformer.attention.loki_pages.page_tables`).
     """
 
     channels: torch.Tensor
@@ -100,6 +106,11 @@ class LokiKNNState(RowsKNNState):
     flat_order: torch.Tensor
     value_weight: torch.Tensor
     value_bias: torch.Tensor | None
+    paged: torch.Tensor | None = None
+    slot_position: torch.Tensor | None = None
+
+    #: The fields whose first axis holds examples and heads (B·H, or B·H·2m·n for :attr:`paged`).
+    _per_head: ClassVar[tuple[str, ...]] = ("channels", "query_map", "paged", "slot_position")
 
     is_lean: ClassVar[bool] = True
     reads_encoder_rows: ClassVar[bool] = True
@@ -122,11 +133,11 @@ class LokiKNNState(RowsKNNState):
         """``fn`` applied per example: the two (B·H)-first fields seen as (B, H, ...) for it, :attr:`flat_order`
         made again as a view of the mapped :attr:`rank_order`."""
         batch = self.lengths.shape[0]
-        per_example = replace(self, channels=self.channels.unflatten(0, (batch, -1)),
-                              query_map=self.query_map.unflatten(0, (batch, -1)), flat_order=self.lengths)
-        mapped = super(LokiKNNState, per_example).map_batch(fn)
-        return replace(mapped, channels=mapped.channels.flatten(0, 1), query_map=mapped.query_map.flatten(0, 1),
-                       flat_order=mapped.rank_order.flatten(1))
+        unflat = {name: getattr(self, name).unflatten(0, (batch, -1)) for name in self._per_head
+                  if getattr(self, name) is not None}
+        mapped = super(LokiKNNState, replace(self, flat_order=self.lengths, **unflat)).map_batch(fn)
+        flat = {name: getattr(mapped, name).flatten(0, 1) for name in unflat}
+        return replace(mapped, flat_order=mapped.rank_order.flatten(1), **flat)
 
 
 def loki_basis(
@@ -141,7 +152,8 @@ def loki_basis(
         channels: ``m``, ``1 <= m <= d``.
 
     Returns:
-        ``(vectors, scales)``: (B, H, d, m) orthonormal columns, the largest variance last, and (B, H, m) the
+        ``(vectors, scales)``: (B, H, d, m) orthonormal columns, the largest variance last, each with its largest
+        component positive, and (B, H, m) the
         square roots of their eigenvalues (the spread of the keys along each), floored at ``10^-3`` of the largest
         (and above 0), in ``keys``' dtype. An example without real keys gets the eigenvectors of a zero matrix.
     """
@@ -157,11 +169,16 @@ def loki_basis(
     values, vectors = torch.linalg.eigh(covariance)  # ascending eigenvalues
     spread = values[..., d - channels:].clamp_min(0.0).sqrt()
     floor = (spread[..., -1:] * _SCALE_FLOOR).clamp_min(torch.finfo(keys.dtype).tiny)
-    return vectors[..., d - channels:], torch.maximum(spread, floor)
+    kept = vectors[..., d - channels:]
+    # an eigenvector's sign is free: make its largest component positive, so that the page order (which reads the
+    # channels' signs) is the same whatever sign the solver returns
+    sign = kept.gather(-2, kept.abs().argmax(dim=-2, keepdim=True)).sign()
+    return kept * sign, torch.maximum(spread, floor)
 
 
 def loki_state(
-    encoder_states: torch.Tensor, key_valid: torch.Tensor | None, projection: HeadProjection, rank: int
+    encoder_states: torch.Tensor, key_valid: torch.Tensor | None, projection: HeadProjection, rank: int,
+    page: int | None = None,
 ) -> LokiKNNState:
     """The state of one layer (module docstring). The keys are projected once, in float32 or wider, and dropped.
 
@@ -170,6 +187,8 @@ def loki_state(
         key_valid: (B, k) bool, True at real positions, or None when nothing is padded.
         projection: the layer's key/value projections per head.
         rank: ``r = index_rank``, the channels a step reads.
+        page: ``b = index_page``, keys per page (:mod:`srformer.attention.loki_pages`: one sort of the keys per
+            head more), or None: no pages, the first stage scores every key.
 
     Raises:
         ValueError: for more than ``2^25`` encoder positions (what the order keys keep apart).
@@ -181,22 +200,34 @@ def loki_state(
         keys = cast(projection.keys(encoder_states), wide)  # (B, H, k, d)
         batch, heads, length, d = keys.shape
         vectors, scales = loki_basis(keys, key_valid, stored_channels(rank, d))  # (B, H, d, m), (B, H, m)
-        rotated = ((keys @ vectors) / scales[:, :, None, :]).mT  # (B, H, m, k)
-        channels = cast(torch.cat([rotated, -rotated], dim=2), low)  # (B, H, 2m, k)
-        if key_valid is not None:
-            padded = ~key_valid.to(device=keys.device, dtype=torch.bool)
-            channels.masked_fill_(padded[:, None, None, :], _PADDING_VALUE)
+        rotated = (keys @ vectors) / scales[:, :, None, :]  # (B, H, k, m)
+        padded = None if key_valid is None else ~key_valid.to(device=keys.device, dtype=torch.bool)[:, None, :]
+        if page is not None:  # the keys in page order: padded positions last
+            order = page_order(rotated.mT, key_valid)  # (B, H, k)
+            example = torch.arange(batch, device=keys.device).view(batch, 1, 1)
+            head = torch.arange(heads, device=keys.device).view(1, heads, 1)
+            rotated = rotated[example, head, order]
+            padded = None if padded is None else padded.expand(-1, heads, -1).gather(-1, order)
+        channels = cast(torch.cat([rotated.mT, -rotated.mT], dim=2), low)  # (B, H, 2m, k)
+        if padded is not None:
+            channels.masked_fill_(padded[:, :, None, :], _PADDING_VALUE)
         mapped = vectors * scales[:, :, None, :]
         key_weight = cast(projection.key_weight, wide).expand(batch, -1, -1, -1)  # (B, H, d, D)
         query_map = torch.cat([mapped, -mapped, key_weight], dim=-1)
         value_weight, value_bias = base.projection.example_values(base.has_keys)
-    return extend(LokiKNNState, base, channels=channels.flatten(0, 2), query_map=query_map.flatten(0, 1),
-                  flat_order=base.rank_order.view(batch, length), value_weight=value_weight, value_bias=value_bias)
+        flat_order = base.rank_order.view(batch, length)
+        pages: dict[str, torch.Tensor | None] = {}
+        if page is not None:
+            paged, channels, slot_position = page_tables(channels, order, page, _PADDING_VALUE)
+            pages = {"paged": paged, "slot_position": slot_position}
+    return extend(LokiKNNState, base, channels=channels.flatten(0, -2), query_map=query_map.flatten(0, 1),
+                  flat_order=flat_order, value_weight=value_weight, value_bias=value_bias, **pages)
 
 
 def loki_step(
     queries: torch.Tensor, state: LokiKNNState, top_keys: int, rank: int, candidates: int, scale: float,
-    flat: torch.Tensor, example: torch.Tensor, bags: torch.Tensor,
+    flat: torch.Tensor, example: torch.Tensor, bags: torch.Tensor, pages: int | None = None,
+    page_bags: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One decoder position (module docstring): the ``r`` channels the query weighs most, the ``min(C, k)``
     candidates of best score on them per head, the ``min(K, C, k)`` of those of best exact score (ties to the earlier
@@ -215,6 +246,9 @@ def loki_step(
             caller).
         example: (B·H, 1) long, each example and head's example (kept by the caller).
         bags: (B·H,) long, ``r · arange(B·H)``: where each example and head's channels start (kept by the caller).
+        pages: ``P = index_pages``, for a state with pages (:mod:`srformer.attention.loki_pages`): the first
+            stage reads the channels of the ``P`` pages of best bound only.
+        page_bags: with pages, (B·H·min(P, n),) long, ``r · arange(B·H·min(P, n))`` (kept by the caller).
 
     Returns:
         (B, H, 1, d) in the queries' dtype.
@@ -222,26 +256,39 @@ def loki_step(
     rows, projection, channels = state.rows, state.projection, state.channels
     on_cpu = step_kind(queries.device) == "cpu" and not tracing() and state.rows.is_contiguous()
     batch, heads = queries.shape[:2]
-    length = channels.shape[-1]
+    length = rows.shape[1]
     doubled, rank = state.signed_channels, state.channels_read(rank)
-    pool = min(candidates, length)
-    width = min(top_keys, pool)
+    paged, slot_position = state.paged, state.slot_position
+    if paged is not None:
+        if pages is None or page_bags is None or slot_position is None:
+            raise ValueError("A knn state with pages needs `pages` and `page_bags` (and its slots' positions).")
+        pool = paged_pool(candidates, pages, paged.shape[-1], length)
+    else:
+        pool = min(candidates, length)
+    width = min(top_keys, pool, length)
     wide = state.query_map.dtype
     with torch.no_grad(), torch.autocast(device_type=queries.device.type, enabled=False):
         # one product: the mapped query (2m) and W_k^T Q_t (D), per example and head
         mapped = torch.bmm(cast(queries, wide).view(batch * heads, 1, -1), state.query_map)
         hidden_queries = mapped[..., doubled:]  # (B·H, 1, D)
         top = torch.topk(mapped[..., :doubled], rank, dim=-1, sorted=False)  # the r channels, each signed positive
-        rough = F.embedding_bag((top.indices + flat).view(-1), channels, bags,
-                                per_sample_weights=cast(top.values, channels.dtype).view(-1), mode="sum")
-        pooled = torch.topk(rough, pool, dim=-1, sorted=False).indices  # (B·H, C)
+        weights = cast(top.values, channels.dtype)
+        if paged is not None and pages is not None and page_bags is not None and slot_position is not None:
+            # the pages of best bound, then the best keys in them
+            slots = paged_candidates(top.indices + flat, weights, paged, channels, pages, pool, bags,
+                                     page_bags)  # (B·H, C')
+            pooled = slot_position.gather(1, slots)
+        else:
+            rough = F.embedding_bag((top.indices + flat).view(-1), channels, bags,
+                                    per_sample_weights=weights.view(-1), mode="sum")
+            pooled = torch.topk(rough, pool, dim=-1, sorted=False).indices  # (B·H, C)
+        order = state.flat_order[example, pooled]  # (B·H, C)
         # on the CPU, index_select of flat rows copies them about 6x faster than advanced indexing (0.19 against
         # 1.2-1.7 ms for 2,048 rows of 512 at 16k-65k positions, one thread), for four calls more per gather
         starts = example * length if on_cpu else None  # (B·H, 1): each example's first flat row
         hidden = cast(_pick(rows, example, pooled, starts), wide)  # (B·H, C, D)
         # one product, reading the candidates' rows once (a product and a sum would write and read them again)
         scores = torch.bmm(hidden, hidden_queries.mT).view(batch * heads, pool)
-        order = state.flat_order[example, pooled]  # (B·H, C)
         chosen = ranked_top(scores, order, width, finite=True)  # (B·H, S) in [0, C)
         positions = pooled.gather(1, chosen)  # (B·H, S) encoder positions
     picked = cast(_pick(rows, example, positions, starts), wide).view(batch, heads, width, -1)  # read again:
@@ -266,23 +313,28 @@ def _pick(rows: torch.Tensor, example: torch.Tensor, positions: torch.Tensor,
 
 
 def loki_positions(
-    queries: torch.Tensor, keys: torch.Tensor, key_valid: torch.Tensor, rank: int, candidates: int, top_keys: int
+    queries: torch.Tensor, keys: torch.Tensor, key_valid: torch.Tensor, rank: int, candidates: int, top_keys: int,
+    page: int | None = None, pages: int = 1,
 ) -> torch.Tensor:
     """The parallel path's selection (training, teacher forcing, a multi-token chunk): for every query, the same
     two stages as :func:`loki_step` over the projected keys themselves (the first stage's products rounded to the
-    step's dtype), so that the same keys are read up to the rounding of the scores. Without gradient.
+    step's dtype), so that the same keys are read up to the rounding of the scores; with pages, the same pages
+    (:mod:`srformer.attention.loki_pages`). Without gradient.
 
     Args:
         queries: (B, H, q, d) projected decoder queries.
         keys: (B, H, k, d) projected encoder keys, float32 or wider.
         key_valid: (B, k) bool, True at real positions.
         rank: ``r``. candidates: ``C``. top_keys: ``K``.
+        page: ``b``, keys per page, or None (no pages). pages: ``P``, the pages read (with ``page``).
 
     Returns:
-        (B, H, q, min(K, C, k)) long encoder positions, ascending.
+        (B, H, q, min(K, C', k)) long encoder positions, ascending (``C'``: the candidates, ``min(C, k)``, or
+        :func:`~srformer.attention.loki_pages.paged_pool` with pages).
     """
     length, d = keys.shape[2], keys.shape[3]
-    pool = min(candidates, length)
+    total = -(-length // page) if page is not None else 0
+    pool = paged_pool(candidates, pages, page, length) if page is not None else min(candidates, length)
     width = min(top_keys, pool)
     wide = keys.dtype
     low = torch.float64 if wide == torch.float64 else LOW_RANK_DTYPE
@@ -294,13 +346,48 @@ def loki_positions(
         chosen = torch.topk(mapped.abs(), min(rank, count), dim=-1).indices
         kept = torch.zeros_like(mapped).scatter_(-1, chosen, 1.0)
         rotated = (keys @ vectors) / scales[:, :, None, :]  # (B, H, k, m): c_ji / s_i
-        rough = cast(cast(mapped * kept, low), wide) @ cast(cast(rotated, low), wide).mT  # (B, H, q, k)
+        weights = cast(cast(mapped * kept, low), wide)
+        stored = cast(cast(rotated, low), wide)
+        rough = weights @ stored.mT  # (B, H, q, k)
         rough = rough.masked_fill(~key_valid[:, None, None, :], float("-inf"))
+        allowed = key_valid[:, None, None, :].expand_as(rough)
+        if page is not None and min(pages, total) < total:  # only the keys of the P pages of best bound
+            in_pages = _read_pages(weights, stored, key_valid, rotated.mT, page, pages, total)
+            rough = rough.masked_fill(~in_pages, float("-inf"))
+            allowed = allowed & in_pages
         pooled = torch.topk(rough, pool, dim=-1, sorted=False).indices  # (B, H, q, C)
         exact = queries @ keys.mT  # (B, H, q, k)
         scores = exact.gather(-1, pooled)
-        allowed = key_valid[:, None, None, :].expand_as(exact).gather(-1, pooled)
+        allowed = allowed.gather(-1, pooled)
         # the tie rule compares positions: rank the pool in encoder order first
         ordered, order = pooled.sort(dim=-1)
         best = top_positions(scores.gather(-1, order), allowed.gather(-1, order), width)
         return ordered.gather(-1, best).sort(dim=-1).values
+
+
+def _read_pages(weights: torch.Tensor, stored: torch.Tensor, key_valid: torch.Tensor, whitened: torch.Tensor,
+                page: int, pages: int, total: int) -> torch.Tensor:
+    """(B, H, q, k) bool: the keys in each query's ``P`` pages of best bound, the step's pages
+    (:func:`~srformer.attention.loki_pages.page_tables`): each page's bound is ``sum_i w_i max_j c_ji`` over the
+    query's signed weights ``w_i`` (``max`` for ``w_i > 0``, ``min`` below), padded positions counting as the step's
+    ``-2^64`` in both signs.
+
+    Args:
+        weights: (B, H, q, m) the query's weights, zero off its ``r`` channels. stored: (B, H, k, m) the channels as
+            the step stores them. key_valid: (B, k). whitened: (B, H, m, k) the channels before rounding (the order).
+        page: ``b``. pages: ``P``. total: ``n``, pages per head.
+    """
+    batch, heads, length, m = stored.shape
+    order = page_order(whitened, key_valid)  # (B, H, k)
+    padded = ~key_valid[:, None, :, None]
+    high = stored.masked_fill(padded, _PADDING_VALUE).gather(2, order[..., None].expand(-1, -1, -1, m))
+    low = stored.masked_fill(padded, -_PADDING_VALUE).gather(2, order[..., None].expand(-1, -1, -1, m))
+    extra = total * page - length
+    high = F.pad(high, (0, 0, 0, extra), value=_PADDING_VALUE).view(batch, heads, total, page, m).amax(3)
+    low = F.pad(low, (0, 0, 0, extra), value=-_PADDING_VALUE).view(batch, heads, total, page, m).amin(3)
+    bounds = weights.clamp_min(0.0) @ high.mT + weights.clamp_max(0.0) @ low.mT  # (B, H, q, n)
+    best = torch.topk(bounds, min(pages, total), dim=-1).indices
+    chosen = torch.zeros_like(bounds, dtype=torch.bool).scatter_(-1, best, True)
+    page_of = torch.empty_like(order).scatter_(-1, order, torch.arange(length, device=order.device).expand_as(order))
+    page_of = torch.div(page_of, page, rounding_mode="floor")  # (B, H, k): each position's page
+    return chosen.gather(-1, page_of[:, :, None, :].expand(-1, -1, chosen.shape[2], -1))

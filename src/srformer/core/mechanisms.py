@@ -503,7 +503,11 @@ MECHANISMS: tuple[Mechanism, ...] = (
         # long inputs on the state it saves and its recall, the exact search's
         # knn-loki: the rows read through a low-rank first stage (Loki), chosen for long inputs on the bytes a step
         # reads (a few percent of full attention's) and its recall, the exact search's
+        # knn-loki-pages: knn-loki whose first stage reads the 256 pages of 16 keys of best bound (Quest's bounds in
+        # Loki's basis), chosen on the bytes a step reads at 65k-262k tokens (under 1/10 of knn-loki's there)
         named_settings={"knn-4": {"top_keys": 4}, "knn-rows": {"knn_index": "rows", "index_min_keys": 1},
-                        "knn-loki": {"knn_index": "loki", "index_min_keys": 1}},
+                        "knn-loki": {"knn_index": "loki", "index_min_keys": 1},
+                        "knn-loki-pages": {"knn_index": "loki", "index_min_keys": 1, "index_page": 16,
+                                           "index_pages": 256}},
     ),
 )

@@ -24,7 +24,12 @@ from typing import Any
 
 import torch
 
-from srformer.attention.knn import DEFAULT_INDEX_CANDIDATES, DEFAULT_INDEX_PROBES, DEFAULT_INDEX_RANK
+from srformer.attention.knn import (
+    DEFAULT_INDEX_CANDIDATES,
+    DEFAULT_INDEX_PAGES,
+    DEFAULT_INDEX_PROBES,
+    DEFAULT_INDEX_RANK,
+)
 from srformer.core import named_config
 from srformer.models.convert import convert
 from srformer.probe.metrics import score
@@ -56,6 +61,9 @@ class LongProbeSettings:
         index_probes: IVF cells scanned per query (None: the mechanism's default).
         index_rank: with ``knn_index="loki"``: the principal channels read per query (None: the default, 12).
         index_candidates: with ``knn_index="loki"``: the keys per head scored exactly (None: the default, 256).
+        index_page: with ``knn_index="loki"``: keys per page of the first stage, which then reads the
+            ``index_pages`` pages of best bound only (None: no pages); the row name then says ``pages b x P``.
+        index_pages: with ``index_page``: the pages per head read (None: the default, 256).
         top_keys: the keys each head of a ``knn`` cell attends to (None: the cell's own, 32 for ``knn``); the row
             name then says ``top K``.
     """
@@ -71,6 +79,8 @@ class LongProbeSettings:
     index_probes: int | None = None
     index_rank: int | None = None
     index_candidates: int | None = None
+    index_page: int | None = None
+    index_pages: int | None = None
     top_keys: int | None = None
 
     def __post_init__(self) -> None:
@@ -82,6 +92,8 @@ class LongProbeSettings:
                              f"got {self.seeds!r}.")
         if self.knn_index is not None and any(named_config(name).variant != "knn" for name in self.variants):
             raise ValueError("`knn_index` applies to knn cells only: give --variants knn (or knn-4).")
+        if (self.index_page is not None or self.index_pages is not None) and self.knn_index != "loki":
+            raise ValueError("`index_page` and `index_pages` apply to --knn-index loki only.")
         if self.top_keys is not None and any(named_config(name).variant != "knn" for name in self.variants):
             raise ValueError("`top_keys` applies to knn cells only: give --variants knn (or knn-4).")
         if self.top_keys is not None and (isinstance(self.top_keys, bool) or self.top_keys < 1):
@@ -129,6 +141,9 @@ def _label(name: str, settings: LongProbeSettings) -> str:
         rank = settings.index_rank if settings.index_rank is not None else DEFAULT_INDEX_RANK
         pool = settings.index_candidates if settings.index_candidates is not None else DEFAULT_INDEX_CANDIDATES
         parts += ["loki", f"r={rank}", f"C={pool}"]
+        if settings.index_page is not None:
+            read = settings.index_pages if settings.index_pages is not None else DEFAULT_INDEX_PAGES
+            parts.append(f"pages {settings.index_page} x {read}")
     elif settings.knn_index is not None:
         probes = settings.index_probes if settings.index_probes is not None else DEFAULT_INDEX_PROBES
         parts += [settings.knn_index] + ([f"{probes} probes"] if settings.knn_index == "ivf" else [])
@@ -143,7 +158,8 @@ def _model(cell: Path, record: dict, encoder_window: int, settings: LongProbeSet
     shape = ModelShape(**budget["shape"])
     index = {} if settings.knn_index is None else {
         "knn_index": settings.knn_index, "index_min_keys": 1, "index_probes": settings.index_probes,
-        "index_rank": settings.index_rank, "index_candidates": settings.index_candidates}
+        "index_rank": settings.index_rank, "index_candidates": settings.index_candidates,
+        "index_page": settings.index_page, "index_pages": settings.index_pages}
     if settings.top_keys is not None:
         index["top_keys"] = settings.top_keys
     own = {k: v for k, v in record.get("settings", {}).items() if k != "encoder_window" and k not in index}

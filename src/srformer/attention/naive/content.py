@@ -177,13 +177,50 @@ def knn_attention(
             spread = values[d - kept:].clamp_min(0.0).sqrt()
             spread = torch.maximum(spread, (spread[-1] * 1e-3).clamp_min(torch.finfo(k.dtype).tiny))
             basis = vectors[:, d - kept:]
+            basis = basis * basis[basis.abs().argmax(dim=0), torch.arange(kept)].sign()  # largest component > 0
             rotated_query = basis.T @ query
             weight = (rotated_query.abs() * spread).tolist()
             channels = sorted(range(kept), key=lambda i: (-weight[i], i))[:rank]
             rough = ((k @ basis[:, channels]) @ rotated_query[channels]).tolist()
-            pool = sorted(pool, key=lambda j: (-rough[j], j))[:settings.resolved_index_candidates()]
+            count = settings.resolved_index_candidates()
+            if settings.index_page is not None:  # only the keys of the pages of best bound, at most the keys of
+                # P - 1 full pages and one more
+                pool = _paged_pool(k @ basis, spread, rotated_query, channels, settings)
+                count = min(count, (settings.resolved_index_pages() - 1) * settings.index_page + 1)
+            pool = sorted(pool, key=lambda j: (-rough[j], j))[:count]
         chosen = sorted(pool, key=lambda j: (-products[j], j))[:top]
         rows = torch.tensor(sorted(chosen), dtype=torch.long)
         return softmax_attention(query, k[rows], v[rows], scale)
 
     return per_query(queries, keys, values, key_valid, start_position, one_query)
+
+
+def _paged_pool(on_basis: torch.Tensor, spread: torch.Tensor, rotated_query: torch.Tensor, channels: list[int],
+                settings: SRformerConfig) -> list[int]:
+    """The keys (indices into the ``n`` real ones) of the ``P = index_pages`` pages of best bound: the keys sorted by
+    the Morton code of their levels on the 6 channels of largest variance (8 levels each, cut at the octiles of the
+    real keys' ``(v_i . K_j) / sqrt(λ_i)``: the ``floor(i (n - 1) / 8)``-th smallest; bits interleaved, the largest
+    variance's first; ties by position), cut
+    into pages of ``b = index_page``, each bounded by ``sum_i max_j (v_i . Q_t)(v_i . K_j)`` over the query's channels
+    (Quest's page bound, Tang et al. 2024, in Loki's basis; :mod:`srformer.attention.loki_pages`).
+
+    Args:
+        on_basis: (n, m) ``v_i . K_j`` for the ``m`` kept directions, the largest variance last. spread: (m,)
+            ``sqrt(λ_i)``. rotated_query: (m,) ``v_i . Q_t``. channels: the query's ``r`` channels.
+    """
+    count, kept = on_basis.shape
+    coded = min(6, kept)
+    whitened = [[float(on_basis[j, kept - 1 - c] / spread[kept - 1 - c]) for c in range(coded)] for j in range(count)]
+    cuts = []  # per channel, the real values' octiles
+    for c in range(coded):
+        ranked = sorted(row[c] for row in whitened)
+        cuts.append([ranked[(i * (count - 1)) // 8] for i in range(1, 8)])
+    levels = [[sum(cut < row[c] for cut in cuts[c]) for c in range(coded)] for row in whitened]
+    codes = ["".join(format(level[c], "03b")[bit] for bit in range(3) for c in range(coded)) for level in levels]
+    order = sorted(range(count), key=lambda j: (codes[j], j))
+    page = settings.index_page
+    pages = [order[start:start + page] for start in range(0, count, page)]
+    bounds = [sum(max(float(rotated_query[i] * on_basis[j, i]) for j in members) for i in channels)
+              for members in pages]
+    best = sorted(range(len(pages)), key=lambda p: (-bounds[p], p))[:settings.resolved_index_pages()]
+    return [j for p in best for j in pages[p]]

@@ -36,6 +36,11 @@ def add_parser(subparsers) -> None:
                              "(default 12)")
     parser.add_argument("--index-candidates", type=int, default=None,
                         help="with --knn-index loki: keys per head scored exactly (default 256)")
+    parser.add_argument("--index-page", type=int, default=None,
+                        help="with --knn-index loki: keys per page of the first stage, which then reads only the "
+                             "pages of best bound (default: no pages, every key)")
+    parser.add_argument("--index-pages", type=int, default=None,
+                        help="with --index-page: pages per head whose keys are scored (default 256)")
     parser.add_argument("--top-keys", type=int, default=None,
                         help="keys each head of a knn cell attends to (default: the cell's own, 32)")
     parser.add_argument("--index-probes", type=int, default=None,

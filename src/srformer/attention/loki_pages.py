@@ -1,0 +1,168 @@
+"""Pages of low-rank keys (``knn_index="loki"`` with ``index_page``): a first stage that reads a few percent of the
+channels :mod:`srformer.attention.knn_loki` would read, found by measurement for long inputs.
+
+``knn_index="loki"`` scores every key on ``r`` channels of its head's principal basis, so a step reads ``H·r·k``
+numbers per layer: about 5% of full attention's bytes at any length. With pages, the keys of each head are sorted
+once, at the build, so that keys close in the principal basis share a page of ``b = index_page`` keys, and each
+page keeps, per signed channel, the largest of its keys' values. A decoder step then:
+
+1. bounds every page on the ``r`` channels the query weighs most: ``sum_i x_i max_{j in page} c_ji``, at least the
+   low-rank score of each of its keys (Quest's page bounds, Tang et al. 2024, Sec. 3, taken in Loki's basis);
+2. reads the ``r`` channels of the keys of the ``P = index_pages`` pages of best bound, and takes the
+   ``index_candidates`` of best low-rank score among them, as ``knn_index="loki"`` does among all keys.
+
+It reads ``H·r·(k/b + P·b)`` numbers instead of ``H·r·k``: at 262,144 tokens, pages of 16 and 256 pages read, 17
+times fewer. Every key is still reachable: when ``P`` pages hold every key (``P·b >= k``) the candidates are
+``knn_index="loki"``'s.
+
+**The order** (:func:`page_order`), what makes a page's bound tight: each key's ``L = 6`` channels of largest
+variance are cut into 8 levels at their real keys' octiles, and the keys are sorted by the Morton code of those
+levels (their bits interleaved, the largest variance's first), ties by position, padded positions last: per head,
+one ``sort`` of each of the ``L`` channels and one of the codes. Measured on the recall probe's keys (its seed-2
+base; the share of the exact search's top 32 keys per head that the first stage finds): at 16,384 tokens, pages of
+16 and 128 read, 65.7% with pages in encoder order, 95.8% with this order, 97.1% with a kd-tree's (a sort per level:
+about 2.5 s per layer at 262,144 tokens on one CPU thread) and 98.2% without pages; at 65,536 tokens, 256 pages
+read, 95.7% with this order and 95.7% without pages, but 82.5% with the levels cut at the standard normal's octiles
+instead (the whitened channels are far from normal).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.nn import functional as F
+
+__all__ = [
+    "PAGE_CODE_BITS", "PAGE_CODE_CHANNELS", "page_order", "page_tables", "paged_candidates", "paged_pool",
+]
+
+#: ``L``: the channels of largest variance a key's page code is made of.
+PAGE_CODE_CHANNELS = 6
+#: The bits per channel of a key's page code: ``2^3 = 8`` levels.
+PAGE_CODE_BITS = 3
+
+
+def page_order(whitened: torch.Tensor, key_valid: torch.Tensor | None) -> torch.Tensor:
+    """Each head's keys in page order (module docstring): ascending Morton code of the levels of the ``L`` channels
+    of largest variance, ties by position, padded positions last. A channel's levels are cut at its real keys'
+    octiles: the ``floor(i·(n - 1) / 8)``-th smallest of the ``n`` real values, ``i = 1 .. 7``; a value's level is
+    the number of cuts below it.
+
+    Args:
+        whitened: (B, H, m, k) every key's value on each kept channel divided by its spread, ``c_ji / s_i``, the
+            largest variance last (:func:`~srformer.attention.knn_loki.loki_basis`'s order).
+        key_valid: (B, k) bool, True at real positions, or None (all real).
+
+    Returns:
+        (B, H, k) long: the encoder position of each slot.
+    """
+    batch, heads, kept, length = whitened.shape
+    channels = min(PAGE_CODE_CHANNELS, kept)
+    top = whitened[:, :, kept - channels:].contiguous()  # (B, H, L, k), the largest variance last
+    count = 2 ** PAGE_CODE_BITS
+    step = torch.arange(1, count, device=top.device)
+    if key_valid is None:
+        real = torch.full((batch, 1), length, device=top.device)
+        ranked = top.sort(dim=-1).values
+    else:
+        valid = key_valid.to(device=top.device, dtype=torch.bool)
+        real = valid.sum(dim=-1, keepdim=True)  # (B, 1)
+        ranked = top.masked_fill(~valid[:, None, None, :], math.inf).sort(dim=-1).values  # padding last
+    which = torch.div(step * (real - 1), count, rounding_mode="floor").clamp_min(0)  # (B, 7)
+    cuts = ranked.gather(-1, which[:, None, None, :].expand(-1, heads, channels, -1))  # (B, H, L, 7)
+    levels = torch.searchsorted(cuts, top, out_int32=True)  # (B, H, L, k): the cuts below each value
+    # bit b of the level of channel j (L - 1: the largest variance) goes to place b·L + j: one table of each
+    # (channel, level)'s bits in place, looked up and summed over the channels (int32: 3·6 = 18 bits)
+    table = _code_table(channels, top.device)  # (L·8,)
+    offset = torch.arange(0, channels * count, count, device=top.device, dtype=torch.int32).view(1, 1, channels, 1)
+    code = table[levels + offset].sum(dim=2, dtype=torch.int32)  # (B, H, k)
+    if key_valid is not None:
+        code = code.masked_fill(~valid[:, None, :], 1 << (PAGE_CODE_BITS * channels))
+    return torch.sort(code, dim=-1, stable=True).indices
+
+
+def _code_table(channels: int, device: torch.device) -> torch.Tensor:
+    """(L·2^bits,) int32: entry ``j·2^bits + v``, the bits of level ``v`` of channel ``j`` at their places in the
+    code, bit ``b`` at ``b·L + j``. Made by operator calls on the device (no host tensor copied in)."""
+    count = 2 ** PAGE_CODE_BITS
+    level = torch.arange(count, device=device, dtype=torch.int32)  # (8,)
+    bit = torch.arange(PAGE_CODE_BITS, device=device, dtype=torch.int32)  # (bits,)
+    channel = torch.arange(channels, device=device, dtype=torch.int32)  # (L,)
+    place = bit[None, None, :] * channels + channel[:, None, None]  # (L, 1, bits)
+    return (((level[None, :, None] >> bit) & 1) << place).sum(dim=-1, dtype=torch.int32).flatten()
+
+
+def page_tables(
+    channels: torch.Tensor, order: torch.Tensor, page: int, padding_value: float
+) -> tuple[torch.Tensor, ...]:
+    """The step's tables: the channels in pages, each page's largest values, and each slot's encoder position.
+
+    Args:
+        channels: (B, H, 2m, k) the signed channels already in page order (:func:`page_order`; padded positions,
+            which come last, at ``padding_value``).
+        order: (B, H, k) long from :func:`page_order`.
+        page: ``b``, keys per page.
+        padding_value: a padded position's channel value, below 0, also that of the slots past the last key (the
+            last page's rest, ``n·b - k`` of them).
+
+    Returns:
+        ``(paged, bounds, slot_position)``: (B·H·2m·n, b) the channels, ``n = ceil(k / b)`` pages per head, each
+        page's ``b`` values in one row; (B·H·2m, n) each page's largest value per signed channel; (B·H, n·b) long
+        each slot's encoder position. A slot past the last key holds the position of the head's last slot, a padded
+        position when there is one: a step reads such a slot only when fewer keys than it needs are candidates,
+        which needs padding (the pages read hold at least ``(P - 1)·b >= K`` keys,
+        :meth:`~srformer.attention.knn.KNNSettings.validate`, and score above the empty slots unless every channel
+        weight of the query is 0), and then reads it as that padded position.
+    """
+    batch, heads, doubled, length = channels.shape
+    pages = -(-length // page)
+    extra = pages * page - length
+    paged, slot_position = channels, order
+    if extra:  # the last page's empty slots (no copy when the pages fill the input)
+        paged = F.pad(channels, (0, extra), value=padding_value)
+        slot_position = torch.cat([order, order[..., -1:].expand(-1, -1, extra)], dim=-1)
+    paged = paged.reshape(batch * heads * doubled, pages, page)
+    bounds = paged.amax(dim=-1)
+    return paged.flatten(0, 1), bounds, slot_position.flatten(0, 1)
+
+
+def paged_pool(candidates: int, pages: int, page: int, length: int) -> int:
+    """``C' = min(C, (P - 1)·b + 1, k)``: the candidates a step takes from its ``P`` pages, at most the keys they
+    surely hold (``P - 1`` full pages and one key of the last, partly empty one), so that an empty slot is never a
+    candidate where a key could be."""
+    return min(candidates, (pages - 1) * page + 1, length)
+
+
+def paged_candidates(
+    rows: torch.Tensor, values: torch.Tensor, paged: torch.Tensor, bounds: torch.Tensor, pages: int, pool: int,
+    bags: torch.Tensor, page_bags: torch.Tensor,
+) -> torch.Tensor:
+    """A step's first stage through pages (module docstring): the ``min(P, n)`` pages of best bound, the ``pool``
+    slots of best low-rank score in them. Thirteen operator calls (views included), no host sync.
+
+    Args:
+        rows: (B·H, 1, r) long, each chosen signed channel's row in :func:`page_tables`' ``bounds``
+            (``2m · (example·H + head) + channel``).
+        values: (B·H, 1, r) the query's values on them (positive), in the channels' dtype.
+        paged, bounds: from :func:`page_tables`.
+        pages: ``P``. pool: ``C'`` from :func:`paged_pool`.
+        bags: (B·H,) long, ``r · arange(B·H)``.
+        page_bags: (B·H·min(P, n),) long, ``r · arange(B·H·min(P, n))``.
+
+    Returns:
+        (B·H, C') long slots (``page · b + offset`` in page order) of :func:`page_tables`' per-slot tables.
+    """
+    count = rows.shape[0]
+    page, total = paged.shape[-1], bounds.shape[-1]
+    read = min(pages, total)
+    rough_pages = F.embedding_bag(rows.view(-1), bounds, bags, per_sample_weights=values.reshape(-1),
+                                  mode="sum")  # (B·H, n)
+    chosen = torch.topk(rough_pages, read, dim=-1, sorted=False).indices  # (B·H, P)
+    # the rows of the chosen pages' values: row (2m·(example·H + head) + channel)·n + page of ``paged``
+    page_rows = torch.add(chosen[:, :, None], rows, alpha=total)  # (B·H, P, r)
+    rough = F.embedding_bag(page_rows.view(-1), paged, page_bags,
+                            per_sample_weights=values.expand(-1, read, -1).reshape(-1), mode="sum")  # (B·H·P, b)
+    best = torch.topk(rough.view(count, read * page), pool, dim=-1, sorted=False).indices  # (B·H, C') in [0, P·b)
+    which = torch.div(best, page, rounding_mode="floor")
+    return torch.add(best, chosen.gather(1, which) - which, alpha=page)  # page·b + offset, in page order

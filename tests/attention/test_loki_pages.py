@@ -1,0 +1,176 @@
+"""Pages of low-rank keys (``knn_index="loki"`` with ``index_page``, :mod:`srformer.attention.loki_pages`): the
+step against the float64 reference (the keys sorted by their Morton code, the pages of best bound, then
+``knn_index="loki"``'s stages among their keys), every page read being the first stage without pages, padding, the
+order, no host sync and the same calls at every length, teacher forcing equal to generation, beam search, and the
+state's size."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import srformer
+from srformer.attention import step_choice
+from srformer.attention.knn import KNNCrossAttention
+from srformer.attention.knn_loki import LokiKNNState, loki_state
+from srformer.attention.loki_pages import page_order
+from srformer.attention.naive import knn_attention
+from srformer.attention.projection import HeadProjection
+from srformer.attention.step_choice import STEP_KINDS
+from srformer.benchmarks.operator_count import OperatorCounter
+from srformer.config import SRformerConfig
+from tests.attention.rows_cases import HEAD_DIM, HEADS, padded_outputs, rows_inputs
+from tests.models.conftest import BUILDERS, converted, padded_batch, plain_generation_config
+
+
+def _config(**settings) -> SRformerConfig:
+    return SRformerConfig("knn", segment_size=4, knn_index="loki", index_min_keys=1, **settings)
+
+
+def _module(**settings) -> KNNCrossAttention:
+    return KNNCrossAttention(_config(**settings), HEAD_DIM, scale=0.5)
+
+
+def _tolerance(hidden: torch.Tensor, projection: HeadProjection) -> float:
+    """Float64 rounding of the absorbed form against the reference's projected keys and values: a few dozen
+    operations per output, each within one unit of the largest magnitude involved."""
+    return 64 * torch.finfo(torch.float64).eps * float(hidden.abs().max()) * float(
+        projection.value_weight.detach().abs().sum(-1).max() + 1)
+
+
+def _reference(hidden, valid, projection, queries, **settings):
+    with torch.no_grad():
+        keys, values = projection.project(hidden[:, None].expand(-1, HEADS, -1, -1))
+    return knn_attention(queries, keys, values, valid, _config(**settings), scale=0.5)
+
+
+@pytest.mark.parametrize("step", STEP_KINDS)
+@pytest.mark.parametrize(("page", "pages"), [(3, 2), (4, 2), (5, 3), (16, 2), (7, 100)])
+@pytest.mark.parametrize("candidates", [3, 12])
+@pytest.mark.parametrize("rank", [1, 2])
+def test_the_step_is_the_paged_reference(page, pages, candidates, rank, step, monkeypatch):
+    """In float64, on either route: the keys the reference reads (its pages from its own Morton codes and bounds,
+    then the two stages among their keys), padding and the slots past the last key never read, 0 for the empty
+    document."""
+    monkeypatch.setattr(step_choice, "STEP_OVERRIDE", step)
+    hidden, valid, projection, queries = rows_inputs(torch.float64)
+    settings = {"index_rank": rank, "index_candidates": candidates, "top_keys": 3, "index_page": page,
+                "index_pages": pages}
+    module = _module(**settings)
+    state = module.indexed_state(hidden, valid, projection)
+    assert isinstance(state, LokiKNNState) and state.paged is not None
+    with torch.no_grad():
+        output, _ = module.step(queries, state, position=0)
+    expected = _reference(hidden, valid, projection, queries, **settings)
+    assert (output - expected).abs().max().item() <= _tolerance(hidden, projection)
+    assert torch.equal(output[2], torch.zeros_like(output[2]))
+
+
+def test_pages_change_what_is_read():
+    """The reference's pages matter: with two pages of three keys read, the keys read differ from those without
+    pages for some query (else the test above could not tell the two apart)."""
+    hidden, valid, projection, queries = rows_inputs(torch.float64, seed=1)
+    settings = {"index_rank": 2, "index_candidates": 12, "top_keys": 3}
+    paged = _reference(hidden, valid, projection, queries, index_page=3, index_pages=2, **settings)
+    flat = _reference(hidden, valid, projection, queries, **settings)
+    assert (paged - flat).abs().max().item() > 1e-3
+
+
+def test_every_page_read_is_the_first_stage_without_pages():
+    """``P·b >= k``: the same output as ``knn_index="loki"`` without pages."""
+    hidden, valid, projection, queries = rows_inputs(torch.float64)
+    settings = {"index_rank": 2, "index_candidates": 6, "top_keys": 3}
+    with torch.no_grad():
+        flat = _module(**settings).step(queries, loki_state(hidden, valid, projection, 2), position=0)[0]
+        module = _module(index_page=4, index_pages=10, **settings)
+        paged = module.step(queries, module.indexed_state(hidden, valid, projection), position=0)[0]
+    torch.testing.assert_close(paged, flat, rtol=0, atol=1e-12)
+
+
+def test_the_order_sorts_by_interleaved_levels():
+    """Levels cut at the real values' octiles (here -2, -0.5, -0.5, 0.5, 0.5, 2, 2 for the real values 2, -2, 0.5,
+    -0.5, 2: levels 5, 0, 3, 1, 5), the largest-variance channel's bits first in the code (codes 34, 0, 10, 2, 34);
+    ties keep the encoder order; padded positions come last, and their values do not move the cuts."""
+    whitened = torch.zeros(1, 1, 2, 6, dtype=torch.float64)
+    whitened[0, 0, 1] = torch.tensor([2.0, -2.0, 0.5, -0.5, 2.0, -2.0])  # the largest variance is the last channel
+    valid = torch.tensor([[True, True, True, True, True, False]])
+    order = page_order(whitened, valid)[0, 0].tolist()
+    assert order == [1, 3, 2, 0, 4, 5]
+    whitened[0, 0, 1, 5] = -100.0  # padding
+    assert page_order(whitened, valid)[0, 0].tolist() == order
+
+
+def test_padding_does_not_change_an_examples_output():
+    """Left or right padding of the same real rows: the same output (the real keys' order, pages and bounds do
+    not depend on the padding)."""
+    hidden, _, projection, queries = rows_inputs(torch.float64)
+    module = _module(top_keys=3, index_rank=2, index_candidates=6, index_page=4, index_pages=2)
+    outputs = padded_outputs(hidden, lambda rows, valid: module.step(
+        queries[:1], loki_state(rows, valid, projection, 2, 4), position=0)[0])
+    for other in outputs[1:]:
+        torch.testing.assert_close(other, outputs[0], rtol=0, atol=1e-12)
+
+
+def test_the_step_makes_no_host_sync_and_the_same_calls_at_every_length(monkeypatch):
+    """On the accelerator route: no host sync, the same operator calls whatever ``k``: 44 (views included), 14
+    more than without pages (the page stage's thirteen, and the slots' positions)."""
+    monkeypatch.setattr(step_choice, "STEP_OVERRIDE", "accelerator")
+    hidden, valid, projection, queries = rows_inputs(torch.float32)
+    module = _module(top_keys=4, index_rank=2, index_candidates=8, index_page=4, index_pages=2)
+    totals = []
+    for repeat in (1, 4):
+        state = loki_state(hidden.repeat(1, repeat, 1), valid.repeat(1, repeat), projection, 2, 4)
+        module.step(queries, state, position=0)
+        with torch.no_grad(), OperatorCounter() as counter:
+            module.step(queries, state, position=0)
+        assert counter.syncs == 0, counter.calls
+        totals.append(counter.total)
+    assert totals[0] == totals[1], totals
+    assert totals[0] == 44, totals
+
+
+def test_the_state_keeps_a_small_fraction_of_full_attentions_cache():
+    """t5-small's shape (8 heads of 64) at 65,536 tokens, pages of 16: the channels in page order (0.19x), the
+    page bounds, the slots' positions and the query map stay under 0.25x full attention's float32 keys and
+    values."""
+    heads, head_dim, length = 8, 64, 65536
+    key = torch.nn.Linear(512, heads * head_dim, bias=False)
+    value = torch.nn.Linear(512, heads * head_dim, bias=False)
+    projection = HeadProjection.from_linear(key, value, heads, head_dim)
+    assert projection is not None
+    state = loki_state(torch.randn(1, length, 512), None, projection, 12, 16)
+    assert state.paged is not None and state.paged.shape == (heads * 48 * length // 16, 16)
+    assert state.channels.shape == (heads * 48, length // 16)
+    full_cache = 2 * heads * length * head_dim * 4
+    assert state.nbytes() <= 0.25 * full_cache, state.nbytes() / full_cache
+
+
+@pytest.mark.parametrize("family", ["t5", "bart"])
+def test_teacher_forcing_reads_what_generation_reads(family):
+    """A float64 model whose pages drop keys (pages of 3, two read): greedy generation's scores equal the
+    teacher-forced forward pass's, which reads the same pages; beam search runs."""
+    model = converted(BUILDERS[family](), variant="knn", top_keys=2, knn_index="loki", index_min_keys=1,
+                      index_rank=2, index_candidates=4, index_page=3, index_pages=2)
+    ids, mask = padded_batch(model)
+    for beams in (1, 3):
+        config = plain_generation_config(model, max_new_tokens=5, num_beams=beams, output_scores=True,
+                                         return_dict_in_generate=True)
+        with torch.no_grad():
+            generated = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+        if beams > 1:
+            assert generated.sequences.shape[0] == ids.shape[0]
+            continue
+        with torch.no_grad():
+            forced = model(input_ids=ids, attention_mask=mask, decoder_input_ids=generated.sequences[:, :-1]).logits
+        stepped = torch.stack(generated.scores, dim=1)
+        torch.testing.assert_close(stepped.double(), forced.double(), rtol=0, atol=1e-5)
+
+
+def test_settings_are_named_and_checked():
+    config = srformer.named_config("knn-loki-pages")
+    assert config.knn_index == "loki" and config.index_page == 16 and config.index_pages == 256
+    for name in ("index_page", "index_pages"):
+        with pytest.raises(ValueError, match=name):
+            SRformerConfig("knn", knn_index="loki", **{name: 0})
+    with pytest.raises(ValueError, match="index_pages"):  # two pages of 16 cannot be sure to hold 32 keys
+        SRformerConfig("knn", knn_index="loki", index_page=16, index_pages=2)
