@@ -66,13 +66,18 @@ LOKI_CPU = "results/long-input/knn-loki-cpu/long_input.json"  # knn-loki beside 
 SEED2_PROBE = "results/probe/long-input-convert0/seed2/long_probe.json"  # the third seed, 0 fine-tuning steps
 ROWS_SEED2_PROBE = "results/probe/long-input-convert0/knn-rows/seed2/long_probe.json"  # knn-rows, seed 2, 0 steps
 LOKI_NAME = "knn (loki, r=12, C=256)"  # knn-loki's name in LOKI_PROBE
+PAGES_PROBE = "results/probe/long-input-convert0/knn-loki-pages/long_probe.json"  # knn-loki-pages, seeds 0-2, 0 steps
+PAGES_BYTES = "results/bench/bytes/knn-loki-pages/bench.json"  # knn-loki-pages, counted as BYTES (16k / 65k / 262k)
+PAGES_CPU = "results/long-input/knn-loki-pages-cpu/long_input.json"  # beside full, segmented and knn-loki, one thread
+PAGES_NAME = "knn (loki, r=12, C=256, pages 16 x 256)"  # knn-loki-pages's name in PAGES_PROBE
 #: The README's table, one row a mechanism: (its name in the bench, its probe file, its name there, the run that timed
-#: its CPU step beside `full`).
+#: its CPU step beside `full`, the bench files holding its bytes beside `full`'s and `segmented`'s).
 README_TABLE = (
-    ("knn-loki", LOKI_PROBE, LOKI_NAME, LOKI_CPU),
-    ("knn", SEED2_PROBE, "knn", ROWS_LONG_BENCH),
-    ("knn-rows", ROWS_SEED2_PROBE, "knn (rows)", ROWS_LONG_BENCH),
-    ("quest-b2", B2_PROBE, "quest-b2", ROWS_LONG_BENCH),
+    ("knn-loki-pages", PAGES_PROBE, PAGES_NAME, PAGES_CPU, (BYTES, PAGES_BYTES)),
+    ("knn-loki", LOKI_PROBE, LOKI_NAME, LOKI_CPU, (BYTES,)),
+    ("knn", SEED2_PROBE, "knn", ROWS_LONG_BENCH, (BYTES,)),
+    ("knn-rows", ROWS_SEED2_PROBE, "knn (rows)", ROWS_LONG_BENCH, (BYTES,)),
+    ("quest-b2", B2_PROBE, "quest-b2", ROWS_LONG_BENCH, (BYTES,)),
 )
 KNN_LAYOUTS = "results/long-input/knn-index/layouts.json"
 CONVERT0_PROBE = "results/probe/long-input-convert0/long_probe.json"  # k=512 models, 0 fine-tuning steps
@@ -345,29 +350,37 @@ def loki_gap(loki: Any, exact: Any) -> float:
 CLAIMS: list[Claim] = [
     # README, "Results": the table (the probe's seed 2 at 16k / 64k, 0 steps; bytes beyond the decoder at 65k; CPU
     # time per token at 65k against full's in the same run)
-    *(Claim(README, f"| `{name}` | {{:.1f}} / {{:.1f}} | {{:.3f}} | {{:.2f}} |", (probe_file, BYTES, cpu_file),
-            lambda probe, records, run, name=name, probe_name=probe_name: (
-                *(probe_off(probe, probe_name, k, 2) for k in (K16, K65)), beyond_decoder(records, name, K65),
+    *(Claim(README, f"| `{name}` | {{:.1f}} / {{:.1f}} | {{:.3f}} | {{:.2f}} |", (probe_file, cpu_file, *bytes_files),
+            lambda probe, run, *records, name=name, probe_name=probe_name: (
+                *(probe_off(probe, probe_name, k, 2) for k in (K16, K65)),
+                beyond_decoder([item for part in records for item in part], name, K65),
                 time_ratio(run, name, K65, "full")))
-      for name, probe_file, probe_name, cpu_file in README_TABLE),
+      for name, probe_file, probe_name, cpu_file, bytes_files in README_TABLE),
     Claim(README, "| `full` | {:.1f} / {:.1f} | {:.3f} |", (SEED2_PROBE, BYTES),
           lambda probe, records: (*(probe_off(probe, "full", k, 2) for k in (K16, K65)),
                                   beyond_decoder(records, "full-sdpa", K65))),
-    Claim(README, "On a CPU `knn-loki` takes {:.2f}× `full`'s time per token at 65k and {:.1f}× `segmented`'s",
-          LOKI_CPU, lambda run: (time_ratio(run, "knn-loki", K65, "full"), time_ratio(run, "knn-loki", K65))),
-    # the long-input pick, knn-loki
-    Claim(README, "recalls\nwhat the exact search recalls from a 64k-token input straight after conversion and reads "
-          "{:.2f}× full attention's bytes\nper token there",
-          BYTES, lambda records: (beyond_decoder(records, "knn-loki", K65),)),
-    Claim(CHOOSING, "Straight after conversion it recalls within {:.1f} points of the exact `knn` on three seeds",
-          (LOKI_PROBE, LOKI_EXACT), lambda loki, exact: (loki_gap(loki, exact),)),
-    Claim(CHOOSING, "on the route a GPU runs a token reads\n  {:.3f}× `full`'s bytes beyond the decoder's own at 65k",
-          BYTES, lambda records: (beyond_decoder(records, "knn-loki", K65),)),
-    Claim(CHOOSING, "in {:.3f}× its operator calls.",
-          BYTES, lambda records: (bench_at(records, "knn-loki", "operator_calls_per_token", K65)
-                                  / bench_at(records, "full-sdpa", "operator_calls_per_token", K65),)),
+    Claim(README, "On a CPU `knn-loki-pages` takes {:.2f}× `full`'s time per token at 65k and {:.1f}× `segmented`'s",
+          PAGES_CPU, lambda run: (time_ratio(run, "knn-loki-pages", K65, "full"),
+                                  time_ratio(run, "knn-loki-pages", K65))),
+    # the long-input pick, knn-loki-pages
+    Claim(README, "recalls what the exact search recalls from a 64k-token input\nstraight after conversion and reads "
+          "{:.2f}× full attention's bytes per token there",
+          (BYTES, PAGES_BYTES), lambda records, pages: (beyond_decoder(records + pages, "knn-loki-pages", K65),)),
+    Claim(CHOOSING, "Straight\n  after conversion it recalls within {:.1f} points of the exact `knn` on three seeds",
+          (PAGES_PROBE, LOKI_EXACT), lambda pages, exact: (loki_gap(pages, exact),)),
+    Claim(CHOOSING, "on the route a GPU runs a token reads {:.3f}× `full`'s bytes beyond the decoder's own at 65k",
+          (BYTES, PAGES_BYTES), lambda records, pages: (beyond_decoder(records + pages, "knn-loki-pages", K65),)),
+    Claim(CHOOSING, "in {:.3f}× its operator calls. On a CPU",
+          (BYTES, PAGES_BYTES), lambda records, pages: (
+              bench_at(pages, "knn-loki-pages", "operator_calls_per_token", K65)
+              / bench_at(records, "full-sdpa", "operator_calls_per_token", K65),)),
     Claim(CHOOSING, "On a CPU it takes {:.2f}× `full`'s time per token at 65k and {:.1f}× `segmented`'s.",
-          LOKI_CPU, lambda run: (time_ratio(run, "knn-loki", K65, "full"), time_ratio(run, "knn-loki", K65))),
+          PAGES_CPU, lambda run: (time_ratio(run, "knn-loki-pages", K65, "full"),
+                                  time_ratio(run, "knn-loki-pages", K65))),
+    Claim(CHOOSING, "token reads {:.3f} / {:.3f} / {:.4f}× `full`'s bytes beyond the decoder's own at 16k / 65k / 262k",
+          (BYTES, PAGES_BYTES, "results/bench/bytes/k262144/bench.json"),
+          lambda records, pages, longest: tuple(beyond_decoder(records + pages + longest, "knn-loki-pages", k)
+                                                for k in (K16, K65, K262))),
     Claim(CHOOSING, "cheaper than `full` per token\n  ({:.2f} / {:.2f} / {:.2f}× at 16k / 65k / 262k)",
           LOKI_CPU, lambda run: tuple(time_ratio(run, "knn-loki", k, "full") for k in (K16, K65, K262))),
     Claim(CHOOSING, "but {:.1f} / {:.1f} / {:.1f}× `segmented`'s\n  per token",

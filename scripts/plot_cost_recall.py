@@ -29,17 +29,28 @@ ROOT = Path(__file__).resolve().parents[1]
 SEED = 2
 LENGTH = headlines.K65
 
-#: (mechanism as the bench names it, its probe file, its name there): the README's table
-#: (:data:`check_headlines.README_TABLE`) with `full` and `quest-tree` beside it.
+#: (mechanism as the bench names it, its probe file, its name there, the bench files of its bytes): the README's
+#: table (:data:`check_headlines.README_TABLE`) with `full` and `quest-tree` beside it.
 POINTS = (
-    ("full-sdpa", headlines.SEED2_PROBE, "full"),
-    *((name, probe_file, probe_name) for name, probe_file, probe_name, _ in headlines.README_TABLE),
-    ("quest-tree", headlines.SEED2_PROBE, "quest-tree"),
+    ("full-sdpa", headlines.SEED2_PROBE, "full", (headlines.BYTES,)),
+    *((name, probe_file, probe_name, bytes_files)
+      for name, probe_file, probe_name, _, bytes_files in headlines.README_TABLE),
+    ("quest-tree", headlines.SEED2_PROBE, "quest-tree", (headlines.BYTES,)),
 )
+#: The README's long-input pick, drawn larger and in red.
+PICK = "knn-loki-pages"
 
 
 def _json(path: str) -> object:
     return json.loads((ROOT / path).read_text(encoding="utf-8"))
+
+
+def _records(path: str) -> list[dict]:
+    """A bench file's records (a JSON list)."""
+    loaded = _json(path)
+    if not isinstance(loaded, list):
+        raise LookupError(f"{path} is not a list of bench records")
+    return loaded
 
 
 def points() -> list[dict[str, float | str]]:
@@ -48,9 +59,9 @@ def points() -> list[dict[str, float | str]]:
     Raises:
         LookupError: a mechanism missing from the bytes or the probe results.
     """
-    records = _json(headlines.BYTES)
     found: list[dict[str, float | str]] = []
-    for bench_name, probe_file, probe_name in POINTS:
+    for bench_name, probe_file, probe_name, bytes_files in POINTS:
+        records = [item for path in bytes_files for item in _records(path)]
         found.append({
             "mechanism": "full" if bench_name == "full-sdpa" else bench_name,
             "bytes_x_full": headlines.beyond_decoder(records, bench_name, LENGTH),
@@ -79,10 +90,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     output.with_suffix(".md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     figure, axes = plt.subplots(figsize=(6.4, 4.2))
     for point in data:
-        pick = point["mechanism"] == "knn-loki"
+        pick = point["mechanism"] == PICK
         axes.scatter(point["bytes_x_full"], point["recall_64k"], s=70 if pick else 40,
                      color="tab:red" if pick else "tab:blue", zorder=3)
-        below = point["mechanism"] == "knn"  # knn and knn-rows read almost the same: one label under the other
+        # knn and knn-rows read almost the same, as knn-loki-pages and knn-loki recall: one label under the other
+        below = point["mechanism"] in ("knn", "knn-loki")
         axes.annotate(str(point["mechanism"]), (float(point["bytes_x_full"]), float(point["recall_64k"])),
                       textcoords="offset points", xytext=(-10, -14) if below else (6, 4), fontsize=9)
     axes.set_xlabel("bytes read per generated token beyond the decoder, × full attention's\n"
