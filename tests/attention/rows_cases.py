@@ -1,6 +1,6 @@
 """Checks shared by the tests of the ``knn`` layouts that read the encoder output's rows (``rows``, ``loki``) and
-its faiss index: one example padded left, right or not at all, and generation through a layout against the exact
-search."""
+its faiss index: one example padded left, right or not at all, generation through a layout against the exact
+search, and ``knn_index="loki"``'s module, reference and tolerance (with and without pages)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ from collections.abc import Callable
 import torch
 
 import srformer
+from srformer.attention.knn import KNNCrossAttention
+from srformer.attention.naive import knn_attention
 from srformer.attention.projection import HeadProjection
+from srformer.config import SRformerConfig
 from tests.models.conftest import plain_generation_config
 
 BATCH, HEADS, LENGTH, HIDDEN, HEAD_DIM = 3, 2, 40, 8, 4
@@ -35,6 +38,32 @@ def rows_inputs(dtype: torch.dtype, seed: int = 0, tied: bool = False):
     assert projection is not None
     queries = torch.randn(BATCH, HEADS, 1, HEAD_DIM, generator=generator, dtype=dtype)
     return hidden, valid, projection, queries
+
+
+def loki_config(**settings) -> SRformerConfig:
+    """``knn`` through ``knn_index="loki"`` at every length (segment size 4), with ``settings``."""
+    return SRformerConfig("knn", segment_size=4, knn_index="loki", index_min_keys=1, **settings)
+
+
+def loki_module(**settings) -> KNNCrossAttention:
+    """The ``knn`` module of :func:`loki_config` for :data:`HEAD_DIM`-wide heads, scale 0.5."""
+    return KNNCrossAttention(loki_config(**settings), HEAD_DIM, scale=0.5)
+
+
+def loki_tolerance(hidden: torch.Tensor, projection: HeadProjection) -> float:
+    """Float64 rounding of the absorbed form against the reference's projected keys and values: a few dozen
+    operations per output, each within one unit of the largest magnitude involved."""
+    return 64 * torch.finfo(torch.float64).eps * float(hidden.abs().max()) * float(
+        projection.value_weight.detach().abs().sum(-1).max() + 1)
+
+
+def loki_reference(hidden: torch.Tensor, valid: torch.Tensor, projection: HeadProjection, queries: torch.Tensor,
+                   **settings) -> torch.Tensor:
+    """The float64 reference (:func:`~srformer.attention.naive.knn_attention`) of :func:`loki_config` on the
+    projected keys and values of ``hidden``."""
+    with torch.no_grad():
+        keys, values = projection.project(hidden[:, None].expand(-1, HEADS, -1, -1))
+    return knn_attention(queries, keys, values, valid, loki_config(**settings), scale=0.5)
 
 
 def padded_outputs(hidden: torch.Tensor, step: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor],

@@ -12,7 +12,6 @@ import srformer
 from srformer.attention import step_choice
 from srformer.attention.knn import KNNCrossAttention
 from srformer.attention.knn_loki import LokiKNNState, loki_basis, loki_state, stored_channels
-from srformer.attention.naive import knn_attention
 from srformer.attention.projection import HeadProjection
 from srformer.attention.step_choice import STEP_KINDS
 from srformer.benchmarks.operator_count import OperatorCounter
@@ -23,31 +22,13 @@ from tests.attention.rows_cases import (
     HEADS,
     LENGTH,
     assert_generation_equals_the_exact_search,
+    loki_module,
+    loki_reference,
+    loki_tolerance,
     padded_outputs,
     rows_inputs,
 )
 from tests.models.conftest import BUILDERS, converted, padded_batch, plain_generation_config
-
-
-def _config(**settings) -> SRformerConfig:
-    return SRformerConfig("knn", segment_size=4, knn_index="loki", index_min_keys=1, **settings)
-
-
-def _module(**settings) -> KNNCrossAttention:
-    return KNNCrossAttention(_config(**settings), HEAD_DIM, scale=0.5)
-
-
-def _tolerance(hidden: torch.Tensor, projection: HeadProjection) -> float:
-    """Float64 rounding of the absorbed form against the reference's projected keys and values: a few dozen
-    operations per output, each within one unit of the largest magnitude involved."""
-    return 64 * torch.finfo(torch.float64).eps * float(hidden.abs().max()) * float(
-        projection.value_weight.detach().abs().sum(-1).max() + 1)
-
-
-def _reference(hidden, valid, projection, queries, **settings):
-    with torch.no_grad():
-        keys, values = projection.project(hidden[:, None].expand(-1, HEADS, -1, -1))
-    return knn_attention(queries, keys, values, valid, _config(**settings), scale=0.5)
 
 
 @pytest.mark.parametrize("step", STEP_KINDS)
@@ -62,14 +43,14 @@ def test_the_step_is_the_two_stage_reference(rank, candidates, top_keys, step, m
     monkeypatch.setattr(step_choice, "STEP_OVERRIDE", step)
     hidden, valid, projection, queries = rows_inputs(torch.float64)
     settings = {"index_rank": rank, "index_candidates": candidates, "top_keys": top_keys}
-    module = _module(**settings)
+    module = loki_module(**settings)
     state = module.indexed_state(hidden, valid, projection)
     assert isinstance(state, LokiKNNState) and state.rows is hidden
     with torch.no_grad():
         output, same = module.step(queries, state, position=0)
     assert same is state
-    expected = _reference(hidden, valid, projection, queries, **settings)
-    assert (output - expected).abs().max().item() <= _tolerance(hidden, projection)
+    expected = loki_reference(hidden, valid, projection, queries, **settings)
+    assert (output - expected).abs().max().item() <= loki_tolerance(hidden, projection)
     assert torch.equal(output[2], torch.zeros_like(output[2]))
 
 
@@ -77,8 +58,8 @@ def test_a_narrow_first_stage_changes_what_is_read():
     """The reference's stages matter: with one direction and few candidates the keys read are not the exact
     search's for some query (else the tests above could not tell the two apart)."""
     hidden, valid, projection, queries = rows_inputs(torch.float64, seed=1)
-    loki = _reference(hidden, valid, projection, queries, index_rank=1, index_candidates=3, top_keys=3)
-    exact = _reference(hidden, valid, projection, queries, index_rank=HEAD_DIM, index_candidates=LENGTH,
+    loki = loki_reference(hidden, valid, projection, queries, index_rank=1, index_candidates=3, top_keys=3)
+    exact = loki_reference(hidden, valid, projection, queries, index_rank=HEAD_DIM, index_candidates=LENGTH,
                        top_keys=3)
     assert (loki - exact).abs().max().item() > 1e-3
 
@@ -134,7 +115,7 @@ def test_channels_and_query_map_hold_each_product_with_a_positive_query_value():
 def test_padding_does_not_change_an_examples_output():
     """Left or right padding of the same real rows: the same output."""
     hidden, _, projection, queries = rows_inputs(torch.float64)
-    module = _module(top_keys=3, index_rank=2, index_candidates=6)
+    module = loki_module(top_keys=3, index_rank=2, index_candidates=6)
     outputs = padded_outputs(hidden, lambda rows, valid: module.step(
         queries[:1], loki_state(rows, valid, projection, 2), position=0)[0])
     for other in outputs[1:]:
@@ -145,7 +126,7 @@ def test_the_step_makes_no_host_sync_and_the_same_calls_at_every_length(monkeypa
     """On either device's route (one step for both): no host sync, the same operator calls whatever ``k``."""
     monkeypatch.setattr(step_choice, "STEP_OVERRIDE", "accelerator")
     hidden, valid, projection, queries = rows_inputs(torch.float32)
-    module = _module(top_keys=4, index_rank=2, index_candidates=8)
+    module = loki_module(top_keys=4, index_rank=2, index_candidates=8)
     totals = []
     for repeat in (1, 4):
         state = loki_state(hidden.repeat(1, repeat, 1), valid.repeat(1, repeat), projection, 2)

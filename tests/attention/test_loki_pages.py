@@ -11,37 +11,20 @@ import torch
 
 import srformer
 from srformer.attention import step_choice
-from srformer.attention.knn import KNNCrossAttention
 from srformer.attention.knn_loki import LokiKNNState, loki_state
 from srformer.attention.loki_pages import page_order
-from srformer.attention.naive import knn_attention
 from srformer.attention.projection import HeadProjection
 from srformer.attention.step_choice import STEP_KINDS
 from srformer.benchmarks.operator_count import OperatorCounter
 from srformer.config import SRformerConfig
-from tests.attention.rows_cases import HEAD_DIM, HEADS, padded_outputs, rows_inputs
+from tests.attention.rows_cases import (
+    loki_module,
+    loki_reference,
+    loki_tolerance,
+    padded_outputs,
+    rows_inputs,
+)
 from tests.models.conftest import BUILDERS, converted, padded_batch, plain_generation_config
-
-
-def _config(**settings) -> SRformerConfig:
-    return SRformerConfig("knn", segment_size=4, knn_index="loki", index_min_keys=1, **settings)
-
-
-def _module(**settings) -> KNNCrossAttention:
-    return KNNCrossAttention(_config(**settings), HEAD_DIM, scale=0.5)
-
-
-def _tolerance(hidden: torch.Tensor, projection: HeadProjection) -> float:
-    """Float64 rounding of the absorbed form against the reference's projected keys and values: a few dozen
-    operations per output, each within one unit of the largest magnitude involved."""
-    return 64 * torch.finfo(torch.float64).eps * float(hidden.abs().max()) * float(
-        projection.value_weight.detach().abs().sum(-1).max() + 1)
-
-
-def _reference(hidden, valid, projection, queries, **settings):
-    with torch.no_grad():
-        keys, values = projection.project(hidden[:, None].expand(-1, HEADS, -1, -1))
-    return knn_attention(queries, keys, values, valid, _config(**settings), scale=0.5)
 
 
 @pytest.mark.parametrize("step", STEP_KINDS)
@@ -56,13 +39,13 @@ def test_the_step_is_the_paged_reference(page, pages, candidates, rank, step, mo
     hidden, valid, projection, queries = rows_inputs(torch.float64)
     settings = {"index_rank": rank, "index_candidates": candidates, "top_keys": 3, "index_page": page,
                 "index_pages": pages}
-    module = _module(**settings)
+    module = loki_module(**settings)
     state = module.indexed_state(hidden, valid, projection)
     assert isinstance(state, LokiKNNState) and state.paged is not None
     with torch.no_grad():
         output, _ = module.step(queries, state, position=0)
-    expected = _reference(hidden, valid, projection, queries, **settings)
-    assert (output - expected).abs().max().item() <= _tolerance(hidden, projection)
+    expected = loki_reference(hidden, valid, projection, queries, **settings)
+    assert (output - expected).abs().max().item() <= loki_tolerance(hidden, projection)
     assert torch.equal(output[2], torch.zeros_like(output[2]))
 
 
@@ -71,8 +54,8 @@ def test_pages_change_what_is_read():
     pages for some query (else the test above could not tell the two apart)."""
     hidden, valid, projection, queries = rows_inputs(torch.float64, seed=1)
     settings = {"index_rank": 2, "index_candidates": 12, "top_keys": 3}
-    paged = _reference(hidden, valid, projection, queries, index_page=3, index_pages=2, **settings)
-    flat = _reference(hidden, valid, projection, queries, **settings)
+    paged = loki_reference(hidden, valid, projection, queries, index_page=3, index_pages=2, **settings)
+    flat = loki_reference(hidden, valid, projection, queries, **settings)
     assert (paged - flat).abs().max().item() > 1e-3
 
 
@@ -81,8 +64,8 @@ def test_every_page_read_is_the_first_stage_without_pages():
     hidden, valid, projection, queries = rows_inputs(torch.float64)
     settings = {"index_rank": 2, "index_candidates": 6, "top_keys": 3}
     with torch.no_grad():
-        flat = _module(**settings).step(queries, loki_state(hidden, valid, projection, 2), position=0)[0]
-        module = _module(index_page=4, index_pages=10, **settings)
+        flat = loki_module(**settings).step(queries, loki_state(hidden, valid, projection, 2), position=0)[0]
+        module = loki_module(index_page=4, index_pages=10, **settings)
         paged = module.step(queries, module.indexed_state(hidden, valid, projection), position=0)[0]
     torch.testing.assert_close(paged, flat, rtol=0, atol=1e-12)
 
@@ -104,7 +87,7 @@ def test_padding_does_not_change_an_examples_output():
     """Left or right padding of the same real rows: the same output (the real keys' order, pages and bounds do
     not depend on the padding)."""
     hidden, _, projection, queries = rows_inputs(torch.float64)
-    module = _module(top_keys=3, index_rank=2, index_candidates=6, index_page=4, index_pages=2)
+    module = loki_module(top_keys=3, index_rank=2, index_candidates=6, index_page=4, index_pages=2)
     outputs = padded_outputs(hidden, lambda rows, valid: module.step(
         queries[:1], loki_state(rows, valid, projection, 2, 4), position=0)[0])
     for other in outputs[1:]:
@@ -116,7 +99,7 @@ def test_the_step_makes_no_host_sync_and_the_same_calls_at_every_length(monkeypa
     more than without pages (the page stage's thirteen, and the slots' positions)."""
     monkeypatch.setattr(step_choice, "STEP_OVERRIDE", "accelerator")
     hidden, valid, projection, queries = rows_inputs(torch.float32)
-    module = _module(top_keys=4, index_rank=2, index_candidates=8, index_page=4, index_pages=2)
+    module = loki_module(top_keys=4, index_rank=2, index_candidates=8, index_page=4, index_pages=2)
     totals = []
     for repeat in (1, 4):
         state = loki_state(hidden.repeat(1, repeat, 1), valid.repeat(1, repeat), projection, 2, 4)

@@ -51,7 +51,7 @@ import torch
 from torch.nn import functional as F
 
 from srformer.attention.knn_rows import RowsKNNState, rows_state
-from srformer.attention.loki_pages import page_order, page_tables, paged_candidates, paged_pool
+from srformer.attention.loki_pages import keys_in_best_pages, page_order, page_tables, paged_candidates, paged_pool
 from srformer.attention.projection import HeadProjection
 from srformer.attention.schedule import tracing
 from srformer.attention.segmented import cast
@@ -265,7 +265,7 @@ def loki_step(
         pool = paged_pool(candidates, pages, paged.shape[-1], length)
     else:
         pool = min(candidates, length)
-    width = min(top_keys, pool, length)
+    width = min(top_keys, pool)  # pool <= k either way
     wide = state.query_map.dtype
     with torch.no_grad(), torch.autocast(device_type=queries.device.type, enabled=False):
         # one product: the mapped query (2m) and W_k^T Q_t (D), per example and head
@@ -352,7 +352,7 @@ def loki_positions(
         rough = rough.masked_fill(~key_valid[:, None, None, :], float("-inf"))
         allowed = key_valid[:, None, None, :].expand_as(rough)
         if page is not None and min(pages, total) < total:  # only the keys of the P pages of best bound
-            in_pages = _read_pages(weights, stored, key_valid, rotated.mT, page, pages, total)
+            in_pages = keys_in_best_pages(weights, stored, key_valid, rotated.mT, page, pages, _PADDING_VALUE)
             rough = rough.masked_fill(~in_pages, float("-inf"))
             allowed = allowed & in_pages
         pooled = torch.topk(rough, pool, dim=-1, sorted=False).indices  # (B, H, q, C)
@@ -364,30 +364,3 @@ def loki_positions(
         best = top_positions(scores.gather(-1, order), allowed.gather(-1, order), width)
         return ordered.gather(-1, best).sort(dim=-1).values
 
-
-def _read_pages(weights: torch.Tensor, stored: torch.Tensor, key_valid: torch.Tensor, whitened: torch.Tensor,
-                page: int, pages: int, total: int) -> torch.Tensor:
-    """(B, H, q, k) bool: the keys in each query's ``P`` pages of best bound, the step's pages
-    (:func:`~srformer.attention.loki_pages.page_tables`): each page's bound is ``sum_i w_i max_j c_ji`` over the
-    query's signed weights ``w_i`` (``max`` for ``w_i > 0``, ``min`` below), padded positions counting as the step's
-    ``-2^64`` in both signs.
-
-    Args:
-        weights: (B, H, q, m) the query's weights, zero off its ``r`` channels. stored: (B, H, k, m) the channels as
-            the step stores them. key_valid: (B, k). whitened: (B, H, m, k) the channels before rounding (the order).
-        page: ``b``. pages: ``P``. total: ``n``, pages per head.
-    """
-    batch, heads, length, m = stored.shape
-    order = page_order(whitened, key_valid)  # (B, H, k)
-    padded = ~key_valid[:, None, :, None]
-    high = stored.masked_fill(padded, _PADDING_VALUE).gather(2, order[..., None].expand(-1, -1, -1, m))
-    low = stored.masked_fill(padded, -_PADDING_VALUE).gather(2, order[..., None].expand(-1, -1, -1, m))
-    extra = total * page - length
-    high = F.pad(high, (0, 0, 0, extra), value=_PADDING_VALUE).view(batch, heads, total, page, m).amax(3)
-    low = F.pad(low, (0, 0, 0, extra), value=-_PADDING_VALUE).view(batch, heads, total, page, m).amin(3)
-    bounds = weights.clamp_min(0.0) @ high.mT + weights.clamp_max(0.0) @ low.mT  # (B, H, q, n)
-    best = torch.topk(bounds, min(pages, total), dim=-1).indices
-    chosen = torch.zeros_like(bounds, dtype=torch.bool).scatter_(-1, best, True)
-    page_of = torch.empty_like(order).scatter_(-1, order, torch.arange(length, device=order.device).expand_as(order))
-    page_of = torch.div(page_of, page, rounding_mode="floor")  # (B, H, k): each position's page
-    return chosen.gather(-1, page_of[:, :, None, :].expand(-1, -1, chosen.shape[2], -1))

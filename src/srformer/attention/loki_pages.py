@@ -34,7 +34,8 @@ import torch
 from torch.nn import functional as F
 
 __all__ = [
-    "PAGE_CODE_BITS", "PAGE_CODE_CHANNELS", "page_order", "page_tables", "paged_candidates", "paged_pool",
+    "PAGE_CODE_BITS", "PAGE_CODE_CHANNELS", "keys_in_best_pages", "page_order", "page_tables", "paged_candidates",
+    "paged_pool",
 ]
 
 #: ``L``: the channels of largest variance a key's page code is made of.
@@ -166,3 +167,40 @@ def paged_candidates(
     best = torch.topk(rough.view(count, read * page), pool, dim=-1, sorted=False).indices  # (B·H, C') in [0, P·b)
     which = torch.div(best, page, rounding_mode="floor")
     return torch.add(best, chosen.gather(1, which) - which, alpha=page)  # page·b + offset, in page order
+
+
+def keys_in_best_pages(
+    weights: torch.Tensor, stored: torch.Tensor, key_valid: torch.Tensor, whitened: torch.Tensor, page: int,
+    pages: int, padding_value: float,
+) -> torch.Tensor:
+    """The parallel path's pages (training, teacher forcing): for every query, the keys of its ``P`` pages of best
+    bound, the pages a step reads (:func:`page_tables`, :func:`paged_candidates`). A page's bound is
+    ``sum_i w_i max_j c_ji`` over the query's signed weights ``w_i`` (``max`` where ``w_i > 0``, ``min`` below),
+    padded positions and empty slots at ``padding_value`` in both signs, as the step keeps them.
+
+    Args:
+        weights: (B, H, q, m) the query's weights, zero off its ``r`` channels.
+        stored: (B, H, k, m) the channels as the step stores them (rounded to its dtype).
+        key_valid: (B, k) bool, True at real positions.
+        whitened: (B, H, m, k) the channels before rounding, which the order is made of (:func:`page_order`).
+        page: ``b``. pages: ``P``.
+        padding_value: the step's padded channel value (below 0).
+
+    Returns:
+        (B, H, q, k) bool: True for the keys in the query's pages.
+    """
+    batch, heads, length, m = stored.shape
+    total = -(-length // page)
+    order = page_order(whitened, key_valid)  # (B, H, k)
+    padded = ~key_valid[:, None, :, None]
+    high = stored.masked_fill(padded, padding_value).gather(2, order[..., None].expand(-1, -1, -1, m))
+    low = stored.masked_fill(padded, -padding_value).gather(2, order[..., None].expand(-1, -1, -1, m))
+    extra = total * page - length
+    high = F.pad(high, (0, 0, 0, extra), value=padding_value).view(batch, heads, total, page, m).amax(3)
+    low = F.pad(low, (0, 0, 0, extra), value=-padding_value).view(batch, heads, total, page, m).amin(3)
+    bounds = weights.clamp_min(0.0) @ high.mT + weights.clamp_max(0.0) @ low.mT  # (B, H, q, n)
+    best = torch.topk(bounds, min(pages, total), dim=-1).indices
+    chosen = torch.zeros_like(bounds, dtype=torch.bool).scatter_(-1, best, True)
+    page_of = torch.empty_like(order).scatter_(-1, order, torch.arange(length, device=order.device).expand_as(order))
+    page_of = torch.div(page_of, page, rounding_mode="floor")  # (B, H, k): each position's page
+    return chosen.gather(-1, page_of[:, :, None, :].expand(-1, -1, chosen.shape[2], -1))
