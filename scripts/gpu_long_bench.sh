@@ -7,8 +7,8 @@
 #   3. compiled, bfloat16, batch 1 at 1,048,576 tokens: full, knn-loki-pages and knn-loki;
 #   4. eager, bfloat16, batch 1, LED-base's shape (allenai/led-base-16384, its own encoder reading the input whole)
 #      at 16,384 tokens: full, knn-loki-pages, knn-rows and segmented.
-# Random weights, t5-small-shaped in sections 1-3 (synthetic: costs only). Needs torch and transformers only: run from a checkout
-# (PYTHONPATH=src is set here), no install, no matplotlib (the PNGs are then left out). Each long-bench call
+# Random weights, t5-small-shaped in sections 1-3 (synthetic: costs only). Needs torch and transformers only: run
+# from a checkout (PYTHONPATH=src is set here), no install, no matplotlib (the PNGs are then left out). Each long-bench call
 # appends to its long_input.json as it measures and a rerun resumes there, so a call stopped by a time limit keeps
 # what it finished; the sections run in the order above.
 #
@@ -28,8 +28,8 @@ common=(--device "$device" --dtype bfloat16 --new-tokens 16 --end-to-end)
 
 bench --output "$root/eager" "${common[@]}" --lengths "${lengths[@]}" \
   --variants full segmented knn-loki-pages knn-loki knn-rows srformer knn block-topk-b4 quest-tree quest-b2
-bench --output "$root/compiled-batch8" "${common[@]}" --compiled --batch-size 8 --lengths "$batch_length" \
-  --variants full knn-loki-pages knn-loki
-bench --output "$root/compiled-1m" "${common[@]}" --compiled --lengths "$longest" --variants full knn-loki-pages knn-loki
+compiled=(--compiled --variants full knn-loki-pages knn-loki)
+bench --output "$root/compiled-batch8" "${common[@]}" "${compiled[@]}" --batch-size 8 --lengths "$batch_length"
+bench --output "$root/compiled-1m" "${common[@]}" "${compiled[@]}" --lengths "$longest"
 bench --output "$root/led-base" "${common[@]}" --shape led-base --lengths "$family_length" \
   --variants full knn-loki-pages knn-rows segmented
