@@ -59,9 +59,24 @@ import torch
 from torch.nn import functional as F
 
 from srformer.attention.base import ProjectRows
-from srformer.attention.content import ContentSparseCrossAttention, ContentState, content_base_state, slot_softmax
+from srformer.attention.content import (
+    ContentSparseCrossAttention,
+    ContentState,
+    content_base_state,
+    gather_rows,
+    slot_softmax,
+)
+from srformer.attention.key_clusters import cluster_keys, cluster_sums, tail_mix, tail_weights
 from srformer.attention.knn_index import INDEX_KINDS, EncoderIndex, build_encoder_index, faiss_available, require_faiss
-from srformer.attention.knn_loki import LOKI_INDEX, LokiKNNState, loki_positions, loki_state, loki_step
+from srformer.attention.knn_loki import (
+    LOKI_INDEX,
+    LokiKNNState,
+    loki_basis,
+    loki_positions,
+    loki_state,
+    loki_step,
+    stored_channels,
+)
 from srformer.attention.knn_rows import ROWS_INDEX, RowsKNNState, rows_state, rows_step
 from srformer.attention.projection import HeadProjection
 from srformer.attention.schedule import kept_per_shape, real_lengths
@@ -124,6 +139,10 @@ class KNNSettings(MechanismSettings):
             only. None (default): no pages, the first stage reads every key. A runtime option.
         index_pages: with ``index_page``: ``P``, the pages per head whose keys the first stage scores (``P·b >= k``:
             every key, as without pages). None: 256. A runtime option.
+        tail_clusters: ``knn_index="loki"``: ``C``, clusters of each head's keys built once per input; every key a
+            query does not read enters its softmax with its cluster's mean key as its score
+            (:mod:`srformer.attention.key_clusters`). None (default): the keys not read are dropped. Applies where
+            the two-stage search does (at least ``index_min_keys`` keys). A runtime option.
     """
 
     top_keys: int | None = integer_setting(1, None, "the keys each decoder query reads")
@@ -135,10 +154,11 @@ class KNNSettings(MechanismSettings):
     index_candidates: int | None = integer_setting(1, None, "the candidates scored exactly per head")
     index_page: int | None = integer_setting(1, None, "the keys per page of the first stage")
     index_pages: int | None = integer_setting(1, None, "the pages per head the first stage reads")
+    tail_clusters: int | None = integer_setting(1, None, "the clusters of keys that stand for the keys not read")
 
     runtime: ClassVar[tuple[str, ...]] = (
         "knn_index", "index_min_keys", "index_lists", "index_probes", "index_rank", "index_candidates", "index_page",
-        "index_pages",
+        "index_pages", "tail_clusters",
     )
 
     def validate(self, config: SRformerConfig) -> None:
@@ -151,6 +171,11 @@ class KNNSettings(MechanismSettings):
         if self.knn_index is not None and self.knn_index not in KNN_INDEXES:
             raise ValueError(
                 f"`knn_index` must be None (exact search) or one of {KNN_INDEXES}, got {self.knn_index!r}."
+            )
+        if self.tail_clusters is not None and self.knn_index != LOKI_INDEX:
+            raise ValueError(
+                f"`tail_clusters` needs `knn_index={LOKI_INDEX!r}` (the two-stage search whose keys not read it "
+                f"estimates), got `knn_index={self.knn_index!r}`. Set knn_index='loki' or drop tail_clusters."
             )
         if self.index_page is not None:
             pages, top = self.resolved_index_pages(config), self.resolved_top_keys(config)
@@ -324,7 +349,7 @@ class KNNCrossAttention(ContentSparseCrossAttention):
                 return None
             if settings.knn_index == LOKI_INDEX:
                 return loki_state(encoder_states, key_valid, projection, settings.resolved_index_rank(),
-                                  settings.index_page)
+                                  settings.index_page, settings.tail_clusters)
             return rows_state(encoder_states, key_valid, projection)
         lengths, _ = real_lengths(key_valid, batch, length, encoder_states.device)
         if batch == 0 or int(lengths.max()) < settings.resolved_index_min_keys():
@@ -483,6 +508,77 @@ class KNNCrossAttention(ContentSparseCrossAttention):
         built from the mask alone (``-inf`` and the lowest number at padding on purpose)."""
         built_from_mask = ("rank_order", "flat_order", "key_bias")
         return tuple(name for name in super().finite_check_fields(state) if name not in built_from_mask)
+
+    def _tail_applies(self, state: CrossAttentionState) -> bool:
+        """Whether the parallel path adds the clusters' estimate of the keys not read (``tail_clusters`` set and the
+        two-stage search in use, as :meth:`slots` decides)."""
+        settings = self.settings
+        return (settings.tail_clusters is not None and settings.knn_index == LOKI_INDEX
+                and isinstance(state, ContentState) and state.keys.shape[2] >= settings.resolved_index_min_keys())
+
+    def _tail_parts(self, queries: torch.Tensor, state: CrossAttentionState) -> tuple[torch.Tensor, ...]:
+        """The parallel path's :func:`~srformer.attention.key_clusters.tail_weights` and what combines them, per
+        query: the clusters of the keys (those of the step's state: the same keys on the same principal
+        directions), their mean keys and values (differentiable in the keys and values), the keys read (:meth:`slots`)
+        and their exact scores. Returns ``(positions, read, unread, assigned, cluster_values, counts, read_clusters,
+        read_real)``, flat over examples and heads where :func:`~srformer.attention.key_clusters.tail_softmax` takes
+        it (N = B·H)."""
+        content = self._state(state)
+        clusters = self.settings.tail_clusters
+        assert clusters is not None
+        keys, values, valid = content.keys, content.values, content.key_valid
+        batch, heads, length, d = keys.shape
+        positions, mask = self.slots(queries, content)  # (B, H, q, S)
+        count = positions.shape[2]
+        wide = accumulation_dtype(torch.promote_types(queries.dtype, keys.dtype))
+        with torch.no_grad(), torch.autocast(device_type=queries.device.type, enabled=False):
+            exact_keys = cast(keys.detach(), wide)
+            vectors, _ = loki_basis(exact_keys, valid, stored_channels(self.settings.resolved_index_rank(), d))
+            assigned = cluster_keys(exact_keys @ vectors, valid, clusters)  # (B, H, k), C at padding
+        key_sums, counts = cluster_sums(keys.to(queries.dtype), assigned, clusters)
+        value_sums, _ = cluster_sums(values.to(queries.dtype), assigned, clusters)
+        denominator = counts.clamp_min(1.0)[..., None]
+        mean_keys, mean_values = key_sums / denominator, value_sums / denominator  # (B, H, C, d)
+        read_keys = gather_rows(keys, positions).to(queries.dtype)  # (B, H, q, S, d)
+        lowest = torch.finfo(queries.dtype).min
+        scores = (read_keys @ queries.unsqueeze(-1)).squeeze(-1) * self.scale
+        scores = scores.masked_fill(~mask, lowest).flatten(0, 1)
+        cluster_scores = (queries @ mean_keys.mT * self.scale).flatten(0, 1)  # (N, q, C)
+        flat_counts = counts.to(queries.dtype).flatten(0, 1).unsqueeze(1)  # (N, 1, C)
+        read_clusters = assigned.masked_fill(assigned == clusters, 0)[:, :, None, :].expand(-1, -1, count, -1)
+        read_clusters = read_clusters.gather(-1, positions).flatten(0, 1)
+        read_real = mask.to(queries.dtype).flatten(0, 1)
+        read, unread = tail_weights(scores, read_clusters, read_real, cluster_scores, flat_counts)
+        return (positions, read, unread, assigned, mean_values.flatten(0, 1), flat_counts, read_clusters,
+                read_real)
+
+    def _read(self, queries: torch.Tensor, state: CrossAttentionState, dropout: float) -> torch.Tensor:
+        """The base class's softmax over the keys read; with ``tail_clusters`` (where it applies), plus the
+        clusters' estimate of the keys not read (:mod:`srformer.attention.key_clusters`), whose weights take
+        ``dropout`` as the keys read do."""
+        if not self._tail_applies(state):
+            return super()._read(queries, state, dropout)
+        positions, read, unread, _, mean_values, counts, read_clusters, read_real = self._tail_parts(queries, state)
+        if dropout > 0.0:
+            read, unread = F.dropout(read, p=dropout, training=True), F.dropout(unread, p=dropout, training=True)
+        batch, heads, length, count = positions.shape
+        values = gather_rows(self._state(state).values, positions).flatten(0, 1)  # (N, q, S, d)
+        output = tail_mix(read, unread, read_clusters, read_real, values, mean_values, counts)
+        return output.view(batch, heads, length, -1).to(queries.dtype)
+
+    def probabilities(self, queries: torch.Tensor, state: CrossAttentionState) -> torch.Tensor:
+        """The base class's attention weights; with ``tail_clusters`` (where it applies), each key not read weighs
+        its cluster's estimate and each key read its exact share, so that ``O = A V`` exactly."""
+        if not self._tail_applies(state):
+            return super().probabilities(queries, state)
+        positions, read, unread, assigned, _, _, _, read_real = self._tail_parts(queries, state)
+        batch, heads, length, _ = positions.shape
+        clusters = unread.shape[-1]
+        padded = assigned == clusters
+        index = assigned.masked_fill(padded, 0)[:, :, None, :].expand(-1, -1, length, -1)
+        weights = unread.view(batch, heads, length, clusters).gather(-1, index).masked_fill(padded[:, :, None, :], 0.0)
+        read_weights = (read * read_real).view(positions.shape)
+        return weights.scatter(-1, positions, read_weights).to(queries.dtype)
 
     def slots(self, queries: torch.Tensor, state: CrossAttentionState) -> tuple[torch.Tensor, torch.Tensor]:
         """The top ``K`` real keys of every query by ``Q_t . K_j`` (ties: the earlier position); with

@@ -50,6 +50,7 @@ from typing import ClassVar, Self
 import torch
 from torch.nn import functional as F
 
+from srformer.attention.key_clusters import cluster_keys, cluster_sums
 from srformer.attention.knn_rows import RowsKNNState, rows_state
 from srformer.attention.loki_pages import keys_in_best_pages, page_order, page_tables, paged_candidates, paged_pool
 from srformer.attention.projection import HeadProjection
@@ -99,6 +100,11 @@ class LokiKNNState(RowsKNNState):
             (B·H·2m, n) for ``n = ceil(k / b)`` pages, and these hold (B·H·2m·n, b) the channels in page order, one
             page per row, and (B·H, n·b) long each slot's encoder position
             (:func:`~srformer.attention.loki_pages.page_tables`).
+        cluster_of, cluster_rows, cluster_counts, cluster_bias: None without ``tail_clusters``. With ``C``
+            clusters (:mod:`srformer.attention.key_clusters`): (B·H, k) long each position's cluster (0 at
+            padding), (B·H, C, D) each cluster's mean encoder row (float32 or wider; 0 for an empty cluster),
+            (B·H, 1, C) its number of keys and its score's bias (0, or the dtype's lowest for an empty cluster),
+            in that dtype.
     """
 
     channels: torch.Tensor
@@ -108,9 +114,14 @@ class LokiKNNState(RowsKNNState):
     value_bias: torch.Tensor | None
     paged: torch.Tensor | None = None
     slot_position: torch.Tensor | None = None
+    cluster_of: torch.Tensor | None = None
+    cluster_rows: torch.Tensor | None = None
+    cluster_counts: torch.Tensor | None = None
+    cluster_bias: torch.Tensor | None = None
 
     #: The fields whose first axis holds examples and heads (B·H, or B·H·2m·n for :attr:`paged`).
-    _per_head: ClassVar[tuple[str, ...]] = ("channels", "query_map", "paged", "slot_position")
+    _per_head: ClassVar[tuple[str, ...]] = ("channels", "query_map", "paged", "slot_position", "cluster_of",
+                                            "cluster_rows", "cluster_counts", "cluster_bias")
 
     is_lean: ClassVar[bool] = True
     reads_encoder_rows: ClassVar[bool] = True
@@ -178,7 +189,7 @@ def loki_basis(
 
 def loki_state(
     encoder_states: torch.Tensor, key_valid: torch.Tensor | None, projection: HeadProjection, rank: int,
-    page: int | None = None,
+    page: int | None = None, clusters: int | None = None,
 ) -> LokiKNNState:
     """The state of one layer (module docstring). The keys are projected once, in float32 or wider, and dropped.
 
@@ -220,8 +231,24 @@ def loki_state(
         if page is not None:
             paged, channels, slot_position = page_tables(channels, order, page, _PADDING_VALUE)
             pages = {"paged": paged, "slot_position": slot_position}
+        if clusters is not None:
+            pages.update(_cluster_fields(encoder_states, keys @ vectors, key_valid, clusters, wide))
     return extend(LokiKNNState, base, channels=channels.flatten(0, -2), query_map=query_map.flatten(0, 1),
                   flat_order=flat_order, value_weight=value_weight, value_bias=value_bias, **pages)
+
+
+def _cluster_fields(encoder_states: torch.Tensor, projected: torch.Tensor, key_valid: torch.Tensor | None,
+                    clusters: int, wide: torch.dtype) -> dict[str, torch.Tensor]:
+    """:class:`LokiKNNState`'s cluster fields, flat over examples and heads: each position's cluster (0 at
+    padding), each cluster's mean encoder row and its count. projected: (B, H, k, m) the keys on the kept
+    principal directions."""
+    assigned = cluster_keys(projected, key_valid, clusters)  # (B, H, k), C at padding
+    sums, counts = cluster_sums(cast(encoder_states, wide), assigned, clusters)  # (B, H, C, D), (B, H, C)
+    rows = sums / counts.clamp_min(1.0)[..., None]
+    counts = counts.flatten(0, 1).unsqueeze(1)  # (B·H, 1, C)
+    bias = torch.zeros_like(counts).masked_fill_(counts == 0, torch.finfo(counts.dtype).min)
+    return {"cluster_of": assigned.masked_fill(assigned == clusters, 0).flatten(0, 1),
+            "cluster_rows": rows.flatten(0, 1), "cluster_counts": counts, "cluster_bias": bias}
 
 
 def loki_step(
@@ -298,9 +325,50 @@ def loki_step(
         hidden_queries = projection.step_hidden_queries(queries, wide)
     else:
         hidden_queries = hidden_queries.view(batch, heads, 1, -1)
-    output = projection.attend_rows(hidden_queries, picked, bias.view(batch, heads, 1, width), scale,
-                                    example_values=(state.value_weight, state.value_bias))
+    if state.cluster_rows is not None and state.cluster_of is not None and state.cluster_counts is not None:
+        output = _tail_step(hidden_queries, picked, bias, positions, state, scale)
+    else:
+        output = projection.attend_rows(hidden_queries, picked, bias.view(batch, heads, 1, width), scale,
+                                        example_values=(state.value_weight, state.value_bias))
     return cast(output, queries.dtype)
+
+
+def _tail_step(hidden_queries: torch.Tensor, picked: torch.Tensor, bias: torch.Tensor, positions: torch.Tensor,
+               state: LokiKNNState, scale: float) -> torch.Tensor:
+    """:func:`loki_step`'s output with ``tail_clusters``: the softmax over the rows read plus the clusters' estimate
+    of the keys not read, in the absorbed form (the rows mixed, then ``W_v``): the arithmetic of
+    :func:`~srformer.attention.key_clusters.tail_weights` and :func:`~srformer.attention.key_clusters.tail_mix` in
+    fewer calls (batched products, an empty cluster's score kept lowest by the state's counts).
+
+    Args:
+        hidden_queries: (B, H, 1, D). picked: (B, H, S, D) the rows read. bias: (B·H, S) 0 at a real key, the
+            lowest number elsewhere. positions: (B·H, S) their encoder positions.
+
+    Returns:
+        (B, H, 1, d).
+    """
+    assert state.cluster_rows is not None and state.cluster_of is not None and state.cluster_counts is not None
+    assert state.cluster_bias is not None
+    batch, heads, width, hidden = picked.shape
+    count = batch * heads
+    queries = hidden_queries.reshape(count, 1, hidden)
+    rows = picked.view(count, width, hidden)
+    counts, cluster_rows = state.cluster_counts, state.cluster_rows  # (B·H, 1, C), (B·H, C, D)
+    scores = torch.baddbmm(bias.view(count, 1, width), queries, rows.mT, alpha=scale)  # (B·H, 1, S)
+    # an empty cluster scores the lowest number (the state's bias): it weighs nothing and sets no maximum
+    cluster_scores = torch.baddbmm(state.cluster_bias, queries, cluster_rows.mT, alpha=scale)  # (B·H, 1, C)
+    read_clusters = state.cluster_of.gather(1, positions).view(count, 1, width)
+    read_real = (bias == 0).to(scores.dtype).view(count, 1, width)
+    unread = counts.scatter_add(-1, read_clusters, -read_real)
+    top = torch.maximum(scores.amax(dim=-1, keepdim=True), cluster_scores.amax(dim=-1, keepdim=True))
+    weight = torch.exp(cluster_scores - top) * (unread > 0)
+    exact = torch.exp(scores - top)
+    coefficient = exact - weight.gather(-1, read_clusters) * read_real
+    numerator = torch.baddbmm(torch.bmm(weight * counts, cluster_rows), coefficient, rows)  # (B·H, 1, D)
+    denominator = exact.sum(dim=-1, keepdim=True) + (weight * unread).sum(dim=-1, keepdim=True)
+    mixed = (numerator / denominator.clamp_min(torch.finfo(denominator.dtype).tiny)).view(batch, heads, 1, hidden)
+    output = (mixed * state.value_weight).sum(dim=-1).unsqueeze(2)  # (B, H, 1, d)
+    return output if state.value_bias is None else output + state.value_bias
 
 
 def _pick(rows: torch.Tensor, example: torch.Tensor, positions: torch.Tensor,

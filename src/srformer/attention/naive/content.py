@@ -189,10 +189,43 @@ def knn_attention(
                 count = min(count, (settings.resolved_index_pages() - 1) * settings.index_page + 1)
             pool = sorted(pool, key=lambda j: (-rough[j], j))[:count]
         chosen = sorted(pool, key=lambda j: (-products[j], j))[:top]
+        if two_stage and settings.tail_clusters is not None:
+            return _with_tail(query, k, v, chosen, basis, settings.tail_clusters, scale)
         rows = torch.tensor(sorted(chosen), dtype=torch.long)
         return softmax_attention(query, k[rows], v[rows], scale)
 
     return per_query(queries, keys, values, key_valid, start_position, one_query)
+
+
+def _with_tail(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chosen: list[int], basis: torch.Tensor,
+               clusters: int, scale: float) -> torch.Tensor:
+    """The softmax over every real key in which a key not in ``chosen`` scores its cluster's mean key
+    (``tail_clusters``, :mod:`srformer.attention.key_clusters`): the real keys on the kept principal directions
+    (``basis``, (d, m)) clustered from ``C`` centres at the ``floor(l·S/C)``-th of a sample of the ``S = 16·C`` keys
+    at ``floor(i·n/S)``, one Lloyd iteration on the sample, each key to its nearest centre (ties: the
+    lowest); then ``sum_j w_j v_j / sum_j w_j`` with ``w_j = exp(scale Q.K_j)`` for a chosen key and
+    ``exp(scale Q.mean_{i in c(j)} K_i)`` for another."""
+    count = k.shape[0]
+    points = k @ basis  # (n, m)
+    size = 16 * clusters
+    sample = points[[(i * count) // size for i in range(size)]]
+    centres = sample[[(c * size) // clusters for c in range(clusters)]].clone()
+
+    def nearest(x: torch.Tensor, at: torch.Tensor) -> int:
+        return int(torch.argmin((at * at).sum(dim=1) - 2.0 * (at @ x)))  # the first of equal distances
+
+    members: list[list[int]] = [[] for _ in range(clusters)]
+    for i in range(size):
+        members[nearest(sample[i], centres)].append(i)
+    for c, group in enumerate(members):
+        if group:
+            centres[c] = sample[group].mean(dim=0)
+    cluster = [nearest(points[j], centres) for j in range(count)]
+    mean_key = {c: k[[j for j in range(count) if cluster[j] == c]].mean(dim=0) for c in set(cluster)}
+    read = set(chosen)
+    logits = torch.stack([scale * (query @ (k[j] if j in read else mean_key[cluster[j]])) for j in range(count)])
+    weights = torch.exp(logits - logits.max())
+    return (weights @ v) / weights.sum()
 
 
 def _paged_pool(on_basis: torch.Tensor, spread: torch.Tensor, rotated_query: torch.Tensor, channels: list[int],
