@@ -350,23 +350,26 @@ def _tail_step(hidden_queries: torch.Tensor, picked: torch.Tensor, bias: torch.T
     assert state.cluster_rows is not None and state.cluster_of is not None and state.cluster_counts is not None
     assert state.cluster_bias is not None
     batch, heads, width, hidden = picked.shape
-    count = batch * heads
-    queries = hidden_queries.reshape(count, 1, hidden)
-    rows = picked.view(count, width, hidden)
-    counts, cluster_rows = state.cluster_counts, state.cluster_rows  # (B·H, 1, C), (B·H, C, D)
-    scores = torch.baddbmm(bias.view(count, 1, width), queries, rows.mT, alpha=scale)  # (B·H, 1, S)
-    # an empty cluster scores the lowest number (the state's bias): it weighs nothing and sets no maximum
-    cluster_scores = torch.baddbmm(state.cluster_bias, queries, cluster_rows.mT, alpha=scale)  # (B·H, 1, C)
-    read_clusters = state.cluster_of.gather(1, positions).view(count, 1, width)
-    read_real = (bias == 0).to(scores.dtype).view(count, 1, width)
-    unread = counts.scatter_add(-1, read_clusters, -read_real)
-    top = torch.maximum(scores.amax(dim=-1, keepdim=True), cluster_scores.amax(dim=-1, keepdim=True))
-    weight = torch.exp(cluster_scores - top) * (unread > 0)
-    exact = torch.exp(scores - top)
-    coefficient = exact - weight.gather(-1, read_clusters) * read_real
-    numerator = torch.baddbmm(torch.bmm(weight * counts, cluster_rows), coefficient, rows)  # (B·H, 1, D)
-    denominator = exact.sum(dim=-1, keepdim=True) + (weight * unread).sum(dim=-1, keepdim=True)
-    mixed = (numerator / denominator.clamp_min(torch.finfo(denominator.dtype).tiny)).view(batch, heads, 1, hidden)
+    # in the rows' dtype (float32 or wider) under autocast too: the weights and counts must share it
+    with torch.autocast(device_type=picked.device.type, enabled=False):
+        count = batch * heads
+        queries = hidden_queries.reshape(count, 1, hidden)
+        rows = picked.view(count, width, hidden)
+        counts, cluster_rows = state.cluster_counts, state.cluster_rows  # (B·H, 1, C), (B·H, C, D)
+        scores = torch.baddbmm(bias.view(count, 1, width), queries, rows.mT, alpha=scale)  # (B·H, 1, S)
+        # an empty cluster scores the lowest number (the state's bias): it weighs nothing and sets no maximum
+        cluster_scores = torch.baddbmm(state.cluster_bias, queries, cluster_rows.mT, alpha=scale)  # (B·H, 1, C)
+        read_clusters = state.cluster_of.gather(1, positions).view(count, 1, width)
+        read_real = (bias == 0).to(scores.dtype).view(count, 1, width)
+        unread = counts.scatter_add(-1, read_clusters, -read_real)
+        top = torch.maximum(scores.amax(dim=-1, keepdim=True), cluster_scores.amax(dim=-1, keepdim=True))
+        weight = torch.exp(cluster_scores - top) * (unread > 0)
+        exact = torch.exp(scores - top)
+        coefficient = exact - weight.gather(-1, read_clusters) * read_real
+        numerator = torch.baddbmm(torch.bmm(weight * counts, cluster_rows), coefficient, rows)  # (B·H, 1, D)
+        denominator = exact.sum(dim=-1, keepdim=True) + (weight * unread).sum(dim=-1, keepdim=True)
+        mixed = numerator / denominator.clamp_min(torch.finfo(denominator.dtype).tiny)
+    mixed = mixed.view(batch, heads, 1, hidden)
     output = (mixed * state.value_weight).sum(dim=-1).unsqueeze(2)  # (B, H, 1, d)
     return output if state.value_bias is None else output + state.value_bias
 
