@@ -19,7 +19,8 @@ DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 #: (``-lean``: ``lean_cache=True``; ``full`` over chunked encodings is SLED; ``knn-flat``/``knn-ivf``: ``knn``
 #: searching a faiss index of the encoder output at every length, exhaustive or approximate, which needs faiss;
 #: ``knn-rows``: ``knn`` searching the encoder output's rows in torch at every length, no faiss; ``knn-loki``: those
-#: rows reached through low-rank keys first; ``knn-loki-pages``: through the pages of low-rank keys of best bound).
+#: rows reached through low-rank keys first; ``knn-loki-pages``: through the pages of low-rank keys of best bound;
+#: ``knn-loki-tail``: those, plus clusters of keys standing for the keys not read).
 LONG_INPUT_VARIANTS: dict[str, dict[str, Any]] = {
     "full": {"variant": "full"},
     "knn": {"variant": "knn"},
@@ -28,6 +29,7 @@ LONG_INPUT_VARIANTS: dict[str, dict[str, Any]] = {
     "knn-rows": dict(NAMED_SETTINGS["knn-rows"]),
     "knn-loki": dict(NAMED_SETTINGS["knn-loki"]),
     "knn-loki-pages": dict(NAMED_SETTINGS["knn-loki-pages"]),
+    "knn-loki-tail": dict(NAMED_SETTINGS["knn-loki-tail"]),
     "block-topk": {"variant": "block-topk"},
     "block-topk-b4": dict(NAMED_SETTINGS["block-topk-b4"]),
     "quest": {"variant": "quest"},
