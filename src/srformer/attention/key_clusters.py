@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["SAMPLE_PER_CLUSTER", "cluster_keys", "cluster_sums", "tail_mix", "tail_softmax", "tail_weights"]
+__all__ = ["SAMPLE_PER_CLUSTER", "cluster_keys", "cluster_sums", "tail_mix", "tail_weights"]
 
 #: The sample the centres are fitted on: at most this many real keys per cluster.
 SAMPLE_PER_CLUSTER = 16
@@ -156,32 +156,21 @@ def tail_weights(
     return exact / denominator, weight / denominator
 
 
-def tail_softmax(
-    scores: torch.Tensor, values: torch.Tensor, read_clusters: torch.Tensor, read_real: torch.Tensor,
-    cluster_scores: torch.Tensor, cluster_values: torch.Tensor, counts: torch.Tensor,
-) -> torch.Tensor:
-    """The module docstring's ``O_t``: the softmax over the keys read plus the cluster estimate of those not read.
-    Shapes as :func:`tail_weights`; E = value width.
-
-    Args:
-        scores, read_clusters, read_real, cluster_scores, counts: as :func:`tail_weights`.
-        values: (N, q, S, E) the values of the keys read (or their encoder rows, in the absorbed form).
-        cluster_values: (N, C, E) each cluster's mean value (or mean row).
-
-    Returns:
-        (N, q, E) in the scores' dtype; 0 where no key is real.
-    """
-    read, unread = tail_weights(scores, read_clusters, read_real, cluster_scores, counts)
-    return tail_mix(read, unread, read_clusters, read_real, values, cluster_values, counts)
-
-
 def tail_mix(
     read: torch.Tensor, unread: torch.Tensor, read_clusters: torch.Tensor, read_real: torch.Tensor,
     values: torch.Tensor, cluster_values: torch.Tensor, counts: torch.Tensor,
 ) -> torch.Tensor:
-    """``O_t`` from :func:`tail_weights`' weights (shapes as :func:`tail_softmax`): each read key's value at its
-    weight less its cluster's (it leaves the cluster's sum), plus each cluster's value sum at its weight. Returns
-    (N, q, E) in the weights' dtype."""
+    """``O_t`` from :func:`tail_weights`' weights: each read key's value at its weight less its cluster's (it leaves
+    the cluster's sum), plus each cluster's value sum at its weight. Shapes as :func:`tail_weights`; E = value width.
+
+    Args:
+        read, unread: :func:`tail_weights`' weights. read_clusters, read_real, counts: as :func:`tail_weights`.
+        values: (N, q, S, E) the values of the keys read (or their encoder rows, in the absorbed form).
+        cluster_values: (N, C, E) each cluster's mean value (or mean row).
+
+    Returns:
+        (N, q, E) in the weights' dtype; 0 where no key is real.
+    """
     dtype = read.dtype
     coefficient = read - unread.gather(-1, read_clusters) * read_real.to(dtype)
     mixed = (coefficient.unsqueeze(-2) @ values.to(dtype)).squeeze(-2)

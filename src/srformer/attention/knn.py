@@ -521,8 +521,8 @@ class KNNCrossAttention(ContentSparseCrossAttention):
         query: the clusters of the keys (those of the step's state: the same keys on the same principal
         directions), their mean keys and values (differentiable in the keys and values), the keys read (:meth:`slots`)
         and their exact scores. Returns ``(positions, read, unread, assigned, cluster_values, counts, read_clusters,
-        read_real)``, flat over examples and heads where :func:`~srformer.attention.key_clusters.tail_softmax` takes
-        it (N = B·H)."""
+        read_real)``, flat over examples and heads where :func:`~srformer.attention.key_clusters.tail_mix` takes it
+        (N = B·H)."""
         content = self._state(state)
         clusters = self.settings.tail_clusters
         assert clusters is not None
