@@ -1,6 +1,7 @@
 """Checks shared by the tests of the ``knn`` layouts that read the encoder output's rows (``rows``, ``loki``) and
 its faiss index: one example padded left, right or not at all, generation through a layout against the exact
-search, and ``knn_index="loki"``'s module, reference and tolerance (with and without pages)."""
+search, teacher forcing against generation, and ``knn_index="loki"``'s module, reference and tolerance (with and
+without pages)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from srformer.attention.knn import KNNCrossAttention
 from srformer.attention.naive import knn_attention
 from srformer.attention.projection import HeadProjection
 from srformer.config import SRformerConfig
-from tests.models.conftest import plain_generation_config
+from tests.models.conftest import padded_batch, plain_generation_config
 
 BATCH, HEADS, LENGTH, HIDDEN, HEAD_DIM = 3, 2, 40, 8, 4
 
@@ -108,3 +109,22 @@ def assert_generation_equals_the_exact_search(model, ids: torch.Tensor, mask: to
     """
     return assert_generation_matches(model, ids, mask, reference={"knn_index": None}, through=layout,
                                      tolerance=1e-9)
+
+
+def assert_teacher_forcing_reads_what_generation_reads(model) -> None:
+    """On :func:`~tests.models.conftest.padded_batch`: greedy generation's scores (5 new tokens) equal the
+    teacher-forced forward pass's over the tokens it generated, within 1e-5 (the forced logits rounded to the scores'
+    dtype first); beam search (3 beams) returns one sequence per input."""
+    ids, mask = padded_batch(model)
+    for beams in (1, 3):
+        config = plain_generation_config(model, max_new_tokens=5, num_beams=beams, output_scores=True,
+                                         return_dict_in_generate=True)
+        with torch.no_grad():
+            generated = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
+        if beams > 1:
+            assert generated.sequences.shape[0] == ids.shape[0]
+            continue
+        with torch.no_grad():
+            forced = model(input_ids=ids, attention_mask=mask, decoder_input_ids=generated.sequences[:, :-1]).logits
+        stepped = torch.stack(generated.scores, dim=1)
+        torch.testing.assert_close(stepped.double(), forced.double().to(stepped.dtype).double(), rtol=0, atol=1e-5)

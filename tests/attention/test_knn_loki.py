@@ -22,13 +22,14 @@ from tests.attention.rows_cases import (
     HEADS,
     LENGTH,
     assert_generation_equals_the_exact_search,
+    assert_teacher_forcing_reads_what_generation_reads,
     loki_module,
     loki_reference,
     loki_tolerance,
     padded_outputs,
     rows_inputs,
 )
-from tests.models.conftest import BUILDERS, converted, padded_batch, plain_generation_config
+from tests.models.conftest import BUILDERS, converted, padded_batch
 
 
 @pytest.mark.parametrize("step", STEP_KINDS)
@@ -161,19 +162,7 @@ def test_teacher_forcing_reads_what_generation_reads(family):
     search runs and its best sequence is scored the same way."""
     model = converted(BUILDERS[family](), variant="knn", top_keys=2, knn_index="loki", index_min_keys=1,
                       index_rank=1, index_candidates=4)
-    ids, mask = padded_batch(model)
-    for beams in (1, 3):
-        config = plain_generation_config(model, max_new_tokens=5, num_beams=beams, output_scores=True,
-                                         return_dict_in_generate=True)
-        with torch.no_grad():
-            generated = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
-        if beams > 1:
-            assert generated.sequences.shape[0] == ids.shape[0]
-            continue
-        with torch.no_grad():
-            forced = model(input_ids=ids, attention_mask=mask, decoder_input_ids=generated.sequences[:, :-1]).logits
-        stepped = torch.stack(generated.scores, dim=1)
-        torch.testing.assert_close(stepped.double(), forced.double().to(stepped.dtype).double(), rtol=0, atol=1e-5)
+    assert_teacher_forcing_reads_what_generation_reads(model)
 
 
 def test_settings_are_named_and_checked():

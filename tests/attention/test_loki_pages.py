@@ -18,13 +18,14 @@ from srformer.attention.step_choice import STEP_KINDS
 from srformer.benchmarks.operator_count import OperatorCounter
 from srformer.config import SRformerConfig
 from tests.attention.rows_cases import (
+    assert_teacher_forcing_reads_what_generation_reads,
     loki_module,
     loki_reference,
     loki_tolerance,
     padded_outputs,
     rows_inputs,
 )
-from tests.models.conftest import BUILDERS, converted, padded_batch, plain_generation_config
+from tests.models.conftest import BUILDERS, converted
 
 
 @pytest.mark.parametrize("step", STEP_KINDS)
@@ -134,19 +135,7 @@ def test_teacher_forcing_reads_what_generation_reads(family):
     teacher-forced forward pass's, which reads the same pages; beam search runs."""
     model = converted(BUILDERS[family](), variant="knn", top_keys=2, knn_index="loki", index_min_keys=1,
                       index_rank=2, index_candidates=4, index_page=3, index_pages=2)
-    ids, mask = padded_batch(model)
-    for beams in (1, 3):
-        config = plain_generation_config(model, max_new_tokens=5, num_beams=beams, output_scores=True,
-                                         return_dict_in_generate=True)
-        with torch.no_grad():
-            generated = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
-        if beams > 1:
-            assert generated.sequences.shape[0] == ids.shape[0]
-            continue
-        with torch.no_grad():
-            forced = model(input_ids=ids, attention_mask=mask, decoder_input_ids=generated.sequences[:, :-1]).logits
-        stepped = torch.stack(generated.scores, dim=1)
-        torch.testing.assert_close(stepped.double(), forced.double(), rtol=0, atol=1e-5)
+    assert_teacher_forcing_reads_what_generation_reads(model)
 
 
 def test_settings_are_named_and_checked():
