@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The long-input picks on one CUDA device, sized for a short loan (docs/long-inputs.md, "Long-input benchmark"):
 #   1. eager, bfloat16, batch 1, at 16,384 / 65,536 / 262,144 tokens: full, segmented, knn-loki-pages (the long-input
-#      pick), knn-loki (the same without pages), knn-rows, srformer, knn, block-topk-b4, quest-tree and quest-b2 (time
-#      per token, time to the first token, peak memory);
-#   2. compiled (static cache, CUDA graphs), bfloat16, batch 8 at 262,144 tokens: full, knn-loki-pages and knn-loki;
-#   3. compiled, bfloat16, batch 1 at 1,048,576 tokens: full, knn-loki-pages and knn-loki;
+#      pick), knn-loki-tail (the pick plus clusters for the keys it does not read), knn-loki (the pick without pages),
+#      knn-rows, srformer, knn, block-topk-b4, quest-tree and quest-b2 (time per token, time to the first token, peak
+#      memory);
+#   2. compiled (static cache, CUDA graphs), bfloat16, batch 8 at 262,144 tokens: full, knn-loki-pages,
+#      knn-loki-tail and knn-loki;
+#   3. compiled, bfloat16, batch 1 at 1,048,576 tokens: full, knn-loki-pages, knn-loki-tail and knn-loki;
 #   4. eager, bfloat16, batch 1, LED-base's shape (allenai/led-base-16384, its own encoder reading the input whole)
 #      at 16,384 tokens: full, knn-loki-pages, knn-rows and segmented.
 # Random weights, t5-small-shaped in sections 1-3 (synthetic: costs only). Needs torch and transformers only: run
@@ -27,8 +29,9 @@ bench() { python -c "import sys; from srformer.cli.main import main; sys.exit(ma
 common=(--device "$device" --dtype bfloat16 --new-tokens 16 --end-to-end)
 
 bench --output "$root/eager" "${common[@]}" --lengths "${lengths[@]}" \
-  --variants full segmented knn-loki-pages knn-loki knn-rows srformer knn block-topk-b4 quest-tree quest-b2
-compiled=(--compiled --variants full knn-loki-pages knn-loki)
+  --variants full segmented knn-loki-pages knn-loki-tail knn-loki knn-rows srformer knn block-topk-b4 quest-tree \
+  quest-b2
+compiled=(--compiled --variants full knn-loki-pages knn-loki-tail knn-loki)
 bench --output "$root/compiled-batch8" "${common[@]}" "${compiled[@]}" --batch-size 8 --lengths "$batch_length"
 bench --output "$root/compiled-1m" "${common[@]}" "${compiled[@]}" --lengths "$longest"
 bench --output "$root/led-base" "${common[@]}" --shape led-base --lengths "$family_length" \

@@ -1,5 +1,5 @@
-"""Clusters of keys for the keys a top-``K`` step does not read (``tail_clusters``): each head's keys grouped once,
-at the build, and every key a query does not read scored by its cluster's mean key.
+"""Clusters of keys for the keys a top-``K`` step does not read (``tail_clusters``): a layer's keys grouped once,
+at the build, into clusters its heads share, and every key a query does not read scored by its cluster's mean key.
 
 Top-``K`` attention (``knn``) takes the softmax over the ``K`` keys of best score and drops the rest. Where a head's
 attention is spread over many keys, the ``K`` best hold a small part of its mass: on the SumPubMed base of this
@@ -15,21 +15,30 @@ clusters' mean keys and value sums, and the cluster of each key it reads; nothin
 An unread key's score is its cluster mean's, so the estimate is exact for a cluster of equal keys and, whatever the
 clusters, when every key is read (a cluster with no unread key gets weight 0, not a rounding residue).
 
-**The clusters** (:func:`cluster_keys`): per head, the real keys projected on the principal directions the
-first stage keeps (their spread, not whitened); a sample of ``S = 16·C`` real keys, the ``floor(i·n/S)``-th of the
-``n`` in encoder order (evenly spaced; repeated when ``n < S``); ``C`` initial centres, the sample's
-``floor(l·S/C)``-th; one Lloyd iteration on the sample (assign to the nearest centre, ties to
-the lowest index; each centre the mean of its sample keys, an empty one kept); every real key assigned to its
-nearest centre. Measured on the SumPubMed base (its dumped queries, keys and values, 8,192-token papers, the error
-of the layer output against full attention's): clustering in the principal directions, on a sample, with 0-3
-iterations, errs as much as k-means of the whole keys in all ``d`` channels with 8 iterations (within 0.01).
+**Shared by the heads.** Keys and values are linear in the encoder output, so a cluster of encoder positions has,
+in every head, the mean key and value of the head's projections of its mean encoder row. One clustering of the
+positions serves all heads of a layer: the state keeps ``C`` mean rows per layer, not per head, and a step reads
+them once for all its heads (the absorbed form, :mod:`srformer.attention.knn_loki`). Measured on the SumPubMed
+base (its dumped queries, keys and values at 5,486 tokens; the median error of the layer output against full
+attention's, relative to its spread), the positions clustered on every head's principal directions at once err as
+much as clusters of each head's own keys at the same ``C`` (0.091 against 0.089 at 256), and less with more
+clusters (0.076 at 512, 0.059 at 1,024); clustering once for every layer errs more (0.100, 0.082, 0.063).
+
+**The clusters** (:func:`cluster_keys`): the positions' points are each head's real keys projected on the principal
+directions the first stage keeps (their spread, not whitened), the heads' side by side (:func:`heads_side_by_side`);
+a sample of ``S = 16·C`` real positions, the ``floor(i·n/S)``-th of the ``n`` in encoder order (evenly spaced;
+repeated when ``n < S``); ``C`` initial centres, the sample's ``floor(l·S/C)``-th; one Lloyd iteration on the sample
+(assign to the nearest centre, ties to the lowest index; each centre the mean of its sample points, an empty one
+kept); every real position assigned to its nearest centre. On the same dumps, clustering on the principal
+directions, on a sample, with 0-3 iterations, errs as much as k-means of the whole keys in all ``d`` channels with 8
+iterations (within 0.01).
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["SAMPLE_PER_CLUSTER", "cluster_keys", "cluster_sums", "tail_mix", "tail_weights"]
+__all__ = ["SAMPLE_PER_CLUSTER", "cluster_keys", "cluster_sums", "heads_side_by_side", "tail_mix", "tail_weights"]
 
 #: The sample the centres are fitted on: at most this many real keys per cluster.
 SAMPLE_PER_CLUSTER = 16
@@ -42,9 +51,20 @@ def _evenly(count: torch.Tensor, size: int) -> torch.Tensor:
 
 
 def _nearest(points: torch.Tensor, centres: torch.Tensor) -> torch.Tensor:
-    """(B, H, n) long: each point's nearest centre (``|c|^2 - 2 x . c`` least, ties to the lowest index).
-    points (B, H, n, m); centres (B, H, C, m)."""
-    return ((centres * centres).sum(-1)[:, :, None, :] - 2.0 * points @ centres.mT).argmin(dim=-1)
+    """(B, G, n) long: each point's nearest centre (``|c|^2 - 2 x . c`` least, ties to the lowest index), from one
+    product per group. points (B, G, n, m); centres (B, G, C, m)."""
+    batch, groups, count, m = points.shape
+    norms = (centres * centres).sum(-1).view(batch * groups, 1, -1)
+    distances = torch.baddbmm(norms, points.reshape(batch * groups, count, m), centres.reshape(
+        batch * groups, -1, m).mT, alpha=-2.0)
+    return distances.argmin(dim=-1).view(batch, groups, count)
+
+
+def heads_side_by_side(projected: torch.Tensor) -> torch.Tensor:
+    """(B, 1, k, H·m): every position's points in each head's principal directions, the heads' side by side (the
+    points :func:`cluster_keys` clusters once for all heads). projected: (B, H, k, m)."""
+    batch, heads, length, m = projected.shape
+    return projected.permute(0, 2, 1, 3).reshape(batch, 1, length, heads * m)
 
 
 def cluster_keys(
@@ -53,13 +73,14 @@ def cluster_keys(
     """Each real key's cluster (module docstring).
 
     Args:
-        projected: (B, H, k, m) every key on the principal directions kept (``v_i . K_j``), float32 or wider.
+        projected: (B, G, k, m) each position's point per group, float32 or wider: (B, 1, k, H·m) from
+            :func:`heads_side_by_side` for clusters shared by the heads, or (B, H, k, m) for clusters per head.
         key_valid: (B, k) bool, True at real positions, or None (all real).
         clusters: ``C >= 1``.
-        chunk: keys assigned per product in the last pass (bounds its (B, H, chunk, C) scores).
+        chunk: keys assigned per product in the last pass (bounds its (B·G, chunk, C) distances).
 
     Returns:
-        (B, H, k) long in ``[0, C]``: ``C`` at padded positions. With fewer real keys than ``C``, some clusters are
+        (B, G, k) long in ``[0, C]``: ``C`` at padded positions. With fewer real keys than ``C``, some clusters are
         empty.
 
     Raises:
@@ -96,7 +117,8 @@ def cluster_sums(rows: torch.Tensor, assigned: torch.Tensor, clusters: int) -> t
 
     Args:
         rows: (B, H, k, E) per head (keys or values), or (B, k, E) shared by the heads (the encoder output).
-        assigned: (B, H, k) long from :func:`cluster_keys` (``C`` at padded positions: dropped).
+        assigned: (B, H, k) long from :func:`cluster_keys` (``C`` at padded positions: dropped); H may be 1 (the
+            clusters the heads share) with rows of either form.
         clusters: ``C``.
 
     Returns:
@@ -106,20 +128,23 @@ def cluster_sums(rows: torch.Tensor, assigned: torch.Tensor, clusters: int) -> t
     batch, heads, length = assigned.shape
     width = rows.shape[-1]
     slots = clusters + 1  # the last one takes the padding
+    # torch.zeros, not rows.new_zeros: the same call, which a byte count would take for a read of the rows
+    dtype, device = rows.dtype, rows.device
     target = (torch.arange(batch * heads, device=assigned.device).view(batch, heads, 1) * slots + assigned)
     if rows.dim() == 3:  # one head at a time: the shared rows are not copied per head
-        sums = rows.new_zeros(batch, heads, slots, width)
+        sums = torch.zeros(batch, heads, slots, width, dtype=dtype, device=device)
         flat_rows = rows.reshape(batch * length, width)
         for head in range(heads):
             index = (torch.arange(batch, device=assigned.device).view(batch, 1) * slots + assigned[:, head])
-            sums[:, head] = rows.new_zeros(batch * slots, width).index_add(
+            sums[:, head] = torch.zeros(batch * slots, width, dtype=dtype, device=device).index_add(
                 0, index.reshape(-1), flat_rows).view(batch, slots, width)
         sums = sums[:, :, :clusters]
     else:
-        sums = rows.new_zeros(batch * heads * slots, width).index_add(
+        sums = torch.zeros(batch * heads * slots, width, dtype=dtype, device=device).index_add(
             0, target.reshape(-1), rows.reshape(-1, width)).view(batch, heads, slots, width)[:, :, :clusters]
-    counts = rows.new_zeros(batch * heads * slots).index_add(
-        0, target.reshape(-1), rows.new_ones(batch * heads * length)).view(batch, heads, slots)[:, :, :clusters]
+    ones = torch.ones(batch * heads * length, dtype=dtype, device=device)
+    counts = torch.zeros(batch * heads * slots, dtype=dtype, device=device).index_add(
+        0, target.reshape(-1), ones).view(batch, heads, slots)[:, :, :clusters]
     return sums, counts
 
 

@@ -66,7 +66,7 @@ from srformer.attention.content import (
     gather_rows,
     slot_softmax,
 )
-from srformer.attention.key_clusters import cluster_keys, cluster_sums, tail_mix, tail_weights
+from srformer.attention.key_clusters import cluster_keys, cluster_sums, heads_side_by_side, tail_mix, tail_weights
 from srformer.attention.knn_index import INDEX_KINDS, EncoderIndex, build_encoder_index, faiss_available, require_faiss
 from srformer.attention.knn_loki import (
     LOKI_INDEX,
@@ -139,10 +139,10 @@ class KNNSettings(MechanismSettings):
             only. None (default): no pages, the first stage reads every key. A runtime option.
         index_pages: with ``index_page``: ``P``, the pages per head whose keys the first stage scores (``P·b >= k``:
             every key, as without pages). None: 256. A runtime option.
-        tail_clusters: ``knn_index="loki"``: ``C``, clusters of each head's keys built once per input; every key a
-            query does not read enters its softmax with its cluster's mean key as its score
-            (:mod:`srformer.attention.key_clusters`). None (default): the keys not read are dropped. Applies where
-            the two-stage search does (at least ``index_min_keys`` keys). A runtime option.
+        tail_clusters: ``knn_index="loki"``: ``C``, clusters of the encoder positions built once per input and
+            layer, shared by its heads; every key a query does not read enters its softmax with its cluster's mean
+            key as its score (:mod:`srformer.attention.key_clusters`). None (default): the keys not read are
+            dropped. Applies where the two-stage search does (at least ``index_min_keys`` keys). A runtime option.
     """
 
     top_keys: int | None = integer_setting(1, None, "the keys each decoder query reads")
@@ -518,11 +518,11 @@ class KNNCrossAttention(ContentSparseCrossAttention):
 
     def _tail_parts(self, queries: torch.Tensor, state: CrossAttentionState) -> tuple[torch.Tensor, ...]:
         """The parallel path's :func:`~srformer.attention.key_clusters.tail_weights` and what combines them, per
-        query: the clusters of the keys (those of the step's state: the same keys on the same principal
-        directions), their mean keys and values (differentiable in the keys and values), the keys read (:meth:`slots`)
-        and their exact scores. Returns ``(positions, read, unread, assigned, cluster_values, counts, read_clusters,
-        read_real)``, flat over examples and heads where :func:`~srformer.attention.key_clusters.tail_mix` takes it
-        (N = B·H)."""
+        query: the clusters of the positions, shared by the heads (those of the step's state: the same keys on the
+        same principal directions), each head's mean keys and values (differentiable in the keys and values), the
+        keys read (:meth:`slots`) and their exact scores. Returns ``(positions, read, unread, assigned,
+        cluster_values, counts, read_clusters, read_real)``, flat over examples and heads where
+        :func:`~srformer.attention.key_clusters.tail_mix` takes it (N = B·H)."""
         content = self._state(state)
         clusters = self.settings.tail_clusters
         assert clusters is not None
@@ -534,7 +534,9 @@ class KNNCrossAttention(ContentSparseCrossAttention):
         with torch.no_grad(), torch.autocast(device_type=queries.device.type, enabled=False):
             exact_keys = cast(keys.detach(), wide)
             vectors, _ = loki_basis(exact_keys, valid, stored_channels(self.settings.resolved_index_rank(), d))
-            assigned = cluster_keys(exact_keys @ vectors, valid, clusters)  # (B, H, k), C at padding
+            # one clustering of the positions for all heads (the step's), each head's keys on its own directions
+            assigned = cluster_keys(heads_side_by_side(exact_keys @ vectors), valid, clusters).expand(
+                -1, heads, -1)  # (B, H, k), C at padding
         key_sums, counts = cluster_sums(keys.to(queries.dtype), assigned, clusters)
         value_sums, _ = cluster_sums(values.to(queries.dtype), assigned, clusters)
         denominator = counts.clamp_min(1.0)[..., None]

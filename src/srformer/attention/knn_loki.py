@@ -50,7 +50,7 @@ from typing import ClassVar, Self
 import torch
 from torch.nn import functional as F
 
-from srformer.attention.key_clusters import cluster_keys, cluster_sums
+from srformer.attention.key_clusters import cluster_keys, cluster_sums, heads_side_by_side
 from srformer.attention.knn_rows import RowsKNNState, rows_state
 from srformer.attention.loki_pages import keys_in_best_pages, page_order, page_tables, paged_candidates, paged_pool
 from srformer.attention.projection import HeadProjection
@@ -101,10 +101,10 @@ class LokiKNNState(RowsKNNState):
             page per row, and (B·H, n·b) long each slot's encoder position
             (:func:`~srformer.attention.loki_pages.page_tables`).
         cluster_of, cluster_rows, cluster_counts, cluster_bias: None without ``tail_clusters``. With ``C``
-            clusters (:mod:`srformer.attention.key_clusters`): (B·H, k) long each position's cluster (0 at
-            padding), (B·H, C, D) each cluster's mean encoder row (float32 or wider; 0 for an empty cluster),
-            (B·H, 1, C) its number of keys and its score's bias (0, or the dtype's lowest for an empty cluster),
-            in that dtype.
+            clusters shared by the layer's heads (:mod:`srformer.attention.key_clusters`): (B, k) long each
+            position's cluster (0 at padding), (B, C, D) each cluster's mean encoder row (float32 or wider; 0 for
+            an empty cluster), (B, H, C) its number of keys (the same in every head) and (B, 1, C) its score's bias
+            (0, or the dtype's lowest for an empty cluster), in that dtype.
     """
 
     channels: torch.Tensor
@@ -120,8 +120,7 @@ class LokiKNNState(RowsKNNState):
     cluster_bias: torch.Tensor | None = None
 
     #: The fields whose first axis holds examples and heads (B·H, or B·H·2m·n for :attr:`paged`).
-    _per_head: ClassVar[tuple[str, ...]] = ("channels", "query_map", "paged", "slot_position", "cluster_of",
-                                            "cluster_rows", "cluster_counts", "cluster_bias")
+    _per_head: ClassVar[tuple[str, ...]] = ("channels", "query_map", "paged", "slot_position")
 
     is_lean: ClassVar[bool] = True
     reads_encoder_rows: ClassVar[bool] = True
@@ -170,7 +169,8 @@ def loki_basis(
     """
     batch, _, length, d = keys.shape
     if key_valid is None:
-        weights = keys.new_ones(batch, 1, length, 1)
+        weights = torch.ones(batch, 1, length, 1, dtype=keys.dtype, device=keys.device)  # not keys.new_ones:
+        # the same call, which a byte count would take for a read of the keys
     else:
         weights = key_valid.to(device=keys.device, dtype=keys.dtype).view(batch, 1, length, 1)
     real = keys * weights
@@ -239,16 +239,16 @@ def loki_state(
 
 def _cluster_fields(encoder_states: torch.Tensor, projected: torch.Tensor, key_valid: torch.Tensor | None,
                     clusters: int, wide: torch.dtype) -> dict[str, torch.Tensor]:
-    """:class:`LokiKNNState`'s cluster fields, flat over examples and heads: each position's cluster (0 at
+    """:class:`LokiKNNState`'s cluster fields, per example (the heads share them): each position's cluster (0 at
     padding), each cluster's mean encoder row and its count. projected: (B, H, k, m) the keys on the kept
     principal directions."""
-    assigned = cluster_keys(projected, key_valid, clusters)  # (B, H, k), C at padding
-    sums, counts = cluster_sums(cast(encoder_states, wide), assigned, clusters)  # (B, H, C, D), (B, H, C)
-    rows = sums / counts.clamp_min(1.0)[..., None]
-    counts = counts.flatten(0, 1).unsqueeze(1)  # (B·H, 1, C)
+    assigned = cluster_keys(heads_side_by_side(projected), key_valid, clusters)  # (B, 1, k), C at padding
+    sums, counts = cluster_sums(cast(encoder_states, wide), assigned, clusters)  # (B, 1, C, D), (B, 1, C)
+    rows = (sums / counts.clamp_min(1.0)[..., None]).squeeze(1)  # (B, C, D)
     bias = torch.zeros_like(counts).masked_fill_(counts == 0, torch.finfo(counts.dtype).min)
-    return {"cluster_of": assigned.masked_fill(assigned == clusters, 0).flatten(0, 1),
-            "cluster_rows": rows.flatten(0, 1), "cluster_counts": counts, "cluster_bias": bias}
+    heads = projected.shape[1]  # the counts once per head: a step takes each head's reads from its own copy
+    return {"cluster_of": assigned.squeeze(1).masked_fill(assigned.squeeze(1) == clusters, 0),
+            "cluster_rows": rows, "cluster_counts": counts.expand(-1, heads, -1).contiguous(), "cluster_bias": bias}
 
 
 def loki_step(
@@ -326,7 +326,7 @@ def loki_step(
     else:
         hidden_queries = hidden_queries.view(batch, heads, 1, -1)
     if state.cluster_rows is not None and state.cluster_of is not None and state.cluster_counts is not None:
-        output = _tail_step(hidden_queries, picked, bias, positions, state, scale)
+        output = _tail_step(hidden_queries, picked, bias, positions, example, state, scale)
     else:
         output = projection.attend_rows(hidden_queries, picked, bias.view(batch, heads, 1, width), scale,
                                         example_values=(state.value_weight, state.value_bias))
@@ -334,15 +334,18 @@ def loki_step(
 
 
 def _tail_step(hidden_queries: torch.Tensor, picked: torch.Tensor, bias: torch.Tensor, positions: torch.Tensor,
-               state: LokiKNNState, scale: float) -> torch.Tensor:
+               example: torch.Tensor, state: LokiKNNState, scale: float) -> torch.Tensor:
     """:func:`loki_step`'s output with ``tail_clusters``: the softmax over the rows read plus the clusters' estimate
     of the keys not read, in the absorbed form (the rows mixed, then ``W_v``): the arithmetic of
     :func:`~srformer.attention.key_clusters.tail_weights` and :func:`~srformer.attention.key_clusters.tail_mix` in
-    fewer calls (batched products, an empty cluster's score kept lowest by the state's counts).
+    fewer calls (batched products, an empty cluster's score kept lowest by the state's counts). The clusters' mean
+    rows are read once for all heads: one product per example gives every head's cluster scores, one more every
+    head's clusters' share of the mixed row.
 
     Args:
         hidden_queries: (B, H, 1, D). picked: (B, H, S, D) the rows read. bias: (B·H, S) 0 at a real key, the
-            lowest number elsewhere. positions: (B·H, S) their encoder positions.
+            lowest number elsewhere. positions: (B·H, S) their encoder positions. example: (B·H, 1) long, each
+            example and head's example.
 
     Returns:
         (B, H, 1, d).
@@ -353,22 +356,25 @@ def _tail_step(hidden_queries: torch.Tensor, picked: torch.Tensor, bias: torch.T
     # in the rows' dtype (float32 or wider) under autocast too: the weights and counts must share it
     with torch.autocast(device_type=picked.device.type, enabled=False):
         count = batch * heads
-        queries = hidden_queries.reshape(count, 1, hidden)
         rows = picked.view(count, width, hidden)
-        counts, cluster_rows = state.cluster_counts, state.cluster_rows  # (B·H, 1, C), (B·H, C, D)
-        scores = torch.baddbmm(bias.view(count, 1, width), queries, rows.mT, alpha=scale)  # (B·H, 1, S)
+        counts, cluster_rows = state.cluster_counts, state.cluster_rows  # (B, H, C), (B, C, D)
+        scores = torch.baddbmm(bias.view(count, 1, width), hidden_queries.reshape(count, 1, hidden), rows.mT,
+                               alpha=scale)  # (B·H, 1, S)
         # an empty cluster scores the lowest number (the state's bias): it weighs nothing and sets no maximum
-        cluster_scores = torch.baddbmm(state.cluster_bias, queries, cluster_rows.mT, alpha=scale)  # (B·H, 1, C)
-        read_clusters = state.cluster_of.gather(1, positions).view(count, 1, width)
-        read_real = (bias == 0).to(scores.dtype).view(count, 1, width)
-        unread = counts.scatter_add(-1, read_clusters, -read_real)
+        cluster_scores = torch.baddbmm(state.cluster_bias, hidden_queries.reshape(batch, heads, hidden),
+                                       cluster_rows.mT, alpha=scale)  # (B, H, C)
+        read_clusters = state.cluster_of[example, positions].view(batch, heads, width)
+        read_real = (bias == 0).to(scores.dtype).view(batch, heads, width)
+        unread = counts.scatter_add(-1, read_clusters, -read_real)  # (B, H, C)
+        scores = scores.view(batch, heads, width)
         top = torch.maximum(scores.amax(dim=-1, keepdim=True), cluster_scores.amax(dim=-1, keepdim=True))
         weight = torch.exp(cluster_scores - top) * (unread > 0)
         exact = torch.exp(scores - top)
         coefficient = exact - weight.gather(-1, read_clusters) * read_real
-        numerator = torch.baddbmm(torch.bmm(weight * counts, cluster_rows), coefficient, rows)  # (B·H, 1, D)
-        denominator = exact.sum(dim=-1, keepdim=True) + (weight * unread).sum(dim=-1, keepdim=True)
-        mixed = numerator / denominator.clamp_min(torch.finfo(denominator.dtype).tiny)
+        clustered = torch.bmm(weight * counts, cluster_rows)  # (B, H, D)
+        numerator = torch.baddbmm(clustered.view(count, 1, hidden), coefficient.view(count, 1, width), rows)
+        denominator = exact.sum(dim=-1, keepdim=True) + (weight * unread).sum(dim=-1, keepdim=True)  # (B, H, 1)
+        mixed = numerator.view(batch, heads, hidden) / denominator.clamp_min(torch.finfo(denominator.dtype).tiny)
     mixed = mixed.view(batch, heads, 1, hidden)
     output = (mixed * state.value_weight).sum(dim=-1).unsqueeze(2)  # (B, H, 1, d)
     return output if state.value_bias is None else output + state.value_bias

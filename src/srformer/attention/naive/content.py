@@ -7,7 +7,7 @@ fixed-size set of real keys chosen by content; an example without real keys has 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import torch
@@ -166,21 +166,16 @@ def knn_attention(
     top = settings.resolved_top_keys()
     two_stage = settings.knn_index == "loki" and keys.shape[2] >= settings.resolved_index_min_keys()
 
-    def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
+    def chosen_keys(query: torch.Tensor, k: torch.Tensor) -> list[int]:
+        """The indices (into the ``n`` real keys) of the keys the query reads."""
         products = (k @ query).tolist()
         pool = list(range(len(products)))
         if two_stage:  # the C best scores on the r channels the query weighs most, in these keys' principal basis
-            rank, d = settings.resolved_index_rank(), k.shape[1]
-            centred = k - k.mean(dim=0)
-            values, vectors = torch.linalg.eigh(centred.T @ centred)  # ascending eigenvalues
-            kept = min(d, 2 * rank)  # the principal channels kept: the largest eigenvalues
-            spread = values[d - kept:].clamp_min(0.0).sqrt()
-            spread = torch.maximum(spread, (spread[-1] * 1e-3).clamp_min(torch.finfo(k.dtype).tiny))
-            basis = vectors[:, d - kept:]
-            basis = basis * basis[basis.abs().argmax(dim=0), torch.arange(kept)].sign()  # largest component > 0
+            rank = settings.resolved_index_rank()
+            basis, spread = _principal_basis(k, rank)
             rotated_query = basis.T @ query
             weight = (rotated_query.abs() * spread).tolist()
-            channels = sorted(range(kept), key=lambda i: (-weight[i], i))[:rank]
+            channels = sorted(range(basis.shape[1]), key=lambda i: (-weight[i], i))[:rank]
             rough = ((k @ basis[:, channels]) @ rotated_query[channels]).tolist()
             count = settings.resolved_index_candidates()
             if settings.index_page is not None:  # only the keys of the pages of best bound, at most the keys of
@@ -188,25 +183,37 @@ def knn_attention(
                 pool = _paged_pool(k @ basis, spread, rotated_query, channels, settings)
                 count = min(count, (settings.resolved_index_pages() - 1) * settings.index_page + 1)
             pool = sorted(pool, key=lambda j: (-rough[j], j))[:count]
-        chosen = sorted(pool, key=lambda j: (-products[j], j))[:top]
-        if two_stage and settings.tail_clusters is not None:
-            return _with_tail(query, k, v, chosen, basis, settings.tail_clusters, scale)
-        rows = torch.tensor(sorted(chosen), dtype=torch.long)
+        return sorted(pool, key=lambda j: (-products[j], j))[:top]
+
+    if two_stage and settings.tail_clusters is not None:
+        return _with_tail(queries, keys, values, key_valid, chosen_keys, settings, scale)
+
+    def one_query(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t: int) -> torch.Tensor:
+        rows = torch.tensor(sorted(chosen_keys(query, k)), dtype=torch.long)
         return softmax_attention(query, k[rows], v[rows], scale)
 
     return per_query(queries, keys, values, key_valid, start_position, one_query)
 
 
-def _with_tail(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chosen: list[int], basis: torch.Tensor,
-               clusters: int, scale: float) -> torch.Tensor:
-    """The softmax over every real key in which a key not in ``chosen`` scores its cluster's mean key
-    (``tail_clusters``, :mod:`srformer.attention.key_clusters`): the real keys on the kept principal directions
-    (``basis``, (d, m)) clustered from ``C`` centres at the ``floor(l·S/C)``-th of a sample of the ``S = 16·C`` keys
-    at ``floor(i·n/S)``, one Lloyd iteration on the sample, each key to its nearest centre (ties: the
-    lowest); then ``sum_j w_j v_j / sum_j w_j`` with ``w_j = exp(scale Q.K_j)`` for a chosen key and
-    ``exp(scale Q.mean_{i in c(j)} K_i)`` for another."""
-    count = k.shape[0]
-    points = k @ basis  # (n, m)
+def _principal_basis(k: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(d, m) the eigenvectors of the real keys' (``k``, (n, d)) centred covariance of the ``m = min(d, 2r)``
+    largest eigenvalues (ascending), each with its largest component positive, and (m,) the square roots of those
+    eigenvalues, floored at ``10^-3`` of the largest."""
+    d = k.shape[1]
+    centred = k - k.mean(dim=0)
+    values, vectors = torch.linalg.eigh(centred.T @ centred)  # ascending eigenvalues
+    kept = min(d, 2 * rank)  # the principal channels kept: the largest eigenvalues
+    spread = values[d - kept:].clamp_min(0.0).sqrt()
+    spread = torch.maximum(spread, (spread[-1] * 1e-3).clamp_min(torch.finfo(k.dtype).tiny))
+    basis = vectors[:, d - kept:]
+    return basis * basis[basis.abs().argmax(dim=0), torch.arange(kept)].sign(), spread  # largest component > 0
+
+
+def _clusters(points: torch.Tensor, clusters: int) -> list[int]:
+    """Each of the ``n`` points' ((n, F)) cluster: ``C`` centres at the ``floor(l·S/C)``-th of a sample of the
+    ``S = 16·C`` points at ``floor(i·n/S)``, one Lloyd iteration on the sample, each point to its nearest centre
+    (ties: the lowest index)."""
+    count = points.shape[0]
     size = 16 * clusters
     sample = points[[(i * count) // size for i in range(size)]]
     centres = sample[[(c * size) // clusters for c in range(clusters)]].clone()
@@ -220,12 +227,38 @@ def _with_tail(query: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chosen: li
     for c, group in enumerate(members):
         if group:
             centres[c] = sample[group].mean(dim=0)
-    cluster = [nearest(points[j], centres) for j in range(count)]
-    mean_key = {c: k[[j for j in range(count) if cluster[j] == c]].mean(dim=0) for c in set(cluster)}
-    read = set(chosen)
-    logits = torch.stack([scale * (query @ (k[j] if j in read else mean_key[cluster[j]])) for j in range(count)])
-    weights = torch.exp(logits - logits.max())
-    return (weights @ v) / weights.sum()
+    return [nearest(points[j], centres) for j in range(count)]
+
+
+def _with_tail(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, key_valid: torch.Tensor | None,
+               chosen_keys: Callable[[torch.Tensor, torch.Tensor], list[int]], settings: SRformerConfig,
+               scale: float) -> torch.Tensor:
+    """``knn_attention`` with ``tail_clusters``: per example, its real positions clustered once for all heads
+    (:func:`_clusters` of each position's keys on every head's kept principal directions, the heads' side by side);
+    per head and query, the softmax over every real key in which a key not in ``chosen_keys`` scores its cluster's
+    mean key in that head: ``sum_j w_j v_j / sum_j w_j`` with ``w_j = exp(scale Q.K_j)`` for a chosen key and
+    ``exp(scale Q.mean_{i in c(j)} K_i)`` for another (:mod:`srformer.attention.key_clusters`). (B, H, q, d)
+    float64; 0 for an example without real keys."""
+    batch, heads, length, _ = queries.shape
+    output = torch.zeros(queries.shape, dtype=torch.float64)
+    for b in range(batch):
+        real = [j for j in range(keys.shape[2]) if key_valid is None or bool(key_valid[b, j])]
+        if not real:
+            continue
+        k_all, v_all = keys[b][:, real].to(torch.float64), values[b][:, real].to(torch.float64)
+        bases = [_principal_basis(k_all[h], settings.resolved_index_rank())[0] for h in range(heads)]
+        cluster = _clusters(torch.cat([k_all[h] @ bases[h] for h in range(heads)], dim=1), settings.tail_clusters)
+        for h in range(heads):
+            k, v = k_all[h], v_all[h]
+            mean_key = {c: k[[j for j in range(len(real)) if cluster[j] == c]].mean(dim=0) for c in set(cluster)}
+            for t in range(length):
+                query = queries[b, h, t].to(torch.float64)
+                read = set(chosen_keys(query, k))
+                logits = torch.stack([scale * (query @ (k[j] if j in read else mean_key[cluster[j]]))
+                                      for j in range(len(real))])
+                weights = torch.exp(logits - logits.max())
+                output[b, h, t] = (weights @ v) / weights.sum()
+    return output
 
 
 def _paged_pool(on_basis: torch.Tensor, spread: torch.Tensor, rotated_query: torch.Tensor, channels: list[int],
