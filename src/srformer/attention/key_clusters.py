@@ -7,13 +7,18 @@ project's grids at 8,192 tokens, the top 32 keys hold 9-19% of the softmax mass 
 88-92% in the last layers'. The cluster estimate keeps the rest, as Squeezed Attention's centroids (Hooper et al.
 2024, Sec. 3: k-means of a fixed context's keys, looked up by the query) but for the keys not read:
 
-``O_t = (sum_{j in S} e^{s_j} v_j + sum_{j not in S} e^{a_c(j)} v_j) / (sum_{j in S} e^{s_j} + sum_{j not in S}
-e^{a_c(j)})``, with ``s_j = scale · Q_t . K_j`` the exact scores of the ``K`` keys read (``S``), ``c(j)`` key
-``j``'s cluster and ``a_c = scale · Q_t . mean_{i in c} K_i``. Per cluster, ``sum_{j in c, j not in S} e^{a_c} v_j
-= e^{a_c} (V_c - sum_{j in S, c(j) = c} v_j)`` with ``V_c`` the cluster's sum of values: a step reads the ``C``
-clusters' mean keys and value sums, and the cluster of each key it reads; nothing of the keys it does not read.
-An unread key's score is its cluster mean's, so the estimate is exact for a cluster of equal keys and, whatever the
-clusters, when every key is read (a cluster with no unread key gets weight 0, not a rounding residue).
+``O_t = (sum_{j in S} e^{s_j} v_j + sum_{j not in S} e^{b_c(j)} v_j) / (sum_{j in S} e^{s_j} + sum_{j not in S}
+e^{b_c(j)})``, with ``s_j = scale · Q_t . K_j`` the exact scores of the ``K`` keys read (``S``), ``c(j)`` key
+``j``'s cluster and ``b_c = scale · Q_t . mean_{i in c, i not in S} K_i`` the score of the mean of the cluster's
+keys not read. Scores are linear in the key, so ``b_c = (n_c a_c - sum_{j in S, c(j) = c} s_j) / u_c`` from the
+score ``a_c`` of the cluster's mean key, its ``n_c`` keys and ``u_c`` keys not read; and per cluster,
+``sum_{j in c, j not in S} e^{b_c} v_j = e^{b_c} (V_c - sum_{j in S, c(j) = c} v_j)`` with ``V_c`` the cluster's
+sum of values. A step reads the ``C`` clusters' mean keys and value sums, and the cluster of each key it reads;
+nothing of the keys it does not read. The estimate is exact for a cluster of equal keys and, whatever the clusters,
+when every key is read (a cluster with no unread key gets weight 0, not a rounding residue). Taking the read keys
+out of the mean matters: a read key is among the query's best, so it lifts its cluster's mean score above its
+unread keys'. On the SumPubMed base (40 papers at 8,192 tokens, teacher-forced, 1,024 clusters), argmax agreement
+with full attention rose from 97.05% to 98.01% and perplexity went from 0.986x full's to 1.007x.
 
 **Shared by the heads.** Keys and values are linear in the encoder output, so a cluster of encoder positions has,
 in every head, the mean key and value of the head's projections of its mean encoder row. One clustering of the
@@ -153,15 +158,17 @@ def tail_weights(
     counts: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The normalised weights of the module docstring's ``O_t``: of each key read, and of each unread key per
-    cluster. N = examples times heads, q = queries, S = keys read per query, C = clusters.
+    cluster, scored at the mean of its cluster's unread keys (``(n_c·a_c - sum_{j in S, c(j) = c} s_j) / u_c``,
+    ``u_c`` the cluster's keys not read). N = examples times heads, q = queries, S = keys read per query,
+    C = clusters.
 
     Args:
         scores: (N, q, S) ``s_j`` of the keys read, scale applied; the dtype's lowest number at a slot that is not
             a real key.
         read_clusters: (N, q, S) long, their clusters (any value in ``[0, C)`` at a slot that is not real).
         read_real: (N, q, S) the scores' dtype, 1 at a real key read, 0 elsewhere.
-        cluster_scores: (N, q, C) ``a_c``, scale applied.
-        counts: (N, 1, C) each cluster's keys (0: an empty cluster, never weighed).
+        cluster_scores: (N, q, C) ``a_c``, the score of each cluster's mean key, scale applied.
+        counts: (N, 1, C) each cluster's keys ``n_c`` (0: an empty cluster, never weighed).
 
     Returns:
         ``(read, unread)``, in float32 or wider: (N, q, S) each read key's weight and (N, q, C) the weight of each
@@ -171,10 +178,14 @@ def tail_weights(
     dtype = torch.promote_types(torch.promote_types(scores.dtype, cluster_scores.dtype), torch.float32)
     scores, cluster_scores = scores.to(dtype), cluster_scores.to(dtype)
     counts, read_real = counts.to(dtype), read_real.to(dtype)
-    cluster_scores = cluster_scores.masked_fill(counts == 0, torch.finfo(dtype).min)
-    unread = counts - torch.zeros_like(cluster_scores).scatter_add_(-1, read_clusters, read_real)
+    read_count = torch.zeros_like(cluster_scores).scatter_add_(-1, read_clusters, read_real)
+    read_sum = torch.zeros_like(cluster_scores).scatter_add_(-1, read_clusters, scores * read_real)
+    unread = counts - read_count
+    live = unread > 0
+    cluster_scores = torch.where(live, (counts * cluster_scores - read_sum) / unread.clamp_min(1.0),
+                                 torch.finfo(dtype).min)
     top = torch.maximum(scores.amax(dim=-1, keepdim=True), cluster_scores.amax(dim=-1, keepdim=True))
-    weight = torch.exp(cluster_scores - top) * (unread > 0)
+    weight = torch.exp(cluster_scores - top) * live  # exactly 0 for a cluster without keys not read
     exact = torch.exp(scores - top)
     denominator = exact.sum(dim=-1, keepdim=True) + (weight * unread).sum(dim=-1, keepdim=True)
     denominator = denominator.clamp_min(torch.finfo(denominator.dtype).tiny)

@@ -100,11 +100,10 @@ class LokiKNNState(RowsKNNState):
             (B·H·2m, n) for ``n = ceil(k / b)`` pages, and these hold (B·H·2m·n, b) the channels in page order, one
             page per row, and (B·H, n·b) long each slot's encoder position
             (:func:`~srformer.attention.loki_pages.page_tables`).
-        cluster_of, cluster_rows, cluster_counts, cluster_bias: None without ``tail_clusters``. With ``C``
-            clusters shared by the layer's heads (:mod:`srformer.attention.key_clusters`): (B, k) long each
-            position's cluster (0 at padding), (B, C, D) each cluster's mean encoder row (float32 or wider; 0 for
-            an empty cluster), (B, H, C) its number of keys (the same in every head) and (B, 1, C) its score's bias
-            (0, or the dtype's lowest for an empty cluster), in that dtype.
+        cluster_of, cluster_row_sums, cluster_counts: None without ``tail_clusters``. With ``C`` clusters shared by
+            the layer's heads (:mod:`srformer.attention.key_clusters`): (B, k) long each position's cluster (0 at
+            padding), (B, C, D) each cluster's sum of encoder rows (float32 or wider; 0 for an empty cluster) and
+            (B, H, C) its number of keys (the same in every head), in that dtype.
     """
 
     channels: torch.Tensor
@@ -115,9 +114,8 @@ class LokiKNNState(RowsKNNState):
     paged: torch.Tensor | None = None
     slot_position: torch.Tensor | None = None
     cluster_of: torch.Tensor | None = None
-    cluster_rows: torch.Tensor | None = None
+    cluster_row_sums: torch.Tensor | None = None
     cluster_counts: torch.Tensor | None = None
-    cluster_bias: torch.Tensor | None = None
 
     #: The fields whose first axis holds examples and heads (B·H, or B·H·2m·n for :attr:`paged`).
     _per_head: ClassVar[tuple[str, ...]] = ("channels", "query_map", "paged", "slot_position")
@@ -211,7 +209,12 @@ def loki_state(
         keys = cast(projection.keys(encoder_states), wide)  # (B, H, k, d)
         batch, heads, length, d = keys.shape
         vectors, scales = loki_basis(keys, key_valid, stored_channels(rank, d))  # (B, H, d, m), (B, H, m)
-        rotated = (keys @ vectors) / scales[:, :, None, :]  # (B, H, k, m)
+        projected = keys @ vectors  # (B, H, k, m): the keys on the kept directions (the clusters' points too)
+        pages: dict[str, torch.Tensor | None] = {}
+        if clusters is not None:
+            pages.update(_cluster_fields(encoder_states, projected, key_valid, clusters, wide))
+        rotated = projected / scales[:, :, None, :]
+        del projected  # not held through the rest of the build
         padded = None if key_valid is None else ~key_valid.to(device=keys.device, dtype=torch.bool)[:, None, :]
         if page is not None:  # the keys in page order: padded positions last
             order = page_order(rotated.mT, key_valid)  # (B, H, k)
@@ -227,12 +230,9 @@ def loki_state(
         query_map = torch.cat([mapped, -mapped, key_weight], dim=-1)
         value_weight, value_bias = base.projection.example_values(base.has_keys)
         flat_order = base.rank_order.view(batch, length)
-        pages: dict[str, torch.Tensor | None] = {}
         if page is not None:
             paged, channels, slot_position = page_tables(channels, order, page, _PADDING_VALUE)
-            pages = {"paged": paged, "slot_position": slot_position}
-        if clusters is not None:
-            pages.update(_cluster_fields(encoder_states, keys @ vectors, key_valid, clusters, wide))
+            pages.update({"paged": paged, "slot_position": slot_position})
     return extend(LokiKNNState, base, channels=channels.flatten(0, -2), query_map=query_map.flatten(0, 1),
                   flat_order=flat_order, value_weight=value_weight, value_bias=value_bias, **pages)
 
@@ -240,15 +240,13 @@ def loki_state(
 def _cluster_fields(encoder_states: torch.Tensor, projected: torch.Tensor, key_valid: torch.Tensor | None,
                     clusters: int, wide: torch.dtype) -> dict[str, torch.Tensor]:
     """:class:`LokiKNNState`'s cluster fields, per example (the heads share them): each position's cluster (0 at
-    padding), each cluster's mean encoder row and its count. projected: (B, H, k, m) the keys on the kept
+    padding), each cluster's sum of encoder rows and its count. projected: (B, H, k, m) the keys on the kept
     principal directions."""
     assigned = cluster_keys(heads_side_by_side(projected), key_valid, clusters)  # (B, 1, k), C at padding
     sums, counts = cluster_sums(cast(encoder_states, wide), assigned, clusters)  # (B, 1, C, D), (B, 1, C)
-    rows = (sums / counts.clamp_min(1.0)[..., None]).squeeze(1)  # (B, C, D)
-    bias = torch.zeros_like(counts).masked_fill_(counts == 0, torch.finfo(counts.dtype).min)
     heads = projected.shape[1]  # the counts once per head: a step takes each head's reads from its own copy
     return {"cluster_of": assigned.squeeze(1).masked_fill(assigned.squeeze(1) == clusters, 0),
-            "cluster_rows": rows, "cluster_counts": counts.expand(-1, heads, -1).contiguous(), "cluster_bias": bias}
+            "cluster_row_sums": sums.squeeze(1), "cluster_counts": counts.expand(-1, heads, -1).contiguous()}
 
 
 def loki_step(
@@ -325,7 +323,7 @@ def loki_step(
         hidden_queries = projection.step_hidden_queries(queries, wide)
     else:
         hidden_queries = hidden_queries.view(batch, heads, 1, -1)
-    if state.cluster_rows is not None and state.cluster_of is not None and state.cluster_counts is not None:
+    if state.cluster_row_sums is not None and state.cluster_of is not None and state.cluster_counts is not None:
         output = _tail_step(hidden_queries, picked, bias, positions, example, state, scale)
     else:
         output = projection.attend_rows(hidden_queries, picked, bias.view(batch, heads, 1, width), scale,
@@ -338,9 +336,9 @@ def _tail_step(hidden_queries: torch.Tensor, picked: torch.Tensor, bias: torch.T
     """:func:`loki_step`'s output with ``tail_clusters``: the softmax over the rows read plus the clusters' estimate
     of the keys not read, in the absorbed form (the rows mixed, then ``W_v``): the arithmetic of
     :func:`~srformer.attention.key_clusters.tail_weights` and :func:`~srformer.attention.key_clusters.tail_mix` in
-    fewer calls (batched products, an empty cluster's score kept lowest by the state's counts). The clusters' mean
-    rows are read once for all heads: one product per example gives every head's cluster scores, one more every
-    head's clusters' share of the mixed row.
+    fewer calls (batched products; an unread key scored at the mean of its cluster's unread keys). The clusters'
+    sums of rows are read once for all heads: one product per example gives every head's cluster scores, one more
+    every head's clusters' share of the mixed row.
 
     Args:
         hidden_queries: (B, H, 1, D). picked: (B, H, S, D) the rows read. bias: (B·H, S) 0 at a real key, the
@@ -350,28 +348,30 @@ def _tail_step(hidden_queries: torch.Tensor, picked: torch.Tensor, bias: torch.T
     Returns:
         (B, H, 1, d).
     """
-    assert state.cluster_rows is not None and state.cluster_of is not None and state.cluster_counts is not None
-    assert state.cluster_bias is not None
+    assert state.cluster_row_sums is not None and state.cluster_of is not None and state.cluster_counts is not None
     batch, heads, width, hidden = picked.shape
     # in the rows' dtype (float32 or wider) under autocast too: the weights and counts must share it
     with torch.autocast(device_type=picked.device.type, enabled=False):
         count = batch * heads
         rows = picked.view(count, width, hidden)
-        counts, cluster_rows = state.cluster_counts, state.cluster_rows  # (B, H, C), (B, C, D)
+        counts, row_sums = state.cluster_counts, state.cluster_row_sums  # (B, H, C), (B, C, D)
         scores = torch.baddbmm(bias.view(count, 1, width), hidden_queries.reshape(count, 1, hidden), rows.mT,
-                               alpha=scale)  # (B·H, 1, S)
-        # an empty cluster scores the lowest number (the state's bias): it weighs nothing and sets no maximum
-        cluster_scores = torch.baddbmm(state.cluster_bias, hidden_queries.reshape(batch, heads, hidden),
-                                       cluster_rows.mT, alpha=scale)  # (B, H, C)
+                               alpha=scale).view(batch, heads, width)  # s_j, the lowest number where not real
         read_clusters = state.cluster_of[example, positions].view(batch, heads, width)
-        read_real = (bias == 0).to(scores.dtype).view(batch, heads, width)
-        unread = counts.scatter_add(-1, read_clusters, -read_real)  # (B, H, C)
-        scores = scores.view(batch, heads, width)
+        taken = -(bias == 0).to(scores.dtype).view(batch, heads, width)  # -1 at a real key read, 0 elsewhere
+        unread = counts.scatter_add(-1, read_clusters, taken)  # u_c, (B, H, C)
+        # n_c a_c less the read keys' scores in c: the clusters' sums of rows scored, the read scores taken out
+        read_sums = torch.zeros_like(unread).scatter_add_(-1, read_clusters, scores * taken)
+        unread_sums = torch.baddbmm(read_sums, hidden_queries.reshape(batch, heads, hidden), row_sums.mT,
+                                    alpha=scale)  # (B, H, C)
+        live = unread > 0  # an empty cluster, or one whose keys were all read, weighs nothing and sets no maximum
+        # b_c: the score of the mean of the cluster's keys not read
+        cluster_scores = torch.where(live, unread_sums / unread.clamp_min(1.0), torch.finfo(scores.dtype).min)
         top = torch.maximum(scores.amax(dim=-1, keepdim=True), cluster_scores.amax(dim=-1, keepdim=True))
-        weight = torch.exp(cluster_scores - top) * (unread > 0)
+        weight = torch.exp(cluster_scores - top)
         exact = torch.exp(scores - top)
-        coefficient = exact - weight.gather(-1, read_clusters) * read_real
-        clustered = torch.bmm(weight * counts, cluster_rows)  # (B, H, D)
+        coefficient = exact + weight.gather(-1, read_clusters) * taken
+        clustered = torch.bmm(weight, row_sums)  # (B, H, D)
         numerator = torch.baddbmm(clustered.view(count, 1, hidden), coefficient.view(count, 1, width), rows)
         denominator = exact.sum(dim=-1, keepdim=True) + (weight * unread).sum(dim=-1, keepdim=True)  # (B, H, 1)
         mixed = numerator.view(batch, heads, hidden) / denominator.clamp_min(torch.finfo(denominator.dtype).tiny)

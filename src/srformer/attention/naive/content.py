@@ -235,10 +235,10 @@ def _with_tail(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, 
                scale: float) -> torch.Tensor:
     """``knn_attention`` with ``tail_clusters``: per example, its real positions clustered once for all heads
     (:func:`_clusters` of each position's keys on every head's kept principal directions, the heads' side by side);
-    per head and query, the softmax over every real key in which a key not in ``chosen_keys`` scores its cluster's
-    mean key in that head: ``sum_j w_j v_j / sum_j w_j`` with ``w_j = exp(scale Q.K_j)`` for a chosen key and
-    ``exp(scale Q.mean_{i in c(j)} K_i)`` for another (:mod:`srformer.attention.key_clusters`). (B, H, q, d)
-    float64; 0 for an example without real keys."""
+    per head and query, the softmax over every real key in which a key not in ``chosen_keys`` scores the mean key,
+    in that head, of its cluster's keys not chosen: ``sum_j w_j v_j / sum_j w_j`` with ``w_j = exp(scale Q.K_j)``
+    for a chosen key and ``exp(scale Q.mean_{i in c(j), i not chosen} K_i)`` for another
+    (:mod:`srformer.attention.key_clusters`). (B, H, q, d) float64; 0 for an example without real keys."""
     batch, heads, length, _ = queries.shape
     output = torch.zeros(queries.shape, dtype=torch.float64)
     for b in range(batch):
@@ -250,11 +250,12 @@ def _with_tail(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, 
         cluster = _clusters(torch.cat([k_all[h] @ bases[h] for h in range(heads)], dim=1), settings.tail_clusters)
         for h in range(heads):
             k, v = k_all[h], v_all[h]
-            mean_key = {c: k[[j for j in range(len(real)) if cluster[j] == c]].mean(dim=0) for c in set(cluster)}
             for t in range(length):
                 query = queries[b, h, t].to(torch.float64)
                 read = set(chosen_keys(query, k))
-                logits = torch.stack([scale * (query @ (k[j] if j in read else mean_key[cluster[j]]))
+                unread_mean = {c: k[[j for j in range(len(real)) if cluster[j] == c and j not in read]].mean(dim=0)
+                               for c in {cluster[j] for j in range(len(real)) if j not in read}}
+                logits = torch.stack([scale * (query @ (k[j] if j in read else unread_mean[cluster[j]]))
                                       for j in range(len(real))])
                 weights = torch.exp(logits - logits.max())
                 output[b, h, t] = (weights @ v) / weights.sum()
