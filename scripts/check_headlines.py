@@ -90,6 +90,7 @@ SPM_8192 = "results/compare/sumpubmed-mini-extract-8192/results.json"  # the ora
 SPM_8192_SEED1 = "results/compare/sumpubmed-mini-extract-8192-seed1/results.json"  # the same from a second base
 SPM_POOLED = "results/compare/sumpubmed-mini-extract-8192-seed1/pooled.json"  # both bases pooled
 SPM_LED = "results/compare/sumpubmed-led-4096/results.json"  # the LED-shaped model, its own encoder, 4,096 tokens
+FIDELITY_SPM = "results/fidelity/sumpubmed-8192/fidelity.json"  # teacher-forced, 0 steps, 8,192 tokens
 
 GiB, MiB = 2**30, 2**20
 K4, K16, K65, K262 = 4096, 16384, 65536, 262144
@@ -513,6 +514,13 @@ CLAIMS: list[Claim] = [
           BBC_MINI, lambda grid: (
               rouge1(grid, "full"), under_matched_lead(grid, "full"),
               100 * bbc_group(grid, "full")["reading"]["source_positions"]["beyond_first_window"])),
+    Claim(README, "Teacher-forced at 8,192 tokens, `knn-loki` picks `full`'s next token at {:.1f}% (perplexity "
+          "{:.3f}×), `srformer` at {:.1f}%; `knn-loki-tail`, the pick's reads plus clusters standing for the keys not "
+          "read, at {:.1f}% ({:.3f}×).",
+          FIDELITY_SPM, lambda spm: (
+              100 * spm["summary"]["knn-loki"]["agreement"], spm["summary"]["knn-loki"]["perplexity_ratio"],
+              100 * spm["summary"]["srformer"]["agreement"], 100 * spm["summary"]["knn-loki-tail"]["agreement"],
+              spm["summary"]["knn-loki-tail"]["perplexity_ratio"])),
     Claim(README, "`knn-loki-pages` on an LED-shaped model reading 4,096 tokens whole (+{:.2f} [−{:.2f}, +{:.2f}] "
           "ROUGE-1)",
           SPM_LED, lambda grid: other_minus_reference(paired_rouge1(grid, "full", "knn-loki-pages"))),
