@@ -150,7 +150,7 @@ def test_the_step_makes_no_host_sync_and_the_same_calls_at_every_length(monkeypa
 def test_the_state_keeps_a_small_fraction_of_full_attentions_cache():
     """t5-small's shape (8 heads of 64) at 65,536 tokens, pages of 16 and 1,024 clusters shared by the heads: at
     most 0.25x full attention's float32 keys and values (the aim), the clusters adding under 0.011x (each
-    position's cluster, once for all heads, and the clusters' mean rows, once for all heads)."""
+    position's cluster, once for all heads, and the clusters' sums of rows, once for all heads)."""
     heads, head_dim, length = 8, 64, 65536
     key = torch.nn.Linear(512, heads * head_dim, bias=False)
     value = torch.nn.Linear(512, heads * head_dim, bias=False)

@@ -1,5 +1,6 @@
 """Clusters of keys for the keys a top-``K`` step does not read (``tail_clusters``): a layer's keys grouped once,
-at the build, into clusters its heads share, and every key a query does not read scored by its cluster's mean key.
+at the build, into clusters its heads share, and every key a query does not read scored by the mean of its
+cluster's keys not read.
 
 Top-``K`` attention (``knn``) takes the softmax over the ``K`` keys of best score and drops the rest. Where a head's
 attention is spread over many keys, the ``K`` best hold a small part of its mass: on the SumPubMed base of this
@@ -13,17 +14,18 @@ e^{b_c(j)})``, with ``s_j = scale · Q_t . K_j`` the exact scores of the ``K`` k
 keys not read. Scores are linear in the key, so ``b_c = (n_c a_c - sum_{j in S, c(j) = c} s_j) / u_c`` from the
 score ``a_c`` of the cluster's mean key, its ``n_c`` keys and ``u_c`` keys not read; and per cluster,
 ``sum_{j in c, j not in S} e^{b_c} v_j = e^{b_c} (V_c - sum_{j in S, c(j) = c} v_j)`` with ``V_c`` the cluster's
-sum of values. A step reads the ``C`` clusters' mean keys and value sums, and the cluster of each key it reads;
-nothing of the keys it does not read. The estimate is exact for a cluster of equal keys and, whatever the clusters,
-when every key is read (a cluster with no unread key gets weight 0, not a rounding residue). Taking the read keys
-out of the mean matters: a read key is among the query's best, so it lifts its cluster's mean score above its
-unread keys'. On the SumPubMed base (40 papers at 8,192 tokens, teacher-forced, 1,024 clusters), argmax agreement
-with full attention rose from 97.05% to 98.01% and perplexity went from 0.986x full's to 1.007x.
+sum of values. A step reads the ``C`` clusters' key and value sums (their sums of encoder rows, in the absorbed
+form) and the cluster of each key it reads; nothing of the keys it does not read. The estimate is exact for a
+cluster of equal keys and, whatever the clusters, when every key is read (a cluster with no unread key gets weight
+0, not a rounding residue). Taking the read keys out of the mean matters: a read key is among the query's best,
+so it lifts its cluster's mean score above its unread keys'. On the SumPubMed base (40 papers at 8,192 tokens,
+teacher-forced, 1,024 clusters), argmax agreement with full attention rose from 97.05% to 98.01% and perplexity
+went from 0.986x full's to 1.007x.
 
 **Shared by the heads.** Keys and values are linear in the encoder output, so a cluster of encoder positions has,
 in every head, the mean key and value of the head's projections of its mean encoder row. One clustering of the
-positions serves all heads of a layer: the state keeps ``C`` mean rows per layer, not per head, and a step reads
-them once for all its heads (the absorbed form, :mod:`srformer.attention.knn_loki`). Measured on the SumPubMed
+positions serves all heads of a layer: the state keeps ``C`` sums of rows per layer, not per head, and a step
+reads them once for all its heads (the absorbed form, :mod:`srformer.attention.knn_loki`). Measured on the SumPubMed
 base (its dumped queries, keys and values at 5,486 tokens; the median error of the layer output against full
 attention's, relative to its spread), the positions clustered on every head's principal directions at once err as
 much as clusters of each head's own keys at the same ``C`` (0.091 against 0.089 at 256), and less with more

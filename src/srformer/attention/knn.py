@@ -140,9 +140,10 @@ class KNNSettings(MechanismSettings):
         index_pages: with ``index_page``: ``P``, the pages per head whose keys the first stage scores (``P·b >= k``:
             every key, as without pages). None: 256. A runtime option.
         tail_clusters: ``knn_index="loki"``: ``C``, clusters of the encoder positions built once per input and
-            layer, shared by its heads; every key a query does not read enters its softmax with its cluster's mean
-            key as its score (:mod:`srformer.attention.key_clusters`). None (default): the keys not read are
-            dropped. Applies where the two-stage search does (at least ``index_min_keys`` keys). A runtime option.
+            layer, shared by its heads; every key a query does not read enters its softmax at the score of the mean
+            of its cluster's keys not read (:mod:`srformer.attention.key_clusters`). None (default): the keys not
+            read are dropped. Applies where the two-stage search does (at least ``index_min_keys`` keys). A runtime
+            option.
     """
 
     top_keys: int | None = integer_setting(1, None, "the keys each decoder query reads")

@@ -210,9 +210,9 @@ def loki_state(
         batch, heads, length, d = keys.shape
         vectors, scales = loki_basis(keys, key_valid, stored_channels(rank, d))  # (B, H, d, m), (B, H, m)
         projected = keys @ vectors  # (B, H, k, m): the keys on the kept directions (the clusters' points too)
-        pages: dict[str, torch.Tensor | None] = {}
+        optional: dict[str, torch.Tensor | None] = {}  # the clusters' and pages' fields
         if clusters is not None:
-            pages.update(_cluster_fields(encoder_states, projected, key_valid, clusters, wide))
+            optional.update(_cluster_fields(encoder_states, projected, key_valid, clusters, wide))
         rotated = projected / scales[:, :, None, :]
         del projected  # not held through the rest of the build
         padded = None if key_valid is None else ~key_valid.to(device=keys.device, dtype=torch.bool)[:, None, :]
@@ -232,9 +232,9 @@ def loki_state(
         flat_order = base.rank_order.view(batch, length)
         if page is not None:
             paged, channels, slot_position = page_tables(channels, order, page, _PADDING_VALUE)
-            pages.update({"paged": paged, "slot_position": slot_position})
+            optional.update({"paged": paged, "slot_position": slot_position})
     return extend(LokiKNNState, base, channels=channels.flatten(0, -2), query_map=query_map.flatten(0, 1),
-                  flat_order=flat_order, value_weight=value_weight, value_bias=value_bias, **pages)
+                  flat_order=flat_order, value_weight=value_weight, value_bias=value_bias, **optional)
 
 
 def _cluster_fields(encoder_states: torch.Tensor, projected: torch.Tensor, key_valid: torch.Tensor | None,
@@ -245,7 +245,8 @@ def _cluster_fields(encoder_states: torch.Tensor, projected: torch.Tensor, key_v
     assigned = cluster_keys(heads_side_by_side(projected), key_valid, clusters)  # (B, 1, k), C at padding
     sums, counts = cluster_sums(cast(encoder_states, wide), assigned, clusters)  # (B, 1, C, D), (B, 1, C)
     heads = projected.shape[1]  # the counts once per head: a step takes each head's reads from its own copy
-    return {"cluster_of": assigned.squeeze(1).masked_fill(assigned.squeeze(1) == clusters, 0),
+    position_cluster = assigned.squeeze(1)
+    return {"cluster_of": position_cluster.masked_fill(position_cluster == clusters, 0),
             "cluster_row_sums": sums.squeeze(1), "cluster_counts": counts.expand(-1, heads, -1).contiguous()}
 
 
