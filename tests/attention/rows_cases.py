@@ -46,9 +46,13 @@ def loki_config(**settings) -> SRformerConfig:
     return SRformerConfig("knn", segment_size=4, knn_index="loki", index_min_keys=1, **settings)
 
 
+#: The attention scale of :func:`loki_module` (a state built for it holds it: ``loki_state(..., scale=SCALE)``).
+SCALE = 0.5
+
+
 def loki_module(**settings) -> KNNCrossAttention:
-    """The ``knn`` module of :func:`loki_config` for :data:`HEAD_DIM`-wide heads, scale 0.5."""
-    return KNNCrossAttention(loki_config(**settings), HEAD_DIM, scale=0.5)
+    """The ``knn`` module of :func:`loki_config` for :data:`HEAD_DIM`-wide heads, scale :data:`SCALE`."""
+    return KNNCrossAttention(loki_config(**settings), HEAD_DIM, scale=SCALE)
 
 
 def loki_tolerance(hidden: torch.Tensor, projection: HeadProjection) -> float:

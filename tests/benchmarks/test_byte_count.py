@@ -119,23 +119,25 @@ def test_knn_loki_keeps_its_byte_budgets(counts):
 @pytest.mark.filterwarnings("ignore:An encoder input has")
 def test_knn_loki_pages_reads_a_fraction_of_knn_lokis_bytes(counts):
     """With pages (``knn-loki-pages``), beyond the decoder's own bytes: per token at most 0.05x what full attention
-    reads and at most half of what ``knn-loki`` reads; the first step, which sorts the keys into pages, moves at
-    most twice full attention's. Measured: 0.016x (``knn-loki`` 0.057x), first step 1.996x."""
+    reads and at most 0.7x what ``knn-loki`` reads at this length (65,536 tokens; the accelerator route's first
+    stage reads every signed channel of the page bounds and of the pages read, ``2m·(k/b + P·b)`` numbers per head,
+    half of ``knn-loki``'s ``r·k`` here and a shrinking share beyond); the first step, which sorts the keys into
+    pages, moves at most twice full attention's."""
     own, full = counts["segmented"], counts["full"]
     pages, loki = counts["knn-loki-pages"], counts["knn-loki"]
     full_reads = full.persistent_bytes_per_token - own.persistent_bytes_per_token
     pages_reads = pages.persistent_bytes_per_token - own.persistent_bytes_per_token
     loki_reads = loki.persistent_bytes_per_token - own.persistent_bytes_per_token
     assert 0 < pages_reads <= 0.05 * full_reads, (pages_reads / full_reads, pages.per_token_by_operator)
-    assert pages_reads <= 0.5 * loki_reads, pages_reads / loki_reads
+    assert pages_reads <= 0.7 * loki_reads, pages_reads / loki_reads
     assert pages.first_step_bytes <= 2 * full.first_step_bytes, (pages.first_step_bytes / full.first_step_bytes,
                                                                   pages.first_step_by_operator)
 
 
 @pytest.mark.filterwarnings("ignore:An encoder input has")
 @pytest.mark.xfail(strict=True, reason=(
-    "knn-loki-pages reads so few channels that its second stage dominates: the 256 candidates' encoder rows, "
-    "gathered (read and written) and then multiplied, move about 2.6x its persistent bytes per token eagerly "
+    "knn-loki-pages gathers what it reads before multiplying it: the 256 candidates' encoder rows and the pages "
+    "read (each read, written, then read by the product) move about 2.3x its persistent bytes per token eagerly "
     "(knn-loki: 1.6x, its channels being read without a copy)"))
 def test_knn_loki_pages_moves_at_most_twice_what_it_reads(counts):
     """The eager budget ``knn-loki`` keeps, for ``knn-loki-pages``: a known miss, kept as a strict expected failure

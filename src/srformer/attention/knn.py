@@ -71,7 +71,9 @@ from srformer.attention.knn_index import INDEX_KINDS, EncoderIndex, build_encode
 from srformer.attention.knn_loki import (
     LOKI_INDEX,
     LokiKNNState,
+    LokiStepIndices,
     loki_basis,
+    loki_indices,
     loki_positions,
     loki_state,
     loki_step,
@@ -316,7 +318,7 @@ class KNNCrossAttention(ContentSparseCrossAttention):
         super().__init__(config, head_dim, scale)
         self.top_keys = config.resolved_top_keys()
         self._indices: dict[tuple[int, int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}  # _step_indices
-        self._loki: dict[tuple, tuple[torch.Tensor, ...]] = {}  # _loki_indices
+        self._loki: dict[tuple, LokiStepIndices] = {}  # _loki_indices
 
     def configure(self, config: SRformerConfig) -> None:
         """Use ``config`` (see the base class); with ``knn_index`` set, faiss must be installed.
@@ -350,7 +352,7 @@ class KNNCrossAttention(ContentSparseCrossAttention):
                 return None
             if settings.knn_index == LOKI_INDEX:
                 return loki_state(encoder_states, key_valid, projection, settings.resolved_index_rank(),
-                                  settings.index_page, settings.tail_clusters)
+                                  settings.index_page, settings.tail_clusters, scale=self.scale)
             return rows_state(encoder_states, key_valid, projection)
         lengths, _ = real_lengths(key_valid, batch, length, encoder_states.device)
         if batch == 0 or int(lengths.max()) < settings.resolved_index_min_keys():
@@ -397,10 +399,10 @@ class KNNCrossAttention(ContentSparseCrossAttention):
                 settings = self.settings
                 rank = settings.resolved_index_rank()
                 pages = settings.resolved_index_pages()
-                flat, example, bags, page_bags = self._loki_indices(queries.shape[0], queries.shape[1], state,
-                                                                    rank, pages, queries.device)
+                indices = self._loki_indices(queries.shape[0], queries.shape[1], state, rank, pages,
+                                             queries.device)
                 return loki_step(queries, state, self.top_keys, rank, settings.resolved_index_candidates(),
-                                 self.scale, flat, example, bags, pages, page_bags), state
+                                 self.scale, indices, pages), state
             example, _ = self._step_indices(queries.shape[0], queries.shape[1], queries.device)
             return rows_step(queries, state, self.top_keys, self.scale, example), state
         if not isinstance(state, IndexedKNNState):
@@ -451,21 +453,15 @@ class KNNCrossAttention(ContentSparseCrossAttention):
 
     def _loki_indices(
         self, batch: int, heads: int, state: LokiKNNState, rank: int, pages: int, device: torch.device
-    ) -> tuple[torch.Tensor, ...]:
-        """The index tensors of :func:`~srformer.attention.knn_loki.loki_step` (its ``flat``, ``example``,
-        ``bags`` and ``page_bags``), made once per shape and device in eager mode and kept on the module, made in the
-        graph when traced. ``page_bags`` is empty for a state without pages."""
+    ) -> LokiStepIndices:
+        """The index tensors of :func:`~srformer.attention.knn_loki.loki_step`
+        (:func:`~srformer.attention.knn_loki.loki_indices`), made once per shape and device in eager mode and kept
+        on the module, made in the graph when traced."""
         doubled, rank = state.signed_channels, state.channels_read(rank)
-        count = batch * heads
-        read = min(pages, state.channels.shape[-1]) if state.paged is not None else 0
-
-        def make() -> tuple[torch.Tensor, ...]:
-            return (torch.arange(count, device=device).mul_(doubled).view(count, 1, 1),
-                    torch.arange(batch, device=device).repeat_interleave(heads).view(count, 1),
-                    torch.arange(count, device=device).mul_(rank),
-                    torch.arange(count * read, device=device).mul_(rank))
-
-        return kept_per_shape(self._loki, (batch, heads, doubled, rank, read, device), make)
+        read = min(pages, state.pages)
+        dtype = state.channels.dtype
+        return kept_per_shape(self._loki, (batch, heads, doubled, rank, read, dtype, device),
+                              lambda: loki_indices(batch, heads, doubled, rank, read, dtype, device))
 
     def _step_indices(self, batch: int, heads: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, 1, 1) and (1, H, 1) long, the example and head of each chosen slot (the first two index tensors of the

@@ -14,15 +14,17 @@ float64 for a float64 encoder output). A decoder step then, per head:
    (the keys' mean); takes the ``C = index_candidates`` best as candidates (padding last);
 2. scores the candidates exactly through the encoder output's rows (``(W_k^T Q_t) . h_j``, as ``knn_index="rows"``,
    :mod:`srformer.attention.knn_rows`), and takes the top ``K = top_keys`` of them (ties to the earlier position);
-3. takes the softmax over those ``K`` rows' keys and values in the absorbed form
-   (:meth:`~srformer.attention.projection.HeadProjection.attend_rows`).
+3. takes the softmax over those ``K`` rows' keys and values in the absorbed form (Unlimiformer Sec. 2.3: the
+   softmax of the exact scores mixes the rows ``h_j``, then ``W_v`` projects the mix), the logits being the exact
+   scores the second stage ranked (:func:`~srformer.attention.selection.ranked_scores`) and the rows those it read.
 
 * **Layout**: the channels are kept twice, ``c_ji / s_i`` and ``-c_ji / s_i`` (``s_i = sqrt(λ_i)``, floored at
   ``10^-3`` of the largest), and the query map twice, ``v_i s_i`` and ``-v_i s_i``: the ``r`` largest of the
   ``2m`` mapped query components are the ``r`` channels of largest ``|x_i| s_i``, each with the sign that makes its
   value positive, so one ``topk`` gives the channels, their query values, and the rows of keys to read, whose
-  products are ``x_i c_ji``. The same map holds each head's ``W_k`` (``d x D``), so one batched product gives the
-  mapped query and ``W_k^T Q_t``. A padded position's channels are ``-2^64``: it scores last.
+  products are ``x_i c_ji``. The same map holds each head's ``W_k`` (``d x D``) times the attention scale, so one
+  batched product gives the mapped query and ``scale · W_k^T Q_t``. A padded position's channels are ``-2^64``: it
+  scores last.
 * **Exactness**: with ``C >= k`` every position is a candidate and the step is the exact search's (``knn``); with
   ``r >= m = d`` the first stage scores every key exactly up to rounding. Otherwise the keys read are the exact top
   ``K`` whenever those are among the candidates (what the recall measurements check). The float64 reference is
@@ -31,36 +33,47 @@ float64 for a float64 encoder output). A decoder step then, per head:
 * **Reads per step and layer**: ``H·r·k`` bfloat16 numbers (2 bytes each) and ``H·C`` encoder rows of ``D``,
   against full attention's ``2·H·k·d`` keys and values.
 * **State**: per layer the ``2m`` channels ((B·H·2m, k), bfloat16), the query map ((B·H, d, 2m + D)), each
-  example's ``W_v`` ((B, H, d, D)), and ``knn_index="rows"``'s order keys and mask (12 bytes per position); the
+  example's ``W_v`` ((B·H, D, d)), and ``knn_index="rows"``'s order keys and mask (12 bytes per position); the
   encoder output is held, not copied.
 * **Build**: one projection of the keys per layer (``k·D·D`` multiply-adds, half of full attention's cache fill),
   their covariance, one ``eigh`` of ``d x d`` per head (on CUDA ``torch.linalg.eigh`` synchronises with the host
   once per layer), the channels.
-* **Step**: a fixed sequence of operator calls whatever ``k`` (29 per layer off the CPU), no host sync, one graph
-  under ``torch.compile``. On the CPU the two gathers of encoder rows are ``index_select`` copies of the flattened
-  rows (the same rows, about 6x faster there; nine calls more in all, free on a CPU).
+* **Step**: a fixed sequence of operator calls whatever ``k`` (25 per layer off the CPU, views included; 30 with
+  pages), no host sync, one graph under ``torch.compile``. The encoder output is read once per step and layer: the
+  candidates' rows, scored, then mixed from that copy. On the CPU that read is an ``index_select`` copy of the
+  flattened rows (the same rows, about 6x faster there; three calls more, free on a CPU).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import ClassVar, Self
+from typing import ClassVar, NamedTuple, Self
 
 import torch
 from torch.nn import functional as F
 
 from srformer.attention.key_clusters import cluster_keys, cluster_sums, heads_side_by_side
 from srformer.attention.knn_rows import RowsKNNState, rows_state
-from srformer.attention.loki_pages import keys_in_best_pages, page_order, page_tables, paged_candidates, paged_pool
+from srformer.attention.loki_pages import (
+    dense_page_candidates,
+    keys_in_best_pages,
+    page_order,
+    page_tables,
+    paged_candidates,
+    paged_pool,
+)
 from srformer.attention.projection import HeadProjection
 from srformer.attention.schedule import tracing
 from srformer.attention.segmented import cast
-from srformer.attention.selection import ranked_top, top_positions
+from srformer.attention.selection import position_order, ranked_scores, top_positions
 from srformer.attention.state import accumulation_dtype, extend
 from srformer.attention.step_choice import step_kind
 
-__all__ = ["LOKI_INDEX", "LokiKNNState", "loki_basis", "loki_positions", "loki_state", "loki_step", "stored_channels"]
+__all__ = [
+    "LOKI_INDEX", "LokiKNNState", "LokiStepIndices", "loki_basis", "loki_indices", "loki_positions", "loki_state",
+    "loki_step", "stored_channels",
+]
 
 #: The ``knn_index`` value of this layout.
 LOKI_INDEX = "loki"
@@ -89,21 +102,24 @@ class LokiKNNState(RowsKNNState):
         channels: (B·H·2m, k) in :data:`LOW_RANK_DTYPE` (float64 for a float64 encoder output): per example and
             head, ``c_ji / s_i`` then ``-c_ji / s_i``; ``-2^64`` at padded positions.
         query_map: (B·H, d, 2m + D) float32 (float64 for a float64 encoder output): ``v_i s_i``, ``-v_i s_i``, then
-            the head's ``W_k`` (d x D).
+            the head's ``W_k`` (d x D) times the model's attention scale (so that the exact scores come out scaled).
+        rank_order: as the base's, but for an example without real keys each position's term as if it were real
+            (finite: the softmax over its rows stays finite, and its output is 0 through :attr:`value_weight`).
         flat_order: (B, k) float64, :attr:`rank_order` without its middle axis (a view), indexed by the step.
-        value_weight: (B, H, d, D) each example's ``W_v`` times its ``has_keys`` factor, and ``value_bias`` (B, H,
-            1, d) or None (no value bias) the same of ``b_v``
-            (:meth:`~srformer.attention.projection.HeadProjection.example_values`): an example without real keys
-            outputs 0 with one operator call fewer per step.
+        value_weight: (B·H, D, d) each example's ``W_v`` times its ``has_keys`` factor, transposed (the right
+            operand of the step's batched product), and ``value_bias`` (B, H, 1, d) or None (no value bias) the same
+            of ``b_v`` (:meth:`~srformer.attention.projection.HeadProjection.example_values`): an example without
+            real keys outputs 0 with no call of its own.
         paged, slot_position: None without pages (``index_page`` None). With pages of ``b`` keys
             (:mod:`srformer.attention.loki_pages`), :attr:`channels` holds each page's largest values instead,
-            (B·H·2m, n) for ``n = ceil(k / b)`` pages, and these hold (B·H·2m·n, b) the channels in page order, one
-            page per row, and (B·H, n·b) long each slot's encoder position
+            (B·H, 2m, n) for ``n = ceil(k / b)`` pages, and these hold (B·H, 2m, n, b) the channels in page order,
+            each page's values contiguous, and (B·H, n, b) long each slot's encoder position
             (:func:`~srformer.attention.loki_pages.page_tables`).
         cluster_of, cluster_row_sums, cluster_counts: None without ``tail_clusters``. With ``C`` clusters shared by
             the layer's heads (:mod:`srformer.attention.key_clusters`): (B, k) long each position's cluster (0 at
             padding), (B, C, D) each cluster's sum of encoder rows (float32 or wider; 0 for an empty cluster) and
             (B, H, C) its number of keys (the same in every head), in that dtype.
+        scale: the attention scale the query map holds (a step with another scale refuses the state).
     """
 
     channels: torch.Tensor
@@ -116,9 +132,10 @@ class LokiKNNState(RowsKNNState):
     cluster_of: torch.Tensor | None = None
     cluster_row_sums: torch.Tensor | None = None
     cluster_counts: torch.Tensor | None = None
+    scale: float = 1.0
 
-    #: The fields whose first axis holds examples and heads (B·H, or B·H·2m·n for :attr:`paged`).
-    _per_head: ClassVar[tuple[str, ...]] = ("channels", "query_map", "paged", "slot_position")
+    #: The fields whose first axis holds examples and heads (B·H, or B·H·2m for :attr:`channels` without pages).
+    _per_head: ClassVar[tuple[str, ...]] = ("channels", "query_map", "value_weight", "paged", "slot_position")
 
     is_lean: ClassVar[bool] = True
     reads_encoder_rows: ClassVar[bool] = True
@@ -127,6 +144,11 @@ class LokiKNNState(RowsKNNState):
     def signed_channels(self) -> int:
         """``2m``: the channels kept per head, each with both signs (the query map's columns before ``W_k``'s)."""
         return self.query_map.shape[-1] - self.rows.shape[-1]
+
+    @property
+    def pages(self) -> int:
+        """``n``, the pages per head (0 without pages)."""
+        return 0 if self.paged is None else self.paged.shape[2]
 
     def channels_read(self, rank: int) -> int:
         """The channels a step reads for ``index_rank = rank``: ``r``, at most the ``m`` kept."""
@@ -187,7 +209,7 @@ def loki_basis(
 
 def loki_state(
     encoder_states: torch.Tensor, key_valid: torch.Tensor | None, projection: HeadProjection, rank: int,
-    page: int | None = None, clusters: int | None = None,
+    page: int | None = None, clusters: int | None = None, *, scale: float,
 ) -> LokiKNNState:
     """The state of one layer (module docstring). The keys are projected once, in float32 or wider, and dropped.
 
@@ -198,6 +220,8 @@ def loki_state(
         rank: ``r = index_rank``, the channels a step reads.
         page: ``b = index_page``, keys per page (:mod:`srformer.attention.loki_pages`: one sort of the keys per
             head more), or None: no pages, the first stage scores every key.
+        clusters: ``tail_clusters`` (:mod:`srformer.attention.key_clusters`), or None.
+        scale: the model's attention scale, kept in the query map (:attr:`LokiKNNState.query_map`).
 
     Raises:
         ValueError: for more than ``2^25`` encoder positions (what the order keys keep apart).
@@ -226,15 +250,22 @@ def loki_state(
         if padded is not None:
             channels.masked_fill_(padded[:, :, None, :], _PADDING_VALUE)
         mapped = vectors * scales[:, :, None, :]
-        key_weight = cast(projection.key_weight, wide).expand(batch, -1, -1, -1)  # (B, H, d, D)
+        key_weight = cast(projection.key_weight, wide).expand(batch, -1, -1, -1) * scale  # (B, H, d, D)
         query_map = torch.cat([mapped, -mapped, key_weight], dim=-1)
         value_weight, value_bias = base.projection.example_values(base.has_keys)
-        flat_order = base.rank_order.view(batch, length)
+        value_weight = value_weight.flatten(0, 1).mT.contiguous()  # (B·H, D, d)
+        # an example without real keys ranks its positions as real ones: finite logits, output 0 (value_weight)
+        real = (torch.ones(batch, length, dtype=torch.bool, device=keys.device) if key_valid is None
+                else key_valid.to(device=keys.device, dtype=torch.bool))
+        rank_order = position_order((real | ~real.any(dim=-1, keepdim=True))[:, None, :])
         if page is not None:
             paged, channels, slot_position = page_tables(channels, order, page, _PADDING_VALUE)
             optional.update({"paged": paged, "slot_position": slot_position})
-    return extend(LokiKNNState, base, channels=channels.flatten(0, -2), query_map=query_map.flatten(0, 1),
-                  flat_order=flat_order, value_weight=value_weight, value_bias=value_bias, **optional)
+        else:
+            channels = channels.flatten(0, -2)
+    return extend(LokiKNNState, replace(base, rank_order=rank_order), channels=channels,
+                  query_map=query_map.flatten(0, 1), flat_order=rank_order.view(batch, length),
+                  value_weight=value_weight, value_bias=value_bias, scale=scale, **optional)
 
 
 def _cluster_fields(encoder_states: torch.Tensor, projected: torch.Tensor, key_valid: torch.Tensor | None,
@@ -250,135 +281,206 @@ def _cluster_fields(encoder_states: torch.Tensor, projected: torch.Tensor, key_v
             "cluster_row_sums": sums.squeeze(1), "cluster_counts": counts.expand(-1, heads, -1).contiguous()}
 
 
+class LokiStepIndices(NamedTuple):
+    """The constant index tensors of :func:`loki_step`, made once per shape and device by the caller
+    (:func:`loki_indices`). B·H = examples times heads, 2m = signed channels, r = channels read.
+
+    Attributes:
+        flat: (B·H, 1, 1) long, ``2m · arange(B·H)``: the first channel row of each example and head.
+        example: (B·H, 1) long, each example and head's example; ``example3`` the same as (B·H, 1, 1).
+        heads: (B·H, 1) long, ``arange(B·H)``; ``heads3`` the same as (B·H, 1, 1).
+        channel: (1, 2m, 1) long, ``arange(2m)``.
+        zeros: (B·H, 1, 2m) zeros in the channels' dtype: the query's weights before its ``r`` channels are written.
+        bags: (B·H,) long, ``r · arange(B·H)``: where each example and head's channels start.
+        page_bags: (B·H·min(P, n),) long, ``r · arange(B·H·min(P, n))`` (empty without pages).
+    """
+
+    flat: torch.Tensor
+    example: torch.Tensor
+    example3: torch.Tensor
+    heads: torch.Tensor
+    heads3: torch.Tensor
+    channel: torch.Tensor
+    zeros: torch.Tensor
+    bags: torch.Tensor
+    page_bags: torch.Tensor
+
+
+def loki_indices(batch: int, heads: int, doubled: int, rank: int, read: int, dtype: torch.dtype,
+                 device: torch.device) -> LokiStepIndices:
+    """:class:`LokiStepIndices` for ``batch`` examples of ``heads`` heads, ``2m = doubled`` signed channels of
+    ``dtype``, ``r = rank`` read, ``read = min(P, n)`` pages read (0 without pages)."""
+    count = batch * heads
+    example = torch.arange(batch, device=device).repeat_interleave(heads).view(count, 1)
+    every = torch.arange(count, device=device)
+    return LokiStepIndices(
+        flat=(every * doubled).view(count, 1, 1), example=example, example3=example.view(count, 1, 1),
+        heads=every.view(count, 1), heads3=every.view(count, 1, 1),
+        channel=torch.arange(doubled, device=device).view(1, doubled, 1),
+        zeros=torch.zeros(count, 1, doubled, dtype=dtype, device=device), bags=every * rank,
+        page_bags=torch.arange(count * read, device=device) * rank,
+    )
+
+
 def loki_step(
     queries: torch.Tensor, state: LokiKNNState, top_keys: int, rank: int, candidates: int, scale: float,
-    flat: torch.Tensor, example: torch.Tensor, bags: torch.Tensor, pages: int | None = None,
-    page_bags: torch.Tensor | None = None,
+    indices: LokiStepIndices, pages: int | None = None,
 ) -> torch.Tensor:
     """One decoder position (module docstring): the ``r`` channels the query weighs most, the ``min(C, k)``
     candidates of best score on them per head, the ``min(K, C, k)`` of those of best exact score (ties to the earlier
-    position, padding last), the softmax over their keys and values. The first stage is one ``embedding_bag`` (the
-    ``r`` channels' rows weighted by the query's values and summed, without a copy of the rows) in the channels'
-    dtype; the exact scores and the softmax take float32 or wider. No host sync.
+    position, padding last), the softmax over their keys and values. No host sync.
+
+    - The first stage: without pages, one ``embedding_bag`` (the ``r`` channels' rows weighted by the query's
+      values and summed, without a copy of the rows) in the channels' dtype. With pages, on the CPU two
+      ``embedding_bag`` calls (:func:`~srformer.attention.loki_pages.paged_candidates`), elsewhere batched products
+      over every signed channel with the query's weight 0 off its ``r``
+      (:func:`~srformer.attention.loki_pages.dense_page_candidates`): fewer calls, where a CPU multiplies bfloat16
+      slowly.
+    - The second stage, in float32 or wider: the candidates' rows read once, scored exactly (the query map holds
+      ``scale · W_k``), ranked by order key (:func:`~srformer.attention.selection.ranked_scores`, whose keys give the
+      chosen scores back as logits, ``-inf`` at padding), the softmax of those logits mixing the chosen rows taken
+      from the candidates' (no second read of the encoder output, no mask read), and ``W_v`` (one batched product).
+      30 operator calls with pages off the CPU, 25 without (views included); the tail
+      (``tail_clusters``) adds its own.
 
     Args:
         queries: (B, H, 1, d) projected decoder query.
-        state: from :func:`loki_state`.
+        state: from :func:`loki_state`, built with the same ``scale``.
         top_keys: ``K``.
         rank: ``r`` (at most the ``m`` channels kept).
         candidates: ``C``.
-        scale: the model's attention scale.
-        flat: (B·H, 1, 1) long, ``2m · arange(B·H)``: the first channel row of each example and head (kept by the
-            caller).
-        example: (B·H, 1) long, each example and head's example (kept by the caller).
-        bags: (B·H,) long, ``r · arange(B·H)``: where each example and head's channels start (kept by the caller).
+        scale: the model's attention scale, the state's (its query map holds it).
+        indices: from :func:`loki_indices` (kept by the caller).
         pages: ``P = index_pages``, for a state with pages (:mod:`srformer.attention.loki_pages`): the first
             stage reads the channels of the ``P`` pages of best bound only.
-        page_bags: with pages, (B·H·min(P, n),) long, ``r · arange(B·H·min(P, n))`` (kept by the caller).
 
     Returns:
         (B, H, 1, d) in the queries' dtype.
+
+    Raises:
+        ValueError: for a state with pages and no ``pages``; for a state built with another ``scale``.
     """
-    rows, projection, channels = state.rows, state.projection, state.channels
+    if scale != state.scale:
+        raise ValueError(f"This knn state holds the attention scale {state.scale} in its query map, but the step was "
+                         f"given `scale`={scale}: build the state with `loki_state(..., scale={scale})`.")
+    rows, channels = state.rows, state.channels
     on_cpu = step_kind(queries.device) == "cpu" and not tracing() and state.rows.is_contiguous()
     batch, heads = queries.shape[:2]
-    length = rows.shape[1]
+    count, length = batch * heads, rows.shape[1]
     doubled, rank = state.signed_channels, state.channels_read(rank)
     paged, slot_position = state.paged, state.slot_position
     if paged is not None:
-        if pages is None or page_bags is None or slot_position is None:
-            raise ValueError("A knn state with pages needs `pages` and `page_bags` (and its slots' positions).")
+        if pages is None or slot_position is None:
+            raise ValueError("A knn state with pages needs `pages` (and its slots' positions).")
         pool = paged_pool(candidates, pages, paged.shape[-1], length)
     else:
         pool = min(candidates, length)
     width = min(top_keys, pool)  # pool <= k either way
     wide = state.query_map.dtype
     with torch.no_grad(), torch.autocast(device_type=queries.device.type, enabled=False):
-        # one product: the mapped query (2m) and W_k^T Q_t (D), per example and head
-        mapped = torch.bmm(cast(queries, wide).view(batch * heads, 1, -1), state.query_map)
-        hidden_queries = mapped[..., doubled:]  # (B·H, 1, D)
-        top = torch.topk(mapped[..., :doubled], rank, dim=-1, sorted=False)  # the r channels, each signed positive
+        # one product: the mapped query (2m) and scale · W_k^T Q_t (D), per example and head
+        mapped = torch.bmm(cast(queries, wide).view(count, 1, -1), state.query_map)
+        signed, hidden_queries = mapped.split([doubled, mapped.shape[-1] - doubled], dim=-1)  # (B·H, 1, ·)
+        top = torch.topk(signed, rank, dim=-1, sorted=False)  # the r channels, each signed positive
         weights = cast(top.values, channels.dtype)
-        if paged is not None and pages is not None and page_bags is not None and slot_position is not None:
-            # the pages of best bound, then the best keys in them
-            slots = paged_candidates(top.indices + flat, weights, paged, channels, pages, pool, bags,
-                                     page_bags)  # (B·H, C')
-            pooled = slot_position.gather(1, slots)
+        starts = indices.example * length if on_cpu else None  # (B·H, 1): each example's first flat row
+        if paged is not None and pages is not None and slot_position is not None and not on_cpu:
+            pooled = dense_page_candidates(indices.zeros.scatter(-1, top.indices, weights), paged, channels,
+                                           slot_position, pages, pool, indices.heads3,
+                                           indices.channel)  # (B·H, 1, C) positions
+            order = state.flat_order[indices.example3, pooled]  # (B·H, 1, C)
+            hidden = cast(rows[indices.example3, pooled].view(count, pool, -1), wide)  # (B·H, C, D)
+            scores = torch.bmm(hidden_queries, hidden.mT)  # (B·H, 1, C)
         else:
-            rough = F.embedding_bag((top.indices + flat).view(-1), channels, bags,
-                                    per_sample_weights=weights.view(-1), mode="sum")
-            pooled = torch.topk(rough, pool, dim=-1, sorted=False).indices  # (B·H, C)
-        order = state.flat_order[example, pooled]  # (B·H, C)
-        # on the CPU, index_select of flat rows copies them about 6x faster than advanced indexing (0.19 against
-        # 1.2-1.7 ms for 2,048 rows of 512 at 16k-65k positions, one thread), for four calls more per gather
-        starts = example * length if on_cpu else None  # (B·H, 1): each example's first flat row
-        hidden = cast(_pick(rows, example, pooled, starts), wide)  # (B·H, C, D)
-        # one product, reading the candidates' rows once (a product and a sum would write and read them again)
-        scores = torch.bmm(hidden, hidden_queries.mT).view(batch * heads, pool)
-        chosen = ranked_top(scores, order, width, finite=True)  # (B·H, S) in [0, C)
-        positions = pooled.gather(1, chosen)  # (B·H, S) encoder positions
-    picked = cast(_pick(rows, example, positions, starts), wide).view(batch, heads, width, -1)  # read again:
-    # the softmax's gradient reaches them
-    bias = cast(state.key_bias[example, positions], wide)
+            if paged is not None and pages is not None and slot_position is not None:
+                slots = paged_candidates(top.indices + indices.flat, weights, paged, channels, pages, pool,
+                                         indices.bags, indices.page_bags)  # (B·H, C)
+                pooled = slot_position.view(count, -1).gather(1, slots)
+            else:
+                rough = F.embedding_bag((top.indices + indices.flat).view(-1), channels, indices.bags,
+                                        per_sample_weights=weights.view(-1), mode="sum")
+                pooled = torch.topk(rough, pool, dim=-1, sorted=False).indices  # (B·H, C)
+            order = state.flat_order[indices.example, pooled]  # (B·H, C)
+            # on the CPU, index_select of flat rows copies them about 6x faster than advanced indexing (0.19 against
+            # 1.2-1.7 ms for 2,048 rows of 512 at 16k-65k positions, one thread), for three calls more
+            hidden = cast(_pick(rows, indices.example, pooled, starts), wide)  # (B·H, C, D)
+            scores = torch.bmm(hidden, hidden_queries.mT).view(count, pool)
+        logits, chosen = ranked_scores(scores, order, width)  # (B·H, [1,] S): the chosen scores, -inf at padding
     if torch.is_grad_enabled():  # the selection carries no gradient; the softmax over the chosen rows does
-        hidden_queries = projection.step_hidden_queries(queries, wide)
-    else:
-        hidden_queries = hidden_queries.view(batch, heads, 1, -1)
-    if state.cluster_row_sums is not None and state.cluster_of is not None and state.cluster_counts is not None:
-        output = _tail_step(hidden_queries, picked, bias, positions, example, state, scale)
-    else:
-        output = projection.attend_rows(hidden_queries, picked, bias.view(batch, heads, 1, width), scale,
-                                        example_values=(state.value_weight, state.value_bias))
+        return _step_with_grad(queries, state, pooled.gather(-1, chosen).view(count, width), scale, indices)
+    with torch.autocast(device_type=queries.device.type, enabled=False):
+        if state.cluster_row_sums is not None and state.cluster_of is not None and state.cluster_counts is not None:
+            picked = hidden[indices.heads, chosen.view(count, width)]  # (B·H, S, D)
+            positions = pooled.gather(-1, chosen).view(count, width)
+            mixed = _tail_mix(hidden_queries, picked, logits.view(count, width), positions, indices.example, state)
+        else:
+            weights = torch.softmax(logits, dim=-1)
+            if chosen.dim() == 3:
+                mixed = torch.bmm(weights, hidden[indices.heads3, chosen].view(count, width, -1))  # (B·H, 1, D)
+            else:
+                mixed = torch.bmm(weights.view(count, 1, width), hidden[indices.heads, chosen])
+        output = torch.bmm(mixed, state.value_weight).view(batch, heads, 1, -1)  # (B, H, 1, d)
+    output = output if state.value_bias is None else output + state.value_bias
     return cast(output, queries.dtype)
 
 
-def _tail_step(hidden_queries: torch.Tensor, picked: torch.Tensor, bias: torch.Tensor, positions: torch.Tensor,
-               example: torch.Tensor, state: LokiKNNState, scale: float) -> torch.Tensor:
-    """:func:`loki_step`'s output with ``tail_clusters``: the softmax over the rows read plus the clusters' estimate
-    of the keys not read, in the absorbed form (the rows mixed, then ``W_v``): the arithmetic of
-    :func:`~srformer.attention.key_clusters.tail_weights` and :func:`~srformer.attention.key_clusters.tail_mix` in
-    fewer calls (batched products; an unread key scored at the mean of its cluster's unread keys). The clusters'
+def _step_with_grad(queries: torch.Tensor, state: LokiKNNState, positions: torch.Tensor, scale: float,
+                    indices: LokiStepIndices) -> torch.Tensor:
+    """:func:`loki_step`'s output with autograd recording: the chosen rows (B·H, S) read again and attended in the
+    absorbed form, so that the gradient reaches the queries, the rows and the projections (the tail's estimate
+    carries none)."""
+    batch, heads = queries.shape[:2]
+    width = positions.shape[-1]
+    wide = state.query_map.dtype
+    picked = cast(state.rows[indices.example, positions], wide).view(batch, heads, width, -1)
+    bias = cast(state.key_bias[indices.example, positions], wide).view(batch, heads, 1, width)
+    hidden_queries = state.projection.step_hidden_queries(queries, wide)
+    value_weight = state.value_weight.view(batch, heads, *state.value_weight.shape[1:]).mT  # (B, H, d, D)
+    output = state.projection.attend_rows(hidden_queries, picked, bias, scale,
+                                          example_values=(value_weight, state.value_bias))
+    return cast(output, queries.dtype)
+
+
+def _tail_mix(hidden_queries: torch.Tensor, picked: torch.Tensor, logits: torch.Tensor, positions: torch.Tensor,
+              example: torch.Tensor, state: LokiKNNState) -> torch.Tensor:
+    """:func:`loki_step`'s mixed row with ``tail_clusters``: the softmax over the rows read plus the clusters'
+    estimate of the keys not read, in the absorbed form (the rows mixed; the caller applies ``W_v``): the arithmetic
+    of :func:`~srformer.attention.key_clusters.tail_weights` and :func:`~srformer.attention.key_clusters.tail_mix`
+    in fewer calls (batched products; an unread key scored at the mean of its cluster's unread keys). The clusters'
     sums of rows are read once for all heads: one product per example gives every head's cluster scores, one more
     every head's clusters' share of the mixed row.
 
     Args:
-        hidden_queries: (B, H, 1, D). picked: (B, H, S, D) the rows read. bias: (B·H, S) 0 at a real key, the
-            lowest number elsewhere. positions: (B·H, S) their encoder positions. example: (B·H, 1) long, each
-            example and head's example.
+        hidden_queries: (B·H, 1, D) ``scale · W_k^T Q_t``. picked: (B·H, S, D) the rows read. logits: (B·H, S)
+            their scores (scaled), ``-inf`` at padding. positions: (B·H, S) their encoder positions. example:
+            (B·H, 1) long, each example and head's example.
 
     Returns:
-        (B, H, 1, d).
+        (B·H, 1, D).
     """
     assert state.cluster_row_sums is not None and state.cluster_of is not None and state.cluster_counts is not None
-    batch, heads, width, hidden = picked.shape
-    # in the rows' dtype (float32 or wider) under autocast too: the weights and counts must share it
-    with torch.autocast(device_type=picked.device.type, enabled=False):
-        count = batch * heads
-        rows = picked.view(count, width, hidden)
-        counts, row_sums = state.cluster_counts, state.cluster_row_sums  # (B, H, C), (B, C, D)
-        scores = torch.baddbmm(bias.view(count, 1, width), hidden_queries.reshape(count, 1, hidden), rows.mT,
-                               alpha=scale).view(batch, heads, width)  # s_j, the lowest number where not real
-        read_clusters = state.cluster_of[example, positions].view(batch, heads, width)
-        taken = -(bias == 0).to(scores.dtype).view(batch, heads, width)  # -1 at a real key read, 0 elsewhere
-        unread = counts.scatter_add(-1, read_clusters, taken)  # u_c, (B, H, C)
-        # n_c a_c less the read keys' scores in c: the clusters' sums of rows scored, the read scores taken out
-        read_sums = torch.zeros_like(unread).scatter_add_(-1, read_clusters, scores * taken)
-        unread_sums = torch.baddbmm(read_sums, hidden_queries.reshape(batch, heads, hidden), row_sums.mT,
-                                    alpha=scale)  # (B, H, C)
-        live = unread > 0  # an empty cluster, or one whose keys were all read, weighs nothing and sets no maximum
-        # b_c: the score of the mean of the cluster's keys not read
-        cluster_scores = torch.where(live, unread_sums / unread.clamp_min(1.0), torch.finfo(scores.dtype).min)
-        top = torch.maximum(scores.amax(dim=-1, keepdim=True), cluster_scores.amax(dim=-1, keepdim=True))
-        weight = torch.exp(cluster_scores - top)
-        exact = torch.exp(scores - top)
-        coefficient = exact + weight.gather(-1, read_clusters) * taken
-        clustered = torch.bmm(weight, row_sums)  # (B, H, D)
-        numerator = torch.baddbmm(clustered.view(count, 1, hidden), coefficient.view(count, 1, width), rows)
-        denominator = exact.sum(dim=-1, keepdim=True) + (weight * unread).sum(dim=-1, keepdim=True)  # (B, H, 1)
-        mixed = numerator.view(batch, heads, hidden) / denominator.clamp_min(torch.finfo(denominator.dtype).tiny)
-    mixed = mixed.view(batch, heads, 1, hidden)
-    output = (mixed * state.value_weight).sum(dim=-1).unsqueeze(2)  # (B, H, 1, d)
-    return output if state.value_bias is None else output + state.value_bias
+    count, width, hidden = picked.shape
+    counts, row_sums = state.cluster_counts, state.cluster_row_sums  # (B, H, C), (B, C, D)
+    batch, heads = counts.shape[:2]
+    lowest = torch.finfo(logits.dtype).min
+    scores = logits.clamp_min(lowest).view(batch, heads, width)  # s_j, the lowest number where not real
+    read_clusters = state.cluster_of[example, positions].view(batch, heads, width)
+    taken = -(scores > lowest).to(scores.dtype)  # -1 at a real key read, 0 elsewhere
+    unread = counts.scatter_add(-1, read_clusters, taken)  # u_c, (B, H, C)
+    # n_c a_c less the read keys' scores in c: the clusters' sums of rows scored, the read scores taken out
+    unread_sums = torch.bmm(hidden_queries.view(batch, heads, hidden), row_sums.mT)  # (B, H, C)
+    unread_sums.scatter_add_(-1, read_clusters, scores * taken)
+    # b_c: the score of the mean of the cluster's keys not read; an empty cluster, or one whose keys were all read,
+    # weighs nothing and sets no maximum
+    cluster_scores = (unread_sums / unread.clamp_min(1.0)).masked_fill(unread <= 0, lowest)
+    top = torch.maximum(scores.amax(dim=-1, keepdim=True), cluster_scores.amax(dim=-1, keepdim=True))
+    weight = torch.exp(cluster_scores - top)
+    exact = torch.exp(scores - top)
+    coefficient = torch.addcmul(exact, weight.gather(-1, read_clusters), taken)
+    clustered = torch.bmm(weight, row_sums)  # (B, H, D)
+    numerator = torch.baddbmm(clustered.view(count, 1, hidden), coefficient.view(count, 1, width), picked)
+    denominator = exact.sum(dim=-1, keepdim=True) + (weight * unread).sum(dim=-1, keepdim=True)  # (B, H, 1)
+    return numerator / denominator.view(count, 1, 1).clamp_min(torch.finfo(denominator.dtype).tiny)
 
 
 def _pick(rows: torch.Tensor, example: torch.Tensor, positions: torch.Tensor,

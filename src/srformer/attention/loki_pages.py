@@ -11,8 +11,12 @@ page keeps, per signed channel, the largest of its keys' values. A decoder step 
 2. reads the ``r`` channels of the keys of the ``P = index_pages`` pages of best bound, and takes the
    ``index_candidates`` of best low-rank score among them, as ``knn_index="loki"`` does among all keys.
 
-It reads ``H·r·(k/b + P·b)`` numbers instead of ``H·r·k``: at 262,144 tokens, pages of 16 and 256 pages read, 17
-times fewer. Every key is still reachable: when ``P`` pages hold every key (``P·b >= k``) the candidates are
+On the CPU (:func:`paged_candidates`) it reads ``H·r·(k/b + P·b)`` numbers instead of ``H·r·k``: at 262,144
+tokens, pages of 16 and 256 pages read, 17 times fewer. Off the CPU (:func:`dense_page_candidates`) both sums are
+batched products over all ``2m`` signed channels, the query's weight 0 off its ``r``: the same scores up to
+rounding in fewer operator calls, reading ``H·2m·(k/b + P·b)`` numbers (4 times the CPU's at ``m = 2r``: 8 times
+fewer than ``knn_index="loki"``'s ``H·r·k`` at 262,144 tokens, half at 65,536; a CPU multiplies bfloat16 slowly,
+a GPU does not). Every key is still reachable: when ``P`` pages hold every key (``P·b >= k``) the candidates are
 ``knn_index="loki"``'s.
 
 **The order** (:func:`page_order`), what makes a page's bound tight: each key's ``L = 6`` channels of largest
@@ -34,8 +38,8 @@ import torch
 from torch.nn import functional as F
 
 __all__ = [
-    "PAGE_CODE_BITS", "PAGE_CODE_CHANNELS", "keys_in_best_pages", "page_order", "page_tables", "paged_candidates",
-    "paged_pool",
+    "PAGE_CODE_BITS", "PAGE_CODE_CHANNELS", "dense_page_candidates", "keys_in_best_pages", "page_order", "page_tables",
+    "paged_candidates", "paged_pool",
 ]
 
 #: ``L``: the channels of largest variance a key's page code is made of.
@@ -108,8 +112,8 @@ def page_tables(
             last page's rest, ``n·b - k`` of them).
 
     Returns:
-        ``(paged, bounds, slot_position)``: (B·H·2m·n, b) the channels, ``n = ceil(k / b)`` pages per head, each
-        page's ``b`` values in one row; (B·H·2m, n) each page's largest value per signed channel; (B·H, n·b) long
+        ``(paged, bounds, slot_position)``: (B·H, 2m, n, b) the channels, ``n = ceil(k / b)`` pages per head, each
+        page's ``b`` values contiguous; (B·H, 2m, n) each page's largest value per signed channel; (B·H, n, b) long
         each slot's encoder position. A slot past the last key holds the position of the head's last slot, a padded
         position when there is one: a step reads such a slot only when fewer keys than it needs are candidates,
         which needs padding (the pages read hold at least ``(P - 1)·b >= K`` keys,
@@ -123,9 +127,8 @@ def page_tables(
     if extra:  # the last page's empty slots (no copy when the pages fill the input)
         paged = F.pad(channels, (0, extra), value=padding_value)
         slot_position = torch.cat([order, order[..., -1:].expand(-1, -1, extra)], dim=-1)
-    paged = paged.reshape(batch * heads * doubled, pages, page)
-    bounds = paged.amax(dim=-1)
-    return paged.flatten(0, 1), bounds, slot_position.flatten(0, 1)
+    paged = paged.reshape(batch * heads, doubled, pages, page)
+    return paged, paged.amax(dim=-1), slot_position.reshape(batch * heads, pages, page)
 
 
 def paged_pool(candidates: int, pages: int, page: int, length: int) -> int:
@@ -139,11 +142,13 @@ def paged_candidates(
     rows: torch.Tensor, values: torch.Tensor, paged: torch.Tensor, bounds: torch.Tensor, pages: int, pool: int,
     bags: torch.Tensor, page_bags: torch.Tensor,
 ) -> torch.Tensor:
-    """A step's first stage through pages (module docstring): the ``min(P, n)`` pages of best bound, the ``pool``
-    slots of best low-rank score in them. Thirteen operator calls (views included), no host sync.
+    """A step's first stage through pages on the CPU (module docstring): the ``min(P, n)`` pages of best bound, the
+    ``pool`` slots of best low-rank score in them, by two ``embedding_bag`` calls that read the query's ``r``
+    channels only (a CPU multiplies bfloat16 matrices slowly: scoring every channel, as
+    :func:`dense_page_candidates` does, takes about 60x as long there). No host sync.
 
     Args:
-        rows: (B·H, 1, r) long, each chosen signed channel's row in :func:`page_tables`' ``bounds``
+        rows: (B·H, 1, r) long, each chosen signed channel's row in ``bounds`` flattened to (B·H·2m, n)
             (``2m · (example·H + head) + channel``).
         values: (B·H, 1, r) the query's values on them (positive), in the channels' dtype.
         paged, bounds: from :func:`page_tables`.
@@ -157,16 +162,47 @@ def paged_candidates(
     count = rows.shape[0]
     page, total = paged.shape[-1], bounds.shape[-1]
     read = min(pages, total)
-    rough_pages = F.embedding_bag(rows.view(-1), bounds, bags, per_sample_weights=values.reshape(-1),
-                                  mode="sum")  # (B·H, n)
+    rough_pages = F.embedding_bag(rows.view(-1), bounds.view(-1, total), bags,
+                                  per_sample_weights=values.reshape(-1), mode="sum")  # (B·H, n)
     chosen = torch.topk(rough_pages, read, dim=-1, sorted=False).indices  # (B·H, P)
     # the rows of the chosen pages' values: row (2m·(example·H + head) + channel)·n + page of ``paged``
     page_rows = torch.add(chosen[:, :, None], rows, alpha=total)  # (B·H, P, r)
-    rough = F.embedding_bag(page_rows.view(-1), paged, page_bags,
-                            per_sample_weights=values.expand(-1, read, -1).reshape(-1), mode="sum")  # (B·H·P, b)
+    # the query's values repeated for each page: (B·H, 1, P·r) in page-major order
+    rough = F.embedding_bag(page_rows.view(-1), paged.view(-1, page), page_bags,
+                            per_sample_weights=values.repeat(1, 1, read).view(-1), mode="sum")  # (B·H·P, b)
     best = torch.topk(rough.view(count, read * page), pool, dim=-1, sorted=False).indices  # (B·H, C') in [0, P·b)
     which = torch.div(best, page, rounding_mode="floor")
     return torch.add(best, chosen.gather(1, which) - which, alpha=page)  # page·b + offset, in page order
+
+
+def dense_page_candidates(
+    weights: torch.Tensor, paged: torch.Tensor, bounds: torch.Tensor, slot_position: torch.Tensor, pages: int,
+    pool: int, heads_index: torch.Tensor, channel_index: torch.Tensor,
+) -> torch.Tensor:
+    """A step's first stage through pages off the CPU (module docstring), as :func:`paged_candidates` but in
+    batched products over every signed channel, the query's weight 0 off its ``r``: the same sums up to rounding,
+    in eleven operator calls where the ``embedding_bag`` form takes sixteen (views included), for reading ``2m``
+    channels of each page's bound and of the pages read instead of ``r``. No host sync.
+
+    Args:
+        weights: (B·H, 1, 2m) the query's value on each signed channel, 0 off its ``r`` (in the channels' dtype).
+        paged, bounds, slot_position: from :func:`page_tables`.
+        pages: ``P``. pool: ``C'`` from :func:`paged_pool`.
+        heads_index: (B·H, 1, 1) long, ``arange(B·H)``. channel_index: (1, 2m, 1) long, ``arange(2m)`` (both kept
+            by the caller).
+
+    Returns:
+        (B·H, 1, C') long encoder positions of the candidates.
+    """
+    count, doubled, total, page = paged.shape
+    read = min(pages, total)
+    rough_pages = torch.bmm(weights, bounds)  # (B·H, 1, n)
+    chosen = torch.topk(rough_pages, read, dim=-1, sorted=False).indices  # (B·H, 1, P)
+    values = paged[heads_index, channel_index, chosen].view(count, doubled, read * page)  # (B·H, 2m, P·b)
+    rough = torch.bmm(weights, values)  # (B·H, 1, P·b)
+    best = torch.topk(rough, pool, dim=-1, sorted=False).indices  # (B·H, 1, C') in [0, P·b)
+    positions = slot_position[heads_index, chosen].view(count, 1, read * page)  # (B·H, 1, P·b)
+    return positions.gather(2, best)
 
 
 def keys_in_best_pages(

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["ORDER_FLOOR", "position_order", "ranked_top", "top_positions"]
+__all__ = ["ORDER_FLOOR", "position_order", "ranked_scores", "ranked_top", "top_positions"]
 
 #: The smallest normal float32, ``2^-126``: the floor under a score's magnitude in its order key, so that a zero
 #: score's key still carries its position (a 0-d CPU tensor: an operand of any device's elementwise kernels).
@@ -137,6 +137,37 @@ def ranked_top(
     if first is not None:
         keys = keys.masked_fill(first, float("inf"))
     return torch.topk(keys, width, dim=-1, sorted=False).indices
+
+
+def ranked_scores(scores: torch.Tensor, order: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`ranked_top` of finite ``scores`` (``finite=True``), and the chosen positions' scores: the softmax
+    logits of a step that attends to what it ranked, without reading its scores or a padding mask again.
+
+    For float32 (or narrower) scores the logits are the order keys ``topk`` returns, cast back to the scores'
+    dtype: a key moves its score by less than half a float32 unit (module docstring), so the cast gives the score
+    itself (for a score of magnitude at least ``2^-126``; below it, within one unit of it), and ``-inf`` at a
+    position whose ``order`` is ``-inf``. No call beyond :func:`ranked_top`'s but the cast. Float64 scores: the
+    tie pass, then the chosen scores gathered, ``-inf`` where ``order`` is ``-inf``.
+
+    Args:
+        scores: (..., n) finite float32 (or narrower, or float64) scores.
+        order: float64 broadcastable to ``scores``, from :func:`position_order`.
+        width: how many positions to return, ``1 <= width <= n``.
+
+    Returns:
+        ``(logits, chosen)``: (..., width) in ``scores``' dtype and (..., width) long in ``[0, n)``, in no particular
+        order (ascending for float64).
+    """
+    if scores.dtype == torch.float64:
+        chosen = ranked_top(scores, order, width, finite=True)
+        logits = scores.gather(-1, chosen)
+        return logits.masked_fill(order.expand_as(scores).gather(-1, chosen) == float("-inf"), float("-inf")), chosen
+    dtype = scores.dtype
+    if dtype != torch.bfloat16:
+        scores = scores.float()
+    keys = torch.addcmul(scores, torch.hypot(scores, _FLOOR), order)  # float64
+    top = torch.topk(keys, width, dim=-1, sorted=False)
+    return top.values.to(dtype), top.indices
 
 
 def top_positions(scores: torch.Tensor, allowed: torch.Tensor, width: int) -> torch.Tensor:
