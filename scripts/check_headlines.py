@@ -67,14 +67,17 @@ SEED2_PROBE = "results/probe/long-input-convert0/seed2/long_probe.json"  # the t
 ROWS_SEED2_PROBE = "results/probe/long-input-convert0/knn-rows/seed2/long_probe.json"  # knn-rows, seed 2, 0 steps
 LOKI_NAME = "knn (loki, r=12, C=256)"  # knn-loki's name in LOKI_PROBE
 PAGES_PROBE = "results/probe/long-input-convert0/knn-loki-pages/long_probe.json"  # knn-loki-pages, seeds 0-2, 0 steps
-PAGES_BYTES = "results/bench/bytes/knn-loki-pages/bench.json"  # knn-loki-pages, counted as BYTES (16k / 65k / 262k)
-PAGES_CPU = "results/long-input/knn-loki-pages-cpu/long_input.json"  # beside full, segmented and knn-loki, one thread
+#: knn-loki, knn-loki-pages and knn-loki-tail with the step that reads the candidates' rows once, counted as BYTES
+#: (16k / 65k / 262k); BYTES's knn-loki counts are the step before it
+PAGES_BYTES = "results/bench/bytes/knn-loki-pages/bench.json"
+#: full, segmented, knn-loki, knn-loki-pages and knn-loki-tail side by side, one thread (LOKI_CPU: the step before)
+PAGES_CPU = "results/long-input/knn-loki-pages-cpu/long_input.json"
 PAGES_NAME = "knn (loki, r=12, C=256, pages 16 x 256)"  # knn-loki-pages's name in PAGES_PROBE
 #: The README's table, one row a mechanism: (its name in the bench, its probe file, its name there, the run that timed
 #: its CPU step beside `full`, the bench files holding its bytes beside `full`'s and `segmented`'s).
 README_TABLE = (
     ("knn-loki-pages", PAGES_PROBE, PAGES_NAME, PAGES_CPU, (BYTES, PAGES_BYTES)),
-    ("knn-loki", LOKI_PROBE, LOKI_NAME, LOKI_CPU, (BYTES,)),
+    ("knn-loki", LOKI_PROBE, LOKI_NAME, PAGES_CPU, (PAGES_BYTES, BYTES)),
     ("knn", SEED2_PROBE, "knn", ROWS_LONG_BENCH, (BYTES,)),
     ("knn-rows", ROWS_SEED2_PROBE, "knn (rows)", ROWS_LONG_BENCH, (BYTES,)),
     ("quest-b2", B2_PROBE, "quest-b2", ROWS_LONG_BENCH, (BYTES,)),
@@ -383,9 +386,9 @@ CLAIMS: list[Claim] = [
           lambda records, pages, longest: tuple(beyond_decoder(records + pages + longest, "knn-loki-pages", k)
                                                 for k in (K16, K65, K262))),
     Claim(CHOOSING, "cheaper than `full` per token\n  ({:.2f} / {:.2f} / {:.2f}× at 16k / 65k / 262k)",
-          LOKI_CPU, lambda run: tuple(time_ratio(run, "knn-loki", k, "full") for k in (K16, K65, K262))),
-    Claim(CHOOSING, "but {:.1f} / {:.1f} / {:.1f}× `segmented`'s\n  per token",
-          LOKI_CPU, lambda run: tuple(time_ratio(run, "knn-loki", k) for k in (K16, K65, K262))),
+          PAGES_CPU, lambda run: tuple(time_ratio(run, "knn-loki", k, "full") for k in (K16, K65, K262))),
+    Claim(CHOOSING, "but {:.2f} / {:.2f} / {:.2f}× `segmented`'s\n  per token",
+          PAGES_CPU, lambda run: tuple(time_ratio(run, "knn-loki", k) for k in (K16, K65, K262))),
     Claim(LONG_INPUTS, "| 33.9 / 46.5 / 86.9 ({:.1f} / {:.1f} / {:.1f}× `segmented`'s; {:.2f} / {:.2f} / {:.2f}× "
           "`full`'s) |",
           LOKI_CPU, lambda run: (*(time_ratio(run, "knn-loki", k) for k in (K16, K65, K262)),
@@ -393,11 +396,12 @@ CLAIMS: list[Claim] = [
     Claim(CHOOSING, "Straight after conversion it recalls within {:.1f} points of the exact `knn` at",
           (LOKI_PROBE, LOKI_EXACT), lambda loki, exact: (loki_gap(loki, exact),)),
     Claim(CHOOSING, "a token reads {:.3f}× `full`'s bytes beyond the decoder's own at 65k tokens",
-          BYTES, lambda records: (beyond_decoder(records, "knn-loki", K65),)),
+          (PAGES_BYTES, BYTES), lambda pages, records: (beyond_decoder(pages + records, "knn-loki", K65),)),
     Claim(CHOOSING, "moves {:.2f}× that eagerly, in {:.3f}× `full`'s operator calls",
-          BYTES, lambda records: (eager_over_persistent(records, "knn-loki", K65),
-                                  bench_at(records, "knn-loki", "operator_calls_per_token", K65)
-                                  / bench_at(records, "full-sdpa", "operator_calls_per_token", K65))),
+          (PAGES_BYTES, BYTES), lambda pages, records: (
+              eager_over_persistent(pages + records, "knn-loki", K65),
+              bench_at(pages, "knn-loki", "operator_calls_per_token", K65)
+              / bench_at(records, "full-sdpa", "operator_calls_per_token", K65))),
     Claim(CHOOSING, "on the route a GPU runs it moves {:.2f}× `full`'s bytes per token at 65k",
           BYTES, lambda records: (beyond_decoder(records, "quest-tree", K65, "bytes_per_token"),)),
     Claim(CHOOSING, "on the route a GPU runs it moves {:.2f}× `full`'s bytes per token at 65k, and",
