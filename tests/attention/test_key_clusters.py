@@ -55,6 +55,24 @@ def test_the_step_is_the_reference(settings, step, monkeypatch):
     assert torch.equal(output[2], torch.zeros_like(output[2]))
 
 
+@pytest.mark.parametrize("step", STEP_KINDS)
+@pytest.mark.parametrize("settings", [{}, *SETTINGS[:3]])
+def test_a_step_recording_gradients_is_the_reference_too(settings, step, monkeypatch):
+    """With autograd recording (the chosen rows read again so that the gradient reaches them), a step outputs the
+    float64 reference's output, the clusters' estimate included, and its gradient reaches the queries."""
+    monkeypatch.setattr(step_choice, "STEP_OVERRIDE", step)
+    settings = settings or {"top_keys": 3, "index_rank": 2, "index_candidates": 6}  # no clusters: the pick's softmax
+    hidden, valid, projection, queries = rows_inputs(torch.float64)
+    module = loki_module(**settings)
+    state = module.indexed_state(hidden, valid, projection)
+    queries = queries.clone().requires_grad_(True)
+    output, _ = module.step(queries, state, position=0)
+    expected = loki_reference(hidden, valid, projection, queries.detach(), **settings)
+    assert (output.detach() - expected).abs().max().item() <= loki_tolerance(hidden, projection)
+    output[:2].sum().backward()
+    assert queries.grad is not None and queries.grad[:2].abs().sum() > 0
+
+
 @pytest.mark.parametrize("settings", SETTINGS)
 def test_the_parallel_path_is_the_reference_and_o_is_a_v(settings):
     """Teacher forcing and training (the projected keys and values, several queries): the reference's output, and

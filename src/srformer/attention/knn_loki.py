@@ -406,12 +406,19 @@ def loki_step(
             hidden = cast(_pick(rows, indices.example, pooled, starts), wide)  # (B·H, C, D)
             scores = torch.bmm(hidden, hidden_queries.mT).view(count, pool)
         logits, chosen = ranked_scores(scores, order, width)  # (B·H, [1,] S): the chosen scores, -inf at padding
+    positions = None
     if torch.is_grad_enabled():  # the selection carries no gradient; the softmax over the chosen rows does
-        return _step_with_grad(queries, state, pooled.gather(-1, chosen).view(count, width), scale, indices)
+        positions = pooled.gather(-1, chosen).view(count, width)
+        hidden = cast(rows[indices.example, positions], wide)  # (B·H, S, D): the chosen rows, read again
+        bias = cast(state.key_bias[indices.example, positions], wide).view(count, 1, width)
+        hidden_queries = state.projection.step_hidden_queries(queries, wide).view(count, 1, -1) * scale
+        logits = torch.baddbmm(bias, hidden_queries, hidden.mT)  # (B·H, 1, S), the lowest number at padding
+        chosen = torch.arange(width, device=queries.device).expand(count, width)  # hidden's rows, in order
     with torch.autocast(device_type=queries.device.type, enabled=False):
         if state.cluster_row_sums is not None and state.cluster_of is not None and state.cluster_counts is not None:
             picked = hidden[indices.heads, chosen.view(count, width)]  # (B·H, S, D)
-            positions = pooled.gather(-1, chosen).view(count, width)
+            if positions is None:
+                positions = pooled.gather(-1, chosen).view(count, width)
             mixed = _tail_mix(hidden_queries, picked, logits.view(count, width), positions, indices.example, state)
         else:
             weights = torch.softmax(logits, dim=-1)
@@ -421,23 +428,6 @@ def loki_step(
                 mixed = torch.bmm(weights.view(count, 1, width), hidden[indices.heads, chosen])
         output = torch.bmm(mixed, state.value_weight).view(batch, heads, 1, -1)  # (B, H, 1, d)
     output = output if state.value_bias is None else output + state.value_bias
-    return cast(output, queries.dtype)
-
-
-def _step_with_grad(queries: torch.Tensor, state: LokiKNNState, positions: torch.Tensor, scale: float,
-                    indices: LokiStepIndices) -> torch.Tensor:
-    """:func:`loki_step`'s output with autograd recording: the chosen rows (B·H, S) read again and attended in the
-    absorbed form, so that the gradient reaches the queries, the rows and the projections (the tail's estimate
-    carries none)."""
-    batch, heads = queries.shape[:2]
-    width = positions.shape[-1]
-    wide = state.query_map.dtype
-    picked = cast(state.rows[indices.example, positions], wide).view(batch, heads, width, -1)
-    bias = cast(state.key_bias[indices.example, positions], wide).view(batch, heads, 1, width)
-    hidden_queries = state.projection.step_hidden_queries(queries, wide)
-    value_weight = state.value_weight.view(batch, heads, *state.value_weight.shape[1:]).mT  # (B, H, d, D)
-    output = state.projection.attend_rows(hidden_queries, picked, bias, scale,
-                                          example_values=(value_weight, state.value_bias))
     return cast(output, queries.dtype)
 
 
