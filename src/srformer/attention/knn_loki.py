@@ -72,7 +72,7 @@ from srformer.attention.step_choice import step_kind
 
 __all__ = [
     "LOKI_INDEX", "LokiKNNState", "LokiStepIndices", "loki_basis", "loki_indices", "loki_positions", "loki_state",
-    "loki_step", "stored_channels",
+    "loki_step", "step_pool", "stored_channels",
 ]
 
 #: The ``knn_index`` value of this layout.
@@ -291,6 +291,8 @@ class LokiStepIndices(NamedTuple):
         heads: (B·H, 1) long, ``arange(B·H)``; ``heads3`` the same as (B·H, 1, 1).
         channel: (1, 2m, 1) long, ``arange(2m)``.
         zeros: (B·H, 1, 2m) zeros in the channels' dtype: the query's weights before its ``r`` channels are written.
+        mix_zeros: (B·H, 1, C') zeros in the query map's dtype (``C'`` the candidates, :func:`step_pool`): the
+            softmax's weights before the chosen candidates' are written.
         bags: (B·H,) long, ``r · arange(B·H)``: where each example and head's channels start.
         page_bags: (B·H·min(P, n),) long, ``r · arange(B·H·min(P, n))`` (empty without pages).
     """
@@ -302,14 +304,31 @@ class LokiStepIndices(NamedTuple):
     heads3: torch.Tensor
     channel: torch.Tensor
     zeros: torch.Tensor
+    mix_zeros: torch.Tensor
     bags: torch.Tensor
     page_bags: torch.Tensor
 
 
+def step_pool(state: LokiKNNState, candidates: int, pages: int | None) -> int:
+    """``C'``, the candidates a step scores exactly: ``min(C, k)``, or with pages
+    :func:`~srformer.attention.loki_pages.paged_pool`.
+
+    Raises:
+        ValueError: for a state with pages and no ``pages``.
+    """
+    length = state.rows.shape[1]
+    if state.paged is None:
+        return min(candidates, length)
+    if pages is None or state.slot_position is None:
+        raise ValueError("A knn state with pages needs `pages` (and its slots' positions).")
+    return paged_pool(candidates, pages, state.paged.shape[-1], length)
+
+
 def loki_indices(batch: int, heads: int, doubled: int, rank: int, read: int, dtype: torch.dtype,
-                 device: torch.device) -> LokiStepIndices:
+                 device: torch.device, pool: int, wide: torch.dtype) -> LokiStepIndices:
     """:class:`LokiStepIndices` for ``batch`` examples of ``heads`` heads, ``2m = doubled`` signed channels of
-    ``dtype``, ``r = rank`` read, ``read = min(P, n)`` pages read (0 without pages)."""
+    ``dtype``, ``r = rank`` read, ``read = min(P, n)`` pages read (0 without pages), ``pool = C'`` candidates and
+    the query map's dtype ``wide``."""
     count = batch * heads
     example = torch.arange(batch, device=device).repeat_interleave(heads).view(count, 1)
     every = torch.arange(count, device=device)
@@ -317,7 +336,8 @@ def loki_indices(batch: int, heads: int, doubled: int, rank: int, read: int, dty
         flat=(every * doubled).view(count, 1, 1), example=example, example3=example.view(count, 1, 1),
         heads=every.view(count, 1), heads3=every.view(count, 1, 1),
         channel=torch.arange(doubled, device=device).view(1, doubled, 1),
-        zeros=torch.zeros(count, 1, doubled, dtype=dtype, device=device), bags=every * rank,
+        zeros=torch.zeros(count, 1, doubled, dtype=dtype, device=device),
+        mix_zeros=torch.zeros(count, 1, pool, dtype=wide, device=device), bags=every * rank,
         page_bags=torch.arange(count * read, device=device) * rank,
     )
 
@@ -369,12 +389,7 @@ def loki_step(
     count, length = batch * heads, rows.shape[1]
     doubled, rank = state.signed_channels, state.channels_read(rank)
     paged, slot_position = state.paged, state.slot_position
-    if paged is not None:
-        if pages is None or slot_position is None:
-            raise ValueError("A knn state with pages needs `pages` (and its slots' positions).")
-        pool = paged_pool(candidates, pages, paged.shape[-1], length)
-    else:
-        pool = min(candidates, length)
+    pool = step_pool(state, candidates, pages)
     width = min(top_keys, pool)  # pool <= k either way
     wide = state.query_map.dtype
     with torch.no_grad(), torch.autocast(device_type=queries.device.type, enabled=False):
@@ -422,8 +437,9 @@ def loki_step(
             mixed = _tail_mix(hidden_queries, picked, logits.view(count, width), positions, indices.example, state)
         else:
             weights = torch.softmax(logits, dim=-1)
-            if chosen.dim() == 3:
-                mixed = torch.bmm(weights, hidden[indices.heads3, chosen].view(count, width, -1))  # (B·H, 1, D)
+            if chosen.dim() == 3:  # the weights written among the candidates' (0 elsewhere): one call fewer than
+                # picking the chosen rows, for reading every candidate's row again
+                mixed = torch.bmm(indices.mix_zeros.scatter(-1, chosen, weights), hidden)  # (B·H, 1, D)
             else:
                 mixed = torch.bmm(weights.view(count, 1, width), hidden[indices.heads, chosen])
         output = torch.bmm(mixed, state.value_weight).view(batch, heads, 1, -1)  # (B, H, 1, d)
