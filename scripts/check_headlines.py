@@ -67,9 +67,10 @@ SEED2_PROBE = "results/probe/long-input-convert0/seed2/long_probe.json"  # the t
 ROWS_SEED2_PROBE = "results/probe/long-input-convert0/knn-rows/seed2/long_probe.json"  # knn-rows, seed 2, 0 steps
 LOKI_NAME = "knn (loki, r=12, C=256)"  # knn-loki's name in LOKI_PROBE
 PAGES_PROBE = "results/probe/long-input-convert0/knn-loki-pages/long_probe.json"  # knn-loki-pages, seeds 0-2, 0 steps
-#: knn-loki, knn-loki-pages and knn-loki-tail with the step that reads the candidates' rows once, counted as BYTES
-#: (16k / 65k / 262k); BYTES's knn-loki counts are the step before it
+#: knn-loki-pages with the step that reads the candidates' rows once, counted as BYTES (16k / 65k / 262k)
 PAGES_BYTES = "results/bench/bytes/knn-loki-pages/bench.json"
+#: knn-loki and knn-loki-tail with that step, counted as BYTES; BYTES's knn-loki counts are the step before it
+LOKI_BYTES = "results/bench/bytes/knn-loki-pages/beside-loki-and-tail/bench.json"
 #: full, segmented, knn-loki, knn-loki-pages and knn-loki-tail side by side, one thread (LOKI_CPU: the step before)
 PAGES_CPU = "results/long-input/knn-loki-pages-cpu/long_input.json"
 PAGES_NAME = "knn (loki, r=12, C=256, pages 16 x 256)"  # knn-loki-pages's name in PAGES_PROBE
@@ -77,7 +78,7 @@ PAGES_NAME = "knn (loki, r=12, C=256, pages 16 x 256)"  # knn-loki-pages's name 
 #: its CPU step beside `full`, the bench files holding its bytes beside `full`'s and `segmented`'s).
 README_TABLE = (
     ("knn-loki-pages", PAGES_PROBE, PAGES_NAME, PAGES_CPU, (BYTES, PAGES_BYTES)),
-    ("knn-loki", LOKI_PROBE, LOKI_NAME, PAGES_CPU, (PAGES_BYTES, BYTES)),
+    ("knn-loki", LOKI_PROBE, LOKI_NAME, PAGES_CPU, (LOKI_BYTES, BYTES)),
     ("knn", SEED2_PROBE, "knn", ROWS_LONG_BENCH, (BYTES,)),
     ("knn-rows", ROWS_SEED2_PROBE, "knn (rows)", ROWS_LONG_BENCH, (BYTES,)),
     ("quest-b2", B2_PROBE, "quest-b2", ROWS_LONG_BENCH, (BYTES,)),
@@ -396,9 +397,9 @@ CLAIMS: list[Claim] = [
     Claim(CHOOSING, "Straight after conversion it recalls within {:.1f} points of the exact `knn` at",
           (LOKI_PROBE, LOKI_EXACT), lambda loki, exact: (loki_gap(loki, exact),)),
     Claim(CHOOSING, "a token reads {:.3f}× `full`'s bytes beyond the decoder's own at 65k tokens",
-          (PAGES_BYTES, BYTES), lambda pages, records: (beyond_decoder(pages + records, "knn-loki", K65),)),
+          (LOKI_BYTES, BYTES), lambda pages, records: (beyond_decoder(pages + records, "knn-loki", K65),)),
     Claim(CHOOSING, "moves {:.2f}× that eagerly, in {:.3f}× `full`'s operator calls",
-          (PAGES_BYTES, BYTES), lambda pages, records: (
+          (LOKI_BYTES, BYTES), lambda pages, records: (
               eager_over_persistent(pages + records, "knn-loki", K65),
               bench_at(pages, "knn-loki", "operator_calls_per_token", K65)
               / bench_at(records, "full-sdpa", "operator_calls_per_token", K65))),

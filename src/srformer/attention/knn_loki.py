@@ -38,7 +38,7 @@ float64 for a float64 encoder output). A decoder step then, per head:
 * **Build**: one projection of the keys per layer (``k·D·D`` multiply-adds, half of full attention's cache fill),
   their covariance, one ``eigh`` of ``d x d`` per head (on CUDA ``torch.linalg.eigh`` synchronises with the host
   once per layer), the channels.
-* **Step**: a fixed sequence of operator calls whatever ``k`` (25 per layer off the CPU, views included; 30 with
+* **Step**: a fixed sequence of operator calls whatever ``k`` (25 per layer off the CPU, views included; 29 with
   pages), no host sync, one graph under ``torch.compile``. The encoder output is read once per step and layer: the
   candidates' rows, scored, then mixed from that copy. On the CPU that read is an ``index_select`` copy of the
   flattened rows (the same rows, about 6x faster there; three calls more, free on a CPU).
@@ -360,7 +360,7 @@ def loki_step(
       ``scale · W_k``), ranked by order key (:func:`~srformer.attention.selection.ranked_scores`, whose keys give the
       chosen scores back as logits, ``-inf`` at padding), the softmax of those logits mixing the chosen rows taken
       from the candidates' (no second read of the encoder output, no mask read), and ``W_v`` (one batched product).
-      30 operator calls with pages off the CPU, 25 without (views included); the tail
+      29 operator calls with pages off the CPU, 25 without (views included; one more with a value bias); the tail
       (``tail_clusters``) adds its own.
 
     Args:
