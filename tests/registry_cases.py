@@ -90,3 +90,15 @@ def bench_variants() -> list[str]:
 def bench_variants_of(variant: str) -> list[str]:
     """The benchmark variants that run ``variant``'s module (or its own attention, for ``full``)."""
     return [name for name, spec in VARIANT_SPECS.items() if spec.srformer_variant == variant]
+
+
+#: Settings a named setting takes in the tests that run every named setting on inputs of a few dozen tokens:
+#: ``knn-loki-tail``'s 1,024 clusters would each hold one position there (its estimate exact, nothing tested) and
+#: fit them on a sample of 16,384 points per layer; 4 clusters group several keys each. Its own tests
+#: (tests/attention/test_key_clusters.py) cover the named count.
+AT_TEST_SIZE: dict[str, dict[str, object]] = {"knn-loki-tail": {"tail_clusters": 4}}
+
+
+def at_test_size(name: str) -> dict[str, object]:
+    """The settings named setting ``name`` takes in tests on short inputs (:data:`AT_TEST_SIZE`), or none."""
+    return dict(AT_TEST_SIZE.get(name, {}))

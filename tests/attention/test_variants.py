@@ -12,7 +12,7 @@ from srformer.attention.variants import build_cross_attention
 from srformer.config import LEAN_VARIANTS, named_config
 from srformer.core import mechanism
 from tests.attention.test_srformer import _incremental, _inputs, _rows_of
-from tests.registry_cases import named_settings
+from tests.registry_cases import at_test_size, named_settings
 from tests.tolerance import assert_exact, exact_tolerance, float32_tolerance
 
 NAMES = named_settings()
@@ -22,7 +22,7 @@ def _module(name, segment_size=3, target_length=8, head_dim=4, scale=1.0, **kw):
     torch.manual_seed(0)
     kw.setdefault("raf_linear_init_scale", 1.0)
     kw.setdefault("raf_threshold_init", 1e-2)
-    config = named_config(name, segment_size=segment_size, target_length=target_length, **kw)
+    config = named_config(name, segment_size=segment_size, target_length=target_length, **{**at_test_size(name), **kw})
     # float64: exactness (tests/tolerance.py); eval: routing's centroids stay fixed (their update: test_content.py)
     return build_cross_attention(config, head_dim, scale).double().eval()
 

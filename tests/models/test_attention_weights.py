@@ -25,7 +25,7 @@ from srformer.models.convert import cross_attention_modules
 from srformer.models.families import describe
 from tests.models.conftest import BUILDERS, converted, decoder_inputs, padded_batch
 from tests.models.test_generation_strategies import generate, teacher_forced
-from tests.registry_cases import lean_variants, named_settings, variant_of, with_weights
+from tests.registry_cases import at_test_size, lean_variants, named_settings, variant_of, with_weights
 from tests.tolerance import assert_exact, exact_tolerance, max_difference
 
 SETTINGS = dict(segment_size=4, target_length=12)
@@ -55,7 +55,7 @@ def eager_model(family: str, name: str, lean_cache: bool = False):
     """A float64 eager model converted to a named setting (seeded RAF: lean and standard are one model)."""
     base = BUILDERS[family]("eager")
     torch.manual_seed(1)
-    return converted(base, **NAMED_SETTINGS[name], lean_cache=lean_cache, **SETTINGS)
+    return converted(base, **{**NAMED_SETTINGS[name], **at_test_size(name)}, lean_cache=lean_cache, **SETTINGS)
 
 
 def encoder_batch(model, *, left: bool = False, lengths=LENGTHS):

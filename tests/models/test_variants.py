@@ -12,14 +12,14 @@ from srformer.config import NAMED_SETTINGS
 from srformer.models import cross_attention_modules
 from tests.models.conftest import BUILDERS, converted, decoder_inputs, padded_batch, plain_generation_config
 from tests.models.test_exactness import step_by_step_logits, teacher_forced_logits
-from tests.registry_cases import full_attention_at, named_settings
+from tests.registry_cases import at_test_size, full_attention_at, named_settings
 from tests.tolerance import assert_exact
 
 NAMES = named_settings()
 
 
 def _model(family, name, **settings):
-    settings = {"segment_size": 4, "target_length": 12, **NAMED_SETTINGS[name], **settings}
+    settings = {"segment_size": 4, "target_length": 12, **NAMED_SETTINGS[name], **at_test_size(name), **settings}
     return converted(BUILDERS[family](), **settings)
 
 
