@@ -66,7 +66,7 @@ from srformer.attention.loki_pages import (
 from srformer.attention.projection import HeadProjection
 from srformer.attention.schedule import tracing
 from srformer.attention.segmented import cast
-from srformer.attention.selection import position_order, ranked_scores, top_positions
+from srformer.attention.selection import ranked_scores, top_positions
 from srformer.attention.state import accumulation_dtype, extend
 from srformer.attention.step_choice import step_kind
 
@@ -103,8 +103,6 @@ class LokiKNNState(RowsKNNState):
             head, ``c_ji / s_i`` then ``-c_ji / s_i``; ``-2^64`` at padded positions.
         query_map: (B·H, d, 2m + D) float32 (float64 for a float64 encoder output): ``v_i s_i``, ``-v_i s_i``, then
             the head's ``W_k`` (d x D) times the model's attention scale (so that the exact scores come out scaled).
-        rank_order: as the base's, but for an example without real keys each position's term as if it were real
-            (finite: the softmax over its rows stays finite, and its output is 0 through :attr:`value_weight`).
         flat_order: (B, k) float64, :attr:`rank_order` without its middle axis (a view), indexed by the step.
         value_weight: (B·H, D, d) each example's ``W_v`` times its ``has_keys`` factor, transposed (the right
             operand of the step's batched product), and ``value_bias`` (B, H, 1, d) or None (no value bias) the same
@@ -254,17 +252,13 @@ def loki_state(
         query_map = torch.cat([mapped, -mapped, key_weight], dim=-1)
         value_weight, value_bias = base.projection.example_values(base.has_keys)
         value_weight = value_weight.flatten(0, 1).mT.contiguous()  # (B·H, D, d)
-        # an example without real keys ranks its positions as real ones: finite logits, output 0 (value_weight)
-        real = (torch.ones(batch, length, dtype=torch.bool, device=keys.device) if key_valid is None
-                else key_valid.to(device=keys.device, dtype=torch.bool))
-        rank_order = position_order((real | ~real.any(dim=-1, keepdim=True))[:, None, :])
         if page is not None:
             paged, channels, slot_position = page_tables(channels, order, page, _PADDING_VALUE)
             optional.update({"paged": paged, "slot_position": slot_position})
         else:
             channels = channels.flatten(0, -2)
-    return extend(LokiKNNState, replace(base, rank_order=rank_order), channels=channels,
-                  query_map=query_map.flatten(0, 1), flat_order=rank_order.view(batch, length),
+    return extend(LokiKNNState, base, channels=channels,
+                  query_map=query_map.flatten(0, 1), flat_order=base.rank_order.view(batch, length),
                   value_weight=value_weight, value_bias=value_bias, scale=scale, **optional)
 
 
@@ -421,25 +415,26 @@ def loki_step(
             hidden = cast(_pick(rows, indices.example, pooled, starts), wide)  # (B·H, C, D)
             scores = torch.bmm(hidden, hidden_queries.mT).view(count, pool)
         logits, chosen = ranked_scores(scores, order, width)  # (B·H, [1,] S): the chosen scores, -inf at padding
-    positions = None
+    picked = positions = None  # the chosen rows (B·H, S, D) and their positions (B·H, S), where taken
     if torch.is_grad_enabled():  # the selection carries no gradient; the softmax over the chosen rows does
         positions = pooled.gather(-1, chosen).view(count, width)
-        hidden = cast(rows[indices.example, positions], wide)  # (B·H, S, D): the chosen rows, read again
+        picked = cast(rows[indices.example, positions], wide)  # read again, with gradient
         bias = cast(state.key_bias[indices.example, positions], wide).view(count, 1, width)
         hidden_queries = state.projection.step_hidden_queries(queries, wide).view(count, 1, -1) * scale
-        logits = torch.baddbmm(bias, hidden_queries, hidden.mT)  # (B·H, 1, S), the lowest number at padding
-        chosen = torch.arange(width, device=queries.device).expand(count, width)  # hidden's rows, in order
+        logits = torch.baddbmm(bias, hidden_queries, picked.mT)  # (B·H, 1, S), the lowest number at padding
     with torch.autocast(device_type=queries.device.type, enabled=False):
         if state.cluster_row_sums is not None and state.cluster_of is not None and state.cluster_counts is not None:
-            picked = hidden[indices.heads, chosen.view(count, width)]  # (B·H, S, D)
-            if positions is None:
+            if picked is None or positions is None:
+                picked = hidden[indices.heads, chosen.view(count, width)]
                 positions = pooled.gather(-1, chosen).view(count, width)
             mixed = _tail_mix(hidden_queries, picked, logits.view(count, width), positions, indices.example, state)
         else:
             weights = torch.softmax(logits, dim=-1)
-            if chosen.dim() == 3:  # the weights written among the candidates' (0 elsewhere): one call fewer than
+            if picked is not None:
+                mixed = torch.bmm(weights, picked)  # (B·H, 1, D)
+            elif chosen.dim() == 3:  # the weights written among the candidates' (0 elsewhere): one call fewer than
                 # picking the chosen rows, for reading every candidate's row again
-                mixed = torch.bmm(indices.mix_zeros.scatter(-1, chosen, weights), hidden)  # (B·H, 1, D)
+                mixed = torch.bmm(indices.mix_zeros.scatter(-1, chosen, weights), hidden)
             else:
                 mixed = torch.bmm(weights.view(count, 1, width), hidden[indices.heads, chosen])
         output = torch.bmm(mixed, state.value_weight).view(batch, heads, 1, -1)  # (B, H, 1, d)

@@ -52,7 +52,9 @@ class RowsKNNState(CrossAttentionState):
         rows: (B, k, D) the encoder output (the same tensor in every layer's state; not counted by :meth:`nbytes`:
             generation holds it anyway).
         rank_order: (B, 1, k) float64, each position's term of the order keys
-            (:func:`~srformer.attention.selection.position_order`): ``-inf`` at padding.
+            (:func:`~srformer.attention.selection.position_order`): ``-inf`` at padding; an example without real
+            keys has every position's term as if it were real (its order keys stay finite, so a softmax over them
+            does too; :attr:`has_keys` makes its output 0).
         key_bias: (B, k) float32 (float64 for a float64 encoder output), 0 at real positions and float32's lowest
             number at padding: the softmax's additive mask of the chosen rows.
         has_keys: (B, 1, 1, 1) in the same dtype, 1 for an example with a real key, 0 for one without (output 0).
@@ -98,7 +100,8 @@ def rows_state(
     bias = torch.zeros(batch, length, dtype=wide, device=device).masked_fill_(~real, torch.finfo(torch.float32).min)
     return RowsKNNState(
         lengths=lengths, num_segments=torch.ones_like(lengths), last_segment=torch.full_like(lengths, -1),
-        rows=encoder_states, rank_order=position_order(real[:, None, :]), key_bias=bias,
+        rows=encoder_states, rank_order=position_order((real | ~real.any(dim=-1, keepdim=True))[:, None, :]),
+        key_bias=bias,
         has_keys=(lengths > 0).to(wide).view(batch, 1, 1, 1), projection=projection.kept(),
     )
 

@@ -128,12 +128,7 @@ def ranked_top(
         ahead = order == float("inf")  # what the order keys' +inf term does to a finite score
         first = ahead if first is None else first | ahead
         return _tie_pass(scores, allowed, width, first.expand_as(scores))
-    if scores.dtype != torch.bfloat16:  # bfloat16 kept: float32's range, and the order keys are float64 anyway
-        scores = scores.float()
-    if not finite:
-        info = torch.finfo(scores.dtype)
-        scores = torch.nan_to_num(scores, nan=info.min, posinf=info.max, neginf=info.min)
-    keys = torch.addcmul(scores, torch.hypot(scores, _FLOOR if floor is None else floor), order)  # float64
+    keys = _order_keys(scores, order, finite, floor)
     if first is not None:
         keys = keys.masked_fill(first, float("inf"))
     return torch.topk(keys, width, dim=-1, sorted=False).indices
@@ -162,12 +157,19 @@ def ranked_scores(scores: torch.Tensor, order: torch.Tensor, width: int) -> tupl
         chosen = ranked_top(scores, order, width, finite=True)
         logits = scores.gather(-1, chosen)
         return logits.masked_fill(order.expand_as(scores).gather(-1, chosen) == float("-inf"), float("-inf")), chosen
-    dtype = scores.dtype
-    if dtype != torch.bfloat16:
+    top = torch.topk(_order_keys(scores, order, True, None), width, dim=-1, sorted=False)
+    return top.values.to(scores.dtype), top.indices
+
+
+def _order_keys(scores: torch.Tensor, order: torch.Tensor, finite: bool, floor: torch.Tensor | None) -> torch.Tensor:
+    """The float64 order keys of float32 (or narrower) scores (module docstring), ``finite`` and ``floor`` as
+    :func:`ranked_top` takes them."""
+    if scores.dtype != torch.bfloat16:  # bfloat16 kept: float32's range, and the order keys are float64 anyway
         scores = scores.float()
-    keys = torch.addcmul(scores, torch.hypot(scores, _FLOOR), order)  # float64
-    top = torch.topk(keys, width, dim=-1, sorted=False)
-    return top.values.to(dtype), top.indices
+    if not finite:
+        info = torch.finfo(scores.dtype)
+        scores = torch.nan_to_num(scores, nan=info.min, posinf=info.max, neginf=info.min)
+    return torch.addcmul(scores, torch.hypot(scores, _FLOOR if floor is None else floor), order)
 
 
 def top_positions(scores: torch.Tensor, allowed: torch.Tensor, width: int) -> torch.Tensor:
