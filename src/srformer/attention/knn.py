@@ -77,7 +77,6 @@ from srformer.attention.knn_loki import (
     loki_positions,
     loki_state,
     loki_step,
-    step_pool,
     stored_channels,
 )
 from srformer.attention.knn_rows import ROWS_INDEX, RowsKNNState, rows_state, rows_step
@@ -460,10 +459,8 @@ class KNNCrossAttention(ContentSparseCrossAttention):
         on the module, made in the graph when traced."""
         doubled, rank = state.signed_channels, state.channels_read(rank)
         read = min(pages, state.pages)
-        dtype, wide = state.channels.dtype, state.query_map.dtype
-        pool = step_pool(state, self.settings.resolved_index_candidates(), pages)
-        return kept_per_shape(self._loki, (batch, heads, doubled, rank, read, dtype, device, pool, wide),
-                              lambda: loki_indices(batch, heads, doubled, rank, read, dtype, device, pool, wide))
+        return kept_per_shape(self._loki, (batch, heads, doubled, rank, read, device),
+                              lambda: loki_indices(batch, heads, doubled, rank, read, device))
 
     def _step_indices(self, batch: int, heads: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, 1, 1) and (1, H, 1) long, the example and head of each chosen slot (the first two index tensors of the

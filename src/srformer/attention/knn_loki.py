@@ -53,15 +53,16 @@ from typing import ClassVar, NamedTuple, Self
 import torch
 from torch.nn import functional as F
 
+from srformer.attention.gathered import gathered_mix, gathered_scores
 from srformer.attention.key_clusters import cluster_keys, cluster_sums, heads_side_by_side
 from srformer.attention.knn_rows import RowsKNNState, rows_state
 from srformer.attention.loki_pages import (
-    dense_page_candidates,
     keys_in_best_pages,
     page_order,
     page_tables,
     paged_candidates,
     paged_pool,
+    read_page_candidates,
 )
 from srformer.attention.projection import HeadProjection
 from srformer.attention.schedule import tracing
@@ -280,25 +281,16 @@ class LokiStepIndices(NamedTuple):
     (:func:`loki_indices`). B·H = examples times heads, 2m = signed channels, r = channels read.
 
     Attributes:
-        flat: (B·H, 1, 1) long, ``2m · arange(B·H)``: the first channel row of each example and head.
-        example: (B·H, 1) long, each example and head's example; ``example3`` the same as (B·H, 1, 1).
-        heads: (B·H, 1) long, ``arange(B·H)``; ``heads3`` the same as (B·H, 1, 1).
-        channel: (1, 2m, 1) long, ``arange(2m)``.
-        zeros: (B·H, 1, 2m) zeros in the channels' dtype: the query's weights before its ``r`` channels are written.
-        mix_zeros: (B·H, 1, C') zeros in the query map's dtype (``C'`` the candidates, :func:`step_pool`): the
-            softmax's weights before the chosen candidates' are written.
+        flat: (B·H, 1) long, ``2m · arange(B·H)``: the first channel row of each example and head.
+        example: (B·H, 1) long, each example and head's example.
+        heads: (B·H, 1) long, ``arange(B·H)``.
         bags: (B·H,) long, ``r · arange(B·H)``: where each example and head's channels start.
         page_bags: (B·H·min(P, n),) long, ``r · arange(B·H·min(P, n))`` (empty without pages).
     """
 
     flat: torch.Tensor
     example: torch.Tensor
-    example3: torch.Tensor
     heads: torch.Tensor
-    heads3: torch.Tensor
-    channel: torch.Tensor
-    zeros: torch.Tensor
-    mix_zeros: torch.Tensor
     bags: torch.Tensor
     page_bags: torch.Tensor
 
@@ -318,21 +310,14 @@ def step_pool(state: LokiKNNState, candidates: int, pages: int | None) -> int:
     return paged_pool(candidates, pages, state.paged.shape[-1], length)
 
 
-def loki_indices(batch: int, heads: int, doubled: int, rank: int, read: int, dtype: torch.dtype,
-                 device: torch.device, pool: int, wide: torch.dtype) -> LokiStepIndices:
-    """:class:`LokiStepIndices` for ``batch`` examples of ``heads`` heads, ``2m = doubled`` signed channels of
-    ``dtype``, ``r = rank`` read, ``read = min(P, n)`` pages read (0 without pages), ``pool = C'`` candidates and
-    the query map's dtype ``wide``."""
+def loki_indices(batch: int, heads: int, doubled: int, rank: int, read: int, device: torch.device) -> LokiStepIndices:
+    """:class:`LokiStepIndices` for ``batch`` examples of ``heads`` heads, ``2m = doubled`` signed channels,
+    ``r = rank`` read and ``read = min(P, n)`` pages read (0 without pages)."""
     count = batch * heads
-    example = torch.arange(batch, device=device).repeat_interleave(heads).view(count, 1)
-    every = torch.arange(count, device=device)
+    every = torch.arange(count, device=device).view(count, 1)
     return LokiStepIndices(
-        flat=(every * doubled).view(count, 1, 1), example=example, example3=example.view(count, 1, 1),
-        heads=every.view(count, 1), heads3=every.view(count, 1, 1),
-        channel=torch.arange(doubled, device=device).view(1, doubled, 1),
-        zeros=torch.zeros(count, 1, doubled, dtype=dtype, device=device),
-        mix_zeros=torch.zeros(count, 1, pool, dtype=wide, device=device), bags=every * rank,
-        page_bags=torch.arange(count * read, device=device) * rank,
+        flat=every * doubled, example=every.div(heads, rounding_mode="floor"), heads=every,
+        bags=every.view(count) * rank, page_bags=torch.arange(count * read, device=device) * rank,
     )
 
 
@@ -346,16 +331,16 @@ def loki_step(
 
     - The first stage: without pages, one ``embedding_bag`` (the ``r`` channels' rows weighted by the query's
       values and summed, without a copy of the rows) in the channels' dtype. With pages, on the CPU two
-      ``embedding_bag`` calls (:func:`~srformer.attention.loki_pages.paged_candidates`), elsewhere batched products
-      over every signed channel with the query's weight 0 off its ``r``
-      (:func:`~srformer.attention.loki_pages.dense_page_candidates`): fewer calls, where a CPU multiplies bfloat16
-      slowly.
-    - The second stage, in float32 or wider: the candidates' rows read once, scored exactly (the query map holds
+      ``embedding_bag`` calls (:func:`~srformer.attention.loki_pages.paged_candidates`), elsewhere two fused
+      channel sums (:func:`~srformer.attention.loki_pages.read_page_candidates`).
+    - The second stage, in float32 or wider: the candidates' rows scored exactly (the query map holds
       ``scale · W_k``), ranked by order key (:func:`~srformer.attention.selection.ranked_scores`, whose keys give the
-      chosen scores back as logits, ``-inf`` at padding), the softmax of those logits mixing the chosen rows taken
-      from the candidates' (no second read of the encoder output, no mask read), and ``W_v`` (one batched product).
-      29 operator calls with pages off the CPU, 25 without (views included; one more with a value bias); the tail
-      (``tail_clusters``) adds its own.
+      chosen scores back as logits, ``-inf`` at padding), the softmax of those logits mixing the chosen rows (no
+      padding mask read), and ``W_v`` (one batched product). Off the CPU the rows are scored and mixed by the fused
+      operators of :mod:`srformer.attention.gathered`, which read the rows they pick and copy nothing: 22 operator
+      calls per layer with pages, 19 without (views included; one more with a value bias). On the CPU the
+      candidates' rows are copied once (``index_select``) and scored and mixed from the copy. The tail
+      (``tail_clusters``) adds its own calls.
 
     Args:
         queries: (B, H, 1, d) projected decoder query.
@@ -377,73 +362,110 @@ def loki_step(
     if scale != state.scale:
         raise ValueError(f"This knn state holds the attention scale {state.scale} in its query map, but the step was "
                          f"given `scale`={scale}: build the state with `loki_state(..., scale={scale})`.")
-    rows, channels = state.rows, state.channels
     on_cpu = step_kind(queries.device) == "cpu" and not tracing() and state.rows.is_contiguous()
-    batch, heads = queries.shape[:2]
-    count, length = batch * heads, rows.shape[1]
+    count = queries.shape[0] * queries.shape[1]
     doubled, rank = state.signed_channels, state.channels_read(rank)
-    paged, slot_position = state.paged, state.slot_position
     pool = step_pool(state, candidates, pages)
     width = min(top_keys, pool)  # pool <= k either way
     wide = state.query_map.dtype
     with torch.no_grad(), torch.autocast(device_type=queries.device.type, enabled=False):
         # one product: the mapped query (2m) and scale · W_k^T Q_t (D), per example and head
-        mapped = torch.bmm(cast(queries, wide).view(count, 1, -1), state.query_map)
-        signed, hidden_queries = mapped.split([doubled, mapped.shape[-1] - doubled], dim=-1)  # (B·H, 1, ·)
-        top = torch.topk(signed, rank, dim=-1, sorted=False)  # the r channels, each signed positive
-        weights = cast(top.values, channels.dtype)
-        starts = indices.example * length if on_cpu else None  # (B·H, 1): each example's first flat row
-        if paged is not None and pages is not None and slot_position is not None and not on_cpu:
-            pooled = dense_page_candidates(indices.zeros.scatter(-1, top.indices, weights), paged, channels,
-                                           slot_position, pages, pool, indices.heads3,
-                                           indices.channel)  # (B·H, 1, C) positions
-            order = state.flat_order[indices.example3, pooled]  # (B·H, 1, C)
-            hidden = cast(rows[indices.example3, pooled].view(count, pool, -1), wide)  # (B·H, C, D)
-            scores = torch.bmm(hidden_queries, hidden.mT)  # (B·H, 1, C)
+        mapped = torch.bmm(cast(queries, wide).view(count, 1, -1), state.query_map).view(count, -1)
+        signed, hidden_queries = mapped.split([doubled, mapped.shape[-1] - doubled], dim=-1)  # (B·H, ·)
+        top = torch.topk(signed, rank, dim=-1, sorted=False)  # the r channels, each signed positive: (B·H, r)
+        weights = cast(top.values, state.channels.dtype)
+        if on_cpu:
+            pooled, hidden, scores = _cpu_candidates(state, top.indices, weights, hidden_queries, indices, pages,
+                                                     pool)
         else:
-            if paged is not None and pages is not None and slot_position is not None:
-                slots = paged_candidates(top.indices + indices.flat, weights, paged, channels, pages, pool,
-                                         indices.bags, indices.page_bags)  # (B·H, C)
-                pooled = slot_position.view(count, -1).gather(1, slots)
-            else:
-                rough = F.embedding_bag((top.indices + indices.flat).view(-1), channels, indices.bags,
-                                        per_sample_weights=weights.view(-1), mode="sum")
-                pooled = torch.topk(rough, pool, dim=-1, sorted=False).indices  # (B·H, C)
-            order = state.flat_order[indices.example, pooled]  # (B·H, C)
-            # on the CPU, index_select of flat rows copies them about 6x faster than advanced indexing (0.19 against
-            # 1.2-1.7 ms for 2,048 rows of 512 at 16k-65k positions, one thread), for three calls more
-            hidden = cast(_pick(rows, indices.example, pooled, starts), wide)  # (B·H, C, D)
-            scores = torch.bmm(hidden, hidden_queries.mT).view(count, pool)
-        logits, chosen = ranked_scores(scores, order, width)  # (B·H, [1,] S): the chosen scores, -inf at padding
-    picked = positions = None  # the chosen rows (B·H, S, D) and their positions (B·H, S), where taken
+            pooled = _fused_candidates(state, top.indices, weights, indices, pages, pool)
+            hidden, scores = None, gathered_scores(state.rows, pooled, hidden_queries)  # (B·H, C)
+        order = state.flat_order[indices.example, pooled]  # (B·H, C)
+        logits, chosen = ranked_scores(scores, order, width)  # (B·H, S): the chosen scores, -inf at padding
+    positions = read = None  # where taken: the chosen positions (B·H, S) and rows (B·H, S, D)
     if torch.is_grad_enabled():  # the selection carries no gradient; the softmax over the chosen rows does
-        positions = pooled.gather(-1, chosen).view(count, width)
-        picked = cast(rows[indices.example, positions], wide)  # read again, with gradient
-        bias = cast(state.key_bias[indices.example, positions], wide).view(count, 1, width)
-        hidden_queries = state.projection.step_hidden_queries(queries, wide).view(count, 1, -1) * scale
-        logits = torch.baddbmm(bias, hidden_queries, picked.mT)  # (B·H, 1, S), the lowest number at padding
+        positions, read, logits, hidden_queries = _read_with_gradient(queries, state, pooled, chosen, indices)
+    elif hidden is not None:  # the CPU: the chosen rows taken from the candidates' copy
+        read = hidden[indices.heads, chosen]
+
+    def mix(weighting: torch.Tensor) -> torch.Tensor:  # (B·H, S) -> (B·H, 1, D), the chosen rows weighted
+        if read is not None:
+            return torch.bmm(weighting[:, None, :], read)
+        return gathered_mix(state.rows, pooled, chosen, weighting)  # read where they are
+
     with torch.autocast(device_type=queries.device.type, enabled=False):
-        if state.cluster_row_sums is not None and state.cluster_of is not None and state.cluster_counts is not None:
-            if picked is None or positions is None:
-                picked = hidden[indices.heads, chosen.view(count, width)]
-                positions = pooled.gather(-1, chosen).view(count, width)
-            mixed = _tail_mix(hidden_queries, picked, logits.view(count, width), positions, indices.example, state)
+        if _has_tail(state):
+            positions = pooled.gather(-1, chosen) if positions is None else positions
+            mixed = _tail_mix(hidden_queries, logits, positions, indices.example, state, mix)
         else:
-            weights = torch.softmax(logits, dim=-1)
-            if picked is not None:
-                mixed = torch.bmm(weights, picked)  # (B·H, 1, D)
-            elif chosen.dim() == 3:  # the weights written among the candidates' (0 elsewhere): one call fewer than
-                # picking the chosen rows, for reading every candidate's row again
-                mixed = torch.bmm(indices.mix_zeros.scatter(-1, chosen, weights), hidden)
-            else:
-                mixed = torch.bmm(weights.view(count, 1, width), hidden[indices.heads, chosen])
+            mixed = mix(torch.softmax(logits, dim=-1))  # (B·H, 1, D)
+        batch, heads = queries.shape[:2]
         output = torch.bmm(mixed, state.value_weight).view(batch, heads, 1, -1)  # (B, H, 1, d)
     output = output if state.value_bias is None else output + state.value_bias
     return cast(output, queries.dtype)
 
 
-def _tail_mix(hidden_queries: torch.Tensor, picked: torch.Tensor, logits: torch.Tensor, positions: torch.Tensor,
-              example: torch.Tensor, state: LokiKNNState) -> torch.Tensor:
+def _cpu_candidates(
+    state: LokiKNNState, channels: torch.Tensor, weights: torch.Tensor, hidden_queries: torch.Tensor,
+    indices: LokiStepIndices, pages: int | None, pool: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The CPU's candidates: ``(positions (B·H, C), their rows copied (B·H, C, D), their exact scores (B·H, C))``.
+    The first stage by ``embedding_bag``; the rows by ``index_select`` of the flattened encoder output, which copies
+    them about 6x faster there than advanced indexing (0.19 against 1.2-1.7 ms for 2,048 rows of 512 at 16k-65k
+    positions, one thread)."""
+    rows = state.rows
+    count, length = channels.shape[0], rows.shape[1]
+    if state.paged is not None and pages is not None and state.slot_position is not None:
+        slots = paged_candidates(channels + indices.flat, weights, state.paged, state.channels, pages, pool,
+                                 indices.bags, indices.page_bags)  # (B·H, C)
+        pooled = state.slot_position.view(count, -1).gather(1, slots)
+    else:
+        pooled = _rough_candidates(channels, weights, state.channels, indices, pool)
+    flat = (pooled + indices.example * length).view(-1)
+    hidden = cast(rows.view(-1, rows.shape[-1]).index_select(0, flat).view(count, pool, -1),
+                  state.query_map.dtype)  # (B·H, C, D)
+    return pooled, hidden, torch.bmm(hidden, hidden_queries[:, :, None]).view(count, pool)
+
+
+def _fused_candidates(state: LokiKNNState, channels: torch.Tensor, weights: torch.Tensor, indices: LokiStepIndices,
+                      pages: int | None, pool: int) -> torch.Tensor:
+    """The candidates off the CPU: (B·H, C) positions, through pages by fused channel sums."""
+    if state.paged is not None and pages is not None and state.slot_position is not None:
+        return read_page_candidates(channels, weights, state.paged, state.channels, state.slot_position, pages,
+                                    pool, indices.heads)
+    return _rough_candidates(channels, weights, state.channels, indices, pool)
+
+
+def _rough_candidates(channels: torch.Tensor, weights: torch.Tensor, table: torch.Tensor, indices: LokiStepIndices,
+                      pool: int) -> torch.Tensor:
+    """The first stage without pages: one ``embedding_bag`` (the ``r`` channels' rows of ``table`` weighted by the
+    query's values and summed, without a copy of the rows), then the ``pool`` best: (B·H, C) long positions."""
+    rough = F.embedding_bag((channels + indices.flat).view(-1), table, indices.bags,
+                            per_sample_weights=weights.view(-1), mode="sum")
+    return torch.topk(rough, pool, dim=-1, sorted=False).indices
+
+
+def _read_with_gradient(
+    queries: torch.Tensor, state: LokiKNNState, pooled: torch.Tensor, chosen: torch.Tensor, indices: LokiStepIndices,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A step that records gradients: the chosen rows read again, with gradient, and their logits (the lowest
+    number at padding): ``(positions (B·H, S), rows (B·H, S, D), logits (B·H, S), scale · W_k^T Q_t (B·H, D))``."""
+    count, width = chosen.shape
+    wide = state.query_map.dtype
+    positions = pooled.gather(-1, chosen)
+    picked = cast(state.rows[indices.example, positions], wide)
+    bias = cast(state.key_bias[indices.example, positions], wide).view(count, 1, width)
+    hidden_queries = state.projection.step_hidden_queries(queries, wide).view(count, 1, -1) * state.scale
+    logits = torch.baddbmm(bias, hidden_queries, picked.mT).view(count, width)
+    return positions, picked, logits, hidden_queries.view(count, -1)
+
+
+def _has_tail(state: LokiKNNState) -> bool:
+    return state.cluster_row_sums is not None and state.cluster_of is not None and state.cluster_counts is not None
+
+
+def _tail_mix(hidden_queries: torch.Tensor, logits: torch.Tensor, positions: torch.Tensor, example: torch.Tensor,
+              state: LokiKNNState, mix: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
     """:func:`loki_step`'s mixed row with ``tail_clusters``: the softmax over the rows read plus the clusters'
     estimate of the keys not read, in the absorbed form (the rows mixed; the caller applies ``W_v``): the arithmetic
     of :func:`~srformer.attention.key_clusters.tail_weights` and :func:`~srformer.attention.key_clusters.tail_mix`
@@ -452,17 +474,18 @@ def _tail_mix(hidden_queries: torch.Tensor, picked: torch.Tensor, logits: torch.
     every head's clusters' share of the mixed row.
 
     Args:
-        hidden_queries: (B·H, 1, D) ``scale · W_k^T Q_t``. picked: (B·H, S, D) the rows read. logits: (B·H, S)
-            their scores (scaled), ``-inf`` at padding. positions: (B·H, S) their encoder positions. example:
-            (B·H, 1) long, each example and head's example.
+        hidden_queries: (B·H, D) ``scale · W_k^T Q_t``. logits: (B·H, S) the read rows' scores (scaled), ``-inf``
+            at padding. positions: (B·H, S) their encoder positions. example: (B·H, 1) long, each example and
+            head's example. mix: maps (B·H, S) coefficients to (B·H, 1, D), the read rows mixed by them.
 
     Returns:
         (B·H, 1, D).
     """
     assert state.cluster_row_sums is not None and state.cluster_of is not None and state.cluster_counts is not None
-    count, width, hidden = picked.shape
+    count, width = logits.shape
     counts, row_sums = state.cluster_counts, state.cluster_row_sums  # (B, H, C), (B, C, D)
     batch, heads = counts.shape[:2]
+    hidden = row_sums.shape[-1]
     lowest = torch.finfo(logits.dtype).min
     scores = logits.clamp_min(lowest).view(batch, heads, width)  # s_j, the lowest number where not real
     read_clusters = state.cluster_of[example, positions].view(batch, heads, width)
@@ -479,18 +502,9 @@ def _tail_mix(hidden_queries: torch.Tensor, picked: torch.Tensor, logits: torch.
     exact = torch.exp(scores - top)
     coefficient = torch.addcmul(exact, weight.gather(-1, read_clusters), taken)
     clustered = torch.bmm(weight, row_sums)  # (B, H, D)
-    numerator = torch.baddbmm(clustered.view(count, 1, hidden), coefficient.view(count, 1, width), picked)
+    numerator = mix(coefficient.view(count, width)) + clustered.view(count, 1, hidden)
     denominator = exact.sum(dim=-1, keepdim=True) + (weight * unread).sum(dim=-1, keepdim=True)  # (B, H, 1)
     return numerator / denominator.view(count, 1, 1).clamp_min(torch.finfo(denominator.dtype).tiny)
-
-
-def _pick(rows: torch.Tensor, example: torch.Tensor, positions: torch.Tensor,
-          starts: torch.Tensor | None) -> torch.Tensor:
-    """``rows[example, positions]``: (B·H, n, D) encoder rows; by ``index_select`` of the flattened rows when
-    ``starts`` ((B·H, 1), each example's first flat row) is given, the CPU's faster copy."""
-    if starts is None:
-        return rows[example, positions]
-    return rows.view(-1, rows.shape[-1]).index_select(0, (positions + starts).view(-1)).view(*positions.shape, -1)
 
 
 def loki_positions(

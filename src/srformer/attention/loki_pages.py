@@ -11,13 +11,11 @@ page keeps, per signed channel, the largest of its keys' values. A decoder step 
 2. reads the ``r`` channels of the keys of the ``P = index_pages`` pages of best bound, and takes the
    ``index_candidates`` of best low-rank score among them, as ``knn_index="loki"`` does among all keys.
 
-On the CPU (:func:`paged_candidates`) it reads ``H·r·(k/b + P·b)`` numbers instead of ``H·r·k``: at 262,144
-tokens, pages of 16 and 256 pages read, 17 times fewer. Off the CPU (:func:`dense_page_candidates`) both sums are
-batched products over all ``2m`` signed channels, the query's weight 0 off its ``r``: the same scores up to
-rounding in fewer operator calls, reading ``H·2m·(k/b + P·b)`` numbers (4 times the CPU's at ``m = 2r``: 8 times
-fewer than ``knn_index="loki"``'s ``H·r·k`` at 262,144 tokens, half at 65,536; a CPU multiplies bfloat16 slowly,
-a GPU does not). Every key is still reachable: when ``P`` pages hold every key (``P·b >= k``) the candidates are
-``knn_index="loki"``'s.
+It reads ``H·r·(k/b + P·b)`` numbers instead of ``H·r·k``: at 262,144 tokens, pages of 16 and 256 pages read,
+17 times fewer. On the CPU (:func:`paged_candidates`) both sums are ``embedding_bag`` calls; off the CPU
+(:func:`read_page_candidates`) they are fused channel sums (:func:`~srformer.attention.gathered.channel_sums`),
+which read the same entries in fewer operator calls. Every key is still reachable: when ``P`` pages hold every
+key (``P·b >= k``) the candidates are ``knn_index="loki"``'s.
 
 **The order** (:func:`page_order`), what makes a page's bound tight: each key's ``L = 6`` channels of largest
 variance are cut into 8 levels at their real keys' octiles, and the keys are sorted by the Morton code of those
@@ -37,9 +35,11 @@ import math
 import torch
 from torch.nn import functional as F
 
+from srformer.attention.gathered import channel_sums
+
 __all__ = [
-    "PAGE_CODE_BITS", "PAGE_CODE_CHANNELS", "dense_page_candidates", "keys_in_best_pages", "page_order", "page_tables",
-    "paged_candidates", "paged_pool",
+    "PAGE_CODE_BITS", "PAGE_CODE_CHANNELS", "keys_in_best_pages", "page_order", "page_tables", "paged_candidates",
+    "paged_pool", "read_page_candidates",
 ]
 
 #: ``L``: the channels of largest variance a key's page code is made of.
@@ -144,13 +144,12 @@ def paged_candidates(
 ) -> torch.Tensor:
     """A step's first stage through pages on the CPU (module docstring): the ``min(P, n)`` pages of best bound, the
     ``pool`` slots of best low-rank score in them, by two ``embedding_bag`` calls that read the query's ``r``
-    channels only (a CPU multiplies bfloat16 matrices slowly: scoring every channel, as
-    :func:`dense_page_candidates` does, takes about 60x as long there). No host sync.
+    channels only. No host sync.
 
     Args:
-        rows: (B·H, 1, r) long, each chosen signed channel's row in ``bounds`` flattened to (B·H·2m, n)
+        rows: (B·H, r) long, each chosen signed channel's row in ``bounds`` flattened to (B·H·2m, n)
             (``2m · (example·H + head) + channel``).
-        values: (B·H, 1, r) the query's values on them (positive), in the channels' dtype.
+        values: (B·H, r) the query's values on them (positive), in the channels' dtype.
         paged, bounds: from :func:`page_tables`.
         pages: ``P``. pool: ``C'`` from :func:`paged_pool`.
         bags: (B·H,) long, ``r · arange(B·H)``.
@@ -166,43 +165,42 @@ def paged_candidates(
                                   per_sample_weights=values.reshape(-1), mode="sum")  # (B·H, n)
     chosen = torch.topk(rough_pages, read, dim=-1, sorted=False).indices  # (B·H, P)
     # the rows of the chosen pages' values: row (2m·(example·H + head) + channel)·n + page of ``paged``
-    page_rows = torch.add(chosen[:, :, None], rows, alpha=total)  # (B·H, P, r)
-    # the query's values repeated for each page: (B·H, 1, P·r) in page-major order
+    page_rows = torch.add(chosen[:, :, None], rows[:, None, :], alpha=total)  # (B·H, P, r)
+    # the query's values repeated for each page: (B·H, P·r) in page-major order
     rough = F.embedding_bag(page_rows.view(-1), paged.view(-1, page), page_bags,
-                            per_sample_weights=values.repeat(1, 1, read).view(-1), mode="sum")  # (B·H·P, b)
+                            per_sample_weights=values.repeat(1, read).view(-1), mode="sum")  # (B·H·P, b)
     best = torch.topk(rough.view(count, read * page), pool, dim=-1, sorted=False).indices  # (B·H, C') in [0, P·b)
     which = torch.div(best, page, rounding_mode="floor")
     return torch.add(best, chosen.gather(1, which) - which, alpha=page)  # page·b + offset, in page order
 
 
-def dense_page_candidates(
-    weights: torch.Tensor, paged: torch.Tensor, bounds: torch.Tensor, slot_position: torch.Tensor, pages: int,
-    pool: int, heads_index: torch.Tensor, channel_index: torch.Tensor,
+def read_page_candidates(
+    channels: torch.Tensor, values: torch.Tensor, paged: torch.Tensor, bounds: torch.Tensor,
+    slot_position: torch.Tensor, pages: int, pool: int, heads_index: torch.Tensor,
 ) -> torch.Tensor:
-    """A step's first stage through pages off the CPU (module docstring), as :func:`paged_candidates` but in
-    batched products over every signed channel, the query's weight 0 off its ``r``: the same sums up to rounding,
-    in eleven operator calls where the ``embedding_bag`` form takes sixteen (views included), for reading ``2m``
-    channels of each page's bound and of the pages read instead of ``r``. No host sync.
+    """A step's first stage through pages off the CPU (module docstring), as :func:`paged_candidates`: the query's
+    ``r`` channels of every page's bound and of the keys of the pages read, each summed by one
+    :func:`~srformer.attention.gathered.channel_sums` (fused: it reads those channels' entries only), in the
+    float32 the parallel path sums in. Eight operator calls (views included). No host sync.
 
     Args:
-        weights: (B·H, 1, 2m) the query's value on each signed channel, 0 off its ``r`` (in the channels' dtype).
+        channels: (B·H, r) long, the query's signed channels (in ``[0, 2m)``).
+        values: (B·H, r) the query's values on them (positive), in the channels' dtype.
         paged, bounds, slot_position: from :func:`page_tables`.
         pages: ``P``. pool: ``C'`` from :func:`paged_pool`.
-        heads_index: (B·H, 1, 1) long, ``arange(B·H)``. channel_index: (1, 2m, 1) long, ``arange(2m)`` (both kept
-            by the caller).
+        heads_index: (B·H, 1) long, ``arange(B·H)`` (kept by the caller).
 
     Returns:
-        (B·H, 1, C') long encoder positions of the candidates.
+        (B·H, C') long encoder positions of the candidates.
     """
-    count, doubled, total, page = paged.shape
+    count, _, total, page = paged.shape
     read = min(pages, total)
-    rough_pages = torch.bmm(weights, bounds)  # (B·H, 1, n)
-    chosen = torch.topk(rough_pages, read, dim=-1, sorted=False).indices  # (B·H, 1, P)
-    values = paged[heads_index, channel_index, chosen].view(count, doubled, read * page)  # (B·H, 2m, P·b)
-    rough = torch.bmm(weights, values)  # (B·H, 1, P·b)
-    best = torch.topk(rough, pool, dim=-1, sorted=False).indices  # (B·H, 1, C') in [0, P·b)
-    positions = slot_position[heads_index, chosen].view(count, 1, read * page)  # (B·H, 1, P·b)
-    return positions.gather(2, best)
+    rough_pages = channel_sums(bounds.unsqueeze(-1), channels, values)  # (B·H, n)
+    chosen = torch.topk(rough_pages, read, dim=-1, sorted=False).indices  # (B·H, P)
+    rough = channel_sums(paged, channels, values, chosen)  # (B·H, P·b)
+    best = torch.topk(rough, pool, dim=-1, sorted=False).indices  # (B·H, C') in [0, P·b)
+    positions = slot_position[heads_index, chosen].view(count, read * page)  # (B·H, P·b)
+    return positions.gather(1, best)
 
 
 def keys_in_best_pages(

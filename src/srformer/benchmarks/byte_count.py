@@ -8,7 +8,10 @@ bytes it moves through the GPU's memory. Counted here on any device through a
 - **eager bytes**: for every aten call that is not a view, the distinct bytes of its tensor inputs and outputs (a
   broadcast view counts once); an indexing call (``index``, ``gather``, ``index_select``, ``embedding``,
   ``take_along_dim``) counts what it picks, read and written, and its indices; an ``embedding_bag`` the rows it
-  reads (one per index), its output and its other arguments. Intermediates included: what the eager step moves.
+  reads (one per index), its output and its other arguments; an operator that fuses its pick into a product
+  (:mod:`srformer.attention.gathered`) the rows or entries it picks
+  (:data:`~srformer.attention.gathered.PICKED_BYTES`), its output and its other arguments. Intermediates included:
+  what the eager step moves.
 - **persistent bytes**: the part of the inputs that existed before the step began: weights, the encoder output and
   the cross-attention state (and the decoder's own cache), which a fused kernel must read whatever it fuses; an
   indexing call or a bag of such a tensor counts the rows it reads. Counted per call: a tensor read by two calls
@@ -32,6 +35,7 @@ from torch.utils._pytree import tree_flatten
 from transformers import PreTrainedModel
 
 from srformer.attention import step_choice
+from srformer.attention.gathered import PICKED_BYTES
 from srformer.benchmarks.generation import generate_fixed
 from srformer.benchmarks.operator_count import counted_route, generation_inputs
 
@@ -113,9 +117,13 @@ class ByteCounter(TorchDispatchMode):
         out = func(*args, **kwargs)
         outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         written = sum(distinct_bytes(t) for t in outputs)
-        if short in BAG_OPERATORS and len(args) > 1 and isinstance(args[0], torch.Tensor):
+        fused = PICKED_BYTES.get(name)
+        if (fused is not None or short in BAG_OPERATORS) and len(args) > 1 and isinstance(args[0], torch.Tensor):
             table, rest = args[0], tree_flatten((args[1:], kwargs))[0]
-            read = args[1].numel() * distinct_bytes(table[0]) if table.dim() > 0 and table.shape[0] else 0
+            if fused is not None:
+                read = fused(args)
+            else:
+                read = args[1].numel() * distinct_bytes(table[0]) if table.dim() > 0 and table.shape[0] else 0
             self.eager[name] += read + written + sum(distinct_bytes(t) for t in rest)
             self.persistent[name] += (read if any(t is table for t in persistent) else 0) + sum(
                 distinct_bytes(t) for t in rest if any(t is p for p in persistent))
