@@ -67,10 +67,10 @@ SEED2_PROBE = "results/probe/long-input-convert0/seed2/long_probe.json"  # the t
 ROWS_SEED2_PROBE = "results/probe/long-input-convert0/knn-rows/seed2/long_probe.json"  # knn-rows, seed 2, 0 steps
 LOKI_NAME = "knn (loki, r=12, C=256)"  # knn-loki's name in LOKI_PROBE
 PAGES_PROBE = "results/probe/long-input-convert0/knn-loki-pages/long_probe.json"  # knn-loki-pages, seeds 0-2, 0 steps
-#: knn-loki-pages with the step that reads the candidates' rows once, counted as BYTES (16k / 65k / 262k)
+#: knn-loki, knn-loki-pages and knn-loki-tail with the fused step, counted as BYTES (16k / 65k / 262k); BYTES's knn-loki
+#: counts are older steps'
 PAGES_BYTES = "results/bench/bytes/knn-loki-pages/bench.json"
-#: knn-loki and knn-loki-tail with that step, counted as BYTES; BYTES's knn-loki counts are the step before it
-LOKI_BYTES = "results/bench/bytes/knn-loki-pages/beside-loki-and-tail/bench.json"
+LOKI_BYTES = PAGES_BYTES
 #: full, segmented, knn-loki, knn-loki-pages and knn-loki-tail side by side, one thread (LOKI_CPU: the step before)
 PAGES_CPU = "results/long-input/knn-loki-pages-cpu/long_input.json"
 PAGES_NAME = "knn (loki, r=12, C=256, pages 16 x 256)"  # knn-loki-pages's name in PAGES_PROBE

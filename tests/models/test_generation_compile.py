@@ -233,12 +233,13 @@ def test_knn_rows_decodes_with_inductor_as_eager():
 
 
 @pytest.mark.slow
-def test_knn_loki_decodes_with_inductor_as_eager():
-    """The long-input pick through inductor's generated code, its first stage dropping keys (one channel, four
-    candidates per head): one graph for every position, eager's tokens, and its logits within the bound of the
-    SRformer inductor test above."""
+def test_knn_loki_pages_decodes_with_inductor_as_eager():
+    """The long-input pick through inductor's generated code, its first stage reading two pages of three keys
+    (the fused operators of ``srformer.attention.gathered``, opaque calls in the graph): one graph for every
+    position, eager's tokens, and its logits within the bound of the SRformer inductor test above."""
     model = converted(BUILDERS["t5"]("sdpa").double(), variant="knn", top_keys=3, **SETTINGS)
-    set_runtime_options(model, knn_index="loki", index_min_keys=1, index_rank=1, index_candidates=4)
+    set_runtime_options(model, knn_index="loki", index_min_keys=1, index_rank=2, index_candidates=4, index_page=3,
+                        index_pages=2)
     compiled, eager, graphs = compiled_generate(model, "inductor")
     assert graphs == 1
     assert_eager_tokens_and_logits(compiled, eager, inductor=True)

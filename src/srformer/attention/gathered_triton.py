@@ -32,7 +32,7 @@ def _kernels() -> Any:
                       row_example, row_position, row_column, query_row,
                       WIDE: tl.constexpr, BLOCK: tl.constexpr, COLUMNS: tl.constexpr):
         """out[i, c] = queries[i] . rows[i // heads, positions[i, c]]."""
-        i = tl.program_id(0)
+        i = tl.program_id(0).to(tl.int64)  # 64-bit offsets: an example's rows pass 2^31 entries at 1M tokens x 8
         block = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         inside = block < pool
         position = tl.load(positions_ptr + i * pool + block, mask=inside, other=0)
@@ -52,7 +52,7 @@ def _kernels() -> Any:
                    row_example, row_position, row_column,
                    WIDE: tl.constexpr, BLOCK: tl.constexpr, COLUMNS: tl.constexpr):
         """out[i, 0, :] = sum_s weights[i, s] rows[i // heads, positions[i, chosen[i, s]]]."""
-        i = tl.program_id(0)
+        i = tl.program_id(0).to(tl.int64)
         column = tl.program_id(1) * COLUMNS + tl.arange(0, COLUMNS)
         present = column < width
         total = tl.zeros([COLUMNS], dtype=WIDE)
@@ -73,7 +73,7 @@ def _kernels() -> Any:
                        table_row, table_channel, table_page, table_slot,
                        HAS_PAGES: tl.constexpr, WIDE: tl.constexpr, BLOCK: tl.constexpr):
         """out[i, p·b + s] = sum_c weights[i, c] table[i, channels[i, c], pages[i, p] (or p), s]."""
-        i = tl.program_id(0)
+        i = tl.program_id(0).to(tl.int64)
         entry = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)  # p·b + s
         inside = entry < entries
         which = entry // page
