@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # The long-input picks on one CUDA device, sized for a short loan (docs/long-inputs.md, "Long-input benchmark"):
+#   0. the fused gathered products' Triton kernels against their torch forms at t5-small's sizes, 65,536 and 262,144
+#      tokens, batch 8 (scripts/gpu_kernel_check.py; kernels.jsonl; a failure is reported and the sections go on);
 #   1. eager, bfloat16, batch 1, at 16,384 / 65,536 / 262,144 tokens: full, segmented, knn-loki-pages (the long-input
 #      pick), knn-loki-tail (the pick plus clusters for the keys it does not read), knn-loki (the pick without pages),
 #      knn-rows, srformer, knn, block-topk-b4, quest-tree and quest-b2 (time per token, time to the first token, peak
@@ -27,6 +29,12 @@ family_length=${FAMILY_LENGTH:-16384}
 export PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}"
 bench() { python -c "import sys; from srformer.cli.main import main; sys.exit(main())" long-bench "$@"; }
 common=(--device "$device" --dtype bfloat16 --new-tokens 16 --end-to-end)
+
+mkdir -p "$root"
+if [ "$device" = cuda ]; then
+  python scripts/gpu_kernel_check.py --device cuda > "$root/kernels.jsonl" \
+    || echo "gpu_long_bench: the fused kernels differ from their torch forms (see $root/kernels.jsonl)" >&2
+fi
 
 bench --output "$root/eager" "${common[@]}" --lengths "${lengths[@]}" \
   --variants full segmented knn-loki-pages knn-loki-tail knn-loki knn-rows srformer knn block-topk-b4 quest-tree \
