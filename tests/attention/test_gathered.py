@@ -185,3 +185,21 @@ def test_the_triton_kernels_equal_the_torch_forms_under_the_interpreter():
                             timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert float(result.stdout.strip().splitlines()[-1]) <= 1.0
+
+
+def test_a_kernel_that_fails_leaves_the_torch_form_with_a_warning(monkeypatch):
+    """A Triton kernel that raises (a device it cannot compile for) warns once and the torch form answers, then and
+    for the rest of the process (:data:`~srformer.attention.gathered.USE_TRITON` turned off)."""
+    from srformer.attention import gathered
+
+    rows, positions, queries, *_ = _case()
+    monkeypatch.setattr(gathered, "USE_TRITON", True)
+
+    def failing(*args):
+        raise RuntimeError("no kernel for this device")
+
+    monkeypatch.setattr(gathered, "_use_triton", lambda tensor: gathered.USE_TRITON)
+    with pytest.warns(UserWarning, match="torch indexing and products are used instead"):
+        result = gathered._kernel_or_torch(failing, gathered.gathered_scores_torch, rows, positions, queries)
+    assert torch.equal(result, gathered.gathered_scores_torch(rows, positions, queries))
+    assert gathered.USE_TRITON is False

@@ -19,10 +19,14 @@ Triton kernel (:mod:`srformer.attention.gathered_triton`); elsewhere (the CPU, o
 indexing and product it fuses, which are also the reference the kernels are tested against (through Triton's
 interpreter on the CPU). No operator syncs with the host. No autograd: a step that records gradients reads its rows
 with torch calls.
+
+:data:`USE_TRITON` False runs the torch forms on CUDA too (to rule the kernels out when a result looks wrong); a
+kernel that fails to compile or launch warns once and leaves the torch forms in its place for the process.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -35,11 +39,34 @@ from srformer.attention.gathered_triton import (
     triton_available,
 )
 
-__all__ = ["PICKED_BYTES", "channel_sums", "gathered_mix", "gathered_scores"]
+__all__ = ["PICKED_BYTES", "USE_TRITON", "channel_sums", "gathered_mix", "gathered_scores", "kernel_failed"]
+
+#: Whether CUDA tensors go through the Triton kernels (when Triton is installed); False: the torch forms everywhere.
+USE_TRITON = True
 
 
 def _use_triton(tensor: torch.Tensor) -> bool:
-    return tensor.device.type == "cuda" and triton_available()
+    return USE_TRITON and tensor.device.type == "cuda" and triton_available()
+
+
+def kernel_failed(error: Exception) -> None:
+    """A Triton kernel raised (a device it cannot compile for): warn, and turn :data:`USE_TRITON` off for the
+    process."""
+    global USE_TRITON
+    USE_TRITON = False
+    warnings.warn(f"srformer's fused Triton kernels failed ({type(error).__name__}: {error}); torch indexing and "
+                  "products are used instead (the same results up to rounding, more bytes moved).", stacklevel=3)
+
+
+def _kernel_or_torch(kernel: Callable[..., torch.Tensor], torch_form: Callable[..., torch.Tensor],
+                     *args: Any) -> torch.Tensor:
+    """``kernel(*args)`` on CUDA with Triton, else (or when the kernel raises) ``torch_form(*args)``."""
+    if _use_triton(args[0]):
+        try:
+            return kernel(*args)
+        except Exception as error:  # the torch form, once warned
+            kernel_failed(error)
+    return torch_form(*args)
 
 
 def _wide(dtype: torch.dtype) -> torch.dtype:
@@ -84,9 +111,7 @@ def channel_sums_torch(table: torch.Tensor, channels: torch.Tensor, weights: tor
 
 @torch.library.custom_op("srformer::gathered_scores", mutates_args=())
 def _gathered_scores_op(rows: torch.Tensor, positions: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
-    if _use_triton(rows):
-        return gathered_scores_triton(rows, positions, queries)
-    return gathered_scores_torch(rows, positions, queries)
+    return _kernel_or_torch(gathered_scores_triton, gathered_scores_torch, rows, positions, queries)
 
 
 @_gathered_scores_op.register_fake
@@ -97,9 +122,7 @@ def _gathered_scores_fake(rows: torch.Tensor, positions: torch.Tensor, queries: 
 @torch.library.custom_op("srformer::gathered_mix", mutates_args=())
 def _gathered_mix_op(rows: torch.Tensor, positions: torch.Tensor, chosen: torch.Tensor,
                      weights: torch.Tensor) -> torch.Tensor:
-    if _use_triton(rows):
-        return gathered_mix_triton(rows, positions, chosen, weights)
-    return gathered_mix_torch(rows, positions, chosen, weights)
+    return _kernel_or_torch(gathered_mix_triton, gathered_mix_torch, rows, positions, chosen, weights)
 
 
 @_gathered_mix_op.register_fake
@@ -111,9 +134,7 @@ def _gathered_mix_fake(rows: torch.Tensor, positions: torch.Tensor, chosen: torc
 @torch.library.custom_op("srformer::channel_sums", mutates_args=())
 def _channel_sums_op(table: torch.Tensor, channels: torch.Tensor, weights: torch.Tensor,
                      pages: torch.Tensor | None) -> torch.Tensor:
-    if _use_triton(table):
-        return channel_sums_triton(table, channels, weights, pages)
-    return channel_sums_torch(table, channels, weights, pages)
+    return _kernel_or_torch(channel_sums_triton, channel_sums_torch, table, channels, weights, pages)
 
 
 @_channel_sums_op.register_fake

@@ -45,6 +45,8 @@ from __future__ import annotations
 
 import torch
 
+from srformer.attention.nearest_centres import nearest_centres
+
 __all__ = ["SAMPLE_PER_CLUSTER", "cluster_keys", "cluster_sums", "heads_side_by_side", "tail_mix", "tail_weights"]
 
 #: The sample the centres are fitted on: at most this many real keys per cluster.
@@ -57,34 +59,22 @@ def _evenly(count: torch.Tensor, size: int) -> torch.Tensor:
     return torch.div(steps * count, size, rounding_mode="floor")
 
 
-def _nearest(points: torch.Tensor, centres: torch.Tensor) -> torch.Tensor:
-    """(B, G, n) long: each point's nearest centre (``|c|^2 - 2 x . c`` least, ties to the lowest index), from one
-    product per group. points (B, G, n, m); centres (B, G, C, m)."""
-    batch, groups, count, m = points.shape
-    norms = (centres * centres).sum(-1).view(batch * groups, 1, -1)
-    distances = torch.baddbmm(norms, points.reshape(batch * groups, count, m), centres.reshape(
-        batch * groups, -1, m).mT, alpha=-2.0)
-    return distances.argmin(dim=-1).view(batch, groups, count)
-
-
 def heads_side_by_side(projected: torch.Tensor) -> torch.Tensor:
-    """(B, 1, k, H·m): every position's points in each head's principal directions, the heads' side by side (the
-    points :func:`cluster_keys` clusters once for all heads). projected: (B, H, k, m)."""
-    batch, heads, length, m = projected.shape
-    return projected.permute(0, 2, 1, 3).reshape(batch, 1, length, heads * m)
+    """(B, 1, k, H, m): every position's point in each head's principal directions, the heads' side by side (the
+    points :func:`cluster_keys` clusters once for all heads), a view of projected: (B, H, k, m)."""
+    return projected.permute(0, 2, 1, 3)[:, None]
 
 
-def cluster_keys(
-    projected: torch.Tensor, key_valid: torch.Tensor | None, clusters: int, *, chunk: int = 32768
-) -> torch.Tensor:
-    """Each real key's cluster (module docstring).
+def cluster_keys(projected: torch.Tensor, key_valid: torch.Tensor | None, clusters: int) -> torch.Tensor:
+    """Each real key's cluster (module docstring). The assignments are one operator each
+    (:func:`~srformer.attention.nearest_centres.nearest_centres`).
 
     Args:
-        projected: (B, G, k, m) each position's point per group, float32 or wider: (B, 1, k, H·m) from
-            :func:`heads_side_by_side` for clusters shared by the heads, or (B, H, k, m) for clusters per head.
+        projected: (B, G, k, m) each position's point per group, float32 or wider, for clusters per head (G = H),
+            or (B, 1, k, H, m) from :func:`heads_side_by_side` for clusters shared by the heads (a point's ``H·m``
+            coordinates).
         key_valid: (B, k) bool, True at real positions, or None (all real).
         clusters: ``C >= 1``.
-        chunk: keys assigned per product in the last pass (bounds its (B·G, chunk, C) distances).
 
     Returns:
         (B, G, k) long in ``[0, C]``: ``C`` at padded positions. With fewer real keys than ``C``, some clusters are
@@ -95,7 +85,9 @@ def cluster_keys(
     """
     if clusters < 1:
         raise ValueError(f"`tail_clusters` must be at least 1, got {clusters}.")
-    batch, heads, length, m = projected.shape
+    points = projected if projected.dim() == 5 else projected[:, :, :, None]  # (B, G, k, P, m)
+    batch, heads, length = points.shape[:3]
+    m = points.shape[3] * points.shape[4]
     device = projected.device
     if key_valid is None:
         valid = torch.ones(batch, length, dtype=torch.bool, device=device)
@@ -106,16 +98,17 @@ def cluster_keys(
     first = (~valid).to(torch.int8).sort(dim=-1, stable=True).indices  # (B, k)
     size = SAMPLE_PER_CLUSTER * clusters  # whatever the padding: the same sample of the same real keys
     sample_at = first.gather(1, _evenly(real.clamp_min(1), size))  # (B, size) encoder positions
-    sample = projected.gather(2, sample_at[:, None, :, None].expand(-1, heads, -1, m))  # (B, H, size, m)
-    centres = sample[:, :, _evenly(torch.full_like(real[:1], size), clusters)[0]]  # (B, H, C, m)
+    example = torch.arange(batch, device=device)[:, None, None]
+    group = torch.arange(heads, device=device)[None, :, None]
+    sample = points[example, group, sample_at[:, None, :]].flatten(3)  # (B, G, size, P·m)
+    centres = sample[:, :, _evenly(torch.full_like(real[:1], size), clusters)[0]]  # (B, G, C, P·m)
     # one Lloyd iteration on the sample; a sample shorter than C repeats keys (the real keys of a short input)
-    nearest = _nearest(sample, centres)
+    nearest = nearest_centres(sample[:, :, :, None], centres)
     sums = torch.zeros_like(centres).scatter_add_(2, nearest[..., None].expand(-1, -1, -1, m), sample)
     counts = torch.zeros(batch, heads, clusters, dtype=projected.dtype, device=device).scatter_add_(
         2, nearest, torch.ones_like(nearest, dtype=projected.dtype))
     centres = torch.where(counts[..., None] > 0, sums / counts[..., None].clamp_min(1.0), centres)
-    assigned = torch.cat([_nearest(projected[:, :, start:start + chunk], centres)
-                          for start in range(0, length, chunk)], dim=2)
+    assigned = nearest_centres(points, centres)
     return assigned.masked_fill(~valid[:, None, :], clusters)
 
 
