@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The long-input picks on one CUDA device, sized for a short loan (docs/long-inputs.md, "Long-input benchmark"):
-#   0. the fused gathered products' Triton kernels against their torch forms at t5-small's sizes, 65,536 and 262,144
-#      tokens, batch 8 (scripts/gpu_kernel_check.py; kernels.jsonl; a failure is reported and the sections go on);
+#   0. the fused Triton kernels (gathered products, the clusters' assignment) against their torch forms at
+#      t5-small's sizes, 65,536 and 262,144 tokens, batch 8 (scripts/gpu_kernel_check.py; kernels.jsonl; a failure
+#      is reported and the sections go on);
 #   1. eager, bfloat16, batch 1, at 16,384 / 65,536 / 262,144 tokens: full, segmented, knn-loki-pages (the long-input
 #      pick), knn-loki-tail (the pick plus clusters for the keys it does not read), knn-loki (the pick without pages),
 #      knn-rows, srformer, knn, block-topk-b4, quest-tree and quest-b2 (time per token, time to the first token, peak
