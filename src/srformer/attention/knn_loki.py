@@ -30,18 +30,20 @@ float64 for a float64 encoder output). A decoder step then, per head:
   ``K`` whenever those are among the candidates (what the recall measurements check). The float64 reference is
   :func:`srformer.attention.naive.content.knn_attention` with ``knn_index="loki"``; the parallel path (training,
   teacher forcing) runs the same two stages (:func:`loki_positions`).
-* **Reads per step and layer**: ``H·r·k`` bfloat16 numbers (2 bytes each) and ``H·C`` encoder rows of ``D``,
-  against full attention's ``2·H·k·d`` keys and values.
+* **Reads per step and layer**: ``H·r·k`` bfloat16 numbers (2 bytes each) and ``H·C`` encoder rows of ``D`` (off
+  the CPU also the ``H·K`` chosen rows again, for the mix), against full attention's ``2·H·k·d`` keys and values.
 * **State**: per layer the ``2m`` channels ((B·H·2m, k), bfloat16), the query map ((B·H, d, 2m + D)), each
   example's ``W_v`` ((B·H, D, d)), and ``knn_index="rows"``'s order keys and mask (12 bytes per position); the
   encoder output is held, not copied.
 * **Build**: one projection of the keys per layer (``k·D·D`` multiply-adds, half of full attention's cache fill),
   their covariance, one ``eigh`` of ``d x d`` per head (on CUDA ``torch.linalg.eigh`` synchronises with the host
   once per layer), the channels.
-* **Step**: a fixed sequence of operator calls whatever ``k`` (25 per layer off the CPU, views included; 29 with
-  pages), no host sync, one graph under ``torch.compile``. The encoder output is read once per step and layer: the
-  candidates' rows, scored, then mixed from that copy. On the CPU that read is an ``index_select`` copy of the
-  flattened rows (the same rows, about 6x faster there; three calls more, free on a CPU).
+* **Step**: a fixed sequence of operator calls whatever ``k`` (21 per layer off the CPU, views included; 24 with
+  pages), no host sync, one graph under ``torch.compile``. Off the CPU the candidates' rows are scored and the chosen
+  ones mixed where they lie, by fused operators (:mod:`srformer.attention.gathered`, a Triton kernel each on CUDA):
+  the encoder output's rows picked are read, never copied. On the CPU the candidates' rows are copied once by an
+  ``index_select`` of the flattened rows (about 6x faster there than advanced indexing) and scored and mixed from
+  that copy.
 """
 
 from __future__ import annotations
@@ -337,8 +339,8 @@ def loki_step(
       ``scale · W_k``), ranked by order key (:func:`~srformer.attention.selection.ranked_scores`, whose keys give the
       chosen scores back as logits, ``-inf`` at padding), the softmax of those logits mixing the chosen rows (no
       padding mask read), and ``W_v`` (one batched product). Off the CPU the rows are scored and mixed by the fused
-      operators of :mod:`srformer.attention.gathered`, which read the rows they pick and copy nothing: 22 operator
-      calls per layer with pages, 19 without (views included; one more with a value bias). On the CPU the
+      operators of :mod:`srformer.attention.gathered`, which read the rows they pick and copy nothing: 24 operator
+      calls per layer with pages, 21 without (views included; one more with a value bias). On the CPU the
       candidates' rows are copied once (``index_select``) and scored and mixed from the copy. The tail
       (``tail_clusters``) adds its own calls.
 
