@@ -7,10 +7,9 @@ import json
 
 from tests.script_loading import script_module
 
-
-ARGUMENTS = ["--device", "cpu", "--lengths", "70", "--batch", "2", "--heads", "2", "--width", "72", "--candidates", "20",
-             "--chosen", "9", "--page", "4", "--pages", "5", "--channels", "6", "--read", "3", "--clusters", "40",
-             "--coordinates", "5"]
+ARGUMENTS = ["--device", "cpu", "--lengths", "70", "--batch", "2", "--heads", "2", "--width", "72",
+             "--candidates", "20", "--chosen", "9", "--page", "4", "--pages", "5", "--channels", "6", "--read", "3",
+             "--clusters", "40", "--coordinates", "5"]
 
 
 def _torch_forms(monkeypatch, module):
