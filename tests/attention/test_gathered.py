@@ -200,6 +200,6 @@ def test_a_kernel_that_fails_leaves_the_torch_form_with_a_warning(monkeypatch):
 
     monkeypatch.setattr(gathered, "_use_triton", lambda tensor: gathered.USE_TRITON)
     with pytest.warns(UserWarning, match="torch indexing and products are used instead"):
-        result = gathered._kernel_or_torch(failing, gathered.gathered_scores_torch, rows, positions, queries)
+        result = gathered.kernel_or_torch(failing, gathered.gathered_scores_torch, rows, positions, queries)
     assert torch.equal(result, gathered.gathered_scores_torch(rows, positions, queries))
     assert gathered.USE_TRITON is False

@@ -39,7 +39,7 @@ from srformer.attention.gathered_triton import (
     triton_available,
 )
 
-__all__ = ["PICKED_BYTES", "USE_TRITON", "channel_sums", "gathered_mix", "gathered_scores", "kernel_failed"]
+__all__ = ["PICKED_BYTES", "USE_TRITON", "channel_sums", "gathered_mix", "gathered_scores", "kernel_or_torch"]
 
 #: Whether CUDA tensors go through the Triton kernels (when Triton is installed); False: the torch forms everywhere.
 USE_TRITON = True
@@ -49,7 +49,7 @@ def _use_triton(tensor: torch.Tensor) -> bool:
     return USE_TRITON and tensor.device.type == "cuda" and triton_available()
 
 
-def kernel_failed(error: Exception) -> None:
+def _kernel_failed(error: Exception) -> None:
     """A Triton kernel raised (a device it cannot compile for): warn, and turn :data:`USE_TRITON` off for the
     process."""
     global USE_TRITON
@@ -58,14 +58,16 @@ def kernel_failed(error: Exception) -> None:
                   "products are used instead (the same results up to rounding, more bytes moved).", stacklevel=3)
 
 
-def _kernel_or_torch(kernel: Callable[..., torch.Tensor], torch_form: Callable[..., torch.Tensor],
-                     *args: Any) -> torch.Tensor:
-    """``kernel(*args)`` on CUDA with Triton, else (or when the kernel raises) ``torch_form(*args)``."""
+def kernel_or_torch(kernel: Callable[..., torch.Tensor], torch_form: Callable[..., torch.Tensor],
+                    *args: Any) -> torch.Tensor:
+    """``kernel(*args)`` when ``args[0]`` is on CUDA and Triton may run (:data:`USE_TRITON`), else (or when the kernel
+    raises: a warning, and the torch forms for the rest of the process) ``torch_form(*args)``. Every fused
+    operator's dispatch (this module's, and :mod:`srformer.attention.nearest_centres`')."""
     if _use_triton(args[0]):
         try:
             return kernel(*args)
         except Exception as error:  # the torch form, once warned
-            kernel_failed(error)
+            _kernel_failed(error)
     return torch_form(*args)
 
 
@@ -77,11 +79,15 @@ def _wide(dtype: torch.dtype) -> torch.dtype:
 # ---- torch forms (the CPU's operators and the kernels' reference) -------------------------------------------------
 
 
+def _examples(count: int, batch: int, device: torch.device) -> torch.Tensor:
+    """(B·H, 1) long: each example-and-head row's example, ``i // H``."""
+    return torch.arange(count, device=device).div(count // batch, rounding_mode="floor")[:, None]
+
+
 def gathered_scores_torch(rows: torch.Tensor, positions: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
     """:func:`gathered_scores` as an indexing and a batched product."""
     count, pool = positions.shape
-    example = torch.arange(count, device=positions.device).div(count // rows.shape[0], rounding_mode="floor")
-    picked = rows[example[:, None], positions].to(queries.dtype)  # (B·H, C, D)
+    picked = rows[_examples(count, rows.shape[0], rows.device), positions].to(queries.dtype)  # (B·H, C, D)
     return torch.bmm(picked, queries[:, :, None]).view(count, pool)
 
 
@@ -89,8 +95,7 @@ def gathered_mix_torch(rows: torch.Tensor, positions: torch.Tensor, chosen: torc
                        weights: torch.Tensor) -> torch.Tensor:
     """:func:`gathered_mix` as two indexings and a batched product."""
     count, width = chosen.shape
-    example = torch.arange(count, device=positions.device).div(count // rows.shape[0], rounding_mode="floor")
-    picked = rows[example[:, None], positions.gather(1, chosen)].to(weights.dtype)  # (B·H, S, D)
+    picked = rows[_examples(count, rows.shape[0], rows.device), positions.gather(1, chosen)].to(weights.dtype)
     return torch.bmm(weights.view(count, 1, width), picked)
 
 
@@ -111,7 +116,7 @@ def channel_sums_torch(table: torch.Tensor, channels: torch.Tensor, weights: tor
 
 @torch.library.custom_op("srformer::gathered_scores", mutates_args=())
 def _gathered_scores_op(rows: torch.Tensor, positions: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
-    return _kernel_or_torch(gathered_scores_triton, gathered_scores_torch, rows, positions, queries)
+    return kernel_or_torch(gathered_scores_triton, gathered_scores_torch, rows, positions, queries)
 
 
 @_gathered_scores_op.register_fake
@@ -122,7 +127,7 @@ def _gathered_scores_fake(rows: torch.Tensor, positions: torch.Tensor, queries: 
 @torch.library.custom_op("srformer::gathered_mix", mutates_args=())
 def _gathered_mix_op(rows: torch.Tensor, positions: torch.Tensor, chosen: torch.Tensor,
                      weights: torch.Tensor) -> torch.Tensor:
-    return _kernel_or_torch(gathered_mix_triton, gathered_mix_torch, rows, positions, chosen, weights)
+    return kernel_or_torch(gathered_mix_triton, gathered_mix_torch, rows, positions, chosen, weights)
 
 
 @_gathered_mix_op.register_fake
@@ -134,7 +139,7 @@ def _gathered_mix_fake(rows: torch.Tensor, positions: torch.Tensor, chosen: torc
 @torch.library.custom_op("srformer::channel_sums", mutates_args=())
 def _channel_sums_op(table: torch.Tensor, channels: torch.Tensor, weights: torch.Tensor,
                      pages: torch.Tensor | None) -> torch.Tensor:
-    return _kernel_or_torch(channel_sums_triton, channel_sums_torch, table, channels, weights, pages)
+    return kernel_or_torch(channel_sums_triton, channel_sums_torch, table, channels, weights, pages)
 
 
 @_channel_sums_op.register_fake

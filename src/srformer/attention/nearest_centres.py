@@ -24,8 +24,7 @@ from typing import Any
 
 import torch
 
-from srformer.attention import gathered
-from srformer.attention.raf_scan import triton_available
+from srformer.attention.gathered import kernel_or_torch
 
 __all__ = ["nearest_centres", "nearest_centres_torch"]
 
@@ -109,12 +108,7 @@ def nearest_centres_triton(points: torch.Tensor, centres: torch.Tensor) -> torch
 
 @torch.library.custom_op("srformer::nearest_centres", mutates_args=())
 def _nearest_centres_op(points: torch.Tensor, centres: torch.Tensor) -> torch.Tensor:
-    if gathered.USE_TRITON and points.device.type == "cuda" and triton_available():
-        try:
-            return nearest_centres_triton(points, centres)
-        except Exception as error:  # the torch form, as the gathered products fall back
-            gathered.kernel_failed(error)
-    return nearest_centres_torch(points, centres)
+    return kernel_or_torch(nearest_centres_triton, nearest_centres_torch, points, centres)
 
 
 @_nearest_centres_op.register_fake
