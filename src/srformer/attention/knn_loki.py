@@ -377,22 +377,26 @@ def loki_step(
         top = torch.topk(signed, rank, dim=-1, sorted=False)  # the r channels, each signed positive: (B·H, r)
         weights = cast(top.values, state.channels.dtype)
         if on_cpu:
-            pooled, hidden, scores = _cpu_candidates(state, top.indices, weights, hidden_queries, indices, pages,
-                                                     pool)
+            pooled, flat, hidden, scores = _cpu_candidates(state, top.indices, weights, hidden_queries, indices,
+                                                           pages, pool)
+            order = torch.take(state.flat_order, flat).view(count, pool)  # (B·H, C)
         else:
             pooled = _fused_candidates(state, top.indices, weights, indices, pages, pool)
             hidden, scores = None, gathered_scores(state.rows, pooled, hidden_queries)  # (B·H, C)
-        order = state.flat_order[indices.example, pooled]  # (B·H, C)
+            order = state.flat_order[indices.example, pooled]  # (B·H, C)
         logits, chosen = ranked_scores(scores, order, width)  # (B·H, S): the chosen scores, -inf at padding
-    positions = read = None  # where taken: the chosen positions (B·H, S) and rows (B·H, S, D)
+    positions = read = copied = None  # where taken: the chosen positions (B·H, S) and rows (B·H, S, D)
     if torch.is_grad_enabled():  # the selection carries no gradient; the softmax over the chosen rows does
         positions, read, logits, hidden_queries = _read_with_gradient(queries, state, pooled, chosen, indices)
-    elif hidden is not None:  # the CPU: the chosen rows taken from the candidates' copy
-        read = hidden[indices.heads, chosen]
+    elif hidden is not None:  # the CPU: the chosen rows' places in the candidates' copy, (B·H, S)
+        copied = torch.add(chosen, indices.heads, alpha=pool)
 
     def mix(weighting: torch.Tensor) -> torch.Tensor:  # (B·H, S) -> (B·H, 1, D), the chosen rows weighted
         if read is not None:
             return torch.bmm(weighting[:, None, :], read)
+        if hidden is not None and copied is not None:  # weighted and summed from the copy by one embedding_bag
+            return F.embedding_bag(copied, hidden.view(-1, hidden.shape[-1]), per_sample_weights=weighting,
+                                   mode="sum").view(count, 1, -1)
         return gathered_mix(state.rows, pooled, chosen, weighting)  # read where they are
 
     with torch.autocast(device_type=queries.device.type, enabled=False):
@@ -410,11 +414,13 @@ def loki_step(
 def _cpu_candidates(
     state: LokiKNNState, channels: torch.Tensor, weights: torch.Tensor, hidden_queries: torch.Tensor,
     indices: LokiStepIndices, pages: int | None, pool: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The CPU's candidates: ``(positions (B·H, C), their rows copied (B·H, C, D), their exact scores (B·H, C))``.
-    The first stage by ``embedding_bag``; the rows by ``index_select`` of the flattened encoder output, which copies
-    them about 6x faster there than advanced indexing (0.19 against 1.2-1.7 ms for 2,048 rows of 512 at 16k-65k
-    positions, one thread)."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The CPU's candidates: ``(positions (B·H, C), their places in the flattened (B·k) encoder output (B·H·C,),
+    their rows copied (B·H, C, D), their exact scores (B·H, C))``. The first stage by ``embedding_bag``; the rows by
+    ``index_select`` of the flattened encoder output, which copies them about 6x faster there than advanced indexing
+    (0.19 against 1.2-1.7 ms for 2,048 rows of 512 at 16k-65k positions, one thread); the scores by one batched
+    product with the query as its one row: with the query as its one column (``n = 1``) a CPU's ``bmm`` took 1.6-1.7
+    against 0.16-0.2 ms for these 2,048 rows (one thread)."""
     rows = state.rows
     count, length = channels.shape[0], rows.shape[1]
     if state.paged is not None and pages is not None and state.slot_position is not None:
@@ -426,7 +432,7 @@ def _cpu_candidates(
     flat = (pooled + indices.example * length).view(-1)
     hidden = cast(rows.view(-1, rows.shape[-1]).index_select(0, flat).view(count, pool, -1),
                   state.query_map.dtype)  # (B·H, C, D)
-    return pooled, hidden, torch.bmm(hidden, hidden_queries[:, :, None]).view(count, pool)
+    return pooled, flat, hidden, torch.bmm(hidden_queries[:, None, :], hidden.mT).view(count, pool)
 
 
 def _fused_candidates(state: LokiKNNState, channels: torch.Tensor, weights: torch.Tensor, indices: LokiStepIndices,
