@@ -88,7 +88,7 @@ def gathered_scores_torch(rows: torch.Tensor, positions: torch.Tensor, queries: 
     """:func:`gathered_scores` as an indexing and a batched product."""
     count, pool = positions.shape
     picked = rows[_examples(count, rows.shape[0], rows.device), positions].to(queries.dtype)  # (B·H, C, D)
-    return torch.bmm(picked, queries[:, :, None]).view(count, pool)
+    return torch.bmm(queries[:, None, :], picked.mT).view(count, pool)  # the query as one row: faster on a CPU
 
 
 def gathered_mix_torch(rows: torch.Tensor, positions: torch.Tensor, chosen: torch.Tensor,
