@@ -1,15 +1,8 @@
-"""The fused gathered products (:mod:`srformer.attention.gathered`): each against an independent float64 loop, the
-Triton kernels against the torch forms under Triton's interpreter, one operator call each, the byte count's rule,
-and their errors."""
+"""The fused gathered products (:mod:`srformer.attention.gathered`): each against an independent float64 loop, one
+operator call each, the byte count's rule, and their errors (the Triton kernels under Triton's interpreter:
+``test_triton_kernels.py``)."""
 
 from __future__ import annotations
-
-import importlib.util
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,8 +11,6 @@ from srformer.attention.gathered import channel_sums, gathered_mix, gathered_sco
 from srformer.benchmarks.byte_count import ByteCounter
 from srformer.benchmarks.operator_count import OperatorCounter
 from tests.tolerance import assert_exact
-
-SOURCE = str(Path(__file__).resolve().parents[2] / "src")
 
 
 def _case(dtype: torch.dtype = torch.float64, seed: int = 0):
@@ -131,60 +122,6 @@ def test_bad_input_names_the_argument(bad):
             channel_sums(table, channels[:-1], values[:-1])
         else:
             channel_sums(table, channels, values, pages[:-1])
-
-
-@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed")
-def test_the_triton_kernels_equal_the_torch_forms_under_the_interpreter():
-    """The CUDA kernels run by Triton's interpreter on the CPU (``TRITON_INTERPRET=1``, set before Triton is
-    imported, hence a child process), in float64, with blocks smaller than the candidates (13 > 8), the chosen
-    rows (11 > 8), the columns (40 > 16) and the page slots (28 > 8), so that several programs and loop passes run
-    and the last ones are partly masked; strided rows; and a float32 run with bfloat16 rows and table."""
-    script = textwrap.dedent("""
-        import torch
-        from srformer.attention import gathered, gathered_triton as kernels
-        kernels.BLOCK, kernels.COLUMNS = 8, 16
-        generator = torch.Generator().manual_seed(2)
-        worst = 0.0
-        for wide, low in ((torch.float64, torch.float64), (torch.float32, torch.bfloat16)):
-            rows = torch.randn(50, 2, 40, generator=generator, dtype=wide).transpose(0, 1).to(low)
-            positions = torch.randint(0, 50, (6, 13), generator=generator)
-            queries = torch.randn(6, 40, generator=generator, dtype=wide)
-            chosen = torch.stack([torch.randperm(13, generator=generator)[:11] for _ in range(6)])
-            weights = torch.rand(6, 11, generator=generator, dtype=wide)
-            table = torch.randn(6, 10, 7, 4, generator=generator, dtype=wide).to(low)
-            channels = torch.stack([torch.randperm(10, generator=generator)[:3] for _ in range(6)])
-            values = torch.rand(6, 3, generator=generator, dtype=wide).to(low)
-            pages = torch.stack([torch.randperm(7, generator=generator)[:5] for _ in range(6)])
-            magnitude = [  # the same sums of absolute values: what bounds the rounding of either order
-                gathered.gathered_scores_torch(rows.abs(), positions, queries.abs()),
-                gathered.gathered_mix_torch(rows.abs(), positions, chosen, weights.abs()),
-                gathered.channel_sums_torch(table.abs(), channels, values.abs(), None),
-                gathered.channel_sums_torch(table.abs(), channels, values.abs(), pages),
-            ]
-            pairs = [
-                (kernels.gathered_scores_triton(rows, positions, queries),
-                 gathered.gathered_scores_torch(rows, positions, queries), 40),
-                (kernels.gathered_mix_triton(rows, positions, chosen, weights),
-                 gathered.gathered_mix_torch(rows, positions, chosen, weights), 11),
-                (kernels.channel_sums_triton(table, channels, values, None),
-                 gathered.channel_sums_torch(table, channels, values, None), 3),
-                (kernels.channel_sums_triton(table, channels, values, pages),
-                 gathered.channel_sums_torch(table, channels, values, pages), 3),
-            ]
-            for (kernel, torch_form, terms), bound in zip(pairs, magnitude):
-                assert kernel.shape == torch_form.shape and kernel.dtype == torch_form.dtype
-                assert torch_form.abs().max() > 0
-                error = (kernel.double() - torch_form.double()).abs()
-                # each side within gamma_n * sum |terms| of the exact sum (Higham Eq. 3.5), n terms, u = eps / 2
-                allowed = terms * torch.finfo(wide).eps * bound.double()
-                worst = max(worst, float((error / allowed).max()))
-        print(worst)
-    """)
-    environment = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": SOURCE, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environment,
-                            timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert float(result.stdout.strip().splitlines()[-1]) <= 1.0
 
 
 def test_a_kernel_that_fails_leaves_the_torch_form_with_a_warning(monkeypatch):

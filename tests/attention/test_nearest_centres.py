@@ -1,21 +1,13 @@
-"""``srformer::nearest_centres``: the torch form against a float64 brute force, the Triton kernel against the torch
-form under Triton's interpreter, one operator call, its errors."""
+"""``srformer::nearest_centres``: the torch form against a float64 brute force, one operator call, its errors (the
+Triton kernel under Triton's interpreter: ``test_triton_kernels.py``)."""
 
 from __future__ import annotations
-
-import importlib.util
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from srformer.attention.nearest_centres import nearest_centres, nearest_centres_torch
 from srformer.benchmarks.operator_count import OperatorCounter
-
-SOURCE = str(Path(__file__).resolve().parents[2] / "src")
 
 
 def _case(seed: int = 0):
@@ -54,34 +46,3 @@ def test_bad_shapes_name_the_arguments():
     for bad in ((points[..., 0], centres), (points, centres[..., :-1]), (points, centres[:, :, :0])):
         with pytest.raises(ValueError, match="`points`.*`centres`"):
             nearest_centres(*bad)
-
-
-@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed")
-def test_the_triton_kernel_equals_the_torch_form_under_the_interpreter():
-    """Under ``TRITON_INTERPRET=1`` (a child process), with blocks smaller than the points (21 > 8), the centres
-    (6 > 4) and the coordinates (5 > 4), strided points, two groups and two examples, in float64 and float32: the
-    torch form's centres wherever the nearest is clear of the next (:func:`_case`); and a centre repeated later
-    (equal computed distances in the kernel, which walks both the same way) never chosen over the first."""
-    script = """
-import torch
-from srformer.attention import nearest_centres as module
-from tests.attention.test_nearest_centres import _case
-module.POINTS, module.CENTRES, module.COORDINATES = 8, 4, 4
-for dtype in (torch.float64, torch.float32):
-    points, centres, expected, keep = _case(3)
-    points, centres = points.to(dtype)[:, :, :21], centres.to(dtype)  # 21 points: three programs, one part full
-    expected, keep = expected[:, :, :21], keep[:, :, :21]
-    kernel = module.nearest_centres_triton(points, centres)
-    torch_form = module.nearest_centres_torch(points, centres)
-    assert torch.equal(kernel[keep], torch_form[keep]) and torch.equal(kernel[keep], expected[keep])
-    if dtype == torch.float32:
-        repeated = module.nearest_centres_triton(points, centres[:, :, [0, 1, 2, 3, 4, 1]])
-        assert not (repeated == 5).any()
-print("ok")
-"""
-    root = str(Path(SOURCE).parent)
-    environment = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": f"{SOURCE}:{root}", "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environment,
-                            timeout=600, cwd=root)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip().endswith("ok")
