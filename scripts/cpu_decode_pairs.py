@@ -19,33 +19,22 @@ from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import json
 import statistics
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import StoppingCriteria
 from transformers.modeling_outputs import BaseModelOutput
 
+from srformer.benchmarks.long_input_probe import StepClock
 from srformer.benchmarks.long_input_variants import LONG_INPUT_VARIANTS
 from srformer.benchmarks.variants import MODEL_SHAPES, quiet_schedule_warnings, shape_model
 from srformer.core import SRformerConfig
 from srformer.models.convert import convert
-
-
-class _Clock(StoppingCriteria):
-    """The time of each of generate()'s stopping-criteria calls (one per generated token)."""
-
-    def __init__(self) -> None:
-        self.times: list[float] = []
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-        self.times.append(time.perf_counter())
-        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -73,10 +62,10 @@ def _check(args: argparse.Namespace) -> None:
 
 def _steps(model: Any, encoded: torch.Tensor, tokens: int) -> list[float]:
     """Seconds of each step after the first of one greedy generate()."""
-    clock = _Clock()
+    clock = StepClock()
     model.generate(encoder_outputs=BaseModelOutput(last_hidden_state=encoded), max_new_tokens=tokens,
                    min_new_tokens=tokens, do_sample=False, num_beams=1, use_cache=True, stopping_criteria=[clock])
-    return [after - before for before, after in zip(clock.times, clock.times[1:], strict=False)]
+    return [after - before for before, after in itertools.pairwise(clock.times)]
 
 
 def measure_length(length: int, variants: Sequence[str], tokens: int, rounds: int, shape: str,

@@ -385,7 +385,8 @@ def loki_step(
             hidden, scores = None, gathered_scores(state.rows, pooled, hidden_queries)  # (B·H, C)
             order = state.flat_order[indices.example, pooled]  # (B·H, C)
         logits, chosen = ranked_scores(scores, order, width)  # (B·H, S): the chosen scores, -inf at padding
-    positions = read = copied = None  # where taken: the chosen positions (B·H, S) and rows (B·H, S, D)
+    # where taken: the chosen positions (B·H, S) and rows (B·H, S, D); on the CPU their places in the copy (B·H, S)
+    positions = read = copied = None
     if torch.is_grad_enabled():  # the selection carries no gradient; the softmax over the chosen rows does
         positions, read, logits, hidden_queries = _read_with_gradient(queries, state, pooled, chosen, indices)
     elif hidden is not None:  # the CPU: the chosen rows' places in the candidates' copy, (B·H, S)

@@ -59,8 +59,9 @@ from srformer.models.convert import convert
 from srformer.models.memory_estimate import available_memory, estimate_decode_memory
 
 
-class _StepClock(StoppingCriteria):
-    """Records the time after each generated token (generate() calls its stopping criteria once per step)."""
+class StepClock(StoppingCriteria):
+    """Records the time after each generated token (generate() calls its stopping criteria once per step), in
+    :attr:`times` (``time.perf_counter()`` seconds); never stops generation."""
 
     def __init__(self) -> None:
         self.times: list[float] = []
@@ -100,7 +101,7 @@ def _emit(record: dict) -> None:
     print(json.dumps(record), flush=True)
 
 
-def _generate(model: Any, encoded: torch.Tensor, new_tokens: int, compiled: bool, clock: _StepClock | None = None):
+def _generate(model: Any, encoded: torch.Tensor, new_tokens: int, compiled: bool, clock: StepClock | None = None):
     return model.generate(
         encoder_outputs=BaseModelOutput(last_hidden_state=encoded), max_new_tokens=new_tokens,
         min_new_tokens=new_tokens, do_sample=False, num_beams=1, use_cache=True, return_dict_in_generate=True,
@@ -220,7 +221,7 @@ def main() -> int:
             model = converted(options)
             if compiled:  # the first call compiles (not timed); the timed one reuses its graphs
                 _generate(model, encoded, new_tokens, compiled)
-            clock = _StepClock()
+            clock = StepClock()
             before = memory.baseline()
             started = time.perf_counter()
             output = _generate(model, encoded, new_tokens, compiled, clock)
