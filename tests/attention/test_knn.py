@@ -194,7 +194,7 @@ def test_settings_default_registry_entry_and_bad_values():
     assert SRformerConfig(variant="knn", top_keys=7).settings.to_dict() == {
         "top_keys": 7, "knn_index": None, "index_min_keys": None, "index_lists": None, "index_probes": None,
         "index_rank": None, "index_candidates": None, "index_page": None, "index_pages": None,
-        "tail_clusters": None}
+        "index_key_rank": None, "tail_clusters": None}
     entry = mechanism("knn")
     assert entry.capabilities.segment_free and not entry.capabilities.training_time_saving
     assert entry.state_size.startswith("2·k·d")

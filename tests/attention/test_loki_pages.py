@@ -1,8 +1,8 @@
 """Pages of low-rank keys (``knn_index="loki"`` with ``index_page``, :mod:`srformer.attention.loki_pages`): the
 step against the float64 reference (the keys sorted by their Morton code, the pages of best bound, then
 ``knn_index="loki"``'s stages among their keys), every page read being the first stage without pages, padding, the
-order, no host sync and the same calls at every length, teacher forcing equal to generation, beam search, and the
-state's size."""
+order, no host sync and the same calls at every length, teacher forcing equal to generation, beam search, the
+state's size, and the keys of the pages read scored on other channels than the bounds (``index_key_rank``)."""
 
 from __future__ import annotations
 
@@ -49,6 +49,33 @@ def test_the_step_is_the_paged_reference(page, pages, candidates, rank, step, mo
     expected = loki_reference(hidden, valid, projection, queries, **settings)
     assert (output - expected).abs().max().item() <= loki_tolerance(hidden, projection)
     assert torch.equal(output[2], torch.zeros_like(output[2]))
+
+
+@pytest.mark.parametrize("step", STEP_KINDS)
+@pytest.mark.parametrize(("rank", "key_rank"), [(1, 2), (2, 3), (2, 4), (2, 9), (3, 1)])
+def test_keys_scored_on_other_channels_are_the_reference(rank, key_rank, step, monkeypatch):
+    """``index_key_rank``: the bounds on the query's ``r`` channels, the keys of the pages read on its ``r'``
+    largest (9 is capped at the ``m = 4`` kept; fewer than ``r`` too), in float64 on either route."""
+    monkeypatch.setattr(step_choice, "STEP_OVERRIDE", step)
+    hidden, valid, projection, queries = rows_inputs(torch.float64)
+    settings = {"index_rank": rank, "index_key_rank": key_rank, "index_candidates": 4, "top_keys": 3,
+                "index_page": 4, "index_pages": 3}
+    module = loki_module(**settings)
+    with torch.no_grad():
+        output, _ = module.step(queries, module.indexed_state(hidden, valid, projection), position=0)
+    expected = loki_reference(hidden, valid, projection, queries, **settings)
+    assert (output - expected).abs().max().item() <= loki_tolerance(hidden, projection)
+
+
+def test_the_keys_channels_change_what_is_read():
+    """The reference's ``r'`` matters: scoring the keys of the pages read on four channels instead of one changes
+    the keys read for some query (else the test above could not tell the two apart)."""
+    torch.manual_seed(0)  # the projection's weights
+    hidden, valid, projection, queries = rows_inputs(torch.float64, seed=1)
+    settings = {"index_rank": 1, "index_candidates": 3, "top_keys": 3, "index_page": 4, "index_pages": 3}
+    wide = loki_reference(hidden, valid, projection, queries, index_key_rank=4, **settings)
+    narrow = loki_reference(hidden, valid, projection, queries, **settings)
+    assert (wide - narrow).abs().max().item() > 1e-3
 
 
 def test_pages_change_what_is_read():
@@ -114,6 +141,11 @@ def test_the_step_makes_no_host_sync_and_the_same_calls_at_every_length(monkeypa
         totals.append(counter.total)
     assert totals[0] == totals[1], totals
     assert totals[0] == 25, totals
+    module = loki_module(top_keys=4, index_rank=2, index_key_rank=4, index_candidates=8, index_page=4, index_pages=2)
+    module.step(queries, state, position=0)
+    with torch.no_grad(), OperatorCounter() as counter:
+        module.step(queries, state, position=0)
+    assert counter.syncs == 0 and counter.total == 27, counter.calls  # the bounds' channels: two slices
 
 
 def test_the_state_keeps_a_small_fraction_of_full_attentions_cache():
@@ -141,9 +173,22 @@ def test_teacher_forcing_reads_what_generation_reads(family):
     assert_teacher_forcing_reads_what_generation_reads(model)
 
 
+def test_teacher_forcing_reads_what_generation_reads_with_the_keys_channels():
+    """The same with the keys of the pages read scored on more channels than the bounds."""
+    model = converted(BUILDERS["t5"](), variant="knn", top_keys=2, knn_index="loki", index_min_keys=1,
+                      index_rank=1, index_key_rank=3, index_candidates=3, index_page=3, index_pages=2)
+    assert_teacher_forcing_reads_what_generation_reads(model)
+
+
 def test_settings_are_named_and_checked():
     config = srformer.named_config("knn-loki-pages")
     assert config.knn_index == "loki" and config.index_page == 16 and config.index_pages == 256
+    lean = srformer.named_config("knn-loki-pages-c64")
+    assert (lean.index_page, lean.index_pages, lean.index_candidates, lean.index_key_rank) == (16, 256, 64, 24)
+    with pytest.raises(ValueError, match="index_key_rank"):  # it scores the keys of pages: pages are needed
+        SRformerConfig("knn", knn_index="loki", index_key_rank=24)
+    with pytest.raises(ValueError, match="index_key_rank"):
+        SRformerConfig("knn", knn_index="loki", index_page=16, index_key_rank=0)
     for name in ("index_page", "index_pages"):
         with pytest.raises(ValueError, match=name):
             SRformerConfig("knn", knn_index="loki", **{name: 0})

@@ -141,6 +141,11 @@ class KNNSettings(MechanismSettings):
             only. None (default): no pages, the first stage reads every key. A runtime option.
         index_pages: with ``index_page``: ``P``, the pages per head whose keys the first stage scores (``P·b >= k``:
             every key, as without pages). None: 256. A runtime option.
+        index_key_rank: with ``index_page``: ``r'``, the channels the keys of the pages read are scored on, the
+            query's largest first (capped at the ``min(d, 2r)`` kept); the pages' bounds keep ``index_rank``'s
+            ``r``. More channels rank the candidates closer to their exact scores, so fewer candidates
+            (``index_candidates``) find the same top ``K`` (:mod:`srformer.attention.loki_pages`). None: ``r``. A
+            runtime option.
         tail_clusters: ``knn_index="loki"``: ``C``, clusters of the encoder positions built once per input and
             layer, shared by its heads; every key a query does not read enters its softmax at the score of the mean
             of its cluster's keys not read (:mod:`srformer.attention.key_clusters`). None (default): the keys not
@@ -157,11 +162,12 @@ class KNNSettings(MechanismSettings):
     index_candidates: int | None = integer_setting(1, None, "the candidates scored exactly per head")
     index_page: int | None = integer_setting(1, None, "the keys per page of the first stage")
     index_pages: int | None = integer_setting(1, None, "the pages per head the first stage reads")
+    index_key_rank: int | None = integer_setting(1, None, "the channels the keys of the pages read are scored on")
     tail_clusters: int | None = integer_setting(1, None, "the clusters of keys that stand for the keys not read")
 
     runtime: ClassVar[tuple[str, ...]] = (
         "knn_index", "index_min_keys", "index_lists", "index_probes", "index_rank", "index_candidates", "index_page",
-        "index_pages", "tail_clusters",
+        "index_pages", "index_key_rank", "tail_clusters",
     )
 
     def validate(self, config: SRformerConfig) -> None:
@@ -179,6 +185,11 @@ class KNNSettings(MechanismSettings):
             raise ValueError(
                 f"`tail_clusters` needs `knn_index={LOKI_INDEX!r}` (the two-stage search whose keys not read it "
                 f"estimates), got `knn_index={self.knn_index!r}`. Set knn_index='loki' or drop tail_clusters."
+            )
+        if self.index_key_rank is not None and self.index_page is None:
+            raise ValueError(
+                f"`index_key_rank` ({self.index_key_rank}) scores the keys of the pages read: it needs `index_page`. "
+                f"Set index_page (for example 16) or drop index_key_rank."
             )
         if self.index_page is not None:
             pages, top = self.resolved_index_pages(config), self.resolved_top_keys(config)
@@ -212,6 +223,10 @@ class KNNSettings(MechanismSettings):
     def resolved_index_pages(self, config: SRformerConfig) -> int:
         """``index_pages``, or 256 when it is None."""
         return self.index_pages if self.index_pages is not None else DEFAULT_INDEX_PAGES
+
+    def resolved_index_key_rank(self, config: SRformerConfig) -> int:
+        """``index_key_rank``, or ``index_rank`` (resolved) when it is None."""
+        return self.index_key_rank if self.index_key_rank is not None else self.resolved_index_rank(config)
 
     def whole_input_length(self, config: SRformerConfig) -> int:
         """``K``: an input of at most ``K`` real tokens is read whole (with ``knn_index="ivf"``, whose search is
@@ -399,10 +414,11 @@ class KNNCrossAttention(ContentSparseCrossAttention):
                 settings = self.settings
                 rank = settings.resolved_index_rank()
                 pages = settings.resolved_index_pages()
-                indices = self._loki_indices(queries.shape[0], queries.shape[1], state, rank, pages,
+                key_rank = settings.resolved_index_key_rank()
+                indices = self._loki_indices(queries.shape[0], queries.shape[1], state, rank, pages, key_rank,
                                              queries.device)
                 return loki_step(queries, state, self.top_keys, rank, settings.resolved_index_candidates(),
-                                 self.scale, indices, pages), state
+                                 self.scale, indices, pages, key_rank), state
             example, _ = self._step_indices(queries.shape[0], queries.shape[1], queries.device)
             return rows_step(queries, state, self.top_keys, self.scale, example), state
         if not isinstance(state, IndexedKNNState):
@@ -452,15 +468,16 @@ class KNNCrossAttention(ContentSparseCrossAttention):
         )
 
     def _loki_indices(
-        self, batch: int, heads: int, state: LokiKNNState, rank: int, pages: int, device: torch.device
+        self, batch: int, heads: int, state: LokiKNNState, rank: int, pages: int, key_rank: int,
+        device: torch.device,
     ) -> LokiStepIndices:
         """The index tensors of :func:`~srformer.attention.knn_loki.loki_step`
         (:func:`~srformer.attention.knn_loki.loki_indices`), made once per shape and device in eager mode and kept
         on the module, made in the graph when traced."""
-        doubled, rank = state.signed_channels, state.channels_read(rank)
+        doubled, rank, key_rank = state.signed_channels, state.channels_read(rank), state.channels_read(key_rank)
         read = min(pages, state.pages)
-        return kept_per_shape(self._loki, (batch, heads, doubled, rank, read, device),
-                              lambda: loki_indices(batch, heads, doubled, rank, read, device))
+        return kept_per_shape(self._loki, (batch, heads, doubled, rank, read, key_rank, device),
+                              lambda: loki_indices(batch, heads, doubled, rank, read, device, key_rank))
 
     def _step_indices(self, batch: int, heads: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, 1, 1) and (1, H, 1) long, the example and head of each chosen slot (the first two index tensors of the
@@ -599,7 +616,8 @@ class KNNCrossAttention(ContentSparseCrossAttention):
             wide = accumulation_dtype(torch.promote_types(queries.dtype, content.keys.dtype))
             positions = loki_positions(queries, cast(content.keys, wide), content.key_valid,
                                        settings.resolved_index_rank(), settings.resolved_index_candidates(),
-                                       self.top_keys, settings.index_page, settings.resolved_index_pages())
+                                       self.top_keys, settings.index_page, settings.resolved_index_pages(),
+                                       settings.resolved_index_key_rank())
             batch, heads, length, _ = positions.shape
             valid = content.key_valid[:, None, None, :].expand(batch, heads, length, -1)
             return positions, valid.gather(-1, positions)

@@ -287,7 +287,8 @@ class LokiStepIndices(NamedTuple):
         example: (B·H, 1) long, each example and head's example.
         heads: (B·H, 1) long, ``arange(B·H)``.
         bags: (B·H,) long, ``r · arange(B·H)``: where each example and head's channels start.
-        page_bags: (B·H·min(P, n),) long, ``r · arange(B·H·min(P, n))`` (empty without pages).
+        page_bags: (B·H·min(P, n),) long, ``r' · arange(B·H·min(P, n))`` for the ``r'`` channels the keys of the
+            pages read are scored on (empty without pages).
     """
 
     flat: torch.Tensor
@@ -312,20 +313,23 @@ def step_pool(state: LokiKNNState, candidates: int, pages: int | None) -> int:
     return paged_pool(candidates, pages, state.paged.shape[-1], length)
 
 
-def loki_indices(batch: int, heads: int, doubled: int, rank: int, read: int, device: torch.device) -> LokiStepIndices:
+def loki_indices(batch: int, heads: int, doubled: int, rank: int, read: int, device: torch.device,
+                 key_rank: int | None = None) -> LokiStepIndices:
     """:class:`LokiStepIndices` for ``batch`` examples of ``heads`` heads, ``2m = doubled`` signed channels,
-    ``r = rank`` read and ``read = min(P, n)`` pages read (0 without pages)."""
+    ``r = rank`` read, ``read = min(P, n)`` pages read (0 without pages) and ``r' = key_rank`` channels the keys of
+    the pages read are scored on (None: ``r``)."""
     count = batch * heads
     every = torch.arange(count, device=device).view(count, 1)
+    key_rank = rank if key_rank is None else key_rank
     return LokiStepIndices(
         flat=every * doubled, example=every.div(heads, rounding_mode="floor"), heads=every,
-        bags=every.view(count) * rank, page_bags=torch.arange(count * read, device=device) * rank,
+        bags=every.view(count) * rank, page_bags=torch.arange(count * read, device=device) * key_rank,
     )
 
 
 def loki_step(
     queries: torch.Tensor, state: LokiKNNState, top_keys: int, rank: int, candidates: int, scale: float,
-    indices: LokiStepIndices, pages: int | None = None,
+    indices: LokiStepIndices, pages: int | None = None, key_rank: int | None = None,
 ) -> torch.Tensor:
     """One decoder position (module docstring): the ``r`` channels the query weighs most, the ``min(C, k)``
     candidates of best score on them per head, the ``min(K, C, k)`` of those of best exact score (ties to the earlier
@@ -354,6 +358,9 @@ def loki_step(
         indices: from :func:`loki_indices` (kept by the caller).
         pages: ``P = index_pages``, for a state with pages (:mod:`srformer.attention.loki_pages`): the first
             stage reads the channels of the ``P`` pages of best bound only.
+        key_rank: ``r' = index_key_rank``, with pages: the channels (the query's largest, at most the ``m`` kept)
+            the keys of the pages read are scored on; the bounds take the ``r`` largest of them. None: ``r``.
+            ``indices`` must be made with the same ``r'``.
 
     Returns:
         (B, H, 1, d) in the queries' dtype.
@@ -367,6 +374,7 @@ def loki_step(
     on_cpu = step_kind(queries.device) == "cpu" and not tracing() and state.rows.is_contiguous()
     count = queries.shape[0] * queries.shape[1]
     doubled, rank = state.signed_channels, state.channels_read(rank)
+    key_rank = rank if key_rank is None or state.paged is None else state.channels_read(key_rank)
     pool = step_pool(state, candidates, pages)
     width = min(top_keys, pool)  # pool <= k either way
     wide = state.query_map.dtype
@@ -374,14 +382,19 @@ def loki_step(
         # one product: the mapped query (2m) and scale · W_k^T Q_t (D), per example and head
         mapped = torch.bmm(cast(queries, wide).view(count, 1, -1), state.query_map).view(count, -1)
         signed, hidden_queries = mapped.split([doubled, mapped.shape[-1] - doubled], dim=-1)  # (B·H, ·)
-        top = torch.topk(signed, rank, dim=-1, sorted=False)  # the r channels, each signed positive: (B·H, r)
+        # the r channels (r' for the keys of the pages read, the r largest first), each signed positive: (B·H, ·)
+        top = torch.topk(signed, max(rank, key_rank), dim=-1, sorted=key_rank != rank)
         weights = cast(top.values, state.channels.dtype)
+        channels = _Channels(top.indices, weights, key_rank)
+        if key_rank > rank:  # the bounds read the first r
+            channels = _Channels(top.indices[:, :rank], weights[:, :rank], key_rank, top.indices, weights)
+        elif key_rank < rank:  # the keys read the first r'
+            channels = _Channels(top.indices, weights, key_rank, top.indices[:, :key_rank], weights[:, :key_rank])
         if on_cpu:
-            pooled, flat, hidden, scores = _cpu_candidates(state, top.indices, weights, hidden_queries, indices,
-                                                           pages, pool)
+            pooled, flat, hidden, scores = _cpu_candidates(state, channels, hidden_queries, indices, pages, pool)
             order = torch.take(state.flat_order, flat).view(count, pool)  # (B·H, C)
         else:
-            pooled = _fused_candidates(state, top.indices, weights, indices, pages, pool)
+            pooled = _fused_candidates(state, channels, indices, pages, pool)
             hidden, scores = None, gathered_scores(state.rows, pooled, hidden_queries)  # (B·H, C)
             order = state.flat_order[indices.example, pooled]  # (B·H, C)
         logits, chosen = ranked_scores(scores, order, width)  # (B·H, S): the chosen scores, -inf at padding
@@ -412,9 +425,21 @@ def loki_step(
     return cast(output, queries.dtype)
 
 
+class _Channels(NamedTuple):
+    """The query's signed channels a step reads: (B·H, r) long ``indices`` and their (B·H, r) ``weights`` (the
+    bounds', or every key's without pages); with pages, ``key_rank = r'`` and, where ``r' != r``, the (B·H, r')
+    ``key_indices`` and ``key_weights`` the keys of the pages read are scored on (None: the same as the bounds')."""
+
+    indices: torch.Tensor
+    weights: torch.Tensor
+    key_rank: int
+    key_indices: torch.Tensor | None = None
+    key_weights: torch.Tensor | None = None
+
+
 def _cpu_candidates(
-    state: LokiKNNState, channels: torch.Tensor, weights: torch.Tensor, hidden_queries: torch.Tensor,
-    indices: LokiStepIndices, pages: int | None, pool: int,
+    state: LokiKNNState, channels: _Channels, hidden_queries: torch.Tensor, indices: LokiStepIndices,
+    pages: int | None, pool: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The CPU's candidates: ``(positions (B·H, C), their places in the flattened (B·k) encoder output (B·H·C,),
     their rows copied (B·H, C, D), their exact scores (B·H, C))``. The first stage by ``embedding_bag``; the rows by
@@ -423,26 +448,29 @@ def _cpu_candidates(
     product with the query as its one row: with the query as its one column (``n = 1``) a CPU's ``bmm`` took 1.6-1.7
     against 0.16-0.2 ms for these 2,048 rows (one thread)."""
     rows = state.rows
-    count, length = channels.shape[0], rows.shape[1]
+    count, length = channels.indices.shape[0], rows.shape[1]
     if state.paged is not None and pages is not None and state.slot_position is not None:
-        slots = paged_candidates(channels + indices.flat, weights, state.paged, state.channels, pages, pool,
-                                 indices.bags, indices.page_bags)  # (B·H, C)
+        key_rows = None if channels.key_indices is None else channels.key_indices + indices.flat
+        slots = paged_candidates(channels.indices + indices.flat, channels.weights, state.paged, state.channels,
+                                 pages, pool, indices.bags, indices.page_bags, key_rows,
+                                 channels.key_weights)  # (B·H, C)
         pooled = state.slot_position.view(count, -1).gather(1, slots)
     else:
-        pooled = _rough_candidates(channels, weights, state.channels, indices, pool)
+        pooled = _rough_candidates(channels.indices, channels.weights, state.channels, indices, pool)
     flat = (pooled + indices.example * length).view(-1)
     hidden = cast(rows.view(-1, rows.shape[-1]).index_select(0, flat).view(count, pool, -1),
                   state.query_map.dtype)  # (B·H, C, D)
     return pooled, flat, hidden, torch.bmm(hidden_queries[:, None, :], hidden.mT).view(count, pool)
 
 
-def _fused_candidates(state: LokiKNNState, channels: torch.Tensor, weights: torch.Tensor, indices: LokiStepIndices,
-                      pages: int | None, pool: int) -> torch.Tensor:
+def _fused_candidates(state: LokiKNNState, channels: _Channels, indices: LokiStepIndices, pages: int | None,
+                      pool: int) -> torch.Tensor:
     """The candidates off the CPU: (B·H, C) positions, through pages by fused channel sums."""
     if state.paged is not None and pages is not None and state.slot_position is not None:
-        return read_page_candidates(channels, weights, state.paged, state.channels, state.slot_position, pages,
-                                    pool, indices.heads)
-    return _rough_candidates(channels, weights, state.channels, indices, pool)
+        return read_page_candidates(channels.indices, channels.weights, state.paged, state.channels,
+                                    state.slot_position, pages, pool, indices.heads, channels.key_indices,
+                                    channels.key_weights)
+    return _rough_candidates(channels.indices, channels.weights, state.channels, indices, pool)
 
 
 def _rough_candidates(channels: torch.Tensor, weights: torch.Tensor, table: torch.Tensor, indices: LokiStepIndices,
@@ -518,7 +546,7 @@ def _tail_mix(hidden_queries: torch.Tensor, logits: torch.Tensor, positions: tor
 
 def loki_positions(
     queries: torch.Tensor, keys: torch.Tensor, key_valid: torch.Tensor, rank: int, candidates: int, top_keys: int,
-    page: int | None = None, pages: int = 1,
+    page: int | None = None, pages: int = 1, key_rank: int | None = None,
 ) -> torch.Tensor:
     """The parallel path's selection (training, teacher forcing, a multi-token chunk): for every query, the same
     two stages as :func:`loki_step` over the projected keys themselves (the first stage's products rounded to the
@@ -531,6 +559,7 @@ def loki_positions(
         key_valid: (B, k) bool, True at real positions.
         rank: ``r``. candidates: ``C``. top_keys: ``K``.
         page: ``b``, keys per page, or None (no pages). pages: ``P``, the pages read (with ``page``).
+        key_rank: with ``page``: ``r'``, the channels the keys of the pages read are scored on (None: ``r``).
 
     Returns:
         (B, H, q, min(K, C', k)) long encoder positions, ascending (``C'``: the candidates, ``min(C, k)``, or
@@ -547,12 +576,18 @@ def loki_positions(
         count = stored_channels(rank, d)
         vectors, scales = loki_basis(keys, key_valid, count)
         mapped = queries @ (vectors * scales[:, :, None, :])  # (B, H, q, m): x_i s_i
-        chosen = torch.topk(mapped.abs(), min(rank, count), dim=-1).indices
-        kept = torch.zeros_like(mapped).scatter_(-1, chosen, 1.0)
+        read = min(rank, count)
+        scored = read if key_rank is None or page is None else min(key_rank, count)
+        chosen = torch.topk(mapped.abs(), max(read, scored), dim=-1).indices  # the largest first
+        kept = torch.zeros_like(mapped).scatter_(-1, chosen[..., :read], 1.0)
         rotated = (keys @ vectors) / scales[:, :, None, :]  # (B, H, k, m): c_ji / s_i
         weights = cast(cast(mapped * kept, low), wide)
         stored = cast(cast(rotated, low), wide)
-        rough = weights @ stored.mT  # (B, H, q, k)
+        key_weights = weights
+        if scored != read:  # the keys of the pages read scored on r' channels
+            key_kept = torch.zeros_like(mapped).scatter_(-1, chosen[..., :scored], 1.0)
+            key_weights = cast(cast(mapped * key_kept, low), wide)
+        rough = key_weights @ stored.mT  # (B, H, q, k)
         rough = rough.masked_fill(~key_valid[:, None, None, :], float("-inf"))
         allowed = key_valid[:, None, None, :].expand_as(rough)
         if page is not None and min(pages, total) < total:  # only the keys of the P pages of best bound

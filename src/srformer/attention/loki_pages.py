@@ -9,7 +9,9 @@ page keeps, per signed channel, the largest of its keys' values. A decoder step 
 1. bounds every page on the ``r`` channels the query weighs most: ``sum_i x_i max_{j in page} c_ji``, at least the
    low-rank score of each of its keys (Quest's page bounds, Tang et al. 2024, Sec. 3, taken in Loki's basis);
 2. reads the ``r`` channels of the keys of the ``P = index_pages`` pages of best bound, and takes the
-   ``index_candidates`` of best low-rank score among them, as ``knn_index="loki"`` does among all keys.
+   ``index_candidates`` of best low-rank score among them, as ``knn_index="loki"`` does among all keys; with
+   ``index_key_rank = r'``, it scores those keys on the query's ``r'`` largest channels instead (the bounds keep
+   ``r``), so that fewer candidates hold the same top ``K``.
 
 It reads ``H·r·(k/b + P·b)`` numbers instead of ``H·r·k``: at 262,144 tokens, pages of 16 and 256 pages read,
 17 times fewer. On the CPU (:func:`paged_candidates`) both sums are ``embedding_bag`` calls; off the CPU
@@ -140,7 +142,8 @@ def paged_pool(candidates: int, pages: int, page: int, length: int) -> int:
 
 def paged_candidates(
     rows: torch.Tensor, values: torch.Tensor, paged: torch.Tensor, bounds: torch.Tensor, pages: int, pool: int,
-    bags: torch.Tensor, page_bags: torch.Tensor,
+    bags: torch.Tensor, page_bags: torch.Tensor, key_rows: torch.Tensor | None = None,
+    key_values: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """A step's first stage through pages on the CPU (module docstring): the ``min(P, n)`` pages of best bound, the
     ``pool`` slots of best low-rank score in them, by two ``embedding_bag`` calls that read the query's ``r``
@@ -153,7 +156,9 @@ def paged_candidates(
         paged, bounds: from :func:`page_tables`.
         pages: ``P``. pool: ``C'`` from :func:`paged_pool`.
         bags: (B·H,) long, ``r · arange(B·H)``.
-        page_bags: (B·H·min(P, n),) long, ``r · arange(B·H·min(P, n))``.
+        page_bags: (B·H·min(P, n),) long, ``r' · arange(B·H·min(P, n))``.
+        key_rows, key_values: (B·H, r') as ``rows`` and ``values``, the channels the keys of the pages read are
+            scored on (``index_key_rank``), or None: ``rows`` and ``values``.
 
     Returns:
         (B·H, C') long slots (``page · b + offset`` in page order) of :func:`page_tables`' per-slot tables.
@@ -164,11 +169,13 @@ def paged_candidates(
     rough_pages = F.embedding_bag(rows.view(-1), bounds.view(-1, total), bags,
                                   per_sample_weights=values.reshape(-1), mode="sum")  # (B·H, n)
     chosen = torch.topk(rough_pages, read, dim=-1, sorted=False).indices  # (B·H, P)
+    key_rows = rows if key_rows is None else key_rows
+    key_values = values if key_values is None else key_values
     # the rows of the chosen pages' values: row (2m·(example·H + head) + channel)·n + page of ``paged``
-    page_rows = torch.add(chosen[:, :, None], rows[:, None, :], alpha=total)  # (B·H, P, r)
-    # the query's values repeated for each page: (B·H, P·r) in page-major order
+    page_rows = torch.add(chosen[:, :, None], key_rows[:, None, :], alpha=total)  # (B·H, P, r')
+    # the query's values repeated for each page: (B·H, P·r') in page-major order
     rough = F.embedding_bag(page_rows.view(-1), paged.view(-1, page), page_bags,
-                            per_sample_weights=values.repeat(1, read).view(-1), mode="sum")  # (B·H·P, b)
+                            per_sample_weights=key_values.repeat(1, read).view(-1), mode="sum")  # (B·H·P, b)
     best = torch.topk(rough.view(count, read * page), pool, dim=-1, sorted=False).indices  # (B·H, C') in [0, P·b)
     which = torch.div(best, page, rounding_mode="floor")
     return torch.add(best, chosen.gather(1, which) - which, alpha=page)  # page·b + offset, in page order
@@ -177,6 +184,7 @@ def paged_candidates(
 def read_page_candidates(
     channels: torch.Tensor, values: torch.Tensor, paged: torch.Tensor, bounds: torch.Tensor,
     slot_position: torch.Tensor, pages: int, pool: int, heads_index: torch.Tensor,
+    key_channels: torch.Tensor | None = None, key_values: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """A step's first stage through pages off the CPU (module docstring), as :func:`paged_candidates`: the query's
     ``r`` channels of every page's bound and of the keys of the pages read, each summed by one
@@ -189,6 +197,8 @@ def read_page_candidates(
         paged, bounds, slot_position: from :func:`page_tables`.
         pages: ``P``. pool: ``C'`` from :func:`paged_pool`.
         heads_index: (B·H, 1) long, ``arange(B·H)`` (kept by the caller).
+        key_channels, key_values: (B·H, r') as ``channels`` and ``values``, the channels the keys of the pages read
+            are scored on (``index_key_rank``), or None: ``channels`` and ``values``.
 
     Returns:
         (B·H, C') long encoder positions of the candidates.
@@ -197,7 +207,9 @@ def read_page_candidates(
     read = min(pages, total)
     rough_pages = channel_sums(bounds.unsqueeze(-1), channels, values)  # (B·H, n)
     chosen = torch.topk(rough_pages, read, dim=-1, sorted=False).indices  # (B·H, P)
-    rough = channel_sums(paged, channels, values, chosen)  # (B·H, P·b)
+    key_channels = channels if key_channels is None else key_channels
+    key_values = values if key_values is None else key_values
+    rough = channel_sums(paged, key_channels, key_values, chosen)  # (B·H, P·b)
     best = torch.topk(rough, pool, dim=-1, sorted=False).indices  # (B·H, C') in [0, P·b)
     positions = slot_position[heads_index, chosen].view(count, read * page)  # (B·H, P·b)
     return positions.gather(1, best)

@@ -20,7 +20,8 @@ DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 #: searching a faiss index of the encoder output at every length, exhaustive or approximate, which needs faiss;
 #: ``knn-rows``: ``knn`` searching the encoder output's rows in torch at every length, no faiss; ``knn-loki``: those
 #: rows reached through low-rank keys first; ``knn-loki-pages``: through the pages of low-rank keys of best bound;
-#: ``knn-loki-tail``: those, plus clusters of keys standing for the keys not read).
+#: ``knn-loki-pages-c64``: the same, 64 candidates ranked on all kept channels; ``knn-loki-tail``: those, plus
+#: clusters of keys standing for the keys not read).
 LONG_INPUT_VARIANTS: dict[str, dict[str, Any]] = {
     "full": {"variant": "full"},
     "knn": {"variant": "knn"},
@@ -29,6 +30,7 @@ LONG_INPUT_VARIANTS: dict[str, dict[str, Any]] = {
     "knn-rows": dict(NAMED_SETTINGS["knn-rows"]),
     "knn-loki": dict(NAMED_SETTINGS["knn-loki"]),
     "knn-loki-pages": dict(NAMED_SETTINGS["knn-loki-pages"]),
+    "knn-loki-pages-c64": dict(NAMED_SETTINGS["knn-loki-pages-c64"]),
     "knn-loki-tail": dict(NAMED_SETTINGS["knn-loki-tail"]),
     "block-topk": {"variant": "block-topk"},
     "block-topk-b4": dict(NAMED_SETTINGS["block-topk-b4"]),

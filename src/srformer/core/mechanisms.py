@@ -505,6 +505,9 @@ MECHANISMS: tuple[Mechanism, ...] = (
         # reads (a few percent of full attention's) and its recall, the exact search's
         # knn-loki-pages: knn-loki whose first stage reads the 256 pages of 16 keys of best bound (Quest's bounds in
         # Loki's basis), chosen on the bytes a step reads at 65k-262k tokens (under 1/10 of knn-loki's there)
+        # knn-loki-pages-c64: knn-loki-pages scoring the keys of its pages on all 24 kept channels and taking 64
+        # candidates instead of 256, chosen on the CPU time of a step (the candidates' rows it copies) and on finding
+        # the same exact top 32 keys (SumPubMed text at 8k and 32k tokens: the same share as with 256 candidates)
         # knn-loki-tail: knn-loki-pages whose keys not read enter the softmax through 1,024 clusters of the encoder
         # positions shared by a layer's heads (each head's mean key), chosen on teacher-forced fidelity to full
         # attention (SumPubMed, 40 papers at 8,192 tokens, exact top 32: 90.2% argmax agreement without clusters,
@@ -513,6 +516,8 @@ MECHANISMS: tuple[Mechanism, ...] = (
                         "knn-loki": {"knn_index": "loki", "index_min_keys": 1},
                         "knn-loki-pages": {"knn_index": "loki", "index_min_keys": 1, "index_page": 16,
                                            "index_pages": 256},
+                        "knn-loki-pages-c64": {"knn_index": "loki", "index_min_keys": 1, "index_page": 16,
+                                               "index_pages": 256, "index_candidates": 64, "index_key_rank": 24},
                         "knn-loki-tail": {"knn_index": "loki", "index_min_keys": 1, "index_page": 16,
                                           "index_pages": 256, "tail_clusters": 1024}},
     ),

@@ -152,7 +152,8 @@ def knn_attention(
     first by ``sum_i (v_i . Q_t)(v_i . K_j)`` over the ``r = index_rank`` eigenvectors ``v_i`` of the real keys'
     centred covariance, among its ``min(d, 2r)`` of largest eigenvalue ``λ_i``, with the largest
     ``|v_i . Q_t| sqrt(λ_i)`` (Loki's basis, Singhania et al. 2024; SparQ's choice of channels, Ribar et al. 2024;
-    :mod:`srformer.attention.knn_loki`).
+    :mod:`srformer.attention.knn_loki`). With ``index_page``, among the keys of the ``index_pages`` pages of best
+    bound only, ranked on the ``r' = index_key_rank`` channels of largest weight (:func:`_paged_pool`).
 
     Args:
         queries: (B, H, q, d). keys, values: (B, H, k, d). key_valid: (B, k) bool or None.
@@ -176,12 +177,15 @@ def knn_attention(
             rotated_query = basis.T @ query
             weight = (rotated_query.abs() * spread).tolist()
             channels = sorted(range(basis.shape[1]), key=lambda i: (-weight[i], i))[:rank]
-            rough = ((k @ basis[:, channels]) @ rotated_query[channels]).tolist()
             count = settings.resolved_index_candidates()
+            scored = channels
             if settings.index_page is not None:  # only the keys of the pages of best bound, at most the keys of
-                # P - 1 full pages and one more
+                # P - 1 full pages and one more, scored on the query's r' = index_key_rank largest channels
                 pool = _paged_pool(k @ basis, spread, rotated_query, channels, settings)
                 count = min(count, (settings.resolved_index_pages() - 1) * settings.index_page + 1)
+                scored = sorted(range(basis.shape[1]), key=lambda i: (-weight[i], i))[
+                    :settings.resolved_index_key_rank()]
+            rough = ((k @ basis[:, scored]) @ rotated_query[scored]).tolist()
             pool = sorted(pool, key=lambda j: (-rough[j], j))[:count]
         return sorted(pool, key=lambda j: (-products[j], j))[:top]
 
