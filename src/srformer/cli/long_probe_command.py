@@ -11,7 +11,7 @@ def run(args) -> int:
     """Score, write the outputs; returns 0."""
     options = {name: getattr(args, name)
                for name in ("encoder_window", "examples", "batch_size", "knn_index", "index_probes", "index_rank",
-                            "index_candidates", "index_page", "index_pages", "top_keys")
+                            "index_candidates", "index_page", "index_pages", "index_key_rank", "top_keys")
                if getattr(args, name) is not None}
     for name in ("lengths", "seeds"):
         if getattr(args, name):

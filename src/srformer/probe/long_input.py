@@ -64,6 +64,8 @@ class LongProbeSettings:
         index_page: with ``knn_index="loki"``: keys per page of the first stage, which then reads the
             ``index_pages`` pages of best bound only (None: no pages); the row name then says ``pages b x P``.
         index_pages: with ``index_page``: the pages per head read (None: the default, 256).
+        index_key_rank: with ``index_page``: the channels the keys of the pages read are scored on (None: the
+            default, ``index_rank``); the row name then says ``r'=``.
         top_keys: the keys each head of a ``knn`` cell attends to (None: the cell's own, 32 for ``knn``); the row
             name then says ``top K``.
     """
@@ -81,6 +83,7 @@ class LongProbeSettings:
     index_candidates: int | None = None
     index_page: int | None = None
     index_pages: int | None = None
+    index_key_rank: int | None = None
     top_keys: int | None = None
 
     def __post_init__(self) -> None:
@@ -94,6 +97,8 @@ class LongProbeSettings:
             raise ValueError("`knn_index` applies to knn cells only: give --variants knn (or knn-4).")
         if (self.index_page is not None or self.index_pages is not None) and self.knn_index != "loki":
             raise ValueError("`index_page` and `index_pages` apply to --knn-index loki only.")
+        if self.index_key_rank is not None and self.index_page is None:
+            raise ValueError("`index_key_rank` scores the keys of the pages read: give --index-page too.")
         if self.top_keys is not None and any(named_config(name).variant != "knn" for name in self.variants):
             raise ValueError("`top_keys` applies to knn cells only: give --variants knn (or knn-4).")
         if self.top_keys is not None and (isinstance(self.top_keys, bool) or self.top_keys < 1):
@@ -144,6 +149,8 @@ def _label(name: str, settings: LongProbeSettings) -> str:
         if settings.index_page is not None:
             read = settings.index_pages if settings.index_pages is not None else DEFAULT_INDEX_PAGES
             parts.append(f"pages {settings.index_page} x {read}")
+            if settings.index_key_rank is not None:
+                parts.append(f"r'={settings.index_key_rank}")
     elif settings.knn_index is not None:
         probes = settings.index_probes if settings.index_probes is not None else DEFAULT_INDEX_PROBES
         parts += [settings.knn_index] + ([f"{probes} probes"] if settings.knn_index == "ivf" else [])
@@ -159,7 +166,8 @@ def _model(cell: Path, record: dict, encoder_window: int, settings: LongProbeSet
     index = {} if settings.knn_index is None else {
         "knn_index": settings.knn_index, "index_min_keys": 1, "index_probes": settings.index_probes,
         "index_rank": settings.index_rank, "index_candidates": settings.index_candidates,
-        "index_page": settings.index_page, "index_pages": settings.index_pages}
+        "index_page": settings.index_page, "index_pages": settings.index_pages,
+        "index_key_rank": settings.index_key_rank}
     if settings.top_keys is not None:
         index["top_keys"] = settings.top_keys
     own = {k: v for k, v in record.get("settings", {}).items() if k != "encoder_window" and k not in index}

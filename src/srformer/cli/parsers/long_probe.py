@@ -41,6 +41,9 @@ def add_parser(subparsers) -> None:
                              "pages of best bound (default: no pages, every key)")
     parser.add_argument("--index-pages", type=int, default=None,
                         help="with --index-page: pages per head whose keys are scored (default 256)")
+    parser.add_argument("--index-key-rank", type=int, default=None,
+                        help="with --index-page: channels the keys of the pages read are scored on (default: "
+                             "--index-rank)")
     parser.add_argument("--top-keys", type=int, default=None,
                         help="keys each head of a knn cell attends to (default: the cell's own, 32)")
     parser.add_argument("--index-probes", type=int, default=None,
