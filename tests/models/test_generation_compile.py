@@ -189,13 +189,13 @@ def test_knn_through_low_rank_keys_decodes_in_one_graph(family):
     assert_eager_tokens_and_logits(compiled, eager)
 
 
-@pytest.mark.parametrize("family", ["t5", "bart"])
-def test_knn_through_pages_of_low_rank_keys_decodes_in_one_graph(family):
-    """``knn_index="loki"`` with pages (pages of 3 keys, two read): one graph for all five positions, eager's
-    tokens and logits."""
+@pytest.mark.parametrize(("family", "key_rank"), [("t5", None), ("bart", None), ("t5", 4)])
+def test_knn_through_pages_of_low_rank_keys_decodes_in_one_graph(family, key_rank):
+    """``knn_index="loki"`` with pages (pages of 3 keys, two read; their keys ranked on the bounds' 2 channels or on
+    all 4 kept, ``index_key_rank``): one graph for all five positions, eager's tokens and logits."""
     model = converted(BUILDERS[family]("sdpa").double(), variant="knn", top_keys=3, **SETTINGS)
     set_runtime_options(model, knn_index="loki", index_min_keys=1, index_rank=2, index_candidates=4, index_page=3,
-                        index_pages=2)
+                        index_pages=2, index_key_rank=key_rank)
     compiled, eager, graphs = compiled_generate(model, "aot_eager")
     assert graphs == 1
     state = eager.past_key_values.cross_attention_cache.layers[0].state

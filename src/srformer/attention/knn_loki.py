@@ -39,7 +39,8 @@ float64 for a float64 encoder output). A decoder step then, per head:
   their covariance, one ``eigh`` of ``d x d`` per head (on CUDA ``torch.linalg.eigh`` synchronises with the host
   once per layer), the channels.
 * **Step**: a fixed sequence of operator calls whatever ``k`` (21 per layer off the CPU, views included; 24 with
-  pages), no host sync, one graph under ``torch.compile``. Off the CPU the candidates' rows are scored and the chosen
+  pages, 26 with pages and ``index_key_rank`` other than ``r``: the two slices of the bounds' channels), no host
+  sync, one graph under ``torch.compile``. Off the CPU the candidates' rows are scored and the chosen
   ones mixed where they lie, by fused operators (:mod:`srformer.attention.gathered`, a Triton kernel each on CUDA):
   the encoder output's rows picked are read, never copied. On the CPU the candidates' rows are copied once by an
   ``index_select`` of the flattened rows (about 6x faster there than advanced indexing) and scored and mixed from
@@ -344,7 +345,8 @@ def loki_step(
       chosen scores back as logits, ``-inf`` at padding), the softmax of those logits mixing the chosen rows (no
       padding mask read), and ``W_v`` (one batched product). Off the CPU the rows are scored and mixed by the fused
       operators of :mod:`srformer.attention.gathered`, which read the rows they pick and copy nothing: 24 operator
-      calls per layer with pages, 21 without (views included; one more with a value bias). On the CPU the
+      calls per layer with pages (26 with a ``key_rank`` other than ``r``), 21 without (views included; one more
+      with a value bias). On the CPU the
       candidates' rows are copied once (``index_select``) and scored and mixed from the copy. The tail
       (``tail_clusters``) adds its own calls.
 
