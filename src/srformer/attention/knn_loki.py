@@ -387,11 +387,7 @@ def loki_step(
         # the r channels (r' for the keys of the pages read, the r largest first), each signed positive: (B·H, ·)
         top = torch.topk(signed, max(rank, key_rank), dim=-1, sorted=key_rank != rank)
         weights = cast(top.values, state.channels.dtype)
-        channels = _Channels(top.indices, weights, key_rank)
-        if key_rank > rank:  # the bounds read the first r
-            channels = _Channels(top.indices[:, :rank], weights[:, :rank], key_rank, top.indices, weights)
-        elif key_rank < rank:  # the keys read the first r'
-            channels = _Channels(top.indices, weights, key_rank, top.indices[:, :key_rank], weights[:, :key_rank])
+        channels = _Channels(top.indices, weights, rank, key_rank)
         if on_cpu:
             pooled, flat, hidden, scores = _cpu_candidates(state, channels, hidden_queries, indices, pages, pool)
             order = torch.take(state.flat_order, flat).view(count, pool)  # (B·H, C)
@@ -428,15 +424,19 @@ def loki_step(
 
 
 class _Channels(NamedTuple):
-    """The query's signed channels a step reads: (B·H, r) long ``indices`` and their (B·H, r) ``weights`` (the
-    bounds', or every key's without pages); with pages, ``key_rank = r'`` and, where ``r' != r``, the (B·H, r')
-    ``key_indices`` and ``key_weights`` the keys of the pages read are scored on (None: the same as the bounds')."""
+    """The query's signed channels a step reads: (B·H, max(r, r')) long ``indices`` and their ``weights``, the
+    largest first where ``r != r'``. The bounds (every key without pages) read the first ``rank = r``, the keys of
+    the pages read the first ``key_rank = r'`` (:meth:`first`)."""
 
     indices: torch.Tensor
     weights: torch.Tensor
+    rank: int
     key_rank: int
-    key_indices: torch.Tensor | None = None
-    key_weights: torch.Tensor | None = None
+
+    @staticmethod
+    def first(tensor: torch.Tensor, width: int) -> torch.Tensor:
+        """``tensor``'s first ``width`` columns: the tensor itself where it has no more (no slice call)."""
+        return tensor if tensor.shape[1] == width else tensor[:, :width]
 
 
 def _cpu_candidates(
@@ -452,10 +452,11 @@ def _cpu_candidates(
     rows = state.rows
     count, length = channels.indices.shape[0], rows.shape[1]
     if state.paged is not None and pages is not None and state.slot_position is not None:
-        key_rows = None if channels.key_indices is None else channels.key_indices + indices.flat
-        slots = paged_candidates(channels.indices + indices.flat, channels.weights, state.paged, state.channels,
-                                 pages, pool, indices.bags, indices.page_bags, key_rows,
-                                 channels.key_weights)  # (B·H, C)
+        flat_rows, first = channels.indices + indices.flat, channels.first
+        slots = paged_candidates(first(flat_rows, channels.rank), first(channels.weights, channels.rank),
+                                 state.paged, state.channels, pages, pool, indices.bags, indices.page_bags,
+                                 first(flat_rows, channels.key_rank),
+                                 first(channels.weights, channels.key_rank))  # (B·H, C)
         pooled = state.slot_position.view(count, -1).gather(1, slots)
     else:
         pooled = _rough_candidates(channels.indices, channels.weights, state.channels, indices, pool)
@@ -469,9 +470,11 @@ def _fused_candidates(state: LokiKNNState, channels: _Channels, indices: LokiSte
                       pool: int) -> torch.Tensor:
     """The candidates off the CPU: (B·H, C) positions, through pages by fused channel sums."""
     if state.paged is not None and pages is not None and state.slot_position is not None:
-        return read_page_candidates(channels.indices, channels.weights, state.paged, state.channels,
-                                    state.slot_position, pages, pool, indices.heads, channels.key_indices,
-                                    channels.key_weights)
+        first = channels.first
+        return read_page_candidates(first(channels.indices, channels.rank), first(channels.weights, channels.rank),
+                                    state.paged, state.channels, state.slot_position, pages, pool, indices.heads,
+                                    first(channels.indices, channels.key_rank),
+                                    first(channels.weights, channels.key_rank))
     return _rough_candidates(channels.indices, channels.weights, state.channels, indices, pool)
 
 

@@ -166,7 +166,7 @@ def paged_candidates(
     count = rows.shape[0]
     page, total = paged.shape[-1], bounds.shape[-1]
     read = min(pages, total)
-    rough_pages = F.embedding_bag(rows.view(-1), bounds.view(-1, total), bags,
+    rough_pages = F.embedding_bag(rows.reshape(-1), bounds.view(-1, total), bags,
                                   per_sample_weights=values.reshape(-1), mode="sum")  # (B·H, n)
     chosen = torch.topk(rough_pages, read, dim=-1, sorted=False).indices  # (B·H, P)
     key_rows = rows if key_rows is None else key_rows

@@ -176,15 +176,15 @@ def knn_attention(
             basis, spread = _principal_basis(k, rank)
             rotated_query = basis.T @ query
             weight = (rotated_query.abs() * spread).tolist()
-            channels = sorted(range(basis.shape[1]), key=lambda i: (-weight[i], i))[:rank]
+            ranked = sorted(range(basis.shape[1]), key=lambda i: (-weight[i], i))  # the largest weight first
+            channels = ranked[:rank]
             count = settings.resolved_index_candidates()
             scored = channels
             if settings.index_page is not None:  # only the keys of the pages of best bound, at most the keys of
                 # P - 1 full pages and one more, scored on the query's r' = index_key_rank largest channels
                 pool = _paged_pool(k @ basis, spread, rotated_query, channels, settings)
                 count = min(count, (settings.resolved_index_pages() - 1) * settings.index_page + 1)
-                scored = sorted(range(basis.shape[1]), key=lambda i: (-weight[i], i))[
-                    :settings.resolved_index_key_rank()]
+                scored = ranked[:settings.resolved_index_key_rank()]
             rough = ((k @ basis[:, scored]) @ rotated_query[scored]).tolist()
             pool = sorted(pool, key=lambda j: (-rough[j], j))[:count]
         return sorted(pool, key=lambda j: (-products[j], j))[:top]
