@@ -10,7 +10,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from srformer.attention.selection import ORDER_FLOOR, position_order, ranked_top, top_positions
+from srformer.attention.selection import (
+    GROUPED_TOPK_WIDTH,
+    ORDER_FLOOR,
+    grouped_topk,
+    position_order,
+    ranked_top,
+    top_positions,
+)
 
 
 def _by_sort(scores: torch.Tensor, allowed: torch.Tensor, width: int) -> torch.Tensor:
@@ -178,3 +185,47 @@ def test_an_order_term_of_plus_infinity_ranks_first_as_first_does(rows, n, dtype
     by_first = ranked_top(scores, order, width, first=first, finite=True)
     assert torch.equal(by_order.sort(dim=-1).values, by_first.sort(dim=-1).values)
     assert first.gather(-1, by_order).sum() == first.sum()
+
+
+@pytest.mark.parametrize("length", [GROUPED_TOPK_WIDTH, GROUPED_TOPK_WIDTH + 1, 3000, 4096, 16384, 70001])
+@pytest.mark.parametrize("k", [1, 64, 256, 600])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_grouped_topk_takes_the_largest_scores(length, k, dtype):
+    """The scores at the indices returned are ``topk``'s (bfloat16: many ties at the ``k``-th), the indices distinct
+    and in range, on rows short enough for one ``topk`` and rows cut into groups (padded or not, in two levels)."""
+    scores = torch.randn(3, length, generator=torch.Generator().manual_seed(length + k)).to(dtype)
+    indices = grouped_topk(scores, k)
+    assert indices.shape == (3, k) and int(indices.min()) >= 0 and int(indices.max()) < length
+    assert bool((indices.sort(dim=-1).values.diff(dim=-1) > 0).all())
+    expected = torch.topk(scores, k, dim=-1).values
+    assert torch.equal(scores.gather(1, indices).sort(dim=-1, descending=True).values, expected)
+
+
+@pytest.mark.parametrize("length", [5000, 20000])
+def test_grouped_topk_settles_ties_at_the_kth_score(length):
+    """Three distinct scores, so that most of a row ties at the ``k``-th: still ``k`` distinct indices whose scores
+    are ``topk``'s."""
+    scores = torch.randint(0, 3, (2, length), generator=torch.Generator().manual_seed(0)).float()
+    scores[0, :10] = 5.0  # a few above the tie
+    indices = grouped_topk(scores, 200)
+    assert bool((indices.sort(dim=-1).values.diff(dim=-1) > 0).all())
+    assert torch.equal(scores.gather(1, indices).sort(dim=-1, descending=True).values,
+                       torch.topk(scores, 200, dim=-1).values)
+
+
+def test_grouped_topk_reads_long_rows_in_groups():
+    """Every ``topk`` it makes on a long row reads at most :data:`GROUPED_TOPK_WIDTH` scores per row; a short row
+    takes exactly one."""
+    widths: list[int] = []
+    topk = torch.topk
+
+    def counted(scores, *args, **kwargs):
+        widths.append(scores.shape[-1])
+        return topk(scores, *args, **kwargs)
+
+    with patch("srformer.attention.selection.torch.topk", side_effect=counted):
+        grouped_topk(torch.randn(2, 16384), 256)
+        assert len(widths) >= 2 and max(widths) <= GROUPED_TOPK_WIDTH
+        widths.clear()
+        grouped_topk(torch.randn(2, 900), 256)
+        assert widths == [900]
