@@ -67,6 +67,24 @@ def test_keys_scored_on_other_channels_are_the_reference(rank, key_rank, step, m
     assert (output - expected).abs().max().item() <= loki_tolerance(hidden, projection)
 
 
+def test_many_pages_selected_in_groups_are_the_reference(monkeypatch):
+    """On the CPU route with more pages than one ``topk`` reads (1,050 pages of 8, 200 read, whose 1,600 keys hold
+    the candidates): both selections go through groups
+    (:func:`~srformer.attention.selection.grouped_topk`), and the step is still the float64 reference."""
+    monkeypatch.setattr(step_choice, "STEP_OVERRIDE", "cpu")
+    generator = torch.Generator().manual_seed(3)
+    hidden = torch.randn(2, 8400, 8, generator=generator, dtype=torch.float64)
+    valid = torch.ones(2, 8400, dtype=torch.bool)
+    valid[1, :700] = False
+    _, _, projection, queries = rows_inputs(torch.float64)
+    settings = {"index_rank": 2, "index_candidates": 12, "top_keys": 3, "index_page": 8, "index_pages": 200}
+    module = loki_module(**settings)
+    with torch.no_grad():
+        output, _ = module.step(queries[:2], module.indexed_state(hidden, valid, projection), position=0)
+    expected = loki_reference(hidden, valid, projection, queries[:2], **settings)
+    assert (output - expected).abs().max().item() <= loki_tolerance(hidden, projection)
+
+
 def test_the_keys_channels_change_what_is_read():
     """The reference's ``r'`` matters: scoring the keys of the pages read on four channels instead of one changes
     the keys read for some query (else the test above could not tell the two apart)."""
@@ -126,9 +144,10 @@ def test_padding_does_not_change_an_examples_output():
 
 
 def test_the_step_makes_no_host_sync_and_the_same_calls_at_every_length(monkeypatch):
-    """On the accelerator route: no host sync, the same operator calls whatever ``k``: 25 (views included; 24 and
-    the value bias's add), 3 more than without pages (the page stage's eight calls, two of them fused channel sums,
-    in place of the first stage's ``embedding_bag`` with its index arithmetic and views)."""
+    """On the accelerator route: no host sync, the same operator calls whatever ``k``: 26 (views included; 25 and
+    the value bias's add), 4 more than without pages (the page stage's nine calls, two of them fused channel sums
+    and one the view of the page-major channels they read, in place of the first stage's ``embedding_bag`` with its
+    index arithmetic and views)."""
     monkeypatch.setattr(step_choice, "STEP_OVERRIDE", "accelerator")
     hidden, valid, projection, queries = rows_inputs(torch.float32)
     module = loki_module(top_keys=4, index_rank=2, index_candidates=8, index_page=4, index_pages=2)
@@ -141,12 +160,12 @@ def test_the_step_makes_no_host_sync_and_the_same_calls_at_every_length(monkeypa
         assert counter.syncs == 0, counter.calls
         totals.append(counter.total)
     assert totals[0] == totals[1], totals
-    assert totals[0] == 25, totals
+    assert totals[0] == 26, totals
     module = loki_module(top_keys=4, index_rank=2, index_key_rank=4, index_candidates=8, index_page=4, index_pages=2)
     module.step(queries, state, position=0)
     with torch.no_grad(), OperatorCounter() as counter:
         module.step(queries, state, position=0)
-    assert counter.syncs == 0 and counter.total == 27, counter.calls  # the bounds' channels: two slices
+    assert counter.syncs == 0 and counter.total == 28, counter.calls  # the bounds' channels: two slices
 
 
 def test_the_state_keeps_a_small_fraction_of_full_attentions_cache():
@@ -159,7 +178,7 @@ def test_the_state_keeps_a_small_fraction_of_full_attentions_cache():
     projection = HeadProjection.from_linear(key, value, heads, head_dim)
     assert projection is not None
     state = loki_state(torch.randn(1, length, 512), None, projection, 12, 16, scale=SCALE)
-    assert state.paged is not None and state.paged.shape == (heads, 48, length // 16, 16)
+    assert state.paged is not None and state.paged.shape == (heads, length // 16, 48, 16)
     assert state.channels.shape == (heads, 48, length // 16)
     full_cache = 2 * heads * length * head_dim * 4
     assert state.nbytes() <= 0.25 * full_cache, state.nbytes() / full_cache

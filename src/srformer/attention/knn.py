@@ -476,8 +476,8 @@ class KNNCrossAttention(ContentSparseCrossAttention):
         on the module, made in the graph when traced."""
         doubled, rank, key_rank = state.signed_channels, state.channels_read(rank), state.channels_read(key_rank)
         read = min(pages, state.pages)
-        return kept_per_shape(self._loki, (batch, heads, doubled, rank, read, key_rank, device),
-                              lambda: loki_indices(batch, heads, doubled, rank, read, device, key_rank))
+        return kept_per_shape(self._loki, (batch, heads, doubled, rank, read, key_rank, state.pages, device),
+                              lambda: loki_indices(batch, heads, doubled, rank, read, device, key_rank, state.pages))
 
     def _step_indices(self, batch: int, heads: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, 1, 1) and (1, H, 1) long, the example and head of each chosen slot (the first two index tensors of the

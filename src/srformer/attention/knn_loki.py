@@ -114,8 +114,8 @@ class LokiKNNState(RowsKNNState):
             real keys outputs 0 with no call of its own.
         paged, slot_position: None without pages (``index_page`` None). With pages of ``b`` keys
             (:mod:`srformer.attention.loki_pages`), :attr:`channels` holds each page's largest values instead,
-            (B·H, 2m, n) for ``n = ceil(k / b)`` pages, and these hold (B·H, 2m, n, b) the channels in page order,
-            each page's values contiguous, and (B·H, n, b) long each slot's encoder position
+            (B·H, 2m, n) for ``n = ceil(k / b)`` pages, and these hold (B·H, n, 2m, b) the channels in page order,
+            each page's channels one block (page-major), and (B·H, n, b) long each slot's encoder position
             (:func:`~srformer.attention.loki_pages.page_tables`).
         cluster_of, cluster_row_sums, cluster_counts: None without ``tail_clusters``. With ``C`` clusters shared by
             the layer's heads (:mod:`srformer.attention.key_clusters`): (B, k) long each position's cluster (0 at
@@ -150,7 +150,7 @@ class LokiKNNState(RowsKNNState):
     @property
     def pages(self) -> int:
         """``n``, the pages per head (0 without pages)."""
-        return 0 if self.paged is None else self.paged.shape[2]
+        return 0 if self.paged is None else self.paged.shape[1]
 
     def channels_read(self, rank: int) -> int:
         """The channels a step reads for ``index_rank = rank``: ``r``, at most the ``m`` kept."""
@@ -247,19 +247,19 @@ def loki_state(
             example = torch.arange(batch, device=keys.device).view(batch, 1, 1)
             head = torch.arange(heads, device=keys.device).view(1, heads, 1)
             rotated = rotated[example, head, order]
-            padded = None if padded is None else padded.expand(-1, heads, -1).gather(-1, order)
-        channels = cast(torch.cat([rotated.mT, -rotated.mT], dim=2), low)  # (B, H, 2m, k)
-        if padded is not None:
-            channels.masked_fill_(padded[:, :, None, :], _PADDING_VALUE)
+            padded = None if padded is None else padded.expand(-1, heads, -1).gather(-1, order)  # (B, H, k)
         mapped = vectors * scales[:, :, None, :]
         key_weight = cast(projection.key_weight, wide).expand(batch, -1, -1, -1) * scale  # (B, H, d, D)
         query_map = torch.cat([mapped, -mapped, key_weight], dim=-1)
         value_weight, value_bias = base.projection.example_values(base.has_keys)
         value_weight = value_weight.flatten(0, 1).mT.contiguous()  # (B·H, D, d)
         if page is not None:
-            paged, channels, slot_position = page_tables(channels, order, page, _PADDING_VALUE)
+            paged, channels, slot_position = page_tables(rotated, padded, order, page, low, _PADDING_VALUE)
             optional.update({"paged": paged, "slot_position": slot_position})
         else:
+            channels = cast(torch.cat([rotated.mT, -rotated.mT], dim=2), low)  # (B, H, 2m, k)
+            if padded is not None:
+                channels.masked_fill_(padded[:, :, None, :], _PADDING_VALUE)
             channels = channels.flatten(0, -2)
     return extend(LokiKNNState, base, channels=channels,
                   query_map=query_map.flatten(0, 1), flat_order=base.rank_order.view(batch, length),
@@ -290,6 +290,8 @@ class LokiStepIndices(NamedTuple):
         bags: (B·H,) long, ``r · arange(B·H)``: where each example and head's channels start.
         page_bags: (B·H·min(P, n),) long, ``r' · arange(B·H·min(P, n))`` for the ``r'`` channels the keys of the
             pages read are scored on (empty without pages).
+        page_flat: (B·H, 1) long, ``2m · n · arange(B·H)``: the first row of each example and head's pages in the
+            page-major channels flattened to (B·H·n·2m, b) (0 without pages).
     """
 
     flat: torch.Tensor
@@ -297,6 +299,7 @@ class LokiStepIndices(NamedTuple):
     heads: torch.Tensor
     bags: torch.Tensor
     page_bags: torch.Tensor
+    page_flat: torch.Tensor
 
 
 def step_pool(state: LokiKNNState, candidates: int, pages: int | None) -> int:
@@ -315,16 +318,17 @@ def step_pool(state: LokiKNNState, candidates: int, pages: int | None) -> int:
 
 
 def loki_indices(batch: int, heads: int, doubled: int, rank: int, read: int, device: torch.device,
-                 key_rank: int | None = None) -> LokiStepIndices:
+                 key_rank: int | None = None, pages: int = 0) -> LokiStepIndices:
     """:class:`LokiStepIndices` for ``batch`` examples of ``heads`` heads, ``2m = doubled`` signed channels,
-    ``r = rank`` read, ``read = min(P, n)`` pages read (0 without pages) and ``r' = key_rank`` channels the keys of
-    the pages read are scored on (None: ``r``)."""
+    ``r = rank`` read, ``read = min(P, n)`` pages read (0 without pages), ``r' = key_rank`` channels the keys of
+    the pages read are scored on (None: ``r``) and ``n = pages`` pages per head (0 without pages)."""
     count = batch * heads
     every = torch.arange(count, device=device).view(count, 1)
     key_rank = rank if key_rank is None else key_rank
     return LokiStepIndices(
         flat=every * doubled, example=every.div(heads, rounding_mode="floor"), heads=every,
         bags=every.view(count) * rank, page_bags=torch.arange(count * read, device=device) * key_rank,
+        page_flat=every * (doubled * pages),
     )
 
 
@@ -344,8 +348,8 @@ def loki_step(
       ``scale · W_k``), ranked by order key (:func:`~srformer.attention.selection.ranked_scores`, whose keys give the
       chosen scores back as logits, ``-inf`` at padding), the softmax of those logits mixing the chosen rows (no
       padding mask read), and ``W_v`` (one batched product). Off the CPU the rows are scored and mixed by the fused
-      operators of :mod:`srformer.attention.gathered`, which read the rows they pick and copy nothing: 24 operator
-      calls per layer with pages (26 with a ``key_rank`` other than ``r``), 21 without (views included; one more
+      operators of :mod:`srformer.attention.gathered`, which read the rows they pick and copy nothing: 25 operator
+      calls per layer with pages (27 with a ``key_rank`` other than ``r``), 21 without (views included; one more
       with a value bias). On the CPU the
       candidates' rows are copied once (``index_select``) and scored and mixed from the copy. The tail
       (``tail_clusters``) adds its own calls.
@@ -452,11 +456,11 @@ def _cpu_candidates(
     rows = state.rows
     count, length = channels.indices.shape[0], rows.shape[1]
     if state.paged is not None and pages is not None and state.slot_position is not None:
-        flat_rows, first = channels.indices + indices.flat, channels.first
-        slots = paged_candidates(first(flat_rows, channels.rank), first(channels.weights, channels.rank),
-                                 state.paged, state.channels, pages, pool, indices.bags, indices.page_bags,
-                                 first(flat_rows, channels.key_rank),
-                                 first(channels.weights, channels.key_rank))  # (B·H, C)
+        first = channels.first
+        slots = paged_candidates(first(channels.indices, channels.rank) + indices.flat,
+                                 first(channels.weights, channels.rank), state.paged, state.channels, pages, pool,
+                                 indices.bags, indices.page_bags, first(channels.indices, channels.key_rank)
+                                 + indices.page_flat, first(channels.weights, channels.key_rank))  # (B·H, C)
         pooled = state.slot_position.view(count, -1).gather(1, slots)
     else:
         pooled = _rough_candidates(channels.indices, channels.weights, state.channels, indices, pool)
