@@ -114,7 +114,7 @@ class LokiKNNState(RowsKNNState):
             real keys outputs 0 with no call of its own.
         paged, slot_position: None without pages (``index_page`` None). With pages of ``b`` keys
             (:mod:`srformer.attention.loki_pages`), :attr:`channels` holds each page's largest values instead,
-            (B·H, 2m, n) for ``n = ceil(k / b)`` pages, and these hold (B·H, n, 2m, b) the channels in page order,
+            (B·H, 2m, n, 1) for ``n = ceil(k / b)`` pages, and these hold (B·H, n, 2m, b) the channels in page order,
             each page's channels one block (page-major), and (B·H, n, b) long each slot's encoder position
             (:func:`~srformer.attention.loki_pages.page_tables`).
         cluster_of, cluster_row_sums, cluster_counts: None without ``tail_clusters``. With ``C`` clusters shared by
@@ -348,8 +348,8 @@ def loki_step(
       ``scale · W_k``), ranked by order key (:func:`~srformer.attention.selection.ranked_scores`, whose keys give the
       chosen scores back as logits, ``-inf`` at padding), the softmax of those logits mixing the chosen rows (no
       padding mask read), and ``W_v`` (one batched product). Off the CPU the rows are scored and mixed by the fused
-      operators of :mod:`srformer.attention.gathered`, which read the rows they pick and copy nothing: 25 operator
-      calls per layer with pages (27 with a ``key_rank`` other than ``r``), 21 without (views included; one more
+      operators of :mod:`srformer.attention.gathered`, which read the rows they pick and copy nothing: 24 operator
+      calls per layer with pages (26 with a ``key_rank`` other than ``r``), 21 without (views included; one more
       with a value bias). On the CPU the
       candidates' rows are copied once (``index_select``) and scored and mixed from the copy. The tail
       (``tail_clusters``) adds its own calls.

@@ -126,7 +126,8 @@ def page_tables(
 
     Returns:
         ``(paged, bounds, slot_position)``: (B·H, n, 2m, b) the channels ``c_ji / s_i`` then ``-c_ji / s_i``,
-        ``n = ceil(k / b)`` pages per head; (B·H, 2m, n) each page's largest value per signed channel; (B·H, n, b)
+        ``n = ceil(k / b)`` pages per head; (B·H, 2m, n, 1) each page's largest value per signed channel (the
+        table :func:`~srformer.attention.gathered.channel_sums` reads, a page's bound its one slot); (B·H, n, b)
         long each slot's encoder position. A slot past the last key holds the position of the head's last slot, a
         padded position when there is one: a step reads such a slot only when fewer keys than it needs are
         candidates, which needs padding (the pages read hold at least ``(P - 1)·b >= K`` keys,
@@ -146,7 +147,7 @@ def page_tables(
         empty = padded if padded is not None else torch.zeros_like(order, dtype=torch.bool)
         empty = F.pad(empty, (0, extra), value=True) if extra else empty
         paged.masked_fill_(empty.view(batch * heads, pages, 1, page), padding_value)
-    bounds = paged.amax(dim=-1).transpose(1, 2).contiguous()  # (B·H, 2m, n)
+    bounds = paged.amax(dim=-1).transpose(1, 2).contiguous().unsqueeze(-1)  # (B·H, 2m, n, 1)
     return paged, bounds, slot_position.reshape(batch * heads, pages, page)
 
 
@@ -167,7 +168,7 @@ def paged_candidates(
     host sync.
 
     Args:
-        rows: (B·H, r) long, each chosen signed channel's row in ``bounds`` flattened to (B·H·2m, n)
+        rows: (B·H, r) long, each chosen signed channel's row in ``bounds`` seen as (B·H·2m, n)
             (``2m · (example·H + head) + channel``).
         values: (B·H, r) the query's values on them (positive), in the channels' dtype.
         paged, bounds: from :func:`page_tables`.
@@ -183,7 +184,7 @@ def paged_candidates(
         (B·H, C') long slots (``page · b + offset`` in page order) of :func:`page_tables`' per-slot tables.
     """
     count = rows.shape[0]
-    page, doubled, total = paged.shape[-1], paged.shape[-2], bounds.shape[-1]
+    page, doubled, total = paged.shape[-1], paged.shape[-2], bounds.shape[2]
     read = min(pages, total)
     rough_pages = F.embedding_bag(rows.reshape(-1), bounds.view(-1, total), bags,
                                   per_sample_weights=values.reshape(-1), mode="sum")  # (B·H, n)
@@ -222,7 +223,7 @@ def read_page_candidates(
     """
     count, total, _, page = paged.shape
     read = min(pages, total)
-    rough_pages = channel_sums(bounds.unsqueeze(-1), channels, values)  # (B·H, n)
+    rough_pages = channel_sums(bounds, channels, values)  # (B·H, n)
     chosen = torch.topk(rough_pages, read, dim=-1, sorted=False).indices  # (B·H, P)
     key_channels = channels if key_channels is None else key_channels
     key_values = values if key_values is None else key_values
