@@ -245,7 +245,7 @@ def grouped_topk(scores: torch.Tensor, k: int) -> torch.Tensor:
         return torch.topk(scores, k, dim=-1, sorted=False).indices
     if groups * width != length:
         scores = F.pad(scores, (0, groups * width - length), value=-math.inf)
-    best = torch.topk(scores.view(rows, groups, width).amax(dim=1), k, dim=-1, sorted=False).indices  # (R, k)
+    best = torch.topk(scores.reshape(rows, groups, width).amax(dim=1), k, dim=-1, sorted=False).indices  # (R, k)
     starts = torch.arange(0, groups * width, width, device=scores.device)  # (g,)
     held = torch.add(best[:, None, :], starts[:, None]).view(rows, groups * k)  # every score of those groups
     return held.gather(1, grouped_topk(scores.gather(1, held), k))
