@@ -56,6 +56,23 @@ def test_the_step_is_the_two_stage_reference(rank, candidates, top_keys, step, m
     assert torch.equal(output[2], torch.zeros_like(output[2]))
 
 
+def test_a_long_input_selected_in_groups_is_the_reference(monkeypatch):
+    """On the CPU route with more keys than one ``topk`` reads (3,000, padded on the left in the second example):
+    the first stage's selection goes through groups (:func:`~srformer.attention.selection.grouped_topk`), and the
+    step is still the float64 reference."""
+    monkeypatch.setattr(step_choice, "STEP_OVERRIDE", "cpu")
+    hidden = torch.randn(2, 3000, 8, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    valid = torch.ones(2, 3000, dtype=torch.bool)
+    valid[1, :900] = False
+    _, _, projection, queries = rows_inputs(torch.float64)
+    settings = {"index_rank": 2, "index_candidates": 300, "top_keys": 3}
+    module = loki_module(**settings)
+    with torch.no_grad():
+        output, _ = module.step(queries[:2], module.indexed_state(hidden, valid, projection), position=0)
+    expected = loki_reference(hidden, valid, projection, queries[:2], **settings)
+    assert (output - expected).abs().max().item() <= loki_tolerance(hidden, projection)
+
+
 def test_a_narrow_first_stage_changes_what_is_read():
     """The reference's stages matter: with one direction and few candidates the keys read are not the exact
     search's for some query (else the tests above could not tell the two apart)."""

@@ -70,7 +70,7 @@ from srformer.attention.loki_pages import (
 from srformer.attention.projection import HeadProjection
 from srformer.attention.schedule import tracing
 from srformer.attention.segmented import cast
-from srformer.attention.selection import ranked_scores, top_positions
+from srformer.attention.selection import grouped_topk, ranked_scores, top_positions
 from srformer.attention.state import accumulation_dtype, extend
 from srformer.attention.step_choice import step_kind
 
@@ -463,7 +463,7 @@ def _cpu_candidates(
                                  + indices.page_flat, first(channels.weights, channels.key_rank))  # (B·H, C)
         pooled = state.slot_position.view(count, -1).gather(1, slots)
     else:
-        pooled = _rough_candidates(channels.indices, channels.weights, state.channels, indices, pool)
+        pooled = _rough_candidates(channels.indices, channels.weights, state.channels, indices, pool, grouped=True)
     flat = (pooled + indices.example * length).view(-1)
     hidden = cast(rows.view(-1, rows.shape[-1]).index_select(0, flat).view(count, pool, -1),
                   state.query_map.dtype)  # (B·H, C, D)
@@ -483,12 +483,14 @@ def _fused_candidates(state: LokiKNNState, channels: _Channels, indices: LokiSte
 
 
 def _rough_candidates(channels: torch.Tensor, weights: torch.Tensor, table: torch.Tensor, indices: LokiStepIndices,
-                      pool: int) -> torch.Tensor:
+                      pool: int, grouped: bool = False) -> torch.Tensor:
     """The first stage without pages: one ``embedding_bag`` (the ``r`` channels' rows of ``table`` weighted by the
-    query's values and summed, without a copy of the rows), then the ``pool`` best: (B·H, C) long positions."""
+    query's values and summed, without a copy of the rows), then the ``pool`` best: (B·H, C) long positions. On the
+    CPU (``grouped``) the best through :func:`~srformer.attention.selection.grouped_topk`, whose groups a long input
+    needs there; elsewhere one ``topk``."""
     rough = F.embedding_bag((channels + indices.flat).view(-1), table, indices.bags,
                             per_sample_weights=weights.view(-1), mode="sum")
-    return torch.topk(rough, pool, dim=-1, sorted=False).indices
+    return grouped_topk(rough, pool) if grouped else torch.topk(rough, pool, dim=-1, sorted=False).indices
 
 
 def _read_with_gradient(
