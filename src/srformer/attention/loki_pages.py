@@ -201,8 +201,8 @@ def paged_candidates(
 
 def read_page_candidates(
     channels: torch.Tensor, values: torch.Tensor, paged: torch.Tensor, bounds: torch.Tensor,
-    slot_position: torch.Tensor, pages: int, pool: int, heads_index: torch.Tensor,
-    key_channels: torch.Tensor | None = None, key_values: torch.Tensor | None = None,
+    slot_position: torch.Tensor, pages: int, pool: int, heads_index: torch.Tensor, key_channels: torch.Tensor,
+    key_values: torch.Tensor,
 ) -> torch.Tensor:
     """A step's first stage through pages off the CPU (module docstring), as :func:`paged_candidates`: the query's
     ``r`` channels of every page's bound and of the keys of the pages read, each summed by one
@@ -216,7 +216,7 @@ def read_page_candidates(
         pages: ``P``. pool: ``C'`` from :func:`paged_pool`.
         heads_index: (B·H, 1) long, ``arange(B·H)`` (kept by the caller).
         key_channels, key_values: (B·H, r') as ``channels`` and ``values``, the channels the keys of the pages read
-            are scored on (``index_key_rank``), or None: ``channels`` and ``values``.
+            are scored on (the query's ``r'`` largest, ``index_key_rank``).
 
     Returns:
         (B·H, C') long encoder positions of the candidates.
@@ -225,8 +225,6 @@ def read_page_candidates(
     read = min(pages, total)
     rough_pages = channel_sums(bounds, channels, values)  # (B·H, n)
     chosen = torch.topk(rough_pages, read, dim=-1, sorted=False).indices  # (B·H, P)
-    key_channels = channels if key_channels is None else key_channels
-    key_values = values if key_values is None else key_values
     rough = channel_sums(paged.transpose(1, 2), key_channels, key_values, chosen)  # (B·H, P·b), a view
     best = torch.topk(rough, pool, dim=-1, sorted=False).indices  # (B·H, C') in [0, P·b)
     positions = slot_position[heads_index, chosen].view(count, read * page)  # (B·H, P·b)

@@ -8,8 +8,8 @@ positions in the order (allowed first, score descending, position ascending) in 
 * :func:`top_positions` (the CPU steps, the parallel paths, ``quest``): one ``torch.topk`` for the ``width``-th
   score and, where a tie at it is left out, a pass that settles it by position; on the CPU the check for such a tie
   is a free host read, elsewhere the pass always runs.
-* :func:`grouped_topk` (the CPU step's pages, :mod:`srformer.attention.loki_pages`): ``torch.topk``'s answer, up to
-  the choice among equal scores, through the maxima of groups of scores, for long rows on a CPU.
+* :func:`grouped_topk` (the CPU steps of ``knn_index="loki"``, with pages or without): ``torch.topk``'s answer, up
+  to the choice among equal scores, through the maxima of groups of scores, for long rows on a CPU.
 * :func:`ranked_top` (the accelerator steps, :mod:`srformer.attention.step_choice`): a fixed sequence of four or
   five kernels and no host sync. Float32 (and narrower) scores are widened to float64 **order keys** that also
   encode the position, ``key_j = s_j + hypot(s_j, 2^-126) · o_j`` with the position term
@@ -213,9 +213,9 @@ def top_positions(scores: torch.Tensor, allowed: torch.Tensor, width: int) -> to
     return _earliest_at_cut(scores, at, cut, width)
 
 
-#: :func:`grouped_topk`'s widest ``topk``: rows longer than this are cut into groups. On one CPU thread, ``topk`` of
-#: 256 among 2,048 scores (8 rows) took about 46 µs and among 4,096 about 275 µs (it changes method there); in
-#: groups of at most 1,024 the 4,096 took about 105 µs and 16,384 about 400 µs against 930.
+#: :func:`grouped_topk`'s widest ``topk``: rows longer than this are cut into at most this many groups. On one CPU
+#: thread, ``topk`` of 256 among 2,048 scores (8 rows) took about 46 µs and among 4,096 about 275 µs (it changes
+#: method there); through at most 1,024 groups the 4,096 took about 105 µs and 16,384 about 400 µs against 930.
 GROUPED_TOPK_WIDTH = 1024
 
 
@@ -223,12 +223,13 @@ def grouped_topk(scores: torch.Tensor, k: int) -> torch.Tensor:
     """The indices of the ``k`` largest scores of each row, in no particular order: ``torch.topk``'s set, up to the
     choice among scores equal to the ``k``-th, in fewer operations than one ``topk`` for long rows on a CPU.
 
-    A row of ``n > GROUPED_TOPK_WIDTH`` scores is cut into ``g`` (a power of two) strided groups of ``w <=``
-    :data:`GROUPED_TOPK_WIDTH` scores (score ``j`` in group ``j mod w``; ``-inf`` pads the row to ``g·w``); the ``k``
-    groups of largest maximum hold every score above the ``k``-th largest ``v`` (each such group's maximum exceeds
-    ``v``, and fewer than ``k`` scores do) and, between them, enough scores equal to ``v``; the ``k`` largest of
-    their ``g·k`` scores, found the same way, are the answer. Rows of at most :data:`GROUPED_TOPK_WIDTH` scores, or
-    with ``w < 2k`` (groups that would not narrow the search), take one ``topk``.
+    A row of ``n > GROUPED_TOPK_WIDTH`` scores is cut into ``w <=`` :data:`GROUPED_TOPK_WIDTH` strided groups of
+    ``g`` scores each (``g`` a power of two; score ``j`` in group ``j mod w``; ``-inf`` pads the row to ``g·w``).
+    The ``k`` groups of largest maximum hold every score above the ``k``-th largest ``v`` (each such group's maximum
+    exceeds ``v``, and fewer than ``k`` scores do) and, between them, enough scores equal to ``v``; the ``k``
+    largest of their ``g·k`` scores, found the same way, are the answer. Rows of at most
+    :data:`GROUPED_TOPK_WIDTH` scores, or with ``w < 2k`` groups (which would not narrow the search), take one
+    ``topk``.
 
     Args:
         scores: (R, n), at least ``k`` of each row's finite (``-inf`` pads the groups: a row with fewer finite
@@ -239,13 +240,14 @@ def grouped_topk(scores: torch.Tensor, k: int) -> torch.Tensor:
         (R, k) long in ``[0, n)``, distinct within a row.
     """
     rows, length = scores.shape
-    groups = 1 << max(0, math.ceil(math.log2(length / GROUPED_TOPK_WIDTH)))
-    width = -(-length // groups)
-    if groups == 1 or width < 2 * k:
+    size = 1 << max(0, math.ceil(math.log2(length / GROUPED_TOPK_WIDTH)))  # g, scores per group
+    count = -(-length // size)  # w, groups
+    if size == 1 or count < 2 * k:
         return torch.topk(scores, k, dim=-1, sorted=False).indices
-    if groups * width != length:
-        scores = F.pad(scores, (0, groups * width - length), value=-math.inf)
-    best = torch.topk(scores.reshape(rows, groups, width).amax(dim=1), k, dim=-1, sorted=False).indices  # (R, k)
-    starts = torch.arange(0, groups * width, width, device=scores.device)  # (g,)
-    held = torch.add(best[:, None, :], starts[:, None]).view(rows, groups * k)  # every score of those groups
+    if size * count != length:
+        scores = F.pad(scores, (0, size * count - length), value=-math.inf)
+    # group c holds scores c, c + w, c + 2w, ...: its maximum is the column's over the (R, g, w) view
+    best = torch.topk(scores.reshape(rows, size, count).amax(dim=1), k, dim=-1, sorted=False).indices  # (R, k)
+    starts = torch.arange(0, size * count, count, device=scores.device)  # (g,)
+    held = torch.add(best[:, None, :], starts[:, None]).view(rows, size * k)  # every score of those groups
     return held.gather(1, grouped_topk(scores.gather(1, held), k))
