@@ -110,3 +110,22 @@ def test_reference_full_pairs_every_setting_and_the_lead_with_full():
         float(np.mean(worse["rouge1"])) - matched)
     with pytest.raises(ValueError, match="--reference"):
         CompareSettings(variants=("full",), segment_sizes=(8,), ablations=(), seeds=(0,), reference="linear")
+
+
+def test_a_grid_of_segment_free_settings_only_is_still_paired_with_its_reference():
+    """The long-input mechanisms beside `full`, no segmented setting in the grid: the pairs are made once, at no
+    segment size, and the table shows them (a grid without them printed "-" in every paired column)."""
+    settings = CompareSettings(variants=("full", "knn"), segment_sizes=(64,), ablations=(), seeds=(0,),
+                               reference="full")
+    lead = lead_baseline(PAIRS)
+    worse = {key: [value - 2.0 for value in lead[key]] for key in KEYS}
+    full = CellResult(Cell("full", None, 0), {key: float(np.mean(v)) for key, v in lead.items()} | {"seconds": 2.0},
+                      1.0, lead, 3, {}, None)
+    knn = CellResult(Cell("knn", None, 0), {key: float(np.mean(v)) for key, v in worse.items()} | {"seconds": 1.0},
+                     1.0, worse, 3, {}, None)
+    payload = summarize([full, knn], settings)
+    (row,) = payload["paired"]
+    assert (row["reference"], row["other"], row["segment_size"]) == ("full", "knn", None)
+    assert row["rouge1"]["mean"] == pytest.approx(2.0)
+    knn_row = next(line for line in table2(payload).splitlines() if line.startswith("| knn"))
+    assert "+2.00 (2.00 to 2.00) *" in knn_row

@@ -389,7 +389,8 @@ def summarize(
         lead3 = lead3_row(lead, lead_words)
 
     paired = []
-    sizes = sorted({size for _, size in by_group if size is not None})
+    # a grid of segment-free settings only (the long-input mechanisms beside `full`) is paired once, at no size
+    sizes: list[int | None] = [*sorted({size for _, size in by_group if size is not None})] or [None]
     references = list(dict.fromkeys((settings.reference, *((REFERENCE,) if settings.ablations else ()))))
     for reference_name in references:
         for size in sizes:

@@ -112,7 +112,9 @@ def _decode_ratio(payload: dict, group: dict) -> str:
 
 def _paired(payload: dict, other: str, size: int | None, reference: str = "srformer") -> dict | None:
     for row in payload["paired"]:
-        if row["other"] == other and row["segment_size"] == size and row.get("reference", "srformer") == reference:
+        # a grid of segment-free settings only pairs them once, at no segment size (``summarize``)
+        if (row["other"] == other and row["segment_size"] in (size, None)
+                and row.get("reference", "srformer") == reference):
             return row
     return None
 
