@@ -95,6 +95,8 @@ SPM_8192_SEED1 = "results/compare/sumpubmed-mini-extract-8192-seed1/results.json
 SPM_POOLED = "results/compare/sumpubmed-mini-extract-8192-seed1/pooled.json"  # both bases pooled
 SPM_LED = "results/compare/sumpubmed-led-4096/results.json"  # the LED-shaped model, its own encoder, 4,096 tokens
 FIDELITY_SPM = "results/fidelity/sumpubmed-8192/fidelity.json"  # teacher-forced, 0 steps, 8,192 tokens
+FIDELITY_THIRD = "results/fidelity/sumpubmed-8192-third-base/fidelity.json"  # the same on a third base
+SPM_THIRD = "results/compare/sumpubmed-mini-extract-8192-third-base/results.json"  # its ROUGE grid
 
 GiB, MiB = 2**30, 2**20
 K4, K16, K65, K262 = 4096, 16384, 65536, 262144
@@ -526,6 +528,19 @@ CLAIMS: list[Claim] = [
               100 * spm["summary"]["knn-loki"]["agreement"], spm["summary"]["knn-loki"]["perplexity_ratio"],
               100 * spm["summary"]["srformer"]["agreement"], 100 * spm["summary"]["knn-loki-tail"]["agreement"],
               spm["summary"]["knn-loki-tail"]["perplexity_ratio"])),
+    Claim(CHOOSING, "pick scores: {:.4f}× `full`'s perplexity and {:.2f}% agreement, both the pick's, and ROUGE-1 "
+          "+{:.2f} [+{:.2f}, +{:.2f}]",
+          (FIDELITY_THIRD, SPM_THIRD), lambda spm, grid: (
+              spm["summary"]["knn-loki-pages-c64"]["perplexity_ratio"],
+              100 * spm["summary"]["knn-loki-pages-c64"]["agreement"],
+              -paired_rouge1(grid, "full", "knn-loki-pages-c64")["mean"],
+              -paired_rouge1(grid, "full", "knn-loki-pages-c64")["high"],
+              -paired_rouge1(grid, "full", "knn-loki-pages-c64")["low"])),
+    Claim(LONG_INPUTS, "teacher-forced, {:.4f}× `full`'s perplexity and {:.2f}% argmax agreement, the pick's to four "
+          "decimals", FIDELITY_THIRD, lambda spm: (
+              (spm["summary"]["knn-loki-pages-c64"]["perplexity_ratio"], spm["summary"]["knn-loki-pages"][
+                  "perplexity_ratio"]), (100 * spm["summary"]["knn-loki-pages-c64"]["agreement"],
+                                         100 * spm["summary"]["knn-loki-pages"]["agreement"]))),
     Claim(README, "`knn-loki-pages` on an LED-shaped model reading 4,096 tokens whole (+{:.2f} [−{:.2f}, +{:.2f}] "
           "ROUGE-1)",
           SPM_LED, lambda grid: other_minus_reference(paired_rouge1(grid, "full", "knn-loki-pages"))),
