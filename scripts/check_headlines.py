@@ -338,10 +338,15 @@ def paired_rouge1(grid: Any, reference: str, other: str) -> Any:
     raise LookupError(f"no paired row {reference} − {other}")
 
 
+def turned_around(difference: Any) -> tuple[float, float, float]:
+    """A paired ``reference − other`` difference turned around: ``other − reference`` as (mean, low, high)."""
+    return -difference["mean"], -difference["high"], -difference["low"]
+
+
 def other_minus_reference(difference: Any) -> tuple[float, float, float]:
-    """A paired ``reference − other`` difference turned around: ``other − reference`` as (mean, −low, high), the
-    numbers of a text that prints ``+mean [−low, +high]``."""
-    return -difference["mean"], difference["high"], -difference["low"]
+    """:func:`turned_around` as (mean, −low, high), the numbers of a text that prints ``+mean [−low, +high]``."""
+    mean, low, high = turned_around(difference)
+    return mean, -low, high
 
 
 # --- The claims -------------------------------------------------------------------------------------------------
@@ -533,14 +538,11 @@ CLAIMS: list[Claim] = [
           (FIDELITY_THIRD, SPM_THIRD), lambda spm, grid: (
               spm["summary"]["knn-loki-pages-c64"]["perplexity_ratio"],
               100 * spm["summary"]["knn-loki-pages-c64"]["agreement"],
-              -paired_rouge1(grid, "full", "knn-loki-pages-c64")["mean"],
-              -paired_rouge1(grid, "full", "knn-loki-pages-c64")["high"],
-              -paired_rouge1(grid, "full", "knn-loki-pages-c64")["low"])),
+              *turned_around(paired_rouge1(grid, "full", "knn-loki-pages-c64")))),
     Claim(LONG_INPUTS, "teacher-forced, {:.4f}× `full`'s perplexity and {:.2f}% argmax agreement, the pick's to four "
-          "decimals", FIDELITY_THIRD, lambda spm: (
-              (spm["summary"]["knn-loki-pages-c64"]["perplexity_ratio"], spm["summary"]["knn-loki-pages"][
-                  "perplexity_ratio"]), (100 * spm["summary"]["knn-loki-pages-c64"]["agreement"],
-                                         100 * spm["summary"]["knn-loki-pages"]["agreement"]))),
+          "decimals", FIDELITY_THIRD, lambda spm: tuple(  # each number is c64's and the pick's
+              tuple(scale * spm["summary"][name][key] for name in ("knn-loki-pages-c64", "knn-loki-pages"))
+              for key, scale in (("perplexity_ratio", 1), ("agreement", 100)))),
     Claim(README, "`knn-loki-pages` on an LED-shaped model reading 4,096 tokens whole (+{:.2f} [−{:.2f}, +{:.2f}] "
           "ROUGE-1)",
           SPM_LED, lambda grid: other_minus_reference(paired_rouge1(grid, "full", "knn-loki-pages"))),
