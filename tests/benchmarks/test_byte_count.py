@@ -47,6 +47,20 @@ def test_an_indexing_call_counts_what_it_picks():
     assert counter.eager["aten.gather"] == 2 * 16 * FLOAT + 16 * 8
 
 
+def test_a_call_that_takes_only_a_shape_reads_nothing():
+    """``zeros_like`` and ``new_zeros`` of a large persistent tensor write their output and read none of it;
+    ``empty_like`` moves nothing."""
+    big = torch.ones(1000, 16)
+    with ByteCounter() as counter:
+        torch.zeros_like(big)
+        big.new_zeros(2, 3)
+        torch.empty_like(big)
+    assert counter.eager["aten.zeros_like"] == 1000 * 16 * FLOAT
+    assert counter.eager["aten.new_zeros"] == 6 * FLOAT
+    assert counter.eager["aten.empty_like"] == 0
+    assert counter.persistent_total == 0
+
+
 def test_a_bag_counts_the_rows_it_reads_not_its_sum():
     """``embedding_bag`` of 3 rows of 100 into one bag: 3 rows read (persistent), one row of output written (and
     the bag's small bookkeeping outputs, a few longs)."""

@@ -7,7 +7,8 @@ bytes it moves through the GPU's memory. Counted here on any device through a
 
 - **eager bytes**: for every aten call that is not a view, the distinct bytes of its tensor inputs and outputs (a
   broadcast view counts once); an indexing call (``index``, ``gather``, ``index_select``, ``embedding``,
-  ``take_along_dim``) counts what it picks, read and written, and its indices; an ``embedding_bag`` the rows it
+  ``take_along_dim``) counts what it picks, read and written, and its indices; a call that takes only its input's
+  shape (``zeros_like``, ``new_empty``, ...) counts what it writes, not its input; an ``embedding_bag`` the rows it
   reads (one per index), its output and its other arguments; an operator that fuses its pick into a product
   (:mod:`srformer.attention.gathered`) the rows or entries it picks
   (:data:`~srformer.attention.gathered.PICKED_BYTES`), its output and its other arguments. Intermediates included:
@@ -49,6 +50,14 @@ VIEW_OPERATORS: frozenset[str] = frozenset({
 })
 #: Calls that read only the rows they pick of their first argument, and write them.
 PICKING_OPERATORS: frozenset[str] = frozenset({"gather", "index", "index_select", "embedding", "take_along_dim"})
+#: Calls that take their tensor inputs' shape, dtype and device only: they read none of their data. Those that fill
+#: their output write it; ``empty_like`` and ``new_empty`` write nothing.
+SHAPE_ONLY_OPERATORS: frozenset[str] = frozenset({
+    "empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "randint_like", "new_empty",
+    "new_empty_strided", "new_zeros", "new_ones", "new_full",
+})
+#: Of those, the calls that leave their output unwritten.
+UNWRITTEN_OPERATORS: frozenset[str] = frozenset({"empty_like", "new_empty", "new_empty_strided"})
 #: Calls that read the rows their second argument names of their first argument and write a sum of them (a bag):
 #: the rows read are counted, not the (smaller) output.
 BAG_OPERATORS: frozenset[str] = frozenset({
@@ -127,6 +136,9 @@ class ByteCounter(TorchDispatchMode):
             self.eager[name] += read + written + sum(distinct_bytes(t) for t in rest)
             self.persistent[name] += (read if any(t is table for t in persistent) else 0) + sum(
                 distinct_bytes(t) for t in rest if any(t is p for p in persistent))
+        elif short in SHAPE_ONLY_OPERATORS:  # reads no input: writes its output (or nothing)
+            self.eager[name] += 0 if short in UNWRITTEN_OPERATORS else written
+            self.persistent[name] += 0
         elif short in PICKING_OPERATORS and args and isinstance(args[0], torch.Tensor):
             source = args[0]
             indices = tree_flatten((args[1:], kwargs))[0]
