@@ -67,6 +67,8 @@ SEED2_PROBE = "results/probe/long-input-convert0/seed2/long_probe.json"  # the t
 ROWS_SEED2_PROBE = "results/probe/long-input-convert0/knn-rows/seed2/long_probe.json"  # knn-rows, seed 2, 0 steps
 LOKI_NAME = "knn (loki, r=12, C=256)"  # knn-loki's name in LOKI_PROBE
 PAGES_PROBE = "results/probe/long-input-convert0/knn-loki-pages/long_probe.json"  # knn-loki-pages, seeds 0-2, 0 steps
+#: a fourth probe base (seed 4), 0 steps: the candidate, the pick, the exact search and full at up to 262,144 tokens
+SEED4 = "results/probe/long-input-convert0/knn-loki-pages-c64/seed4"
 #: knn-loki, knn-loki-pages and knn-loki-tail with the fused step, counted as BYTES (16k / 65k / 262k); BYTES's knn-loki
 #: counts are older steps'
 PAGES_BYTES = "results/bench/bytes/knn-loki-pages/bench.json"
@@ -548,6 +550,13 @@ CLAIMS: list[Claim] = [
               spm["summary"]["knn-loki-pages-c64"]["perplexity_ratio"],
               100 * spm["summary"]["knn-loki-pages-c64"]["agreement"],
               *turned_around(paired_rouge1(grid, "full", "knn-loki-pages-c64")))),
+    Claim(LONG_INPUTS, "  - seed 4, a fourth base, at 64k / 262k: {:.0f} / {:.0f}, the exact search's (the pick: "
+          "{:.1f} / {:.0f}; `full`: {:.1f} /\n    {:.1f}).",
+          tuple(f"{SEED4}/{part}/long_probe.json" for part in ("c64", "knn", "pages", "full")),
+          lambda c64, exact, pages, full: tuple(
+              probe_off(run, run["records"][0]["name"], k, 4) for run in (c64, pages, full) for k in (K65, K262))
+          if all(probe_off(c64, c64["records"][0]["name"], k, 4) == probe_off(exact, "knn", k, 4) for k in (K65, K262))
+          else (float("nan"),) * 6),
     Claim(LONG_INPUTS, "teacher-forced, {:.4f}× `full`'s perplexity and {:.2f}% argmax agreement, the pick's to four "
           "decimals", FIDELITY_THIRD, lambda spm: tuple(  # each number is c64's and the pick's
               tuple(scale * spm["summary"][name][key] for name in ("knn-loki-pages-c64", "knn-loki-pages"))
