@@ -138,7 +138,7 @@ class ByteCounter(TorchDispatchMode):
                 distinct_bytes(t) for t in rest if any(t is p for p in persistent))
         elif short in SHAPE_ONLY_OPERATORS:  # reads no input: writes its output (or nothing)
             self.eager[name] += 0 if short in UNWRITTEN_OPERATORS else written
-            self.persistent[name] += 0
+            self.persistent[name] += 0  # listed, as every call, with its (nil) persistent bytes
         elif short in PICKING_OPERATORS and args and isinstance(args[0], torch.Tensor):
             source = args[0]
             indices = tree_flatten((args[1:], kwargs))[0]
