@@ -565,7 +565,7 @@ CLAIMS: list[Claim] = [
     Claim(LONG_INPUTS, "  - seed 4, a fourth base, at 64k / 262k: {:.0f} / {:.0f}, the exact search's (the pick: "
           "{:.1f} / {:.0f}; `full`: {:.1f} /\n    {:.1f}).",
           tuple(f"{SEED4}/{part}/long_probe.json" for part in ("c64", "knn", "pages", "full")),
-          lambda c64, exact, pages, full: seed4_recall(c64, exact, pages, full)),
+          seed4_recall),
     Claim(LONG_INPUTS, "teacher-forced, {:.4f}× `full`'s perplexity and {:.2f}% argmax agreement, the pick's to four "
           "decimals", FIDELITY_THIRD, lambda spm: tuple(  # each number is c64's and the pick's
               tuple(scale * spm["summary"][name][key] for name in ("knn-loki-pages-c64", "knn-loki-pages"))
